@@ -1,0 +1,94 @@
+"""An article resolved against the publisher's catalog: everything the agents need to read,
+transform and apply its changes, without going back to the publisher."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from . import naming
+from .catalog import Column, TableInfo
+from .propagation import Propagation, parse_propagation
+from .topology import Article, Publication
+
+_PREFIX = {"insert": "ins", "update": "upd", "delete": "del"}
+
+
+@dataclass
+class ResolvedArticle:
+    publication: str
+    name: str
+    table: TableInfo  # the source table at the publisher
+    dest_schema: str
+    dest_table: str
+    propagation: dict[str, Propagation]  # operation -> how it propagates
+    default_procs: dict[str, str]  # operation -> generated procedure name (in dest_schema)
+
+    @property
+    def columns(self) -> list[Column]:
+        return self.table.columns
+
+    @property
+    def column_names(self) -> list[str]:
+        return self.table.column_names
+
+    @property
+    def primary_key(self) -> list[str]:
+        return self.table.primary_key
+
+    @property
+    def pk_positions(self) -> list[int]:
+        names = self.column_names
+        return [names.index(c) for c in self.primary_key]
+
+    @property
+    def unique_positions(self) -> list[list[int]]:
+        names = self.column_names
+        return [[names.index(c) for c in key] for key in self.table.unique_keys if set(key) <= set(names)]
+
+    @property
+    def destination(self) -> str:
+        return f"{self.dest_schema}.{self.dest_table}"
+
+    def procedure(self, operation: str) -> tuple[str, str] | None:
+        """(schema, name) of the procedure called for ``operation``, or None for SQL/NONE."""
+        prop = self.propagation[operation]
+        if prop.method != "proc":
+            return None
+        if prop.procedure:
+            schema, _, name = prop.procedure.rpartition(".")
+            return (schema or self.dest_schema, name)
+        return (self.dest_schema, self.default_procs[operation])
+
+    # -- serialisation: stored in the distribution database with the article
+    def to_dict(self) -> dict:
+        return {"publication": self.publication, "name": self.name, "table": self.table.to_dict(),
+                "dest_schema": self.dest_schema, "dest_table": self.dest_table,
+                "propagation": {op: p.text for op, p in self.propagation.items()},
+                "default_procs": self.default_procs}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ResolvedArticle":
+        return cls(data["publication"], data["name"], TableInfo.from_dict(data["table"]),
+                   data["dest_schema"], data["dest_table"],
+                   {op: parse_propagation(op, text, article=data["name"])
+                    for op, text in data["propagation"].items()},
+                   dict(data["default_procs"]))
+
+
+def resolve_articles(publication: Publication, tables: dict[str, TableInfo]) -> list[ResolvedArticle]:
+    """Resolve a publication's articles; ``tables`` maps article name to its source table."""
+    base = {a.name: naming.default_procedure("ins", a.dest_schema, a.dest_table) for a in publication.articles}
+    clashes = {n for n, k in Counter(base.values()).items() if k > 1}
+    out: list[ResolvedArticle] = []
+    for art in publication.articles:
+        clash = base[art.name] in clashes
+        procs = {op: naming.default_procedure(_PREFIX[op], art.dest_schema, art.dest_table, disambiguate=clash)
+                 for op in _PREFIX}
+        out.append(ResolvedArticle(publication.name, art.name, tables[art.name], art.dest_schema,
+                                   art.dest_table, _propagation(art), procs))
+    return out
+
+
+def _propagation(art: Article) -> dict[str, Propagation]:
+    return {"insert": art.ins_cmd, "update": art.upd_cmd, "delete": art.del_cmd}

@@ -1,0 +1,96 @@
+"""Call syntaxes: which parameters a procedure receives for each operation (SPEC section 1),
+and the single statement each (operation, syntax) pair performs on the subscriber table.
+
+The same statement text serves the generated PL/pgSQL procedures (placeholders ``$n``) and the
+SQL-statement propagation method (placeholders ``%(pn)s::type``), so both behave identically.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .articles import ResolvedArticle
+from .commands import Command, bitmask
+from .sqltext import ident, qualified
+
+Placeholder = Callable[[int], str]  # 1-based parameter position -> SQL text
+
+
+def parameters(article: ResolvedArticle, operation: str, syntax: str) -> list[tuple[str, str]]:
+    """(name, type) of each parameter, in order, SQL Server style (c1.., pkc1.., bitmap)."""
+    cols = article.columns
+    n = len(cols)
+    pk = [article.columns[i] for i in article.pk_positions]
+    all_cols = [(f"c{i + 1}", c.type) for i, c in enumerate(cols)]
+    pk_cols = [(f"pkc{j + 1}", c.type) for j, c in enumerate(pk)]
+    if operation == "insert":
+        return all_cols
+    if operation == "delete":
+        return all_cols if syntax == "XCALL" else pk_cols
+    if syntax == "CALL":
+        return all_cols + pk_cols
+    if syntax in ("SCALL", "MCALL"):
+        return all_cols + pk_cols + [("bitmap", "bytea")]
+    if syntax == "XCALL":
+        return all_cols + [(f"c{n + i + 1}", c.type) for i, c in enumerate(cols)]
+    raise ValueError(f"unknown call syntax {syntax!r}")
+
+
+def values(article: ResolvedArticle, cmd: Command, syntax: str) -> list:
+    """The argument values for one command under ``syntax``."""
+    pk = article.pk_positions
+    if cmd.op == "I":
+        return list(cmd.new)
+    if cmd.op == "D":
+        return list(cmd.old) if syntax == "XCALL" else [cmd.old[i] for i in pk]
+    old_pk = [cmd.old[i] for i in pk]
+    if syntax == "CALL":
+        return list(cmd.new) + old_pk
+    changed = cmd.changed()
+    if syntax == "SCALL":
+        return [v if c else None for v, c in zip(cmd.new, changed)] + old_pk + [bitmask(changed)]
+    if syntax == "MCALL":
+        return list(cmd.new) + old_pk + [bitmask(changed)]
+    if syntax == "XCALL":
+        return list(cmd.old) + list(cmd.new)
+    raise ValueError(f"unknown call syntax {syntax!r}")
+
+
+def statement(article: ResolvedArticle, operation: str, syntax: str, ph: Placeholder) -> str:
+    """The INSERT/UPDATE/DELETE that applies one command with this syntax's parameters."""
+    table = qualified(article.dest_schema, article.dest_table)
+    names = article.column_names
+    n = len(names)
+    pk = article.pk_positions
+    if operation == "insert":
+        return (f"INSERT INTO {table} ({', '.join(ident(c) for c in names)}) "
+                f"VALUES ({', '.join(ph(i + 1) for i in range(n))})")
+    if operation == "delete":
+        if syntax == "XCALL":
+            where = [f"{ident(names[i])} = {ph(i + 1)}" for i in pk]
+        else:
+            where = [f"{ident(names[i])} = {ph(j + 1)}" for j, i in enumerate(pk)]
+        return f"DELETE FROM {table} WHERE {' AND '.join(where)}"
+    if syntax == "XCALL":
+        sets = [f"{ident(c)} = {ph(n + i + 1)}" for i, c in enumerate(names)]
+        where = [f"{ident(names[i])} = {ph(i + 1)}" for i in pk]
+    else:
+        where = [f"{ident(names[i])} = {ph(n + j + 1)}" for j, i in enumerate(pk)]
+        if syntax == "CALL":
+            sets = [f"{ident(c)} = {ph(i + 1)}" for i, c in enumerate(names)]
+        else:  # SCALL / MCALL: only the columns flagged in the bitmap
+            bm = ph(n + len(pk) + 1)
+            sets = [f"{ident(c)} = CASE WHEN get_byte({bm}, {i // 8}) & {1 << (i % 8)} <> 0 "
+                    f"THEN {ph(i + 1)} ELSE {ident(c)} END" for i, c in enumerate(names)]
+    return f"UPDATE {table} SET {', '.join(sets)} WHERE {' AND '.join(where)}"
+
+
+def key_placeholders(article: ResolvedArticle, operation: str, syntax: str, ph: Placeholder) -> list[str]:
+    """Placeholders holding the key that locates the row (for row-not-found messages)."""
+    n = len(article.column_names)
+    pk = article.pk_positions
+    if syntax == "XCALL":
+        return [ph(i + 1) for i in pk]
+    if operation == "delete":
+        return [ph(j + 1) for j in range(len(pk))]
+    return [ph(n + j + 1) for j in range(len(pk))]

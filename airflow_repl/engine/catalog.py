@@ -1,0 +1,90 @@
+"""What the publisher's catalog says about a published table: columns, types, keys."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import psycopg
+
+from .errors import TopologyError
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # format_type() text, e.g. "numeric(10,2)"
+    not_null: bool
+    type_oid: int
+
+
+@dataclass
+class TableInfo:
+    schema: str
+    name: str
+    oid: int
+    columns: list[Column]
+    primary_key: list[str]
+    unique_keys: list[list[str]] = field(default_factory=list)
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def column(self, name: str) -> Column:
+        for col in self.columns:
+            if col.name == name:
+                return col
+        raise TopologyError(f"table {self.qualified} has no column {name!r}; its columns are: "
+                            f"{', '.join(self.column_names)}")
+
+    def to_dict(self) -> dict:
+        return {"schema": self.schema, "name": self.name, "oid": self.oid,
+                "columns": [c.__dict__ for c in self.columns],
+                "primary_key": self.primary_key, "unique_keys": self.unique_keys}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TableInfo":
+        return cls(data["schema"], data["name"], data["oid"], [Column(**c) for c in data["columns"]],
+                   list(data["primary_key"]), [list(u) for u in data.get("unique_keys", [])])
+
+
+def load_table(conn: psycopg.Connection, schema: str, table: str) -> TableInfo:
+    """Read a table's definition; unknown tables and tables without a primary key are errors."""
+    row = conn.execute(
+        "SELECT c.oid, c.relkind FROM pg_catalog.pg_class c "
+        "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname = %s", (schema, table)).fetchone()
+    if row is None:
+        raise TopologyError(f"unknown table {schema}.{table} at the publisher: create it or fix the "
+                            f"article's 'table' entry")
+    oid, relkind = row
+    if relkind not in ("r", "p"):
+        raise TopologyError(f"{schema}.{table} is not an ordinary table (relkind {relkind!r}); only "
+                            f"tables can be published")
+    columns = [Column(name, typ, notnull, typoid) for name, typ, notnull, typoid in conn.execute(
+        "SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull, a.atttypid "
+        "FROM pg_catalog.pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0 "
+        "AND NOT a.attisdropped AND a.attgenerated = '' ORDER BY a.attnum", (oid,))]
+    primary_key: list[str] = []
+    unique_keys: list[list[str]] = []
+    for is_primary, cols in conn.execute(
+            "SELECT i.indisprimary, ARRAY(SELECT a.attname FROM unnest(i.indkey) WITH ORDINALITY "
+            "AS k(attnum, ord) JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid "
+            "AND a.attnum = k.attnum ORDER BY k.ord) "
+            "FROM pg_catalog.pg_index i WHERE i.indrelid = %s AND i.indisunique "
+            "AND i.indpred IS NULL AND i.indexprs IS NULL ORDER BY i.indisprimary DESC, i.indexrelid",
+            (oid,)):
+        if is_primary:
+            primary_key = list(cols)
+        else:
+            unique_keys.append(list(cols))
+    if not primary_key:
+        raise TopologyError(
+            f"table {schema}.{table} has no primary key; transactional replication needs one to find "
+            f"rows at subscribers. Add one (ALTER TABLE {schema}.{table} ADD PRIMARY KEY (...)) or "
+            f"remove the article")
+    return TableInfo(schema, table, oid, columns, primary_key, unique_keys)

@@ -1,0 +1,72 @@
+"""Replication commands: what the Log Reader Agent stores for each published row change.
+
+A command carries article-ordered text values (PostgreSQL's text representation, exactly what
+pgoutput sends), so that applying it at a subscriber reproduces the publisher's values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from .articles import ResolvedArticle
+
+INSERT, UPDATE, DELETE = "I", "U", "D"
+
+Values = list  # list[str | None], article column order
+
+
+@dataclass
+class Command:
+    op: str  # I, U or D
+    article: str
+    old: Values | None = None  # before image (U, D)
+    new: Values | None = None  # after image (I, U)
+
+    def changed(self) -> list[bool]:
+        """Which article columns an UPDATE changed (compared by text value)."""
+        assert self.old is not None and self.new is not None
+        return [o != n for o, n in zip(self.old, self.new)]
+
+    def key(self, article: ResolvedArticle, image: str | None = None) -> list:
+        values = self.old if (image == "old" or (image is None and self.op != INSERT)) else self.new
+        assert values is not None
+        return [values[i] for i in article.pk_positions]
+
+    def to_json(self) -> dict:
+        data: dict = {}
+        if self.old is not None:
+            data["o"] = self.old
+        if self.new is not None:
+            data["n"] = self.new
+        return data
+
+    @classmethod
+    def from_json(cls, op: str, article: str, data: dict) -> "Command":
+        return cls(op, article, data.get("o"), data.get("n"))
+
+
+def bitmask(changed: Sequence[bool]) -> bytes:
+    """SQL Server's changed-columns bitmap: column k (1-based) is bit 2^((k-1) % 8) of byte
+    ((k-1) // 8) + 1."""
+    out = bytearray((len(changed) + 7) // 8)
+    for k, flag in enumerate(changed):
+        if flag:
+            out[k // 8] |= 1 << (k % 8)
+    return bytes(out)
+
+
+def key_changed(article: ResolvedArticle, old: Values, new: Values) -> bool:
+    """True when an UPDATE changes a primary-key column or a column of a unique constraint."""
+    positions = set(article.pk_positions)
+    for key in article.unique_positions:
+        positions.update(key)
+    return any(old[i] != new[i] for i in positions)
+
+
+def update_commands(article: ResolvedArticle, old: Values, new: Values) -> list[Command]:
+    """One UPDATE at the publisher becomes an UPDATE command, or a DELETE + INSERT pair when it
+    changes a key (SQL Server's deferred update, KB 238254)."""
+    if key_changed(article, old, new):
+        return [Command(DELETE, article.name, old=old), Command(INSERT, article.name, new=new)]
+    return [Command(UPDATE, article.name, old=old, new=new)]

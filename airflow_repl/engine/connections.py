@@ -1,0 +1,122 @@
+"""Resolving the servers a topology names, and connecting to them safely.
+
+A server is named either by an Airflow connection id (``repl_publisher``) or by a plain
+``postgresql://`` URI (handy for the sandbox).  The engine does not import Airflow: connection
+ids are resolved through a *resolver* callable.  The default resolver reads the same
+``AIRFLOW_CONN_<ID>`` environment variables Airflow itself honours; the Airflow hook passes a
+resolver backed by Airflow's connection store.
+
+Connection strings carry passwords, so they are never logged: use :func:`describe` for messages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Callable
+from urllib.parse import quote, unquote, urlsplit
+
+import psycopg
+from psycopg import conninfo as pg_conninfo
+
+from .errors import ConnectionFailed, TopologyError
+
+Resolver = Callable[[str], str]
+
+
+def is_uri(ref: str) -> bool:
+    return "://" in ref
+
+
+def conninfo_from_parts(host: str | None, port: int | None, login: str | None, password: str | None,
+                        dbname: str | None, extra: dict | None = None) -> str:
+    """A libpq key/value connection string from the parts of an Airflow-style connection."""
+    params: dict[str, object] = {}
+    if host:
+        params["host"] = host
+    if port:
+        params["port"] = port
+    if login:
+        params["user"] = login
+    if password:
+        params["password"] = password
+    if dbname:
+        params["dbname"] = dbname
+    for key in ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout", "options"):
+        if extra and key in extra:
+            params[key] = extra[key]
+    return pg_conninfo.make_conninfo(**params)
+
+
+def _uri_to_conninfo(uri: str) -> str:
+    parts = urlsplit(uri)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise TopologyError(
+            f"connection URI scheme {parts.scheme!r} is not supported; use postgresql://user@host:port/dbname")
+    # libpq parses postgresql:// URIs itself; normalise to key/value so describe() works.
+    return pg_conninfo.make_conninfo(uri.replace("postgres://", "postgresql://", 1)
+                                     if parts.scheme == "postgres" else uri)
+
+
+def env_resolver(conn_id: str) -> str:
+    """Resolve an Airflow connection id from ``AIRFLOW_CONN_<ID>`` (URI or JSON form)."""
+    var = f"AIRFLOW_CONN_{conn_id.upper()}"
+    value = os.environ.get(var)
+    if value is None:
+        raise TopologyError(
+            f"connection id {conn_id!r} is not defined: set the environment variable {var} "
+            f"(or run through Airflow, which resolves its own connections)")
+    value = value.strip()
+    if value.startswith("{"):
+        data = json.loads(value)
+        return conninfo_from_parts(data.get("host"), data.get("port"), data.get("login"),
+                                   data.get("password"), data.get("schema"), data.get("extra"))
+    parts = urlsplit(value)
+    if parts.scheme in ("postgresql", "postgres"):
+        return _uri_to_conninfo(value)
+    # Airflow URI form: postgres://login:password@host:port/schema
+    return conninfo_from_parts(parts.hostname, parts.port, unquote(parts.username or "") or None,
+                               unquote(parts.password or "") or None, parts.path.lstrip("/") or None)
+
+
+def resolve(ref: str, resolver: Resolver | None = None) -> str:
+    """Turn a connection reference (URI or connection id) into a libpq connection string."""
+    if is_uri(ref):
+        return _uri_to_conninfo(ref)
+    return (resolver or env_resolver)(ref)
+
+
+def describe(conninfo: str) -> str:
+    """A password-free description of a connection string, safe for logs and messages."""
+    try:
+        params = pg_conninfo.conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        return "<unparseable connection string>"
+    host = params.get("host", "localhost")
+    port = params.get("port", "5432")
+    return f"{params.get('user', '')}@{host}:{port}/{params.get('dbname', '')}".lstrip("@")
+
+
+def with_dbname(conninfo: str, dbname: str) -> str:
+    return pg_conninfo.make_conninfo(conninfo, dbname=dbname)
+
+
+def to_uri(conninfo: str) -> str:
+    """A postgresql:// URI for the connection (used to hand sandbox servers to Airflow)."""
+    p = pg_conninfo.conninfo_to_dict(conninfo)
+    auth = quote(str(p.get("user", "")), safe="")
+    if p.get("password"):
+        auth += ":" + quote(str(p["password"]), safe="")
+    return f"postgresql://{auth}@{p.get('host', 'localhost')}:{p.get('port', 5432)}/{p.get('dbname', '')}"
+
+
+def connect(conninfo: str, role: str, *, autocommit: bool = False, **kwargs) -> psycopg.Connection:
+    """Connect, turning an unreachable server into an error that names it and the fix."""
+    try:
+        return psycopg.connect(conninfo, autocommit=autocommit, connect_timeout=10, **kwargs)
+    except psycopg.OperationalError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConnectionFailed(
+            f"cannot connect to the {role} at {describe(conninfo)}: {first}. "
+            f"Check that the server is running and that the connection's host, port, "
+            f"user, password and database are right.") from None

@@ -1,0 +1,210 @@
+"""The distribution database: topology metadata, replicated transactions and commands, agent
+history and errors.  Its schema is created idempotently by :func:`ensure_schema`.
+
+Subscribers hold one small table of their own (:data:`SUBSCRIBER_DDL`): the watermark of the last
+transaction applied, committed in the same transaction as the applied changes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from .articles import ResolvedArticle
+from .errors import NotInitialized
+
+SCHEMA = "airflow_repl"
+
+DISTRIBUTION_DDL = """
+CREATE SCHEMA IF NOT EXISTS airflow_repl;
+CREATE TABLE IF NOT EXISTS airflow_repl.publications (
+    name            text PRIMARY KEY,
+    pg_publication  text NOT NULL,
+    slot_name       text NOT NULL,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    updated_at      timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS airflow_repl.articles (
+    publication     text NOT NULL REFERENCES airflow_repl.publications ON DELETE CASCADE,
+    name            text NOT NULL,
+    definition      jsonb NOT NULL,
+    updated_at      timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (publication, name)
+);
+CREATE TABLE IF NOT EXISTS airflow_repl.subscriptions (
+    publication          text NOT NULL REFERENCES airflow_repl.publications ON DELETE CASCADE,
+    subscriber           text NOT NULL,
+    status               text NOT NULL DEFAULT 'pending'
+                         CHECK (status IN ('pending', 'initializing', 'active')),
+    snapshot_id          text,
+    start_xact_seqno     pg_lsn,
+    delivered_xact_seqno pg_lsn,
+    delivered_at         timestamptz,
+    options              jsonb NOT NULL DEFAULT '{}',
+    PRIMARY KEY (publication, subscriber)
+);
+CREATE TABLE IF NOT EXISTS airflow_repl.snapshots (
+    publication     text NOT NULL,
+    snapshot_id     text NOT NULL,
+    folder          text NOT NULL,
+    consistent_lsn  pg_lsn NOT NULL,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    manifest        jsonb NOT NULL,
+    PRIMARY KEY (publication, snapshot_id)
+);
+CREATE TABLE IF NOT EXISTS airflow_repl.transactions (
+    publication     text NOT NULL,
+    xact_seqno      pg_lsn NOT NULL,
+    xid             bigint NOT NULL,
+    commit_time     timestamptz NOT NULL,
+    end_lsn         pg_lsn NOT NULL,
+    command_count   integer NOT NULL,
+    entry_time      timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (publication, xact_seqno)
+);
+CREATE TABLE IF NOT EXISTS airflow_repl.commands (
+    publication     text NOT NULL,
+    xact_seqno      pg_lsn NOT NULL,
+    command_id      integer NOT NULL,
+    article         text NOT NULL,
+    op              text NOT NULL CHECK (op IN ('I', 'U', 'D', 'T')),
+    data            jsonb NOT NULL,
+    PRIMARY KEY (publication, xact_seqno, command_id)
+);
+CREATE TABLE IF NOT EXISTS airflow_repl.logreader_state (
+    publication     text PRIMARY KEY,
+    read_xact_seqno pg_lsn,
+    read_end_lsn    pg_lsn,
+    updated_at      timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS airflow_repl.agent_history (
+    run_id          bigserial PRIMARY KEY,
+    agent           text NOT NULL,
+    publication     text,
+    subscriber      text,
+    started_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
+    finished_at     timestamptz,
+    status          text NOT NULL DEFAULT 'running',
+    transactions    bigint NOT NULL DEFAULT 0,
+    commands        bigint NOT NULL DEFAULT 0,
+    rows_copied     bigint NOT NULL DEFAULT 0,
+    message         text,
+    details         jsonb
+);
+CREATE TABLE IF NOT EXISTS airflow_repl.errors (
+    error_id        bigserial PRIMARY KEY,
+    run_id          bigint REFERENCES airflow_repl.agent_history ON DELETE SET NULL,
+    occurred_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
+    agent           text NOT NULL,
+    publication     text,
+    subscriber      text,
+    xact_seqno      pg_lsn,
+    command_id      integer,
+    article         text,
+    sqlstate        text,
+    message         text NOT NULL,
+    command         jsonb
+);
+"""
+
+SUBSCRIBER_DDL = """
+CREATE SCHEMA IF NOT EXISTS airflow_repl;
+CREATE TABLE IF NOT EXISTS airflow_repl.subscription_state (
+    publication     text PRIMARY KEY,
+    snapshot_id     text NOT NULL,
+    xact_seqno      pg_lsn NOT NULL,
+    transactions    bigint NOT NULL DEFAULT 0,
+    updated_at      timestamptz NOT NULL DEFAULT now()
+);
+CREATE OR REPLACE FUNCTION airflow_repl.row_not_found(what text, key_names text, key_values text)
+RETURNS void LANGUAGE plpgsql AS $fn$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = 'RP598',
+        MESSAGE = format('row not found at the subscriber: %s with key (%s)=(%s) matched no row [20598]',
+                         what, key_names, key_values);
+END
+$fn$;
+"""
+
+
+def ensure_schema(conn: psycopg.Connection) -> None:
+    """Create the distribution database schema if it is missing (idempotent)."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('airflow_repl.ddl'))")
+        conn.execute(DISTRIBUTION_DDL)
+
+
+# ---------------------------------------------------------------------- articles
+def save_publication(conn: psycopg.Connection, publication: str, pg_publication: str, slot: str,
+                     articles: list[ResolvedArticle]) -> None:
+    conn.execute(
+        "INSERT INTO airflow_repl.publications (name, pg_publication, slot_name) VALUES (%s, %s, %s) "
+        "ON CONFLICT (name) DO UPDATE SET pg_publication = excluded.pg_publication, "
+        "slot_name = excluded.slot_name, updated_at = now()", (publication, pg_publication, slot))
+    names = [a.name for a in articles]
+    conn.execute("DELETE FROM airflow_repl.articles WHERE publication = %s AND NOT (name = ANY(%s))",
+                 (publication, names))
+    for art in articles:
+        conn.execute(
+            "INSERT INTO airflow_repl.articles (publication, name, definition) VALUES (%s, %s, %s) "
+            "ON CONFLICT (publication, name) DO UPDATE SET definition = excluded.definition, "
+            "updated_at = now() WHERE airflow_repl.articles.definition IS DISTINCT FROM excluded.definition",
+            (publication, art.name, Jsonb(art.to_dict())))
+
+
+def load_articles(conn: psycopg.Connection, publication: str) -> list[ResolvedArticle]:
+    rows = conn.execute("SELECT definition FROM airflow_repl.articles WHERE publication = %s ORDER BY name",
+                        (publication,)).fetchall()
+    if not rows:
+        raise NotInitialized(
+            f"publication {publication!r} is not deployed in the distribution database: run the "
+            f"Snapshot Agent (or 'airflow-repl apply') for it first")
+    return [ResolvedArticle.from_dict(r[0]) for r in rows]
+
+
+def save_subscription(conn: psycopg.Connection, publication: str, subscriber: str, options: dict) -> None:
+    conn.execute(
+        "INSERT INTO airflow_repl.subscriptions (publication, subscriber, options) VALUES (%s, %s, %s) "
+        "ON CONFLICT (publication, subscriber) DO UPDATE SET options = excluded.options",
+        (publication, subscriber, Jsonb(options)))
+
+
+# ---------------------------------------------------------------------- history and errors
+def start_run(conn: psycopg.Connection, agent: str, publication: str | None,
+              subscriber: str | None = None) -> int:
+    row = conn.execute(
+        "INSERT INTO airflow_repl.agent_history (agent, publication, subscriber) VALUES (%s, %s, %s) "
+        "RETURNING run_id", (agent, publication, subscriber)).fetchone()
+    conn.commit()
+    return int(row[0])
+
+
+def finish_run(conn: psycopg.Connection, run_id: int, status: str, *, transactions: int = 0,
+               commands: int = 0, rows_copied: int = 0, message: str | None = None,
+               details: dict[str, Any] | None = None) -> None:
+    conn.execute(
+        "UPDATE airflow_repl.agent_history SET finished_at = clock_timestamp(), status = %s, "
+        "transactions = %s, commands = %s, rows_copied = %s, message = %s, details = %s "
+        "WHERE run_id = %s",
+        (status, transactions, commands, rows_copied, message,
+         Jsonb(details) if details is not None else None, run_id))
+    conn.commit()
+
+
+def record_error(conn: psycopg.Connection, *, run_id: int | None, agent: str, publication: str | None,
+                 subscriber: str | None, message: str, xact_seqno: str | None = None,
+                 command_id: int | None = None, article: str | None = None, sqlstate: str | None = None,
+                 command: dict | None = None) -> None:
+    conn.execute(
+        "INSERT INTO airflow_repl.errors (run_id, agent, publication, subscriber, xact_seqno, command_id, "
+        "article, sqlstate, message, command) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        (run_id, agent, publication, subscriber, xact_seqno, command_id, article, sqlstate, message,
+         Jsonb(command) if command is not None else None))
+    conn.commit()
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))

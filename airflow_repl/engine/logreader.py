@@ -1,0 +1,209 @@
+"""The Log Reader Agent: moves committed transactions of published tables from the
+publisher's write-ahead log (logical slot, pgoutput) into the distribution database.
+
+Safety protocol, per batch:
+
+1. peek (not get) decoded changes from the slot, up to ``batch_changes`` rows, whole
+   transactions only, in commit order;
+2. store each transaction and its commands in the distribution database, in one distributor
+   transaction, streaming commands with COPY in chunks (memory stays bounded by the chunk size
+   whatever the size of a publisher transaction);
+3. commit at the distributor, *then* advance the slot past the stored transactions.
+
+A crash before 3 leaves the slot behind: the next run peeks the same transactions again and
+skips those already stored (keyed by commit LSN), so nothing is lost and nothing is doubled.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import psycopg
+
+from . import connections, distdb, naming, pgoutput
+from .articles import ResolvedArticle
+from .commands import DELETE, INSERT, Command, update_commands
+from .errors import NotInitialized, ReplError
+from .topology import Topology
+
+log = logging.getLogger(__name__)
+AGENT = "logreader"
+
+
+@dataclass
+class _RelMap:
+    article: ResolvedArticle
+    positions: list[int]  # relation column index for each article column
+
+
+class _TxnWriter:
+    """Buffers the commands of the transaction being read and COPYs them in chunks."""
+
+    def __init__(self, dist: psycopg.Connection, publication: str, chunk: int) -> None:
+        self.dist = dist
+        self.publication = publication
+        self.chunk = chunk
+        self.buffer: list[tuple] = []
+        self.xact: str | None = None
+        self.xid = 0
+        self.count = 0
+
+    def begin(self, xact_seqno: str | None, xid: int = 0) -> None:
+        self.xact, self.xid, self.count, self.buffer = xact_seqno, xid, 0, []
+
+    def add(self, cmd: Command) -> None:
+        self.count += 1
+        self.buffer.append((self.publication, self.xact, self.count, cmd.article, cmd.op,
+                            distdb.dumps(cmd.to_json())))
+        if len(self.buffer) >= self.chunk:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.buffer:
+            return
+        with self.dist.cursor() as cur, cur.copy(
+                "COPY airflow_repl.commands (publication, xact_seqno, command_id, article, op, data) "
+                "FROM STDIN") as copy:
+            for row in self.buffer:
+                copy.write_row(row)
+        self.buffer = []
+
+
+def _map_relation(rel: pgoutput.Relation, articles: dict[tuple[str, str], ResolvedArticle]) -> _RelMap | None:
+    art = articles.get((rel.namespace, rel.name))
+    if art is None:
+        return None
+    missing = [c for c in art.column_names if c not in rel.columns]
+    if missing:
+        raise ReplError(
+            f"article {art.name!r} ({art.table.qualified}) no longer has column(s) {missing} at the "
+            f"publisher; schema changes must go through airflow-repl's schema change operator")
+    return _RelMap(art, [rel.columns.index(c) for c in art.column_names])
+
+
+def _image(values: list, positions: list[int]) -> list:
+    return [values[p] for p in positions]
+
+
+def _commands(change, relmap: _RelMap) -> list[Command]:
+    art = relmap.article
+    if isinstance(change, pgoutput.Insert):
+        return [Command(INSERT, art.name, new=_image(change.new, relmap.positions))]
+    if isinstance(change, pgoutput.Delete):
+        return [Command(DELETE, art.name, old=_image(change.old, relmap.positions))]
+    # Update
+    if change.old is None:
+        raise ReplError(
+            f"table {art.table.qualified} lost REPLICA IDENTITY FULL, so its updates carry no before "
+            f"image; re-apply the topology (airflow-repl apply) to restore it")
+    old = _image(change.old, relmap.positions)
+    new = [o if n is pgoutput.UNCHANGED_TOAST else n
+           for o, n in zip(old, _image(change.new, relmap.positions))]
+    return update_commands(art, old, new)
+
+
+def run_log_reader(topology: Topology, publication: str, *, batch_changes: int = 20000,
+                   chunk: int = 5000, max_batches: int | None = None) -> dict:
+    """Read everything committed so far (or ``max_batches`` batches) into the distribution
+    database.  Returns a summary (transactions, commands, last xact_seqno, seconds)."""
+    started = time.monotonic()
+    slot = naming.slot(publication)
+    pgpub = naming.pg_publication(publication)
+    dist = connections.connect(topology.distributor.require("distributor"), "distributor")
+    pub = connections.connect(topology.publisher.require("publisher"), "publisher")
+    run_id = None
+    totals = {"transactions": 0, "commands": 0, "batches": 0, "last_xact_seqno": None}
+    try:
+        articles = {(a.table.schema, a.table.name): a for a in distdb.load_articles(dist, publication)}
+        if not dist.execute("SELECT pg_try_advisory_lock(hashtext(%s))",
+                            (f"airflow_repl.logreader.{publication}",)).fetchone()[0]:
+            raise ReplError(f"another Log Reader Agent is running for publication {publication!r}")
+        dist.commit()
+        row = pub.execute("SELECT confirmed_flush_lsn FROM pg_catalog.pg_replication_slots "
+                          "WHERE slot_name = %s", (slot,)).fetchone()
+        pub.commit()
+        if row is None:
+            raise NotInitialized(f"publication {publication!r} has no replication slot {slot!r} at the "
+                                 f"publisher: run the Snapshot Agent first")
+        run_id = distdb.start_run(dist, AGENT, publication)
+        state = dist.execute("SELECT read_xact_seqno FROM airflow_repl.logreader_state WHERE publication = %s",
+                             (publication,)).fetchone()
+        read_upto = pgoutput.lsn_to_int(state[0]) if state and state[0] else 0
+        dist.commit()
+        writer = _TxnWriter(dist, publication, chunk)
+        while max_batches is None or totals["batches"] < max_batches:
+            n_txn, last_commit, last_end = 0, None, None
+            relmaps: dict[int, _RelMap | None] = {}
+            skip = False
+            with pub.transaction(), pub.cursor(name="airflow_repl_peek") as cur:
+                cur.itersize = 2000
+                cur.execute("SELECT data FROM pg_catalog.pg_logical_slot_peek_binary_changes("
+                            "%s, NULL, %s, 'proto_version', '1', 'publication_names', %s)",
+                            (slot, batch_changes, pgpub))
+                for (data,) in cur:
+                    msg = pgoutput.decode(data)
+                    if isinstance(msg, pgoutput.Begin):
+                        xact = pgoutput.int_to_lsn(msg.final_lsn)
+                        skip = msg.final_lsn <= read_upto and dist.execute(
+                            "SELECT 1 FROM airflow_repl.transactions WHERE publication = %s AND "
+                            "xact_seqno = %s", (publication, xact)).fetchone() is not None
+                        writer.begin(xact, msg.xid)
+                    elif isinstance(msg, pgoutput.Relation):
+                        relmaps[msg.relid] = _map_relation(msg, articles)
+                    elif isinstance(msg, (pgoutput.Insert, pgoutput.Update, pgoutput.Delete)):
+                        relmap = relmaps.get(msg.relid)
+                        if not skip and relmap is not None:
+                            for cmd in _commands(msg, relmap):
+                                writer.add(cmd)
+                    elif isinstance(msg, pgoutput.Truncate):
+                        if not skip:
+                            for relid in msg.relids:
+                                relmap = relmaps.get(relid)
+                                if relmap is not None:
+                                    writer.add(Command("T", relmap.article.name))
+                    elif isinstance(msg, pgoutput.Commit):
+                        last_end = msg.end_lsn
+                        if not skip and writer.count:
+                            writer.flush()
+                            dist.execute(
+                                "INSERT INTO airflow_repl.transactions (publication, xact_seqno, xid, "
+                                "commit_time, end_lsn, command_count) VALUES (%s, %s, %s, %s, %s, %s)",
+                                (publication, writer.xact, writer.xid, msg.commit_time,
+                                 pgoutput.int_to_lsn(msg.end_lsn), writer.count))
+                            n_txn += 1
+                            totals["commands"] += writer.count
+                            last_commit = writer.xact
+                        writer.begin(None)
+            if last_end is None:
+                break  # nothing more committed
+            if last_commit is not None:
+                dist.execute(
+                    "INSERT INTO airflow_repl.logreader_state (publication, read_xact_seqno, read_end_lsn) "
+                    "VALUES (%s, %s, %s) ON CONFLICT (publication) DO UPDATE SET "
+                    "read_xact_seqno = excluded.read_xact_seqno, read_end_lsn = excluded.read_end_lsn, "
+                    "updated_at = now()", (publication, last_commit, pgoutput.int_to_lsn(last_end)))
+                totals["last_xact_seqno"] = last_commit
+            dist.commit()  # durable at the distributor ...
+            pub.execute("SELECT pg_catalog.pg_replication_slot_advance(%s, %s)",  # ... then advance
+                        (slot, pgoutput.int_to_lsn(last_end)))
+            pub.commit()
+            totals["transactions"] += n_txn
+            totals["batches"] += 1
+        totals["seconds"] = round(time.monotonic() - started, 3)
+        distdb.finish_run(dist, run_id, "succeeded", transactions=totals["transactions"],
+                          commands=totals["commands"], details=totals)
+        log.info("log reader %s: %s transactions, %s commands in %.1fs", publication,
+                 totals["transactions"], totals["commands"], totals["seconds"])
+        return totals
+    except Exception as exc:
+        if run_id is not None and not dist.closed:
+            dist.rollback()
+            distdb.finish_run(dist, run_id, "failed", message=str(exc))
+            distdb.record_error(dist, run_id=run_id, agent=AGENT, publication=publication,
+                                subscriber=None, message=str(exc))
+        raise
+    finally:
+        pub.close()
+        dist.close()

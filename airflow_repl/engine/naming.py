@@ -1,0 +1,40 @@
+"""Names the engine gives to server-side objects."""
+
+from __future__ import annotations
+
+import hashlib
+
+_MAX_IDENT = 63  # PostgreSQL's NAMEDATALEN - 1, in bytes
+
+
+def pg_publication(publication: str) -> str:
+    """The PostgreSQL publication (pgoutput filter) behind one of our publications."""
+    return f"airflow_repl_{publication}"
+
+
+def slot(publication: str) -> str:
+    """The logical replication slot the Log Reader Agent reads for a publication."""
+    return f"airflow_repl_{publication}"
+
+
+def _fit(name: str, salt: str) -> str:
+    if len(name.encode()) <= _MAX_IDENT:
+        return name
+    digest = hashlib.sha1(salt.encode()).hexdigest()[:8]
+    cut = name.encode()[: _MAX_IDENT - 9].decode(errors="ignore")
+    return f"{cut}_{digest}"
+
+
+def default_procedure(prefix: str, dest_schema: str, dest_table: str, *, disambiguate: bool = False) -> str:
+    """``sp_MS<ins|upd|del>_<schema><table>``.
+
+    Names longer than PostgreSQL's 63-byte limit are cut and given an 8-hex-digit hash of the
+    destination, so that they stay unique.  When two articles of a publication would get the
+    same name (``a.bc`` and ``ab.c``), ``disambiguate`` adds that hash to both.
+    """
+    base = f"sp_MS{prefix}_{dest_schema}{dest_table}"
+    salt = f"{dest_schema}.{dest_table}"
+    if disambiguate:
+        digest = hashlib.sha1(salt.encode()).hexdigest()[:8]
+        return _fit(f"{base}_{digest}", salt + "#")
+    return _fit(base, salt)

@@ -1,0 +1,51 @@
+"""Generated subscriber procedures (``sp_MSins_`` / ``sp_MSupd_`` / ``sp_MSdel_``) as PL/pgSQL.
+
+Update and delete procedures raise :data:`~airflow_repl.engine.errors.ROW_NOT_FOUND_SQLSTATE`
+(SQL Server's error 20598) when the key matched no row; the Distribution Agent relies on it.
+"""
+
+from __future__ import annotations
+
+from . import callsyntax
+from .articles import ResolvedArticle
+from .errors import ROW_NOT_FOUND_SQLSTATE
+from .sqltext import dollar_quote, ident, literal, qualified
+
+
+def _dollar(i: int) -> str:
+    return f"${i}"
+
+
+def procedure_sql(article: ResolvedArticle, operation: str) -> str | None:
+    """CREATE OR REPLACE PROCEDURE text of the generated procedure for ``operation``, or None
+    when the operation does not use a generated procedure (SQL, NONE or a custom procedure)."""
+    prop = article.propagation[operation]
+    if prop.method != "proc" or prop.custom:
+        return None
+    schema, name = article.procedure(operation)
+    params = callsyntax.parameters(article, operation, prop.syntax)
+    decl = ", ".join(f"{ident(p)} {t}" for p, t in params)
+    stmt = callsyntax.statement(article, operation, prop.syntax, _dollar)
+    lines = [f"-- {prop.syntax} syntax: {', '.join(p for p, _ in params)}",
+             "BEGIN", f"    {stmt};"]
+    if operation != "insert":
+        keys = callsyntax.key_placeholders(article, operation, prop.syntax, _dollar)
+        key_names = ", ".join(article.primary_key)
+        key_values = ", ".join(f"{k}::text" for k in keys)
+        lines += [
+            "    IF NOT FOUND THEN",
+            f"        RAISE EXCEPTION USING ERRCODE = {literal(ROW_NOT_FOUND_SQLSTATE)},",
+            f"            MESSAGE = format('row not found at the subscriber: {operation} of %s "
+            f"with key (%s)=(%s) matched no row [20598]', "
+            f"{literal(article.destination)}, {literal(key_names)}, concat_ws(', ', {key_values}));",
+            "    END IF;",
+        ]
+    lines.append("END;\n")
+    return (f"CREATE OR REPLACE PROCEDURE {qualified(schema, name)}({decl})\n"
+            f"LANGUAGE plpgsql AS {dollar_quote(chr(10).join(lines))};\n")
+
+
+def article_script(article: ResolvedArticle) -> str:
+    """All generated procedures of one article, as one script."""
+    parts = [sql for op in ("insert", "update", "delete") if (sql := procedure_sql(article, op))]
+    return "\n".join(parts)

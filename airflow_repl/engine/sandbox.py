@@ -1,0 +1,198 @@
+"""The embedded default: private PostgreSQL clusters that airflow-repl starts itself in a local
+folder, configured for logical decoding and two-phase commit.
+
+PostgreSQL refuses to run as root, so when we are root the clusters run as an unprivileged
+system user (``airflowrepl``, created on first use).  The superuser password is random, kept in
+``sandbox.json`` (mode 0600) and passed to ``initdb`` through a file, never on a command line.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import pwd
+import secrets
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import psycopg
+from psycopg import conninfo as pg_conninfo
+from psycopg import sql
+
+from .errors import ReplError
+
+RUN_AS = "airflowrepl"
+SETTINGS = {
+    "listen_addresses": "'127.0.0.1'",
+    "wal_level": "logical",
+    "max_prepared_transactions": "20",
+    "max_replication_slots": "20",
+    "max_wal_senders": "20",
+    "max_connections": "100",
+    "shared_buffers": "128MB",
+    # A sandbox trades crash durability of the *server* for speed; agents' crash safety is
+    # about agent processes and is unaffected.
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+}
+
+
+def find_bindir() -> Path:
+    """Directory holding initdb/pg_ctl: $AIRFLOW_REPL_PG_BINDIR, the newest
+    /usr/lib/postgresql/*/bin, or the one on PATH."""
+    env = os.environ.get("AIRFLOW_REPL_PG_BINDIR")
+    candidates = [env] if env else []
+    candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]),
+                         reverse=True)
+    which = shutil.which("initdb")
+    if which:
+        candidates.append(str(Path(which).resolve().parent))
+    for c in candidates:
+        if c and (Path(c) / "initdb").exists() and (Path(c) / "pg_ctl").exists():
+            return Path(c)
+    raise ReplError("PostgreSQL server binaries (initdb, pg_ctl) were not found: install them "
+                    "(Debian: apt-get install postgresql) or set AIRFLOW_REPL_PG_BINDIR")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Sandbox:
+    """A set of named PostgreSQL clusters under ``root``."""
+
+    def __init__(self, root: str | Path, clusters: tuple[str, ...] = ("publisher", "subscriber")) -> None:
+        self.root = Path(root).resolve()
+        self.clusters = clusters
+        self.state_file = self.root / "sandbox.json"
+        self.bindir = find_bindir()
+        self.as_root = os.geteuid() == 0
+
+    # ------------------------------------------------------------------ helpers
+    def _ensure_user(self) -> None:
+        try:
+            pwd.getpwnam(RUN_AS)
+        except KeyError:
+            subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", RUN_AS],
+                           check=True)
+
+    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        cmd = [str(self.bindir / args[0]), *args[1:]]
+        if self.as_root:
+            cmd = ["runuser", "-u", RUN_AS, "--", *cmd]
+        return subprocess.run(cmd, cwd="/", check=check, capture_output=True, text=True)
+
+    def _chown(self, path: Path) -> None:
+        if self.as_root:
+            shutil.chown(path, RUN_AS, RUN_AS)
+
+    def _state(self) -> dict:
+        return json.loads(self.state_file.read_text()) if self.state_file.exists() else {}
+
+    def _save(self, state: dict) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.state_file.write_text(json.dumps(state, indent=2))
+        os.chmod(self.state_file, 0o600)
+
+    def _datadir(self, name: str) -> Path:
+        return self.root / "pg" / name
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> dict[str, str]:
+        """Create (first time) and start every cluster.  Returns cluster name -> conninfo of its
+        ``postgres`` database."""
+        if self.as_root:
+            self._ensure_user()
+        state = self._state()
+        state.setdefault("password", secrets.token_urlsafe(18))
+        state.setdefault("ports", {})
+        (self.root / "pg").mkdir(parents=True, exist_ok=True)
+        self._chown(self.root / "pg")
+        for name in self.clusters:
+            datadir = self._datadir(name)
+            if not (datadir / "PG_VERSION").exists():
+                self._initdb(datadir, state["password"])
+            port = state["ports"].get(name) or _free_port()
+            state["ports"][name] = port
+            self._configure(datadir, port)
+            if self._run("pg_ctl", "-D", str(datadir), "status", check=False).returncode != 0:
+                res = self._run("pg_ctl", "-D", str(datadir), "-l", str(datadir / "server.log"), "-w",
+                                "-t", "60", "start", check=False)
+                if res.returncode != 0:
+                    log_tail = (datadir / "server.log").read_text()[-2000:] if (datadir / "server.log").exists() else ""
+                    raise ReplError(f"sandbox cluster {name!r} did not start: {res.stderr.strip()}\n{log_tail}")
+        self._save(state)
+        return {name: self.conninfo(name) for name in self.clusters}
+
+    def _initdb(self, datadir: Path, password: str) -> None:
+        if datadir.exists():
+            shutil.rmtree(datadir)
+        pwfile = self.root / "pg" / f".pw-{secrets.token_hex(4)}"
+        pwfile.write_text(password + "\n")
+        os.chmod(pwfile, 0o600)
+        self._chown(pwfile)
+        try:
+            res = self._run("initdb", "-D", str(datadir), "-U", "postgres", f"--pwfile={pwfile}",
+                            "--auth-host=scram-sha-256", "--auth-local=trust", "-E", "UTF8",
+                            "--no-locale", check=False)
+            if res.returncode != 0:
+                raise ReplError(f"initdb failed for {datadir}: {res.stderr.strip()}")
+        finally:
+            pwfile.unlink(missing_ok=True)
+
+    def _configure(self, datadir: Path, port: int) -> None:
+        conf = datadir / "postgresql.auto.conf"
+        lines = [f"port = {port}", f"unix_socket_directories = '{datadir}'"]
+        lines += [f"{k} = {v}" for k, v in SETTINGS.items()]
+        text = "# managed by airflow-repl sandbox\n" + "\n".join(lines) + "\n"
+        if not conf.exists() or conf.read_text() != text:
+            conf.write_text(text)
+            self._chown(conf)
+
+    def stop(self) -> None:
+        for name in self.clusters:
+            datadir = self._datadir(name)
+            if (datadir / "PG_VERSION").exists():
+                self._run("pg_ctl", "-D", str(datadir), "-m", "fast", "-w", "stop", check=False)
+
+    def destroy(self) -> None:
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    # ------------------------------------------------------------------ access
+    def conninfo(self, cluster: str, dbname: str = "postgres") -> str:
+        state = self._state()
+        return pg_conninfo.make_conninfo(host="127.0.0.1", port=state["ports"][cluster], user="postgres",
+                                         password=state["password"], dbname=dbname)
+
+    def create_database(self, cluster: str, dbname: str, *, recreate: bool = False) -> str:
+        with psycopg.connect(self.conninfo(cluster), autocommit=True) as conn:
+            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (dbname,)).fetchone()
+            if exists and recreate:
+                for (slot,) in conn.execute("SELECT slot_name FROM pg_replication_slots WHERE database = %s",
+                                            (dbname,)).fetchall():
+                    conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+                conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(dbname)))
+                exists = None
+            if not exists:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
+        return self.conninfo(cluster, dbname)
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        for name in self.clusters:
+            while True:
+                try:
+                    psycopg.connect(self.conninfo(name), connect_timeout=2).close()
+                    break
+                except psycopg.OperationalError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)

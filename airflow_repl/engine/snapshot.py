@@ -1,0 +1,318 @@
+"""The Snapshot Agent: a consistent initial copy of a publication, and initializing
+subscriptions from it.
+
+Consistency without blocking writers: the publication's logical slot is created with an
+exported snapshot (a temporary slot when the publication's slot already exists).  Every reader,
+on every Spark executor, joins that snapshot with ``SET TRANSACTION SNAPSHOT``, so all
+partitions see the database exactly as of the slot's consistent point.  Transactions that
+commit at or after that point are exactly the ones the slot decodes, so the subscription's
+watermark starts just before it: rows written during the snapshot are neither lost nor doubled.
+
+A snapshot folder (one per publication and run) holds ``schema.sql``, ``procedures.sql``,
+Parquet data files (``data/<article>/part-NNNNN.parquet``) and ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import secrets
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import psycopg
+import pyarrow as pa
+import pyarrow.parquet as pq
+from psycopg import sql
+
+from . import connections, deploy, distdb, naming, procedures
+from .articles import ResolvedArticle
+from .errors import ReplError
+from .sqltext import ident, qualified
+from .topology import Topology
+
+log = logging.getLogger(__name__)
+AGENT = "snapshot"
+
+#: PostgreSQL types stored as typed Parquet columns; every other type is stored as its
+#: PostgreSQL text form (exact for numeric, timestamps, arrays, json, ...) and typed by the manifest.
+ARROW_TYPES = {
+    16: pa.bool_(), 20: pa.int64(), 21: pa.int16(), 23: pa.int32(), 700: pa.float32(),
+    701: pa.float64(), 25: pa.string(), 1043: pa.string(), 1042: pa.string(), 17: pa.binary(),
+}
+ROWS_PER_PARTITION = 50_000
+FETCH_ROWS = 10_000
+
+
+# ---------------------------------------------------------------------- scripts
+def schema_script(article: ResolvedArticle) -> str:
+    """DROP + CREATE of the subscriber table (SQL Server's pre-creation command 'drop')."""
+    cols = [f"    {ident(c.name)} {c.type}{' NOT NULL' if c.not_null else ''}" for c in article.columns]
+    cols.append(f"    PRIMARY KEY ({', '.join(ident(c) for c in article.primary_key)})")
+    for key in article.table.unique_keys:
+        if set(key) <= set(article.column_names):
+            cols.append(f"    UNIQUE ({', '.join(ident(c) for c in key)})")
+    table = qualified(article.dest_schema, article.dest_table)
+    return (f"CREATE SCHEMA IF NOT EXISTS {ident(article.dest_schema)};\n"
+            f"DROP TABLE IF EXISTS {table} CASCADE;\n"
+            f"CREATE TABLE {table} (\n" + ",\n".join(cols) + "\n);\n")
+
+
+def _select_list(article: ResolvedArticle) -> sql.Composable:
+    parts = []
+    for c in article.columns:
+        col = sql.Identifier(c.name)
+        parts.append(col if c.type_oid in ARROW_TYPES else sql.SQL("{}::text").format(col))
+    return sql.SQL(", ").join(parts)
+
+
+def arrow_schema(article: ResolvedArticle) -> pa.Schema:
+    return pa.schema([pa.field(c.name, ARROW_TYPES.get(c.type_oid, pa.string()), nullable=not c.not_null,
+                               metadata={"pg_type": c.type}) for c in article.columns])
+
+
+# ---------------------------------------------------------------------- partitions
+def _key_tuple(article: ResolvedArticle) -> sql.Composable:
+    return sql.SQL("({})").format(sql.SQL(", ").join(sql.Identifier(c) for c in article.primary_key))
+
+
+def _key_params(article: ResolvedArticle) -> sql.Composable:
+    types = [article.table.column(c).type for c in article.primary_key]
+    return sql.SQL("({})").format(sql.SQL(", ").join(sql.SQL("%s::" + t) for t in types))
+
+
+def plan_partitions(conn: psycopg.Connection, article: ResolvedArticle, max_parts: int) -> list[dict]:
+    """Key ranges of roughly equal size, computed inside the exported snapshot."""
+    table = sql.Identifier(article.table.schema, article.table.name)
+    rows = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()[0]
+    parts = max(1, min(max_parts, math.ceil(rows / ROWS_PER_PARTITION)))
+    bounds: list[list[str]] = []
+    if parts > 1:
+        step = math.ceil(rows / parts)
+        pk = [sql.Identifier(c) for c in article.primary_key]
+        bounds = [list(r) for r in conn.execute(sql.SQL(
+            "SELECT {keys} FROM (SELECT {keys_text}, row_number() OVER (ORDER BY {order}) AS rn "
+            "FROM {t}) s WHERE rn %% %s = 1 AND rn > 1 ORDER BY rn").format(
+                keys=sql.SQL(", ").join(pk),
+                keys_text=sql.SQL(", ").join(sql.SQL("{}::text AS {}").format(c, c) for c in pk),
+                order=sql.SQL(", ").join(pk), t=table), (step,))]
+    edges = [None, *bounds, None]
+    return [{"article": article.to_dict(), "index": i, "lower": edges[i], "upper": edges[i + 1],
+             "estimated_rows": rows} for i in range(len(edges) - 1)]
+
+
+def read_partition(conninfo: str, snapshot_name: str, folder: str, task: dict) -> dict:
+    """Executor side: read one key range inside the exported snapshot into a Parquet file."""
+    article = ResolvedArticle.from_dict(task["article"])
+    where, params = [], []
+    if task["lower"] is not None:
+        where.append(sql.SQL("{} >= {}").format(_key_tuple(article), _key_params(article)))
+        params += task["lower"]
+    if task["upper"] is not None:
+        where.append(sql.SQL("{} < {}").format(_key_tuple(article), _key_params(article)))
+        params += task["upper"]
+    query = sql.SQL("SELECT {} FROM {}{}").format(
+        _select_list(article), sql.Identifier(article.table.schema, article.table.name),
+        sql.SQL(" WHERE ") + sql.SQL(" AND ").join(where) if where else sql.SQL(""))
+    rel = Path("data") / article.name / f"part-{task['index']:05d}.parquet"
+    path = Path(folder) / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    schema = arrow_schema(article)
+    rows = 0
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)))
+        with conn.cursor(name="airflow_repl_snapshot") as cur, pq.ParquetWriter(str(path), schema) as writer:
+            cur.execute(query, params)
+            while batch := cur.fetchmany(FETCH_ROWS):
+                columns = list(zip(*batch))
+                writer.write_batch(pa.record_batch(
+                    [pa.array(col, type=f.type) for col, f in zip(columns, schema)], schema=schema))
+                rows += len(batch)
+        conn.execute("COMMIT")
+    return {"article": article.name, "path": str(rel), "rows": rows}
+
+
+def load_file(conninfo: str, folder: str, article_data: dict, rel_path: str) -> int:
+    """Executor side: bulk-load one Parquet file into the subscriber table with COPY."""
+    article = ResolvedArticle.from_dict(article_data)
+    table = pq.ParquetFile(str(Path(folder) / rel_path))
+    copy_sql = sql.SQL("COPY {} ({}) FROM STDIN").format(
+        sql.Identifier(article.dest_schema, article.dest_table),
+        sql.SQL(", ").join(sql.Identifier(c) for c in article.column_names))
+    rows = 0
+    with psycopg.connect(conninfo) as conn:
+        conn.execute("SET session_replication_role = replica")
+        with conn.cursor() as cur, cur.copy(copy_sql) as copy:
+            for batch in table.iter_batches(batch_size=FETCH_ROWS):
+                columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
+                for row in zip(*columns):
+                    copy.write_row(row)
+                rows += batch.num_rows
+    return rows
+
+
+# ---------------------------------------------------------------------- the agent
+def _create_slot(pub_conninfo: str, slot: str, permanent: bool) -> tuple[psycopg.Connection, str, str]:
+    """Create a logical slot with an exported snapshot.  The returned replication connection
+    must stay open (and idle) while readers use the snapshot."""
+    conn = psycopg.connect(pub_conninfo, autocommit=True, replication="database")
+    kind = "" if permanent else " TEMPORARY"
+    row = conn.execute(sql.SQL("CREATE_REPLICATION_SLOT {}{} LOGICAL pgoutput (SNAPSHOT 'export')").format(
+        sql.Identifier(slot), sql.SQL(kind))).fetchone()
+    return conn, row[1], row[2]  # consistent point, snapshot name
+
+
+def _pending_subscribers(dist: psycopg.Connection, topology: Topology, publication: str,
+                         subscribers: list[str] | None, reinitialize: bool) -> list[str]:
+    names = subscribers or [s.subscriber for s in topology.subscriptions_of(publication)]
+    for name in names:
+        topology.subscription(publication, name)  # unknown subscription -> error
+    if reinitialize:
+        return names
+    active = {r[0] for r in dist.execute(
+        "SELECT subscriber FROM airflow_repl.subscriptions WHERE publication = %s AND status = 'active'",
+        (publication,))}
+    return [n for n in names if n not in active]
+
+
+def run_snapshot(topology: Topology, publication: str, spark, *, subscribers: list[str] | None = None,
+                 reinitialize: bool = False, max_partitions: int | None = None) -> dict:
+    """Snapshot ``publication`` and initialize its subscriptions that need it (all named ones
+    with ``reinitialize``).  Returns a summary."""
+    started = time.monotonic()
+    articles = deploy.apply_topology(topology, [publication])[publication]
+    pub_conninfo = topology.publisher.require("publisher")
+    dist = connections.connect(topology.distributor.require("distributor"), "distributor")
+    run_id = distdb.start_run(dist, AGENT, publication)
+    try:
+        targets = _pending_subscribers(dist, topology, publication, subscribers, reinitialize)
+        dist.commit()
+        slot = naming.slot(publication)
+        with connections.connect(pub_conninfo, "publisher", autocommit=True) as pub:
+            has_slot = pub.execute("SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_name = %s",
+                                   (slot,)).fetchone() is not None
+        if has_slot and not targets:
+            summary = {"snapshot_id": None, "initialized": [], "rows": 0,
+                       "message": "every subscription is already initialized; nothing to do"}
+            distdb.finish_run(dist, run_id, "succeeded", message=summary["message"], details=summary)
+            return summary
+        snapshot_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
+        folder = Path(topology.snapshot_folder) / publication / snapshot_id
+        folder.mkdir(parents=True, exist_ok=True)
+        temp_slot = f"{slot}_snap_{secrets.token_hex(4)}"
+        repl_conn, consistent_lsn, snapshot_name = _create_slot(
+            pub_conninfo, temp_slot if has_slot else slot, permanent=not has_slot)
+        try:
+            parallelism = max_partitions or max(1, spark.sparkContext.defaultParallelism * 2)
+            with psycopg.connect(pub_conninfo, autocommit=True) as planner:
+                planner.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                planner.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)))
+                tasks = [t for art in articles for t in plan_partitions(planner, art, parallelism)]
+                planner.execute("COMMIT")
+            read_started = time.monotonic()
+            folder_s = str(folder)
+            results = spark.sparkContext.parallelize(tasks, len(tasks)).map(
+                lambda t: read_partition(pub_conninfo, snapshot_name, folder_s, t)).collect()
+            read_seconds = time.monotonic() - read_started
+        finally:
+            repl_conn.close()  # ends the exported snapshot (and drops a temporary slot)
+        (folder / "schema.sql").write_text("\n".join(schema_script(a) for a in articles))
+        (folder / "procedures.sql").write_text("\n".join(procedures.article_script(a) for a in articles))
+        files = {a.name: [] for a in articles}
+        for r in sorted(results, key=lambda r: r["path"]):
+            files[r["article"]].append({"path": r["path"], "rows": r["rows"]})
+        total_rows = sum(r["rows"] for r in results)
+        manifest = {
+            "snapshot_id": snapshot_id, "publication": publication, "consistent_lsn": consistent_lsn,
+            "created_at": datetime.now(timezone.utc).isoformat(), "format": "parquet",
+            "articles": [{"name": a.name, "source": a.table.qualified, "destination": a.destination,
+                          "columns": [{"name": c.name, "pg_type": c.type} for c in a.columns],
+                          "primary_key": a.primary_key, "files": files[a.name],
+                          "rows": sum(f["rows"] for f in files[a.name])} for a in articles],
+        }
+        (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
+        dist.execute("INSERT INTO airflow_repl.snapshots (publication, snapshot_id, folder, consistent_lsn, "
+                     "manifest) VALUES (%s, %s, %s, %s, %s)",
+                     (publication, snapshot_id, str(folder), consistent_lsn, psycopg.types.json.Jsonb(manifest)))
+        dist.commit()
+        load_stats = initialize_subscriptions(topology, publication, articles, targets, folder, manifest,
+                                              spark, dist)
+        summary = {"snapshot_id": snapshot_id, "folder": str(folder), "consistent_lsn": consistent_lsn,
+                   "rows": total_rows, "partitions": len(tasks), "initialized": targets,
+                   "read_seconds": round(read_seconds, 3),
+                   "rows_per_second": round(total_rows / read_seconds, 1) if read_seconds else None,
+                   **load_stats, "seconds": round(time.monotonic() - started, 3)}
+        distdb.finish_run(dist, run_id, "succeeded", rows_copied=total_rows, details=summary)
+        log.info("snapshot %s of %s: %s rows in %s partitions, initialized %s", snapshot_id, publication,
+                 total_rows, len(tasks), targets)
+        return summary
+    except Exception as exc:
+        dist.rollback()
+        distdb.finish_run(dist, run_id, "failed", message=str(exc))
+        distdb.record_error(dist, run_id=run_id, agent=AGENT, publication=publication, subscriber=None,
+                            message=str(exc))
+        raise
+    finally:
+        dist.close()
+
+
+def initialize_subscriptions(topology: Topology, publication: str, articles: list[ResolvedArticle],
+                             subscribers: list[str], folder: Path, manifest: dict, spark,
+                             dist: psycopg.Connection) -> dict:
+    """Apply a snapshot folder to subscribers: tables, procedures, data (parallel COPY), then
+    the watermark that makes the subscription active."""
+    if not subscribers:
+        return {"load_seconds": 0.0}
+    started = time.monotonic()
+    schema_sql = (folder / "schema.sql").read_text()
+    procs_sql = (folder / "procedures.sql").read_text()
+    conninfos = {s: topology.subscriber_conninfo(s) for s in subscribers}
+    for name, conninfo in conninfos.items():
+        dist.execute("UPDATE airflow_repl.subscriptions SET status = 'initializing', snapshot_id = %s "
+                     "WHERE publication = %s AND subscriber = %s", (manifest["snapshot_id"], publication, name))
+        dist.commit()
+        with connections.connect(conninfo, f"subscriber {name!r}") as sub:
+            sub.execute(distdb.SUBSCRIBER_DDL)
+            sub.execute("DELETE FROM airflow_repl.subscription_state WHERE publication = %s", (publication,))
+            sub.execute(schema_sql)
+            _check_custom_procedures(sub, articles, name)
+            if procs_sql.strip():
+                sub.execute(procs_sql)
+    by_name = {a.name: a.to_dict() for a in articles}
+    folder_s = str(folder)
+    tasks = [(name, conninfos[name], f["path"], art["name"]) for name in subscribers
+             for art in manifest["articles"] for f in art["files"]]
+    if tasks:
+        spark.sparkContext.parallelize(tasks, len(tasks)).map(
+            lambda t: load_file(t[1], folder_s, by_name[t[3]], t[2])).collect()
+    for name, conninfo in conninfos.items():
+        with connections.connect(conninfo, f"subscriber {name!r}") as sub:
+            for art in articles:
+                sub.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(art.dest_schema, art.dest_table)))
+            sub.execute("INSERT INTO airflow_repl.subscription_state (publication, snapshot_id, xact_seqno) "
+                        "VALUES (%s, %s, %s::pg_lsn - 1)",
+                        (publication, manifest["snapshot_id"], manifest["consistent_lsn"]))
+        dist.execute("UPDATE airflow_repl.subscriptions SET status = 'active', start_xact_seqno = %s::pg_lsn - 1, "
+                     "delivered_xact_seqno = %s::pg_lsn - 1, delivered_at = now() "
+                     "WHERE publication = %s AND subscriber = %s",
+                     (manifest["consistent_lsn"], manifest["consistent_lsn"], publication, name))
+        dist.commit()
+    return {"load_seconds": round(time.monotonic() - started, 3)}
+
+
+def _check_custom_procedures(sub: psycopg.Connection, articles: list[ResolvedArticle], subscriber: str) -> None:
+    for art in articles:
+        for op, prop in art.propagation.items():
+            if prop.method == "proc" and prop.custom:
+                schema, name = art.procedure(op)
+                found = sub.execute(
+                    "SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace "
+                    "WHERE n.nspname = %s AND p.proname = %s AND p.prokind = 'p'", (schema, name)).fetchone()
+                if not found:
+                    raise ReplError(
+                        f"custom procedure {schema}.{name} (the {op} command of article {art.name!r}) does "
+                        f"not exist at subscriber {subscriber!r}: create it there before initializing the "
+                        f"subscription, or change the article's {op[:3]}_cmd option")
