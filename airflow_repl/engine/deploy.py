@@ -66,6 +66,7 @@ def apply_topology(topology: Topology, publications: list[str] | None = None) ->
     names = publications or list(topology.publications)
     resolved: dict[str, list[ResolvedArticle]] = {}
     with connections.connect(topology.publisher.require("publisher"), "publisher") as pub_conn:
+        dbname = pub_conn.info.dbname
         for name in names:
             resolved[name] = resolve_publication(pub_conn, topology.publication(name))
         for name in names:
@@ -74,7 +75,7 @@ def apply_topology(topology: Topology, publications: list[str] | None = None) ->
         distdb.ensure_schema(dist)
         with dist.transaction():
             for name in names:
-                distdb.save_publication(dist, name, naming.pg_publication(name), naming.slot(name),
+                distdb.save_publication(dist, name, naming.pg_publication(name), naming.slot(name, dbname),
                                         resolved[name])
                 for sub in topology.subscriptions_of(name):
                     opts = {k: v for k, v in asdict(sub).items() if k not in ("publication", "subscriber")}

@@ -156,7 +156,8 @@ def save_publication(conn: psycopg.Connection, publication: str, pg_publication:
 
 
 def load_articles(conn: psycopg.Connection, publication: str) -> list[ResolvedArticle]:
-    rows = conn.execute("SELECT definition FROM airflow_repl.articles WHERE publication = %s ORDER BY name",
+    deployed = conn.execute("SELECT to_regclass('airflow_repl.articles') IS NOT NULL").fetchone()[0]
+    rows = [] if not deployed else conn.execute("SELECT definition FROM airflow_repl.articles WHERE publication = %s ORDER BY name",
                         (publication,)).fetchall()
     if not rows:
         raise NotInitialized(

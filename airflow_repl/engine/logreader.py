@@ -109,13 +109,13 @@ def run_log_reader(topology: Topology, publication: str, *, batch_changes: int =
     """Read everything committed so far (or ``max_batches`` batches) into the distribution
     database.  Returns a summary (transactions, commands, last xact_seqno, seconds)."""
     started = time.monotonic()
-    slot = naming.slot(publication)
     pgpub = naming.pg_publication(publication)
     dist = connections.connect(topology.distributor.require("distributor"), "distributor")
     pub = connections.connect(topology.publisher.require("publisher"), "publisher")
     run_id = None
     totals = {"transactions": 0, "commands": 0, "batches": 0, "last_xact_seqno": None}
     try:
+        slot = naming.slot(publication, pub.info.dbname)
         articles = {(a.table.schema, a.table.name): a for a in distdb.load_articles(dist, publication)}
         if not dist.execute("SELECT pg_try_advisory_lock(hashtext(%s))",
                             (f"airflow_repl.logreader.{publication}",)).fetchone()[0]:

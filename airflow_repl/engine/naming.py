@@ -12,9 +12,12 @@ def pg_publication(publication: str) -> str:
     return f"airflow_repl_{publication}"
 
 
-def slot(publication: str) -> str:
-    """The logical replication slot the Log Reader Agent reads for a publication."""
-    return f"airflow_repl_{publication}"
+def slot(publication: str, dbname: str) -> str:
+    """The logical replication slot the Log Reader Agent reads for a publication.
+
+    Slot names are cluster-wide, so the name carries a hash of the publisher database's name:
+    two databases of one cluster may publish under the same publication name."""
+    return f"airflow_repl_{publication}_{hashlib.sha1(dbname.encode()).hexdigest()[:8]}"
 
 
 def _fit(name: str, salt: str) -> str:

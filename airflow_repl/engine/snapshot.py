@@ -190,8 +190,8 @@ def run_snapshot(topology: Topology, publication: str, spark, *, subscribers: li
     try:
         targets = _pending_subscribers(dist, topology, publication, subscribers, reinitialize)
         dist.commit()
-        slot = naming.slot(publication)
         with connections.connect(pub_conninfo, "publisher", autocommit=True) as pub:
+            slot = naming.slot(publication, pub.info.dbname)
             has_slot = pub.execute("SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_name = %s",
                                    (slot,)).fetchone() is not None
         if has_slot and not targets:

@@ -8,6 +8,7 @@ applied, in :mod:`airflow_repl.engine.deploy`.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -262,8 +263,25 @@ def from_dict(data: dict[str, Any]) -> Topology:
     )
 
 
+_VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_env(value: str, what: str) -> str:
+    """Expand ``${VAR}`` and ``${VAR:-default}``; an unset variable without default is an error."""
+    def sub(m: re.Match) -> str:
+        name, default = m.group(1), m.group(2)
+        if name in os.environ:
+            return os.environ[name]
+        if default is not None:
+            return default
+        raise TopologyError(f"{what} uses ${{{name}}}, which is not set: set it or give a default "
+                            f"with ${{{name}:-value}}")
+    return _VAR_RE.sub(sub, value)
+
+
 def load(path: str | Path) -> Topology:
-    """Load a topology YAML file.  A relative ``snapshot_folder`` is relative to the file."""
+    """Load a topology YAML file.  ``snapshot_folder`` may use ``${VAR:-default}``; a relative
+    one is relative to the file."""
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())
@@ -272,7 +290,6 @@ def load(path: str | Path) -> Topology:
     except yaml.YAMLError as exc:
         raise TopologyError(f"topology file {path} is not valid YAML: {exc}") from None
     topo = from_dict(data)
-    folder = Path(topo.snapshot_folder)
-    if not folder.is_absolute():
-        topo.snapshot_folder = str((path.parent / folder).resolve())
+    folder = Path(expand_env(topo.snapshot_folder, f"snapshot_folder of {path}")).expanduser()
+    topo.snapshot_folder = str(folder if folder.is_absolute() else (path.parent / folder).resolve())
     return topo

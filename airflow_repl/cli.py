@@ -1,0 +1,143 @@
+"""``airflow-repl``: run agents against a topology file, like SQL Server's agent executables.
+
+The agent subcommands call the same entry point the operators spark-submit
+(:func:`airflow_repl.jobs.agent_job.run_agent`), in a local SparkSession.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from airflow_repl.engine import connections, deploy, procedures, topology, validation
+from airflow_repl.engine.errors import ReplError
+
+
+def _load(args) -> topology.Topology:
+    return topology.load(args.topology).resolve()
+
+
+def _publication(topo: topology.Topology, name: str | None) -> str:
+    if name:
+        topo.publication(name)
+        return name
+    if len(topo.publications) == 1:
+        return next(iter(topo.publications))
+    raise ReplError(f"the topology has several publications ({', '.join(topo.publications)}): "
+                    f"choose one with --publication")
+
+
+def _cmd_agent(args) -> dict:
+    from airflow_repl.jobs.agent_job import run_agent
+
+    topo = _load(args)
+    return run_agent(args.command, topo, _publication(topo, args.publication),
+                     subscribers=args.subscriber, until=getattr(args, "until", None),
+                     reinitialize=getattr(args, "reinitialize", False))
+
+
+def _cmd_apply(args) -> dict:
+    topo = _load(args)
+    resolved = deploy.apply_topology(topo)
+    return {name: [a.name for a in arts] for name, arts in resolved.items()}
+
+
+def _cmd_validate(args) -> dict:
+    topo = _load(args)
+    pub = _publication(topo, args.publication)
+    subs = args.subscriber or [s.subscriber for s in topo.subscriptions_of(pub)]
+    report = {s: validation.compare(topo, pub, s) for s in subs}
+    for s, rows in report.items():
+        print(f"subscriber {s}:\n{validation.format_report(rows)}", file=sys.stderr)
+    if not all(r["match"] for rows in report.values() for r in rows):
+        raise ReplError("validation found differences (see the report above)")
+    return report
+
+
+def _cmd_script_procs(args) -> None:
+    topo = _load(args)
+    pub = _publication(topo, args.publication)
+    with connections.connect(topo.publisher.require("publisher"), "publisher") as conn:
+        articles = deploy.resolve_publication(conn, topo.publication(pub))
+    for art in articles:
+        print(f"-- article {art.name}: {art.table.qualified} -> {art.destination}")
+        print(procedures.article_script(art))
+    return None
+
+
+def _cmd_sandbox(args) -> dict | None:
+    from airflow_repl.engine.sandbox import Sandbox
+
+    sb = Sandbox(args.root)
+    if args.action == "start":
+        return {name: connections.describe(ci) for name, ci in sb.start().items()}
+    if args.action == "stop":
+        sb.stop()
+    elif args.action == "destroy":
+        sb.destroy()
+    elif args.action == "status":
+        return {name: connections.describe(sb.conninfo(name)) for name in sb.clusters}
+    return None
+
+
+def _cmd_demo(args) -> None:
+    from airflow_repl import demo
+
+    sys.exit(demo.main(["--root", args.root]))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="airflow-repl", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def with_topology(p):
+        p.add_argument("--topology", "-t", required=True, help="topology YAML file")
+        p.add_argument("--publication", "-p", help="publication (optional when there is only one)")
+        return p
+
+    with_topology(sub.add_parser("apply", help="validate and deploy the topology")).set_defaults(func=_cmd_apply)
+    p = with_topology(sub.add_parser("snapshot", help="run the Snapshot Agent"))
+    p.add_argument("--subscriber", action="append")
+    p.add_argument("--reinitialize", action="store_true", help="re-initialize active subscriptions too")
+    p.set_defaults(func=_cmd_agent)
+    with_topology(sub.add_parser("logreader", help="run the Log Reader Agent")).set_defaults(
+        func=_cmd_agent, subscriber=None)
+    p = with_topology(sub.add_parser("distribution", help="run the Distribution Agent"))
+    p.add_argument("--subscriber", action="append")
+    p.add_argument("--until", help="deliver transactions committed up to this ISO-8601 time")
+    p.set_defaults(func=_cmd_agent)
+    p = with_topology(sub.add_parser("validate", help="compare row counts and checksums"))
+    p.add_argument("--subscriber", action="append")
+    p.set_defaults(func=_cmd_validate)
+    p = with_topology(sub.add_parser("script-procs", help="print the generated procedures"))
+    p.add_argument("--dialect", choices=["postgresql"], default="postgresql")
+    p.set_defaults(func=_cmd_script_procs)
+    p = sub.add_parser("sandbox", help="the embedded PostgreSQL sandbox")
+    p.add_argument("action", choices=["start", "stop", "status", "destroy"])
+    p.add_argument("--root", default=".sandbox")
+    p.set_defaults(func=_cmd_sandbox)
+    p = sub.add_parser("demo", help="run the end-to-end demo on the sandbox")
+    p.add_argument("--root", default=".sandbox")
+    p.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        result = args.func(args)
+    except ReplError as exc:
+        print(f"airflow-repl: error: {exc}", file=sys.stderr)
+        return 2
+    if result is not None:
+        print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

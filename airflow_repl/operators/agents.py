@@ -1,0 +1,141 @@
+"""Operators that run airflow-repl agents as Spark applications.
+
+Each operator is a :class:`~airflow.providers.apache.spark.operators.spark_submit.SparkSubmitOperator`
+that submits ``airflow_repl/jobs/agent_job.py``.  The topology, with passwords resolved from
+Airflow connections, reaches the job through a temporary 0600 file named on the command line,
+never through the command line itself; the run's summary is returned (pushed to XCom).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseHook
+
+from airflow_repl.hooks.replication import ReplicationHook
+from airflow_repl.jobs import agent_job
+
+JOB_PATH = str(Path(agent_job.__file__).resolve())
+
+
+class MissingSparkConnection(RuntimeError):
+    """The Spark connection the operator names does not exist."""
+
+
+class _AgentOperator(SparkSubmitOperator):
+    agent = ""
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "topology", "publication",
+                                      "subscribers")
+    ui_color = "#d7e8f5"
+
+    def __init__(self, *, topology: str, publication: str, subscribers: list[str] | None = None,
+                 conn_id: str = "spark_default", name: str | None = None, **kwargs: Any) -> None:
+        super().__init__(application=JOB_PATH, conn_id=conn_id,
+                         name=name or f"airflow-repl-{self.agent}-{publication}", **kwargs)
+        self.topology = topology
+        self.publication = publication
+        self.subscribers = subscribers
+
+    def _extra_args(self) -> list[str]:
+        return []
+
+    def _check_spark_connection(self) -> None:
+        try:
+            BaseHook.get_connection(self._conn_id)
+        except Exception:
+            raise MissingSparkConnection(
+                f"Spark connection {self._conn_id!r} is not defined, so {self.task_id!r} would be submitted "
+                f"to YARN by default. Create it, e.g. AIRFLOW_CONN_{self._conn_id.upper()}="
+                f"'{{\"conn_type\": \"spark\", \"host\": \"local[2]\"}}' for local mode, or "
+                f"'spark://master-host:7077' for a standalone cluster.") from None
+
+    def execute(self, context: Any) -> dict:
+        self._check_spark_connection()
+        topo = ReplicationHook(self.topology).get_topology()
+        topo.publication(self.publication)
+        env = dict(self.env_vars or {})
+        if shutil.which("spark-submit") is None:  # e.g. Airflow started from a venv without activation
+            env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        env.setdefault("PYSPARK_PYTHON", sys.executable)
+        self.env_vars = env
+        self.conf = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable,
+                     **(self.conf or {})}
+        with tempfile.TemporaryDirectory(prefix="airflow-repl-") as tmp:
+            spec = ReplicationHook.write_spec(topo, tmp)
+            result = Path(tmp) / "result.json"
+            args = [self.agent, "--spec", str(spec), "--result", str(result), "--publication", self.publication]
+            for sub in self.subscribers or []:
+                args += ["--subscriber", sub]
+            self.application_args = args + self._extra_args()
+            self._hook = None  # rebuild the hook with these arguments
+            super().execute(context)
+            if not result.exists():
+                raise RuntimeError(f"the {self.agent} agent finished without writing its summary; see the "
+                                   f"Spark driver log above")
+            summary = json.loads(result.read_text())
+        self.log.info("%s agent summary: %s", self.agent, summary)
+        return summary
+
+
+class SnapshotAgentOperator(_AgentOperator):
+    """Run the Snapshot Agent: a consistent snapshot of ``publication`` and initialization of its
+    subscriptions that are not active yet (all of them with ``reinitialize``).
+
+    :param topology: path of the topology YAML file. (templated)
+    :param publication: publication to snapshot. (templated)
+    :param subscribers: initialize only these subscribers. (templated)
+    :param reinitialize: re-initialize subscriptions that are already active.
+    :param conn_id: Spark connection id (must exist; no silent YARN fallback).
+    """
+
+    agent = "snapshot"
+
+    def __init__(self, *, reinitialize: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.reinitialize = reinitialize
+
+    def _extra_args(self) -> list[str]:
+        return ["--reinitialize"] if self.reinitialize else []
+
+
+class LogReaderAgentOperator(_AgentOperator):
+    """Run the Log Reader Agent: move committed transactions of ``publication`` from the
+    publisher's WAL into the distribution database.
+
+    :param topology: path of the topology YAML file. (templated)
+    :param publication: publication to read. (templated)
+    :param conn_id: Spark connection id (must exist; no silent YARN fallback).
+    """
+
+    agent = "logreader"
+
+
+class DistributionAgentOperator(_AgentOperator):
+    """Run the Distribution Agent: deliver pending transactions of ``publication`` to its
+    subscribers (or ``subscribers``), in commit order, exactly once.
+
+    :param topology: path of the topology YAML file. (templated)
+    :param publication: publication to deliver. (templated)
+    :param subscribers: deliver only to these subscribers. (templated)
+    :param until: deliver only transactions committed up to this time, e.g.
+        ``"{{ data_interval_end }}"`` for point-in-time delivery in backfills. (templated)
+    :param conn_id: Spark connection id (must exist; no silent YARN fallback).
+    """
+
+    agent = "distribution"
+    template_fields: Sequence[str] = (*_AgentOperator.template_fields, "until")
+
+    def __init__(self, *, until: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.until = until
+
+    def _extra_args(self) -> list[str]:
+        return ["--until", str(self.until)] if self.until else []

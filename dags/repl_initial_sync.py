@@ -1,0 +1,28 @@
+"""Initial synchronization: snapshot the publication, then deliver what was written meanwhile.
+
+Run it once per new subscription (or with ``reinitialize`` to rebuild subscribers).
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_repl.operators.agents import DistributionAgentOperator, LogReaderAgentOperator, SnapshotAgentOperator
+from repl_common import PUBLICATION, SPARK_CONN_ID, TOPOLOGY
+
+with DAG(
+    dag_id="airflow_repl_initial_sync",
+    description="Snapshot Agent, then Log Reader and Distribution Agents",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["airflow-repl", "example"],
+) as dag:
+    snapshot = SnapshotAgentOperator(task_id="snapshot", topology=TOPOLOGY, publication=PUBLICATION,
+                                     conn_id=SPARK_CONN_ID)
+    log_reader = LogReaderAgentOperator(task_id="log_reader", topology=TOPOLOGY, publication=PUBLICATION,
+                                        conn_id=SPARK_CONN_ID)
+    distribution = DistributionAgentOperator(task_id="distribution", topology=TOPOLOGY,
+                                             publication=PUBLICATION, conn_id=SPARK_CONN_ID)
+    snapshot >> log_reader >> distribution

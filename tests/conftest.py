@@ -1,0 +1,87 @@
+"""Test harness: private PostgreSQL clusters (publisher and subscriber are separate clusters,
+the distribution database lives beside the publisher), one shared local SparkSession, and a
+factory of fresh databases + topology per test."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from airflow_repl.engine import topology as topology_mod
+from airflow_repl.engine.connections import to_uri
+from airflow_repl.engine.sandbox import Sandbox
+
+_counter = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def sandbox(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sandbox")
+    os.chmod(root, 0o755)
+    for parent in root.parents:  # let the unprivileged server user reach its data directory
+        if str(parent).startswith(("/tmp", "/var/tmp")) and parent != Path("/tmp"):
+            os.chmod(parent, os.stat(parent).st_mode | 0o011)
+    sb = Sandbox(root)
+    sb.start()
+    yield sb
+    sb.destroy()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from airflow_repl.jobs.session import spark_session
+
+    session = spark_session("airflow-repl-tests", master="local[2]")
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+class Env:
+    """A fresh publisher, distribution and subscriber database for one test."""
+
+    def __init__(self, sandbox: Sandbox, tmp_path: Path, n_subscribers: int = 1) -> None:
+        n = next(_counter)
+        self.pub = sandbox.create_database("publisher", f"pub_{n}", recreate=True)
+        self.dist = sandbox.create_database("publisher", f"dist_{n}", recreate=True)
+        self.subs = {f"sub{i}": sandbox.create_database("subscriber", f"sub_{n}_{i}", recreate=True)
+                     for i in range(1, n_subscribers + 1)}
+        self.sub = self.subs["sub1"]
+        self.tmp_path = tmp_path
+        self.sandbox = sandbox
+
+    def topology(self, articles: list, *, publication: str = "p", **sub_options) -> topology_mod.Topology:
+        return topology_mod.from_dict({
+            "publisher": to_uri(self.pub), "distributor": to_uri(self.dist),
+            "subscribers": {name: to_uri(ci) for name, ci in self.subs.items()},
+            "snapshot_folder": str(self.tmp_path / "snapshots"),
+            "publications": [{"name": publication, "articles": articles}],
+            "subscriptions": [{"publication": publication, "subscriber": name, **sub_options}
+                              for name in self.subs],
+        })
+
+    @staticmethod
+    def run(conninfo: str, sql: str, params=None) -> None:
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute(sql, params)
+
+    @staticmethod
+    def rows(conninfo: str, sql: str, params=None) -> list[tuple]:
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            return conn.execute(sql, params).fetchall()
+
+
+@pytest.fixture
+def env(sandbox, tmp_path):
+    return Env(sandbox, tmp_path)
+
+
+@pytest.fixture
+def env2(sandbox, tmp_path):
+    return Env(sandbox, tmp_path, n_subscribers=2)

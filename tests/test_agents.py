@@ -1,0 +1,326 @@
+"""Integration tests of the Snapshot, Log Reader and Distribution Agents against real
+PostgreSQL clusters and a real (local) SparkSession."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_repl.engine import distribution, logreader, snapshot, validation
+from airflow_repl.engine.errors import ROW_NOT_FOUND_SQLSTATE, DeliveryError, NotInitialized
+from airflow_repl.jobs.agent_job import run_agent
+
+RUNNER = str(Path(__file__).with_name("agent_runner.py"))
+
+
+def assert_in_sync(topo, subscriber="sub1"):
+    report = validation.compare(topo, "p", subscriber)
+    assert report and all(r["match"] for r in report), validation.format_report(report)
+    return report
+
+
+def cycle(topo, subscriber="sub1"):
+    read = logreader.run_log_reader(topo, "p")
+    delivered = distribution.run_distribution(topo, "p", subscriber)
+    return read, delivered
+
+
+class Writer(threading.Thread):
+    """Keeps writing to the publisher (inserts, updates, key updates, deletes) until stopped."""
+
+    def __init__(self, conninfo: str, table: str = "items") -> None:
+        super().__init__(daemon=True)
+        self.conninfo, self.table = conninfo, table
+        self.stop_event = threading.Event()
+        self.commits = 0
+        self.commit_times: list[float] = []
+
+    def run(self) -> None:
+        i = 0
+        with psycopg.connect(self.conninfo, autocommit=True) as conn:
+            while not self.stop_event.is_set():
+                i += 1
+                with conn.transaction():
+                    conn.execute("INSERT INTO items (id, grp, payload) VALUES (%s, %s, %s)",
+                                 (1_000_000 + i, i % 10, f"new {i}"))
+                    conn.execute("UPDATE items SET payload = payload || '+' WHERE id = %s", (1 + (i * 37) % 50000,))
+                    conn.execute("UPDATE items SET id = id + 2000000 WHERE id = %s", (1 + (i * 101) % 50000,))
+                    conn.execute("DELETE FROM items WHERE id = %s", (1 + (i * 53) % 50000,))
+                self.commits += 1
+                self.commit_times.append(time.monotonic())
+
+
+def make_items(env, rows=60000):
+    env.run(env.pub, "CREATE TABLE items (id bigint PRIMARY KEY, grp int NOT NULL, payload text, "
+                     "amount numeric(12,3) DEFAULT 1.5, at timestamptz DEFAULT now())")
+    env.run(env.pub, "INSERT INTO items (id, grp, payload) SELECT g, g %% 10, md5(g::text) "
+                     "FROM generate_series(1, %s) g", (rows,))
+
+
+def test_snapshot_during_concurrent_writes_loses_and_doubles_nothing(env, spark):
+    make_items(env)
+    topo = env.topology(["public.items"])
+    writer = Writer(env.pub)
+    writer.start()
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    summary = snapshot.run_snapshot(topo, "p", spark, max_partitions=4)
+    t1 = time.monotonic()
+    time.sleep(0.3)
+    writer.stop_event.set()
+    writer.join()
+    during = [t for t in writer.commit_times if t0 <= t <= t1]
+    assert len(during) > 5, "the writer must have committed while the snapshot ran"
+    assert summary["partitions"] == 2 and summary["initialized"] == ["sub1"]
+    folder = Path(summary["folder"])
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["consistent_lsn"] == summary["consistent_lsn"]
+    files = manifest["articles"][0]["files"]
+    assert len(files) == 2 and sum(f["rows"] for f in files) == summary["rows"]
+    table = pq.read_table(folder / files[0]["path"])
+    assert table.schema.field("id").type == "int64" and table.schema.field("amount").type == "string"
+    assert 'CREATE TABLE "public"."items"' in (folder / "schema.sql").read_text()
+    assert "sp_MSupd_publicitems" in (folder / "procedures.sql").read_text()
+    # the subscriber holds the snapshot; the log reader + distribution deliver the rest exactly
+    read, delivered = cycle(topo)
+    assert read["transactions"] >= 1 and delivered["transactions"] == read["transactions"]
+    assert_in_sync(topo)
+
+
+def test_snapshot_rerun_is_a_no_op_and_reinitialize_rebuilds(env, spark):
+    make_items(env, 500)
+    topo = env.topology(["public.items"])
+    snapshot.run_snapshot(topo, "p", spark)
+    again = snapshot.run_snapshot(topo, "p", spark)
+    assert again["initialized"] == [] and again["snapshot_id"] is None
+    env.run(env.sub, "DELETE FROM items WHERE id < 100")  # damage the copy
+    env.run(env.pub, "UPDATE items SET grp = 42 WHERE id = 7")
+    logreader.run_log_reader(topo, "p")
+    rebuilt = snapshot.run_snapshot(topo, "p", spark, reinitialize=True)
+    assert rebuilt["initialized"] == ["sub1"]
+    distribution.run_distribution(topo, "p", "sub1")  # the update is older than the new snapshot: skipped
+    assert_in_sync(topo)
+
+
+def test_key_updates_deletes_and_types_replicate(env, spark):
+    env.run(env.pub, 'CREATE SCHEMA "Odd Schema"')
+    env.run(env.pub, '''CREATE TABLE "Odd Schema"."Mixed ""Case"" Table" (
+        k1 int, k2 text, "select" text, n numeric, f float8, r real, b boolean, d date, ts timestamptz,
+        iv interval, j jsonb, arr int[], by bytea, u uuid, big text, PRIMARY KEY (k1, k2))''')
+    env.run(env.pub, '''INSERT INTO "Odd Schema"."Mixed ""Case"" Table" VALUES
+        (1, 'a', 'it''s', 1.000000000000000000001, 'NaN', 1.5, true, '2024-02-29', '2024-01-01 10:00+02',
+         '1 day 2 hours', '{"a": [1, null, "x"]}', '{1,2,NULL}', '\\x00ff', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11',
+         repeat('big', 5000)),
+        (2, 'b', NULL, NULL, '-Infinity', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)''')
+    topo = env.topology([{"table": 'Odd Schema.Mixed "Case" Table'}])
+    snapshot.run_snapshot(topo, "p", spark)
+    assert_in_sync(topo)
+    table = '"Odd Schema"."Mixed ""Case"" Table"'
+    env.run(env.pub, f"UPDATE {table} SET \"select\" = 'upd', n = n * 2 WHERE k1 = 1")  # big is unchanged TOAST
+    env.run(env.pub, f"UPDATE {table} SET k2 = 'z' WHERE k1 = 2")  # key update -> DELETE + INSERT
+    env.run(env.pub, f"INSERT INTO {table} (k1, k2, big) VALUES (3, 'c', repeat('x', 100000))")
+    env.run(env.pub, f"UPDATE {table} SET k1 = k1 + 10")  # every key changes, in one statement
+    env.run(env.pub, f"DELETE FROM {table} WHERE k1 = 13")
+    read, delivered = cycle(topo)
+    ops = env.rows(env.dist, "SELECT op, count(*) FROM airflow_repl.commands GROUP BY op ORDER BY op")
+    assert dict(ops) == {"D": 5, "I": 5, "U": 1}
+    assert_in_sync(topo)
+    assert env.rows(env.sub, f"SELECT k1, k2, \"select\", length(big) FROM {table} ORDER BY k1") == [
+        (11, "a", "upd", 15000), (12, "z", None, None)]
+
+
+def test_row_not_found_stops_delivery_and_names_the_command(env, spark):
+    make_items(env, 100)
+    topo = env.topology(["public.items"])
+    snapshot.run_snapshot(topo, "p", spark)
+    env.run(env.pub, "UPDATE items SET payload = 'first' WHERE id = 1")
+    env.run(env.sub, "DELETE FROM items WHERE id = 5")  # the subscriber lost a row
+    env.run(env.pub, "UPDATE items SET payload = 'changed' WHERE id = 5")
+    env.run(env.pub, "UPDATE items SET payload = 'later' WHERE id = 6")
+    logreader.run_log_reader(topo, "p")
+    with pytest.raises(DeliveryError) as err:
+        distribution.run_distribution(topo, "p", "sub1", commit_batch_size=100)
+    message = str(err.value)
+    assert "update on article 'items' (public.items) key (id=5)" in message
+    assert "row not found at the subscriber" in message and "reinitialize" in message
+    assert err.value.sqlstate == ROW_NOT_FOUND_SQLSTATE
+    # nothing of the failing batch applied, the watermark did not move
+    assert env.rows(env.sub, "SELECT payload FROM items WHERE id IN (1, 6) ORDER BY id") == [
+        (env.rows(env.pub, "SELECT md5('1')")[0][0],), (env.rows(env.pub, "SELECT md5('6')")[0][0],)]
+    errors = env.rows(env.dist, "SELECT article, sqlstate, command_id, message FROM airflow_repl.errors")
+    assert len(errors) == 1 and errors[0][:3] == ("items", ROW_NOT_FOUND_SQLSTATE, 1)
+    assert env.rows(env.dist, "SELECT status FROM airflow_repl.agent_history WHERE agent = 'distribution'") == [
+        ("failed",)]
+    # repair the subscriber and re-run: everything applies once, in order
+    env.run(env.sub, "INSERT INTO items (id, grp, payload, amount, at) SELECT 5, 5, 'x', 1.5, now()")
+    env.run(env.sub, "UPDATE items SET (payload, amount, at) = (%s, %s, %s) WHERE id = 5",
+            env.rows(env.pub, "SELECT md5('5'), amount, at FROM items WHERE id = 5")[0])
+    env.run(env.sub, "UPDATE items SET at = (SELECT at FROM items WHERE id = 5) WHERE id = 5")
+    distribution.run_distribution(topo, "p", "sub1")
+    assert env.rows(env.sub, "SELECT id, payload FROM items WHERE id IN (1, 5, 6) ORDER BY id") == [
+        (1, "first"), (5, "changed"), (6, "later")]
+
+
+def test_agents_refuse_uninitialized_publication_and_subscription(env, spark):
+    make_items(env, 10)
+    topo = env.topology(["public.items"])
+    with pytest.raises(NotInitialized, match="run the Snapshot Agent"):
+        logreader.run_log_reader(topo, "p")
+    with pytest.raises(NotInitialized, match="run the Snapshot Agent"):
+        distribution.run_distribution(topo, "p", "sub1")
+
+
+def test_user_triggers_do_not_fire_and_always_triggers_count_each_command_once(env, spark):
+    make_items(env, 1000)
+    topo = env.topology(["public.items"], commit_batch_size=3)
+    snapshot.run_snapshot(topo, "p", spark)
+    env.run(env.sub, """
+        CREATE TABLE audit (op text);
+        CREATE FUNCTION log_op() RETURNS trigger LANGUAGE plpgsql AS
+            $$BEGIN INSERT INTO audit VALUES (TG_OP); RETURN NULL; END$$;
+        CREATE TRIGGER user_trigger AFTER INSERT OR UPDATE OR DELETE ON items FOR EACH ROW EXECUTE FUNCTION log_op();
+        CREATE TABLE applied (op text);
+        CREATE FUNCTION count_op() RETURNS trigger LANGUAGE plpgsql AS
+            $$BEGIN INSERT INTO applied VALUES (TG_OP); RETURN NULL; END$$;
+        CREATE TRIGGER always_trigger AFTER INSERT OR UPDATE OR DELETE ON items FOR EACH ROW EXECUTE FUNCTION count_op();
+        ALTER TABLE items ENABLE ALWAYS TRIGGER always_trigger;""")
+    for i in range(20):
+        env.run(env.pub, "UPDATE items SET grp = grp + 1 WHERE id %% 20 = %s", (i,))
+    read, delivered = cycle(topo)
+    assert delivered["commits"] == 7 and delivered["transactions"] == 20
+    assert env.rows(env.sub, "SELECT count(*) FROM audit")[0][0] == 0
+    assert env.rows(env.sub, "SELECT count(*) FROM applied")[0][0] == 1000 == read["commands"]
+    assert_in_sync(topo)
+
+
+def _spec_file(topo, tmp_path) -> str:
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(topo.to_dict(with_secrets=True)))
+    return str(path)
+
+
+def _kill_when(proc: subprocess.Popen, condition, timeout: float = 60) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        if condition():
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return True
+        time.sleep(0.01)
+    raise AssertionError("condition never met")
+
+
+def test_distribution_killed_mid_batch_rerun_applies_everything_exactly_once(env, spark, tmp_path):
+    make_items(env, 5000)
+    topo = env.topology(["public.items"], commit_batch_size=4)
+    snapshot.run_snapshot(topo, "p", spark)
+    env.run(env.sub, """
+        CREATE TABLE applied (op text);
+        CREATE FUNCTION count_op() RETURNS trigger LANGUAGE plpgsql AS
+            $$BEGIN INSERT INTO applied VALUES (TG_OP); RETURN NULL; END$$;
+        CREATE TRIGGER always_trigger AFTER INSERT OR UPDATE OR DELETE ON items FOR EACH ROW EXECUTE FUNCTION count_op();
+        ALTER TABLE items ENABLE ALWAYS TRIGGER always_trigger;""")
+    for i in range(200):  # 200 transactions x 25 updates = 5000 commands
+        env.run(env.pub, "UPDATE items SET grp = grp + 1, payload = payload || 'x' WHERE id %% 200 = %s", (i,))
+    read = logreader.run_log_reader(topo, "p")
+    assert (read["transactions"], read["commands"]) == (200, 5000)
+    proc = subprocess.Popen([sys.executable, RUNNER, "distribution", _spec_file(topo, tmp_path)])
+    state = lambda: env.rows(env.sub, "SELECT transactions FROM airflow_repl.subscription_state")[0][0]  # noqa: E731
+    killed = _kill_when(proc, lambda: state() >= 8)
+    assert killed, "the agent finished before it could be killed"
+    partial = state()
+    assert 8 <= partial < 200
+    # applied rows and watermark moved together: every committed batch is complete, nothing more
+    assert env.rows(env.sub, "SELECT count(*) FROM applied")[0][0] == partial * 25
+    distribution.run_distribution(topo, "p", "sub1")
+    assert state() == 200
+    assert env.rows(env.sub, "SELECT count(*) FROM applied")[0][0] == 5000
+    assert_in_sync(topo)
+
+
+def test_log_reader_killed_mid_run_rerun_loses_and_duplicates_nothing(env, spark, tmp_path):
+    make_items(env, 2000)
+    topo = env.topology(["public.items"])
+    snapshot.run_snapshot(topo, "p", spark)
+    for i in range(300):
+        env.run(env.pub, "UPDATE items SET grp = grp + 1 WHERE id %% 300 = %s", (i,))
+    count = lambda: env.rows(env.dist, "SELECT count(*) FROM airflow_repl.transactions")[0][0]  # noqa: E731
+    proc = subprocess.Popen([sys.executable, RUNNER, "logreader", _spec_file(topo, tmp_path),
+                             json.dumps({"batch_changes": 200})])
+    killed = _kill_when(proc, lambda: count() >= 20)
+    assert killed and count() < 300
+    again = logreader.run_log_reader(topo, "p", batch_changes=200)
+    assert count() == 300
+    assert env.rows(env.dist, "SELECT count(*), count(DISTINCT (xact_seqno, command_id)) FROM airflow_repl.commands") \
+        == [(2000, 2000)]
+    assert logreader.run_log_reader(topo, "p")["transactions"] == 0  # nothing left, nothing repeated
+    assert again["transactions"] + 20 <= 300 + 20
+    distribution.run_distribution(topo, "p", "sub1")
+    assert_in_sync(topo)
+
+
+def test_large_transaction_is_stored_atomically_in_chunks(env, spark):
+    make_items(env, 10)
+    topo = env.topology(["public.items"])
+    snapshot.run_snapshot(topo, "p", spark)
+    env.run(env.pub, "INSERT INTO items (id, grp, payload) SELECT g, 1, 'bulk' FROM generate_series(100, 30099) g")
+    read = logreader.run_log_reader(topo, "p", batch_changes=1000, chunk=700)
+    assert (read["transactions"], read["commands"]) == (1, 30000)
+    assert env.rows(env.dist, "SELECT command_count FROM airflow_repl.transactions") == [(30000,)]
+    distribution.run_distribution(topo, "p", "sub1", commit_batch_threshold=10)
+    assert_in_sync(topo)
+
+
+def test_point_in_time_delivery_stops_at_until(env, spark):
+    make_items(env, 10)
+    topo = env.topology(["public.items"])
+    snapshot.run_snapshot(topo, "p", spark)
+    env.run(env.pub, "UPDATE items SET payload = 'one' WHERE id = 1")
+    cut = env.rows(env.pub, "SELECT clock_timestamp()")[0][0]
+    time.sleep(0.05)
+    env.run(env.pub, "UPDATE items SET payload = 'two' WHERE id = 2")
+    logreader.run_log_reader(topo, "p")
+    first = distribution.run_distribution(topo, "p", "sub1", until=cut.isoformat())
+    assert first["transactions"] == 1
+    assert env.rows(env.sub, "SELECT id, payload FROM items WHERE id IN (1, 2) ORDER BY id") == [
+        (1, "one"), (2, env.rows(env.pub, "SELECT md5('2')")[0][0])]
+    assert distribution.run_distribution(topo, "p", "sub1", until=cut.isoformat())["transactions"] == 0
+    assert distribution.run_distribution(topo, "p", "sub1")["transactions"] == 1
+    assert_in_sync(topo)
+
+
+def test_truncate_is_replicated(env, spark):
+    make_items(env, 100)
+    topo = env.topology(["public.items"])
+    snapshot.run_snapshot(topo, "p", spark)
+    env.run(env.pub, "TRUNCATE items")
+    env.run(env.pub, "INSERT INTO items (id, grp) VALUES (1, 1)")
+    cycle(topo)
+    assert env.rows(env.sub, "SELECT id FROM items") == [(1,)]
+    assert_in_sync(topo)
+
+
+def test_two_subscribers_are_delivered_in_parallel_spark_tasks(env2, spark):
+    make_items(env2, 3000)
+    topo = env2.topology(["public.items"])
+    result = run_agent("snapshot", topo, "p", spark=spark)
+    assert sorted(result["initialized"]) == ["sub1", "sub2"]
+    env2.run(env2.pub, "UPDATE items SET grp = -1 WHERE id <= 500")
+    run_agent("logreader", topo, "p")
+    delivered = run_agent("distribution", topo, "p", spark=spark)
+    assert [s["subscriber"] for s in delivered["subscriptions"]] == ["sub1", "sub2"]
+    assert delivered["commands"] == 1000 and delivered["spark_application_id"]
+    assert_in_sync(topo, "sub1")
+    assert_in_sync(topo, "sub2")

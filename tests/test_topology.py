@@ -1,0 +1,142 @@
+"""Topology loading and validation: static errors, and errors found against a real publisher."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from airflow_repl.engine import deploy, topology
+from airflow_repl.engine.errors import ConnectionFailed, TopologyError
+
+
+def _topo(**over):
+    data = {"publisher": "postgresql://u@127.0.0.1:1/p", "distributor": "postgresql://u@127.0.0.1:1/d",
+            "subscribers": {"s1": "postgresql://u@127.0.0.1:1/s"},
+            "publications": [{"name": "sales", "articles": ["public.orders", {"table": "crm.customers",
+                                                                            "destination": "copy.clients"}]}],
+            "subscriptions": [{"publication": "sales", "subscriber": "s1"}]}
+    data.update(over)
+    return data
+
+
+def test_yaml_file_loads_with_defaults_and_env_expansion(tmp_path, monkeypatch):
+    monkeypatch.setenv("SNAPDIR", str(tmp_path / "snaps"))
+    path = tmp_path / "t.yaml"
+    path.write_text("""
+publisher: pub_conn
+distributor: postgresql://repl@localhost:5432/distribution
+subscribers: {reporting: sub_conn}
+snapshot_folder: ${SNAPDIR}
+publications:
+  - name: shop
+    articles:
+      - table: public.orders
+      - {table: crm.customers, name: clients, destination: reporting.clients, upd_cmd: XCALL}
+subscriptions:
+  - {publication: shop, subscriber: reporting, commit_batch_size: 7}
+""")
+    topo = topology.load(path)
+    pub = topo.publication("shop")
+    assert [a.name for a in pub.articles] == ["orders", "clients"]
+    assert pub.article("orders").destination == "public.orders"
+    clients = pub.article("clients")
+    assert (clients.source, clients.destination) == ("crm.customers", "reporting.clients")
+    assert clients.upd_cmd.syntax == "XCALL" and clients.ins_cmd.syntax == "CALL"
+    assert pub.article("orders").upd_cmd.syntax == "SCALL"
+    assert topo.subscription("shop", "reporting").commit_batch_size == 7
+    assert topo.snapshot_folder == str(tmp_path / "snaps")
+    assert topo.publisher.ref == "pub_conn"
+
+
+def test_unset_variable_in_snapshot_folder_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("NOPE_NOT_SET", raising=False)
+    path = tmp_path / "t.yaml"
+    path.write_text("publisher: a\ndistributor: b\npublications: [{name: p, articles: [t]}]\n"
+                    "snapshot_folder: ${NOPE_NOT_SET}\n")
+    with pytest.raises(TopologyError, match="NOPE_NOT_SET"):
+        topology.load(path)
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["publications"][0]["articles"].append("public.orders"), "duplicate article"),
+    (lambda d: d["publications"][0]["articles"].append({"table": "x.orders", "name": "o2", "destination": "public.orders"}),
+     "duplicate article destination"),
+    (lambda d: d["publications"].append({"name": "sales", "articles": ["a.b"]}), "defined twice"),
+    (lambda d: d["publications"][0].update(name="Bad-Name"), "publication name 'Bad-Name' is invalid"),
+    (lambda d: d["subscriptions"].append({"publication": "nope", "subscriber": "s1"}), "unknown publication 'nope'"),
+    (lambda d: d["subscriptions"].append({"publication": "sales", "subscriber": "zz"}), "unknown subscriber 'zz'"),
+    (lambda d: d["publications"][0]["articles"].append({"table": "a.b", "colour": 1}), "unknown option"),
+    (lambda d: d["publications"][0]["articles"].append({"table": "a.b.c"}), "schema.table"),
+    (lambda d: d["subscriptions"][0].update(commit_batch_size=0), "positive integer"),
+])
+def test_static_errors_name_the_object(mutate, message):
+    data = _topo()
+    mutate(data)
+    with pytest.raises(TopologyError, match=message):
+        topology.from_dict(data)
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("ins_cmd", "SCALL", "SCALL is not allowed for inserts; allowed call syntaxes: CALL"),
+    ("ins_cmd", "XCALL", "XCALL is not allowed for inserts"),
+    ("del_cmd", "MCALL", "MCALL is not allowed for deletes; allowed call syntaxes: CALL, XCALL"),
+    ("upd_cmd", "VCALL", "reserved for updatable subscriptions"),
+    ("upd_cmd", "FOO", "not understood"),
+    ("upd_cmd", "CALL bad;name", "not a valid procedure name"),
+])
+def test_call_syntax_not_allowed_is_rejected_with_choices(option, value, message):
+    data = _topo()
+    data["publications"][0]["articles"][0] = {"table": "public.orders", option: value}
+    with pytest.raises(TopologyError, match=message):
+        topology.from_dict(data)
+
+
+def test_custom_sql_and_none_propagation_parse():
+    data = _topo()
+    data["publications"][0]["articles"][0] = {"table": "public.orders", "ins_cmd": "SQL", "del_cmd": "NONE",
+                                              "upd_cmd": "MCALL audit.upd_orders"}
+    art = topology.from_dict(data).publication("sales").article("orders")
+    assert (art.ins_cmd.method, art.del_cmd.method) == ("sql", "none")
+    assert (art.upd_cmd.syntax, art.upd_cmd.procedure) == ("MCALL", "audit.upd_orders")
+
+
+def test_catalog_errors_name_table_and_fix(env):
+    env.run(env.pub, "CREATE TABLE nopk (a int, b text); CREATE TABLE ok (id int PRIMARY KEY)")
+    with pytest.raises(TopologyError, match=r"table public.nopk has no primary key.*ADD PRIMARY KEY"):
+        deploy.apply_topology(env.topology(["public.nopk"]))
+    with pytest.raises(TopologyError, match=r"unknown table public.missing at the publisher"):
+        deploy.apply_topology(env.topology(["public.missing"]))
+    # nothing was deployed by the failed attempts
+    assert env.rows(env.pub, "SELECT count(*) FROM pg_publication")[0][0] == 0
+
+
+def test_unreachable_server_is_named(env):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    topo = env.topology(["public.ok"])
+    topo.subscribers["sub1"].conninfo = f"host=127.0.0.1 port={port} user=x password=secret dbname=y"
+    env.run(env.pub, "CREATE TABLE ok (id int PRIMARY KEY)")
+    with pytest.raises(ConnectionFailed) as err:
+        deploy.apply_topology(topo)
+    assert f"subscriber 'sub1' at x@127.0.0.1:{port}/y" in str(err.value)
+    assert "secret" not in str(err.value)
+
+
+def test_apply_is_idempotent_and_prepares_publisher(env):
+    env.run(env.pub, "CREATE TABLE t1 (id int PRIMARY KEY, v text); CREATE TABLE t2 (k text PRIMARY KEY)")
+    topo = env.topology(["public.t1", "public.t2"])
+    for _ in range(2):
+        resolved = deploy.apply_topology(topo)
+    assert [a.name for a in resolved["p"]] == ["t1", "t2"]
+    assert env.rows(env.pub, "SELECT relname, relreplident FROM pg_class WHERE relname IN ('t1','t2') "
+                             "ORDER BY 1") == [("t1", "f"), ("t2", "f")]
+    assert env.rows(env.pub, "SELECT tablename FROM pg_publication_tables WHERE pubname = 'airflow_repl_p' "
+                             "ORDER BY 1") == [("t1",), ("t2",)]
+    assert env.rows(env.dist, "SELECT count(*) FROM airflow_repl.articles")[0][0] == 2
+    # removing an article from the topology removes it everywhere on the next apply
+    deploy.apply_topology(env.topology(["public.t1"]))
+    assert env.rows(env.pub, "SELECT tablename FROM pg_publication_tables WHERE pubname = 'airflow_repl_p'") \
+        == [("t1",)]
+    assert env.rows(env.dist, "SELECT name FROM airflow_repl.articles") == [("t1",)]
