@@ -27,11 +27,11 @@ def _say(msg: str) -> None:
     print(f"\n=== {msg}", flush=True)
 
 
-def prepare_environment(root: Path, conninfos: dict[str, str]) -> None:
+def prepare_environment(root: Path, conninfos: dict[str, str], airflow_home: Path | None = None) -> None:
     """Airflow home, connections and Spark settings for running the example DAGs."""
     from airflow_repl.engine.connections import to_uri
 
-    home = root / "airflow"
+    home = airflow_home or root / "airflow"
     home.mkdir(parents=True, exist_ok=True)
     os.environ.update({
         "AIRFLOW_HOME": str(home),

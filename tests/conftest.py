@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import psycopg
@@ -17,6 +18,12 @@ from airflow_repl.engine.connections import to_uri
 from airflow_repl.engine.sandbox import Sandbox
 
 _counter = itertools.count(1)
+
+# Airflow reads its configuration once, at first import: give the whole session a private home.
+AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="airflow-repl-tests-")) / "airflow"
+os.environ["AIRFLOW_HOME"] = str(AIRFLOW_HOME)
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__LOGGING__LOGGING_LEVEL"] = "INFO"  # the e2e test reads the spark-submit log lines
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,31 @@
+# airflow-repl: `make demo` runs the product on its embedded sandbox; `make test` runs the suite.
+# Both install whatever is missing first (see scripts/bootstrap.sh).
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+.PHONY: install demo test bench sandbox-stop clean
+
+install: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml scripts/bootstrap.sh
+	PYTHON=$(PYTHON) VENV=$(VENV) bash scripts/bootstrap.sh
+	touch $(STAMP)
+
+demo: install
+	$(VENV)/bin/airflow-repl demo
+
+test: install
+	$(PY) -m pytest -q tests
+
+bench: install
+	$(PY) benchmarks/throughput.py
+
+sandbox-stop:
+	-$(VENV)/bin/airflow-repl sandbox stop
+
+clean:
+	-$(VENV)/bin/airflow-repl sandbox destroy
+	rm -rf $(VENV)

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what a fresh machine lacks for airflow-repl: a Java runtime (Spark), PostgreSQL server
+# binaries (the sandbox and the tests), a virtual environment with the package and its test
+# dependencies.  Safe to re-run.
+set -euo pipefail
+PYTHON=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+
+have_pg_server() {
+  [ -n "${AIRFLOW_REPL_PG_BINDIR:-}" ] && [ -x "$AIRFLOW_REPL_PG_BINDIR/initdb" ] && return 0
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && return 0
+  command -v initdb >/dev/null 2>&1
+}
+
+missing=()
+command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
+have_pg_server || missing+=(postgresql)
+command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "bootstrap: missing system packages: ${missing[*]}; install them (sudo apt-get install ${missing[*]})" >&2
+    exit 1
+  fi
+  echo "bootstrap: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "bootstrap: creating $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install -q --upgrade pip
+echo "bootstrap: installing airflow-repl and its dependencies into $VENV (first time: a few minutes)"
+"$VENV/bin/python" -m pip install -q -e '.[test]'
