@@ -154,9 +154,10 @@ def test_row_not_found_stops_delivery_and_names_the_command(env, spark):
     assert "update on article 'items' (public.items) key (id=5)" in message
     assert "row not found at the subscriber" in message and "reinitialize" in message
     assert err.value.sqlstate == ROW_NOT_FOUND_SQLSTATE
-    # nothing of the failing batch applied, the watermark did not move
-    assert env.rows(env.sub, "SELECT payload FROM items WHERE id IN (1, 6) ORDER BY id") == [
-        (env.rows(env.pub, "SELECT md5('1')")[0][0],), (env.rows(env.pub, "SELECT md5('6')")[0][0],)]
+    # the transaction before the failing one committed, nothing from the failing one on did
+    assert env.rows(env.sub, "SELECT id, payload FROM items WHERE id IN (1, 6) ORDER BY id") == [
+        (1, "first"), (6, env.rows(env.pub, "SELECT md5('6')")[0][0])]
+    assert env.rows(env.sub, "SELECT transactions FROM airflow_repl.subscription_state") == [(1,)]
     errors = env.rows(env.dist, "SELECT article, sqlstate, command_id, message FROM airflow_repl.errors")
     assert len(errors) == 1 and errors[0][:3] == ("items", ROW_NOT_FOUND_SQLSTATE, 1)
     assert env.rows(env.dist, "SELECT status FROM airflow_repl.agent_history WHERE agent = 'distribution'") == [

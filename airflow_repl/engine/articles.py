@@ -23,10 +23,16 @@ class ResolvedArticle:
     dest_table: str
     propagation: dict[str, Propagation]  # operation -> how it propagates
     default_procs: dict[str, str]  # operation -> generated procedure name (in dest_schema)
+    column_list: list[str] | None = None  # column filter (primary key included), None = all
+    row_filter: str | None = None  # PostgreSQL's deparsed form of the article's row filter
+    update_mode: str = "key_changes"  # see topology.UPDATE_MODES
 
     @property
     def columns(self) -> list[Column]:
-        return self.table.columns
+        """The replicated columns, in table order (the column filter applied)."""
+        if self.column_list is None:
+            return self.table.columns
+        return [c for c in self.table.columns if c.name in self.column_list]
 
     @property
     def column_names(self) -> list[str]:
@@ -65,7 +71,8 @@ class ResolvedArticle:
         return {"publication": self.publication, "name": self.name, "table": self.table.to_dict(),
                 "dest_schema": self.dest_schema, "dest_table": self.dest_table,
                 "propagation": {op: p.text for op, p in self.propagation.items()},
-                "default_procs": self.default_procs}
+                "default_procs": self.default_procs, "column_list": self.column_list,
+                "row_filter": self.row_filter, "update_mode": self.update_mode}
 
     @classmethod
     def from_dict(cls, data: dict) -> "ResolvedArticle":
@@ -73,7 +80,8 @@ class ResolvedArticle:
                    data["dest_schema"], data["dest_table"],
                    {op: parse_propagation(op, text, article=data["name"])
                     for op, text in data["propagation"].items()},
-                   dict(data["default_procs"]))
+                   dict(data["default_procs"]), data.get("column_list"), data.get("row_filter"),
+                   data.get("update_mode", "key_changes"))
 
 
 def resolve_articles(publication: Publication, tables: dict[str, TableInfo]) -> list[ResolvedArticle]:
@@ -86,8 +94,22 @@ def resolve_articles(publication: Publication, tables: dict[str, TableInfo]) -> 
         procs = {op: naming.default_procedure(_PREFIX[op], art.dest_schema, art.dest_table, disambiguate=clash)
                  for op in _PREFIX}
         out.append(ResolvedArticle(publication.name, art.name, tables[art.name], art.dest_schema,
-                                   art.dest_table, _propagation(art), procs))
+                                   art.dest_table, _propagation(art), procs,
+                                   _column_list(art, tables[art.name]), None, art.updates_as_delete_insert))
     return out
+
+
+def _column_list(art: Article, table: TableInfo) -> list[str] | None:
+    """Validate a column filter against the table; the primary key is always replicated."""
+    if art.columns is None:
+        return None
+    for name in art.columns:
+        try:
+            table.column(name)
+        except Exception as exc:
+            raise type(exc)(f"column filter of article {art.name!r}: {exc}") from None
+    wanted = set(art.columns) | set(table.primary_key)
+    return [c for c in table.column_names if c in wanted]
 
 
 def _propagation(art: Article) -> dict[str, Propagation]:

@@ -22,6 +22,7 @@ class Command:
     article: str
     old: Values | None = None  # before image (U, D)
     new: Values | None = None  # after image (I, U)
+    pair: bool = False  # half of the DELETE + INSERT pair an UPDATE became
 
     def changed(self) -> list[bool]:
         """Which article columns an UPDATE changed (compared by text value)."""
@@ -39,11 +40,13 @@ class Command:
             data["o"] = self.old
         if self.new is not None:
             data["n"] = self.new
+        if self.pair:
+            data["p"] = 1
         return data
 
     @classmethod
     def from_json(cls, op: str, article: str, data: dict) -> "Command":
-        return cls(op, article, data.get("o"), data.get("n"))
+        return cls(op, article, data.get("o"), data.get("n"), bool(data.get("p")))
 
 
 def bitmask(changed: Sequence[bool]) -> bytes:
@@ -66,7 +69,9 @@ def key_changed(article: ResolvedArticle, old: Values, new: Values) -> bool:
 
 def update_commands(article: ResolvedArticle, old: Values, new: Values) -> list[Command]:
     """One UPDATE at the publisher becomes an UPDATE command, or a DELETE + INSERT pair when it
-    changes a key (SQL Server's deferred update, KB 238254)."""
-    if key_changed(article, old, new):
-        return [Command(DELETE, article.name, old=old), Command(INSERT, article.name, new=new)]
+    changes a key (SQL Server's deferred update, KB 238254) or when the article delivers every
+    update as a pair."""
+    if article.update_mode == "all" or key_changed(article, old, new):
+        return [Command(DELETE, article.name, old=old, pair=True),
+                Command(INSERT, article.name, new=new, pair=True)]
     return [Command(UPDATE, article.name, old=old, new=new)]

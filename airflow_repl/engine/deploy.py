@@ -14,6 +14,7 @@ from psycopg import sql
 
 from . import catalog, connections, distdb, naming
 from .articles import ResolvedArticle, resolve_articles
+from .errors import TopologyError
 from .topology import Publication, Topology
 
 log = logging.getLogger(__name__)
@@ -32,10 +33,22 @@ def resolve_publication(pub_conn: psycopg.Connection, publication: Publication) 
     return resolve_articles(publication, tables)
 
 
-def prepare_publisher(pub_conn: psycopg.Connection, publication: str, articles: list[ResolvedArticle]) -> None:
+def _table_spec(art: ResolvedArticle, row_filter: str | None) -> sql.Composable:
+    table = sql.Identifier(art.table.schema, art.table.name)
+    if row_filter is None:
+        return table
+    # The predicate passed check_predicate (balanced parentheses, no ';', no comments), so it
+    # cannot leave its parentheses; PostgreSQL parses and validates it here.
+    return sql.SQL("{} WHERE ({})").format(table, sql.SQL(row_filter))
+
+
+def prepare_publisher(pub_conn: psycopg.Connection, publication: Publication,
+                      articles: list[ResolvedArticle]) -> None:
     """REPLICA IDENTITY FULL on every published table (so before images are logged), and a
-    PostgreSQL publication listing exactly the article tables."""
-    pgpub = naming.pg_publication(publication)
+    PostgreSQL publication listing exactly the article tables with their row filters.  Row
+    filters are validated by PostgreSQL here; their deparsed form is stored on the articles."""
+    pgpub = naming.pg_publication(publication.name)
+    filters = {a.name: a.row_filter for a in publication.articles}
     with pub_conn.transaction():
         for art in articles:
             ident = pub_conn.execute("SELECT relreplident FROM pg_catalog.pg_class WHERE oid = %s",
@@ -43,20 +56,33 @@ def prepare_publisher(pub_conn: psycopg.Connection, publication: str, articles: 
             if ident != "f":
                 pub_conn.execute(sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(
                     sql.Identifier(art.table.schema, art.table.name)))
-        tables = sql.SQL(", ").join(sql.Identifier(a.table.schema, a.table.name) for a in articles)
         exists = pub_conn.execute("SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = %s",
                                   (pgpub,)).fetchone()
-        if exists:
-            current = {(s, t) for s, t in pub_conn.execute(
-                "SELECT schemaname, tablename FROM pg_catalog.pg_publication_tables WHERE pubname = %s",
-                (pgpub,))}
-            if current != {(a.table.schema, a.table.name) for a in articles}:
-                pub_conn.execute(sql.SQL("ALTER PUBLICATION {} SET TABLE {}").format(
-                    sql.Identifier(pgpub), tables))
-        else:
-            pub_conn.execute(sql.SQL(
-                "CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert, update, delete, truncate')"
-            ).format(sql.Identifier(pgpub), tables))
+        for art in articles:  # one at a time, so that an error names its article
+            try:
+                with pub_conn.transaction():
+                    pub_conn.execute(sql.SQL("SELECT 1 FROM {} WHERE ({}) LIMIT 0").format(
+                        sql.Identifier(art.table.schema, art.table.name),
+                        sql.SQL(filters[art.name] or "true")))
+            except psycopg.Error as exc:
+                raise TopologyError(
+                    f"row_filter of article {art.name!r} ({art.table.qualified}) is rejected by the "
+                    f"publisher: {exc.diag.message_primary or exc}") from None
+        tables = sql.SQL(", ").join(_table_spec(a, filters[a.name]) for a in articles)
+        statement = (sql.SQL("ALTER PUBLICATION {} SET TABLE {}") if exists else sql.SQL(
+            "CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert, update, delete, truncate')"))
+        try:
+            pub_conn.execute(statement.format(sql.Identifier(pgpub), tables))
+        except psycopg.Error as exc:
+            raise TopologyError(f"publication {publication.name!r}: the publisher rejected its row filters: "
+                                f"{exc.diag.message_primary or exc}") from None
+        stored = {(s_, t): f for s_, t, f in pub_conn.execute(
+            "SELECT n.nspname, c.relname, pg_catalog.pg_get_expr(pr.prqual, pr.prrelid) "
+            "FROM pg_catalog.pg_publication_rel pr JOIN pg_catalog.pg_publication p ON p.oid = pr.prpubid "
+            "JOIN pg_catalog.pg_class c ON c.oid = pr.prrelid "
+            "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE p.pubname = %s", (pgpub,))}
+    for art in articles:
+        art.row_filter = stored.get((art.table.schema, art.table.name))
 
 
 def apply_topology(topology: Topology, publications: list[str] | None = None) -> dict[str, list[ResolvedArticle]]:
@@ -70,7 +96,7 @@ def apply_topology(topology: Topology, publications: list[str] | None = None) ->
         for name in names:
             resolved[name] = resolve_publication(pub_conn, topology.publication(name))
         for name in names:
-            prepare_publisher(pub_conn, name, resolved[name])
+            prepare_publisher(pub_conn, topology.publication(name), resolved[name])
     with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
         distdb.ensure_schema(dist)
         with dist.transaction():

@@ -62,6 +62,7 @@ CREATE TABLE IF NOT EXISTS airflow_repl.transactions (
     commit_time     timestamptz NOT NULL,
     end_lsn         pg_lsn NOT NULL,
     command_count   integer NOT NULL,
+    article_rows    jsonb NOT NULL DEFAULT '{}',  -- article -> rows the transaction changed
     entry_time      timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (publication, xact_seqno)
 );
@@ -106,7 +107,8 @@ CREATE TABLE IF NOT EXISTS airflow_repl.errors (
     article         text,
     sqlstate        text,
     message         text NOT NULL,
-    command         jsonb
+    command         jsonb,
+    skipped         boolean NOT NULL DEFAULT false  -- the transaction was skipped (SkipErrors)
 );
 """
 
@@ -198,13 +200,14 @@ def finish_run(conn: psycopg.Connection, run_id: int, status: str, *, transactio
 def record_error(conn: psycopg.Connection, *, run_id: int | None, agent: str, publication: str | None,
                  subscriber: str | None, message: str, xact_seqno: str | None = None,
                  command_id: int | None = None, article: str | None = None, sqlstate: str | None = None,
-                 command: dict | None = None) -> None:
+                 command: dict | None = None, skipped: bool = False, commit: bool = True) -> None:
     conn.execute(
         "INSERT INTO airflow_repl.errors (run_id, agent, publication, subscriber, xact_seqno, command_id, "
-        "article, sqlstate, message, command) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        "article, sqlstate, message, command, skipped) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         (run_id, agent, publication, subscriber, xact_seqno, command_id, article, sqlstate, message,
-         Jsonb(command) if command is not None else None))
-    conn.commit()
+         Jsonb(command) if command is not None else None, skipped))
+    if commit:
+        conn.commit()
 
 
 def dumps(value: Any) -> str:

@@ -7,30 +7,66 @@ Each subscriber commit applies up to ``commit_batch_size`` transactions (or abou
 subscriber back to the last watermark; re-running resumes from it, so every transaction is
 applied once.  Changes are applied with ``session_replication_role = replica``: ordinary user
 triggers and foreign-key triggers do not fire (SQL Server's NOT FOR REPLICATION).
+
+With ``subscription_streams`` > 1 a batch is spread over several connections (commands on the
+same key stay on the same stream, in order) and committed on all of them with two-phase
+commit, so the batch and the watermark still commit as one.  Any error on any stream rolls the
+batch back everywhere and replays it on one stream, transaction by transaction; that replay
+also implements ``skip_errors`` and names the failing command.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
+import uuid
+import zlib
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import psycopg
 
 from . import apply, connections, distdb
 from .articles import ResolvedArticle
-from .commands import Command
+from .commands import DELETE, INSERT, UPDATE, Command
 from .errors import ROW_NOT_FOUND_SQLSTATE, DeliveryError, NotInitialized, ReplError
-from .topology import Topology
+from .topology import SKIPPABLE_ERRORS, Topology
 
 log = logging.getLogger(__name__)
 AGENT = "distribution"
 _SYNC_EVERY = 500
+#: With several streams, a stream waiting this long for a lock gives up and the batch is
+#: replayed on one stream (streams can wait on each other's uncommitted unique keys).
+STREAM_LOCK_TIMEOUT = "10s"
+_GID_PREFIX = "airflow_repl"
+
+
+@dataclass
+class _Txn:
+    xact: str
+    count: int
+    article_rows: dict
+
+
+@dataclass
+class _Outcome:
+    commands: int = 0
+    skipped: list = field(default_factory=list)
+    failure: DeliveryError | None = None
+    last_good: str | None = None
+
+
+def stream_of(article: str, key: list, streams: int) -> int:
+    """The stream that applies commands on this key (stable across runs and processes)."""
+    if streams == 1:
+        return 0
+    return zlib.crc32(repr((article, key)).encode()) % streams
 
 
 class _Applier:
-    def __init__(self, conn: psycopg.Connection, articles: dict[str, ResolvedArticle]) -> None:
-        self.conn = conn
+    def __init__(self, articles: dict[str, ResolvedArticle]) -> None:
         self.articles = articles
         self._stmts: dict[tuple[str, str], apply.Statement | None] = {}
 
@@ -41,59 +77,91 @@ class _Applier:
             self._stmts[key] = apply.statement(art, cmd.op) if art is not None else None
         return self._stmts[key]
 
-    def apply(self, rows, *, pipeline: bool) -> int:
-        """Apply commands (rows of xact_seqno, command_id, article, op, data); returns how many
-        ran.  Without the pipeline, an error is raised as DeliveryError naming the command."""
-        n = 0
-        cur = self.conn.cursor()
-        if pipeline:
-            with self.conn.pipeline() as p:
-                for xact, cid, article, op, data in rows:
-                    cmd = Command.from_json(op, article, data)
-                    st = self.stmt(cmd)
-                    if st is None:
-                        continue
-                    cur.execute(st.query, st.params_of(cmd))
-                    n += 1
-                    if n % _SYNC_EVERY == 0:
-                        p.sync()
-            return n
+    def commands(self, rows, txns: dict[str, _Txn]):
+        """(xact, command_id, Command) in order.  For articles whose single-row key updates stay
+        UPDATEs, a transaction's only row change of the article, stored as a DELETE + INSERT
+        pair, is merged back into one UPDATE."""
+        held = None
         for xact, cid, article, op, data in rows:
             cmd = Command.from_json(op, article, data)
-            st = self.stmt(cmd)
-            if st is None:
+            if held is not None:
+                hx, hc, hd = held
+                held = None
+                if cmd.op == INSERT and cmd.pair and cmd.article == hd.article and xact == hx:
+                    yield hx, hc, Command(UPDATE, hd.article, old=hd.old, new=cmd.new)
+                    continue
+                yield hx, hc, hd
+            art = self.articles.get(article)
+            if (cmd.op == DELETE and cmd.pair and art is not None and art.update_mode == "multi_row_key_changes"
+                    and txns[xact].article_rows.get(article) == 1):
+                held = (xact, cid, cmd)
                 continue
+            yield xact, cid, cmd
+        if held is not None:
+            yield held
+
+    def key_of(self, cmd: Command) -> list:
+        art = self.articles.get(cmd.article)
+        if art is None or cmd.op == "T":
+            return []
+        return cmd.key(art)
+
+    def execute(self, cur: psycopg.Cursor, cmd: Command) -> bool:
+        st = self.stmt(cmd)
+        if st is None:
+            return False
+        cur.execute(st.query, st.params_of(cmd))
+        return True
+
+    def describe(self, cmd: Command) -> str:
+        return apply.describe_command(self.articles.get(cmd.article), cmd)
+
+
+class _Stream(threading.Thread):
+    """Applies the commands it is given on its own connection, pipelined."""
+
+    def __init__(self, conn: psycopg.Connection, applier: _Applier) -> None:
+        super().__init__(daemon=True)
+        self.conn, self.applier = conn, applier
+        self.queue: queue.Queue = queue.Queue(maxsize=5000)
+        self.error: BaseException | None = None
+        self.count = 0
+
+    def run(self) -> None:
+        cur = self.conn.cursor()
+        try:
+            with self.conn.pipeline() as p:
+                while (item := self.queue.get()) is not None:
+                    if self.applier.execute(cur, item):
+                        self.count += 1
+                        if self.count % _SYNC_EVERY == 0:
+                            p.sync()
+        except BaseException as exc:  # noqa: BLE001 - reported to the dispatcher
+            self.error = exc
             try:
-                cur.execute(st.query, st.params_of(cmd))
-            except psycopg.Error as exc:
-                what = apply.describe_command(self.articles.get(article), cmd)
-                diag = exc.diag.message_primary or str(exc)
-                hint = (" The subscriber is missing a row the publisher had: reinitialize the "
-                        "subscription (run the Snapshot Agent) or repair the row."
-                        if exc.sqlstate == ROW_NOT_FOUND_SQLSTATE else "")
-                raise DeliveryError(
-                    f"cannot apply {what} in transaction {xact} (command {cid}): {diag}.{hint}",
-                    sqlstate=exc.sqlstate, xact_seqno=str(xact), command_id=cid, article=article) from exc
-            n += 1
-        return n
+                self.conn.rollback()  # release our locks so that other streams can finish
+            except psycopg.Error:
+                pass
+            while self.queue.get() is not None:  # keep draining so the dispatcher never blocks
+                pass
 
 
 def _batch(dist: psycopg.Connection, publication: str, after: str, until: datetime | None,
-           size: int, threshold: int) -> list[tuple[str, int]]:
+           size: int, threshold: int) -> list[_Txn]:
     rows = dist.execute(
-        "SELECT xact_seqno::text, command_count FROM airflow_repl.transactions "
+        "SELECT xact_seqno::text, command_count, article_rows FROM airflow_repl.transactions "
         "WHERE publication = %s AND xact_seqno > %s AND (%s::timestamptz IS NULL OR commit_time <= %s) "
         "ORDER BY xact_seqno LIMIT %s", (publication, after, until, until, size)).fetchall()
     out, total = [], 0
-    for xact, count in rows:
+    for xact, count, article_rows in rows:
         if out and total + count > threshold:
             break
-        out.append((xact, count))
+        out.append(_Txn(xact, count, article_rows or {}))
         total += count
     return out
 
 
-def _commands(dist: psycopg.Connection, publication: str, first: str, last: str):
+def _command_rows(dist: psycopg.Connection, publication: str, first: str, last: str):
     with dist.cursor(name="airflow_repl_cmds") as cur:
         cur.itersize = 2000
         cur.execute("SELECT xact_seqno::text, command_id, article, op, data FROM airflow_repl.commands "
@@ -117,61 +185,261 @@ def _lock_watermark(sub: psycopg.Connection, publication: str, subscriber: str) 
     return row[0]
 
 
+def _set_watermark(sub: psycopg.Connection, publication: str, xact: str, transactions: int) -> None:
+    sub.execute("UPDATE airflow_repl.subscription_state SET xact_seqno = %s, "
+                "transactions = transactions + %s, updated_at = now() WHERE publication = %s",
+                (xact, transactions, publication))
+
+
+def recover_prepared(sub: psycopg.Connection, publication: str) -> int:
+    """Finish a multi-stream batch whose agent died during two-phase commit.  Prepares happen
+    in stream order before any commit, so: stream 0 gone while others are prepared means it
+    committed (commit the rest); all streams prepared means the batch can commit; otherwise the
+    prepare phase was cut short (roll back)."""
+    sub.rollback()
+    prefix = f"{_GID_PREFIX}|{publication}|"
+    gids = [r[0] for r in sub.execute("SELECT gid FROM pg_catalog.pg_prepared_xacts "
+                                      "WHERE gid LIKE %s AND database = current_database()",
+                                      (prefix.replace("_", r"\_") + "%",))]
+    sub.rollback()
+    batches: dict[str, list[tuple[int, int, str]]] = {}
+    for gid in gids:
+        _, _, batch, stream, total = gid.split("|")
+        batches.setdefault(batch, []).append((int(stream), int(total), gid))
+    sub.autocommit = True
+    try:
+        for members in batches.values():
+            streams = {m[0] for m in members}
+            total = members[0][1]
+            commit = 0 not in streams or len(streams) == total
+            for _, _, gid in sorted(members):
+                sub.execute(psycopg.sql.SQL("COMMIT PREPARED {}" if commit else "ROLLBACK PREPARED {}").format(
+                    psycopg.sql.Literal(gid)))
+            log.warning("recovered an interrupted multi-stream batch of %s: %s %d prepared transaction(s)",
+                        publication, "committed" if commit else "rolled back", len(members))
+    finally:
+        sub.autocommit = False
+    return len(gids)
+
+
+class _Delivery:
+    """One Distribution Agent run for one subscription."""
+
+    def __init__(self, topology: Topology, publication: str, subscriber: str, *, until, size: int,
+                 threshold: int, streams: int, skip: set[str]) -> None:
+        self.topology, self.publication, self.subscriber = topology, publication, subscriber
+        self.until, self.size, self.threshold, self.n, self.skip = until, size, threshold, streams, skip
+        self.totals = {"transactions": 0, "commands": 0, "commits": 0, "retries": 0, "skipped": 0,
+                       "last_xact_seqno": None}
+
+    def connect(self) -> None:
+        conninfo = self.topology.subscriber_conninfo(self.subscriber)
+        self.subs: list[psycopg.Connection] = []
+        for i in range(self.n):
+            conn = connections.connect(conninfo, f"subscriber {self.subscriber!r}")
+            self.subs.append(conn)
+            try:
+                conn.execute("SET session_replication_role = replica")
+                if self.n > 1:
+                    conn.execute("SELECT set_config('lock_timeout', %s, false)", (STREAM_LOCK_TIMEOUT,))
+                conn.commit()
+            except psycopg.errors.InsufficientPrivilege:
+                raise ReplError(f"the login of subscriber {self.subscriber!r} may not set "
+                                f"session_replication_role; the Distribution Agent needs a superuser login "
+                                f"(or one granted SET on that parameter) at the subscriber") from None
+        if self.n > 1:
+            prepared = int(self.subs[0].execute("SHOW max_prepared_transactions").fetchone()[0])
+            self.subs[0].rollback()
+            if prepared < self.n:
+                raise ReplError(f"subscription_streams = {self.n} needs max_prepared_transactions >= {self.n} "
+                                f"at subscriber {self.subscriber!r} (it is {prepared}); raise it there or use "
+                                f"one stream")
+        recover_prepared(self.subs[0], self.publication)
+
+    def close(self) -> None:
+        for conn in getattr(self, "subs", []):
+            conn.close()
+
+    def rollback_all(self) -> None:
+        for conn in self.subs:
+            try:
+                if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    conn.rollback()
+            except psycopg.Error:
+                conn.cancel_safe()
+                conn.rollback()
+
+    # ------------------------------------------------------------------ fast paths
+    def _apply_one_stream(self, applier: _Applier, rows, txns) -> int:
+        cur = self.subs[0].cursor()
+        n = 0
+        with self.subs[0].pipeline() as p:
+            for _, _, cmd in applier.commands(rows, txns):
+                if applier.execute(cur, cmd):
+                    n += 1
+                    if n % _SYNC_EVERY == 0:
+                        p.sync()
+        return n
+
+    def _apply_streams(self, applier: _Applier, rows, txns) -> int:
+        workers = [_Stream(conn, applier) for conn in self.subs]
+        for w in workers:
+            w.start()
+        try:
+            for _, _, cmd in applier.commands(rows, txns):
+                if any(w.error for w in workers):
+                    break
+                workers[stream_of(cmd.article, applier.key_of(cmd), self.n)].queue.put(cmd)
+        finally:
+            for w in workers:
+                w.queue.put(None)
+            for w in workers:
+                w.join()
+        errors = [w.error for w in workers if w.error is not None]
+        if errors:
+            raise errors[0]
+        return sum(w.count for w in workers)
+
+    def _commit_streams(self, last: str, n_txn: int) -> None:
+        """Two-phase commit of one batch over every stream (stream 0 holds the watermark)."""
+        batch = uuid.uuid4().hex[:12]
+        gids = [f"{_GID_PREFIX}|{self.publication}|{batch}|{i}|{self.n}" for i in range(self.n)]
+        _set_watermark(self.subs[0], self.publication, last, n_txn)
+        for conn, gid in zip(self.subs, gids):
+            conn.execute(psycopg.sql.SQL("PREPARE TRANSACTION {}").format(psycopg.sql.Literal(gid)))
+            conn.commit()  # closes psycopg's transaction block; the work is now prepared
+        for conn, gid in zip(self.subs, gids):
+            conn.autocommit = True
+            try:
+                conn.execute(psycopg.sql.SQL("COMMIT PREPARED {}").format(psycopg.sql.Literal(gid)))
+            finally:
+                conn.autocommit = False
+
+    # ------------------------------------------------------------------ replay
+    def _replay(self, applier: _Applier, rows, txns) -> _Outcome:
+        """One stream, one command at a time, a savepoint per transaction: skips the
+        transactions failing with a skippable error, stops at any other error."""
+        sub = self.subs[0]
+        cur = sub.cursor()
+        out = _Outcome()
+        current = None
+        failed_txn = None
+        for xact, cid, cmd in applier.commands(rows, txns):
+            if xact != current:
+                if current is not None:  # applied, or skipped: either way it is done
+                    out.last_good = current
+                    cur.execute("RELEASE SAVEPOINT airflow_repl_txn")
+                current = xact
+                cur.execute("SAVEPOINT airflow_repl_txn")
+            if failed_txn == xact:
+                continue  # the rest of a skipped transaction
+            try:
+                if applier.execute(cur, cmd):
+                    out.commands += 1
+            except psycopg.Error as exc:
+                cur.execute("ROLLBACK TO SAVEPOINT airflow_repl_txn")
+                what = applier.describe(cmd)
+                diag = exc.diag.message_primary or str(exc)
+                if exc.sqlstate in self.skip:
+                    failed_txn = xact
+                    out.skipped.append({"xact_seqno": xact, "command_id": cid, "article": cmd.article,
+                                        "sqlstate": exc.sqlstate, "command": cmd.to_json(),
+                                        "message": f"skipped transaction {xact}: cannot apply {what} "
+                                                   f"(command {cid}): {diag}"})
+                    continue
+                hint = (" The subscriber is missing a row the publisher had: reinitialize the "
+                        "subscription (run the Snapshot Agent) or repair the row, or skip such errors with "
+                        "the subscription's skip_errors option." if exc.sqlstate == ROW_NOT_FOUND_SQLSTATE else "")
+                out.failure = DeliveryError(
+                    f"cannot apply {what} in transaction {xact} (command {cid}): {diag}.{hint}",
+                    sqlstate=exc.sqlstate, xact_seqno=xact, command_id=cid, article=cmd.article)
+                out.failure.command = cmd.to_json()
+                return out
+        if current is not None:
+            cur.execute("RELEASE SAVEPOINT airflow_repl_txn")
+            out.last_good = current
+        return out
+
+    # ------------------------------------------------------------------ main loop
+    def run(self, dist: psycopg.Connection, run_id: int, applier: _Applier) -> None:
+        sub0 = self.subs[0]
+        while True:
+            watermark = _lock_watermark(sub0, self.publication, self.subscriber)
+            txns = _batch(dist, self.publication, watermark, self.until, self.size, self.threshold)
+            if not txns:
+                self.rollback_all()
+                dist.rollback()
+                return
+            first, last = txns[0].xact, txns[-1].xact
+            by_xact = {t.xact: t for t in txns}
+            rows = _command_rows(dist, self.publication, first, last)
+            try:
+                if self.n == 1:
+                    n = self._apply_one_stream(applier, rows, by_xact)
+                    _set_watermark(sub0, self.publication, last, len(txns))
+                    sub0.commit()  # changes and watermark together: exactly once
+                else:
+                    n = self._apply_streams(applier, rows, by_xact)
+                    self._commit_streams(last, len(txns))
+                self._delivered(dist, last, len(txns), n)
+                continue
+            except psycopg.Error as exc:
+                rows.close()
+                log.info("batch %s..%s failed on the fast path (%s); replaying it on one stream",
+                         first, last, exc.sqlstate or exc)
+            self.rollback_all()
+            dist.rollback()
+            self.totals["retries"] += 1
+            _lock_watermark(sub0, self.publication, self.subscriber)
+            outcome = self._replay(applier, _command_rows(dist, self.publication, first, last), by_xact)
+            done = last if outcome.failure is None else outcome.last_good
+            if done is not None:
+                applied = txns[:[t.xact for t in txns].index(done) + 1]
+                _set_watermark(sub0, self.publication, done, len(applied))
+                sub0.commit()
+                for s in outcome.skipped:
+                    distdb.record_error(dist, run_id=run_id, agent=AGENT, publication=self.publication,
+                                        subscriber=self.subscriber, skipped=True, commit=False, **s)
+                self.totals["skipped"] += len(outcome.skipped)
+                self._delivered(dist, done, len(applied), outcome.commands)
+            if outcome.failure is not None:
+                raise outcome.failure
+
+    def _delivered(self, dist: psycopg.Connection, last: str, n_txn: int, n_cmd: int) -> None:
+        dist.execute("UPDATE airflow_repl.subscriptions SET delivered_xact_seqno = %s, "
+                     "delivered_at = now() WHERE publication = %s AND subscriber = %s",
+                     (last, self.publication, self.subscriber))
+        dist.commit()
+        self.totals["transactions"] += n_txn
+        self.totals["commands"] += n_cmd
+        self.totals["commits"] += 1
+        self.totals["last_xact_seqno"] = last
+
+
 def run_distribution(topology: Topology, publication: str, subscriber: str, *,
                      until: datetime | str | None = None, commit_batch_size: int | None = None,
-                     commit_batch_threshold: int | None = None) -> dict:
+                     commit_batch_threshold: int | None = None, subscription_streams: int | None = None,
+                     skip_errors: list[str] | None = None) -> dict:
     """Deliver every pending transaction (committed up to ``until``, when given)."""
     started = time.monotonic()
     if isinstance(until, str):
         until = datetime.fromisoformat(until)
-    sub_opts = topology.subscription(publication, subscriber)
-    size = commit_batch_size or sub_opts.commit_batch_size
-    threshold = commit_batch_threshold or sub_opts.commit_batch_threshold
+    opts = topology.subscription(publication, subscriber)
+    skip = skip_errors if skip_errors is not None else opts.skip_errors
+    delivery = _Delivery(topology, publication, subscriber, until=until,
+                         size=commit_batch_size or opts.commit_batch_size,
+                         threshold=commit_batch_threshold or opts.commit_batch_threshold,
+                         streams=subscription_streams or opts.subscription_streams,
+                         skip={SKIPPABLE_ERRORS[str(e)] for e in skip})
     dist = connections.connect(topology.distributor.require("distributor"), "distributor")
-    sub = None
     run_id = None
-    totals = {"transactions": 0, "commands": 0, "commits": 0, "last_xact_seqno": None}
     try:
-        articles = {a.name: a for a in distdb.load_articles(dist, publication)}
+        applier = _Applier({a.name: a for a in distdb.load_articles(dist, publication)})
         dist.commit()
-        sub = connections.connect(topology.subscriber_conninfo(subscriber), f"subscriber {subscriber!r}")
-        try:
-            sub.execute("SET session_replication_role = replica")
-            sub.commit()
-        except psycopg.errors.InsufficientPrivilege:
-            raise ReplError(f"the login of subscriber {subscriber!r} may not set session_replication_role; "
-                            f"the Distribution Agent needs a superuser login (or one granted SET on "
-                            f"that parameter) at the subscriber") from None
+        delivery.connect()
         run_id = distdb.start_run(dist, AGENT, publication, subscriber)
-        applier = _Applier(sub, articles)
-        while True:
-            watermark = _lock_watermark(sub, publication, subscriber)
-            batch = _batch(dist, publication, watermark, until, size, threshold)
-            if not batch:
-                sub.rollback()
-                dist.rollback()
-                break
-            first, last = batch[0][0], batch[-1][0]
-            try:
-                n = applier.apply(_commands(dist, publication, first, last), pipeline=True)
-            except psycopg.Error:
-                # Find and name the failing command: replay the batch one command at a time.
-                sub.rollback()
-                dist.rollback()
-                watermark = _lock_watermark(sub, publication, subscriber)
-                n = applier.apply(_commands(dist, publication, first, last), pipeline=False)
-            sub.execute("UPDATE airflow_repl.subscription_state SET xact_seqno = %s, "
-                        "transactions = transactions + %s, updated_at = now() WHERE publication = %s",
-                        (last, len(batch), publication))
-            sub.commit()  # changes and watermark together: exactly once
-            dist.execute("UPDATE airflow_repl.subscriptions SET delivered_xact_seqno = %s, "
-                         "delivered_at = now() WHERE publication = %s AND subscriber = %s",
-                         (last, publication, subscriber))
-            dist.commit()
-            totals["transactions"] += len(batch)
-            totals["commands"] += n
-            totals["commits"] += 1
-            totals["last_xact_seqno"] = last
+        delivery.run(dist, run_id, applier)
+        totals = delivery.totals
         totals["seconds"] = round(time.monotonic() - started, 3)
         distdb.finish_run(dist, run_id, "succeeded", transactions=totals["transactions"],
                           commands=totals["commands"], details=totals)
@@ -179,20 +447,21 @@ def run_distribution(topology: Topology, publication: str, subscriber: str, *,
                  totals["transactions"], totals["commands"], totals["seconds"])
         return totals
     except Exception as exc:
-        if sub is not None and not sub.closed:
-            sub.rollback()
+        if getattr(delivery, "subs", None):
+            delivery.rollback_all()
         if run_id is not None and not dist.closed:
             dist.rollback()
+            totals = delivery.totals
             distdb.finish_run(dist, run_id, "failed", transactions=totals["transactions"],
-                              commands=totals["commands"], message=str(exc))
+                              commands=totals["commands"], message=str(exc), details=totals)
             d = exc if isinstance(exc, DeliveryError) else None
             distdb.record_error(dist, run_id=run_id, agent=AGENT, publication=publication,
                                 subscriber=subscriber, message=str(exc),
                                 xact_seqno=d.xact_seqno if d else None,
                                 command_id=d.command_id if d else None,
-                                article=d.article if d else None, sqlstate=d.sqlstate if d else None)
+                                article=d.article if d else None, sqlstate=d.sqlstate if d else None,
+                                command=getattr(d, "command", None))
         raise
     finally:
-        if sub is not None:
-            sub.close()
+        delivery.close()
         dist.close()

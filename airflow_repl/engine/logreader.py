@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from . import connections, distdb, naming, pgoutput
 from .articles import ResolvedArticle
@@ -39,19 +40,47 @@ class _RelMap:
 
 
 class _TxnWriter:
-    """Buffers the commands of the transaction being read and COPYs them in chunks."""
+    """Buffers the commands of the transaction being read and COPYs them in chunks.
+
+    DELETE + INSERT pairs of consecutive key updates of one article form a *run* (typically one
+    statement, such as ``SET k = k + 1`` or a swap of two keys): the run's DELETEs are written
+    first and its INSERTs after them, so that applying the run never meets a transient
+    duplicate key.  A run ends at any other command, at another article, or when an UPDATE
+    touches a row version the run itself produced (a later statement of the same transaction).
+    A long run's INSERTs wait in a temporary table, not in memory.
+    """
 
     def __init__(self, dist: psycopg.Connection, publication: str, chunk: int) -> None:
         self.dist = dist
         self.publication = publication
         self.chunk = chunk
-        self.buffer: list[tuple] = []
-        self.xact: str | None = None
-        self.xid = 0
-        self.count = 0
+        self.begin(None)
 
     def begin(self, xact_seqno: str | None, xid: int = 0) -> None:
         self.xact, self.xid, self.count, self.buffer = xact_seqno, xid, 0, []
+        self.article_rows: dict[str, int] = {}
+        self.run_article: str | None = None
+        self.run_inserts: list[Command] = []
+        self.run_images: set[tuple] = set()
+        self.staged = 0
+
+    def row_change(self, article: str, commands: list[Command]) -> None:
+        """Add the commands one published row change became."""
+        self.article_rows[article] = self.article_rows.get(article, 0) + 1
+        if len(commands) == 2 and commands[0].pair:
+            delete, insert = commands
+            if self.run_article != article or tuple(delete.old) in self.run_images:
+                self.close_run()
+                self.run_article = article
+            self.add(delete)
+            self.run_inserts.append(insert)
+            self.run_images.add(tuple(insert.new))
+            if len(self.run_inserts) >= self.chunk:
+                self._stage()
+            return
+        self.close_run()
+        for cmd in commands:
+            self.add(cmd)
 
     def add(self, cmd: Command) -> None:
         self.count += 1
@@ -59,6 +88,31 @@ class _TxnWriter:
                             distdb.dumps(cmd.to_json())))
         if len(self.buffer) >= self.chunk:
             self.flush()
+
+    def _stage(self) -> None:
+        if not self.staged:
+            self.dist.execute("CREATE TEMP TABLE IF NOT EXISTS airflow_repl_staged "
+                              "(seq bigint, article text, op text, data jsonb) ON COMMIT DELETE ROWS")
+        with self.dist.cursor() as cur, cur.copy(
+                "COPY airflow_repl_staged (seq, article, op, data) FROM STDIN") as copy:
+            for cmd in self.run_inserts:
+                self.staged += 1
+                copy.write_row((self.staged, cmd.article, cmd.op, distdb.dumps(cmd.to_json())))
+        self.run_inserts = []
+
+    def close_run(self) -> None:
+        if self.staged:
+            self.flush()
+            self.dist.execute(
+                "INSERT INTO airflow_repl.commands (publication, xact_seqno, command_id, article, op, data) "
+                "SELECT %s, %s, %s + seq, article, op, data FROM airflow_repl_staged",
+                (self.publication, self.xact, self.count))
+            self.dist.execute("TRUNCATE airflow_repl_staged")
+            self.count += self.staged
+            self.staged = 0
+        for cmd in self.run_inserts:
+            self.add(cmd)
+        self.run_article, self.run_inserts, self.run_images = None, [], set()
 
     def flush(self) -> None:
         if not self.buffer:
@@ -155,23 +209,25 @@ def run_log_reader(topology: Topology, publication: str, *, batch_changes: int =
                     elif isinstance(msg, (pgoutput.Insert, pgoutput.Update, pgoutput.Delete)):
                         relmap = relmaps.get(msg.relid)
                         if not skip and relmap is not None:
-                            for cmd in _commands(msg, relmap):
-                                writer.add(cmd)
+                            writer.row_change(relmap.article.name, _commands(msg, relmap))
                     elif isinstance(msg, pgoutput.Truncate):
                         if not skip:
                             for relid in msg.relids:
                                 relmap = relmaps.get(relid)
                                 if relmap is not None:
-                                    writer.add(Command("T", relmap.article.name))
+                                    writer.row_change(relmap.article.name, [Command("T", relmap.article.name)])
                     elif isinstance(msg, pgoutput.Commit):
                         last_end = msg.end_lsn
+                        if not skip:
+                            writer.close_run()
                         if not skip and writer.count:
                             writer.flush()
                             dist.execute(
                                 "INSERT INTO airflow_repl.transactions (publication, xact_seqno, xid, "
-                                "commit_time, end_lsn, command_count) VALUES (%s, %s, %s, %s, %s, %s)",
+                                "commit_time, end_lsn, command_count, article_rows) "
+                                "VALUES (%s, %s, %s, %s, %s, %s, %s)",
                                 (publication, writer.xact, writer.xid, msg.commit_time,
-                                 pgoutput.int_to_lsn(msg.end_lsn), writer.count))
+                                 pgoutput.int_to_lsn(msg.end_lsn), writer.count, Jsonb(writer.article_rows)))
                             n_txn += 1
                             totals["commands"] += writer.count
                             last_commit = writer.xact

@@ -86,7 +86,7 @@ def _key_params(article: ResolvedArticle) -> sql.Composable:
 def plan_partitions(conn: psycopg.Connection, article: ResolvedArticle, max_parts: int) -> list[dict]:
     """Key ranges of roughly equal size, computed inside the exported snapshot."""
     table = sql.Identifier(article.table.schema, article.table.name)
-    rows = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()[0]
+    rows = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()[0]  # whole table: ranges cut it
     parts = max(1, min(max_parts, math.ceil(rows / ROWS_PER_PARTITION)))
     bounds: list[list[str]] = []
     if parts > 1:
@@ -107,6 +107,8 @@ def read_partition(conninfo: str, snapshot_name: str, folder: str, task: dict) -
     """Executor side: read one key range inside the exported snapshot into a Parquet file."""
     article = ResolvedArticle.from_dict(task["article"])
     where, params = [], []
+    if article.row_filter:  # PostgreSQL's own deparsed, validated form of the article's filter
+        where.append(sql.SQL("({})").format(sql.SQL(article.row_filter)))
     if task["lower"] is not None:
         where.append(sql.SQL("{} >= {}").format(_key_tuple(article), _key_params(article)))
         params += task["lower"]

@@ -18,6 +18,7 @@ import yaml
 
 from . import connections
 from .errors import TopologyError
+from .predicate import check_predicate
 from .propagation import Propagation, parse_propagation
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
@@ -52,6 +53,12 @@ class Article:
     source_table: str
     dest_schema: str
     dest_table: str
+    #: SQL predicate on the source table (row filter); None replicates every row.
+    row_filter: str | None = None
+    #: Column filter: the columns replicated (the primary key is always added); None = all.
+    columns: list[str] | None = None
+    #: Which updates become DELETE + INSERT pairs (see UPDATE_MODES).
+    updates_as_delete_insert: str = "key_changes"
     ins_cmd: Propagation = field(default_factory=lambda: parse_propagation("insert", None))
     upd_cmd: Propagation = field(default_factory=lambda: parse_propagation("update", None))
     del_cmd: Propagation = field(default_factory=lambda: parse_propagation("delete", None))
@@ -85,6 +92,11 @@ class Subscription:
     commit_batch_size: int = 100
     #: Distribution Agent: commands per subscriber commit (SQL Server's CommitBatchThreshold).
     commit_batch_threshold: int = 1000
+    #: Distribution Agent: parallel connections to the subscriber (SQL Server's SubscriptionStreams).
+    subscription_streams: int = 1
+    #: Distribution Agent: errors that skip the failing transaction (SQL Server's SkipErrors):
+    #: "row_not_found" (20598) and/or "duplicate_key" (2627).
+    skip_errors: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -145,7 +157,8 @@ class Topology:
             "publications": [
                 {"name": p.name, "articles": [
                     {"name": a.name, "table": a.source,
-                     "destination": a.destination,
+                     "destination": a.destination, "row_filter": a.row_filter, "columns": a.columns,
+                     "updates_as_delete_insert": a.updates_as_delete_insert,
                      "ins_cmd": a.ins_cmd.text, "upd_cmd": a.upd_cmd.text, "del_cmd": a.del_cmd.text}
                     for a in p.articles]}
                 for p in self.publications.values()
@@ -176,8 +189,35 @@ def _endpoint(kind: str, value: Any) -> Endpoint:
     return Endpoint(value)
 
 
-_ARTICLE_KEYS = {"name", "table", "destination", "ins_cmd", "upd_cmd", "del_cmd"}
-_SUBSCRIPTION_KEYS = {"publication", "subscriber", "commit_batch_size", "commit_batch_threshold"}
+_ARTICLE_KEYS = {"name", "table", "destination", "ins_cmd", "upd_cmd", "del_cmd", "row_filter", "columns",
+                 "updates_as_delete_insert"}
+_PUBLICATION_KEYS = {"name", "articles", "updates_as_delete_insert"}
+
+#: ``updates_as_delete_insert`` values: updates that change a primary-key or unique column
+#: (the default); every update (SQL Server trace flag 8202); or key changes except when the
+#: transaction changed a single row of the article, which stays one UPDATE (trace flag 8207).
+UPDATE_MODES = ("key_changes", "all", "multi_row_key_changes")
+
+
+def _update_mode(value: Any, where: str) -> str:
+    if value not in UPDATE_MODES:
+        raise TopologyError(f"updates_as_delete_insert of {where} is {value!r}; choose one of "
+                            f"{', '.join(UPDATE_MODES)}")
+    return value
+
+
+def _columns(value: Any, article: str) -> list[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value or not all(isinstance(c, str) and c for c in value):
+        raise TopologyError(f"columns of article {article!r} must be a non-empty list of column names")
+    if len(set(value)) != len(value):
+        raise TopologyError(f"columns of article {article!r} lists a column twice")
+    return list(value)
+_SUBSCRIPTION_KEYS = {"publication", "subscriber", "commit_batch_size", "commit_batch_threshold",
+                      "subscription_streams", "skip_errors"}
+#: SkipErrors names (and SQL Server's error numbers) -> SQLSTATE.
+SKIPPABLE_ERRORS = {"row_not_found": "RP598", "20598": "RP598", "duplicate_key": "23505", "2627": "23505"}
 
 
 def from_dict(data: dict[str, Any]) -> Topology:
@@ -193,6 +233,11 @@ def from_dict(data: dict[str, Any]) -> Topology:
     publications: dict[str, Publication] = {}
     for pdata in data["publications"] or []:
         pname = _check_name("publication", (pdata or {}).get("name"))
+        unknown = set(pdata) - _PUBLICATION_KEYS
+        if unknown:
+            raise TopologyError(f"publication {pname!r} has unknown option(s) {sorted(unknown)}; known "
+                                f"options: {sorted(_PUBLICATION_KEYS)}")
+        pub_mode = _update_mode(pdata.get("updates_as_delete_insert", "key_changes"), f"publication {pname!r}")
         if pname in publications:
             raise TopologyError(f"publication {pname!r} is defined twice")
         articles: list[Article] = []
@@ -223,7 +268,12 @@ def from_dict(data: dict[str, Any]) -> Topology:
             seen_names.add(name)
             seen_sources.add(f"{schema}.{table}")
             seen_dests.add(f"{dschema}.{dtable}")
+            row_filter = adata.get("row_filter")
             art = Article(name, schema, table, dschema, dtable,
+                          row_filter=None if row_filter is None else check_predicate(row_filter, article=name),
+                          columns=_columns(adata.get("columns"), name),
+                          updates_as_delete_insert=_update_mode(
+                              adata.get("updates_as_delete_insert", pub_mode), f"article {name!r}"),
                           ins_cmd=parse_propagation("insert", adata.get("ins_cmd"), article=name),
                           upd_cmd=parse_propagation("update", adata.get("upd_cmd"), article=name),
                           del_cmd=parse_propagation("delete", adata.get("del_cmd"), article=name))
@@ -246,7 +296,12 @@ def from_dict(data: dict[str, Any]) -> Topology:
         if any(s.publication == pub and s.subscriber == subr for s in subscriptions):
             raise TopologyError(f"subscriber {subr!r} subscribes to publication {pub!r} twice")
         sub = Subscription(pub, subr)
-        for key in ("commit_batch_size", "commit_batch_threshold"):
+        skip = sdata.get("skip_errors", [])
+        if not isinstance(skip, list) or any(str(e) not in SKIPPABLE_ERRORS for e in skip):
+            raise TopologyError(f"skip_errors of subscription {pub}/{subr} must list some of: "
+                                f"row_not_found (20598), duplicate_key (2627); got {skip!r}")
+        sub.skip_errors = [str(e) for e in skip]
+        for key in ("commit_batch_size", "commit_batch_threshold", "subscription_streams"):
             if key in sdata:
                 value = sdata[key]
                 if not isinstance(value, int) or value < 1:
