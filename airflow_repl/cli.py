@@ -11,7 +11,7 @@ import json
 import logging
 import sys
 
-from airflow_repl.engine import connections, deploy, procedures, topology, validation
+from airflow_repl.engine import connections, deploy, procedures, topology, tsql, validation
 from airflow_repl.engine.errors import ReplError
 
 
@@ -61,9 +61,10 @@ def _cmd_script_procs(args) -> None:
     pub = _publication(topo, args.publication)
     with connections.connect(topo.publisher.require("publisher"), "publisher") as conn:
         articles = deploy.resolve_publication(conn, topo.publication(pub))
+    script = tsql.article_script if args.dialect == "tsql" else procedures.article_script
     for art in articles:
         print(f"-- article {art.name}: {art.table.qualified} -> {art.destination}")
-        print(procedures.article_script(art))
+        print(script(art))
     return None
 
 
@@ -113,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--subscriber", action="append")
     p.set_defaults(func=_cmd_validate)
     p = with_topology(sub.add_parser("script-procs", help="print the generated procedures"))
-    p.add_argument("--dialect", choices=["postgresql"], default="postgresql")
+    p.add_argument("--dialect", choices=["postgresql", "tsql"], default="postgresql",
+                   help="tsql scripts the procedures for SQL Server subscribers (script only)")
     p.set_defaults(func=_cmd_script_procs)
     p = sub.add_parser("sandbox", help="the embedded PostgreSQL sandbox")
     p.add_argument("action", choices=["start", "stop", "status", "destroy"])

@@ -36,7 +36,7 @@ class ResolvedArticle:
 
     @property
     def column_names(self) -> list[str]:
-        return self.table.column_names
+        return [c.name for c in self.columns]
 
     @property
     def primary_key(self) -> list[str]:

@@ -129,6 +129,7 @@ class _Stream(threading.Thread):
 
     def run(self) -> None:
         cur = self.conn.cursor()
+        done = False
         try:
             with self.conn.pipeline() as p:
                 while (item := self.queue.get()) is not None:
@@ -136,13 +137,14 @@ class _Stream(threading.Thread):
                         self.count += 1
                         if self.count % _SYNC_EVERY == 0:
                             p.sync()
+                done = True  # the end marker was read; errors may still surface when the pipeline ends
         except BaseException as exc:  # noqa: BLE001 - reported to the dispatcher
             self.error = exc
             try:
                 self.conn.rollback()  # release our locks so that other streams can finish
             except psycopg.Error:
                 pass
-            while self.queue.get() is not None:  # keep draining so the dispatcher never blocks
+            while not done and self.queue.get() is not None:  # keep draining so the dispatcher never blocks
                 pass
 
 
