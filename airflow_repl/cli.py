@@ -40,7 +40,7 @@ def _cmd_agent(args) -> dict:
 
 def _cmd_apply(args) -> dict:
     topo = _load(args)
-    resolved = deploy.apply_topology(topo)
+    resolved = deploy.apply_topology(topo, [args.publication] if args.publication else None)
     return {name: [a.name for a in arts] for name, arts in resolved.items()}
 
 
@@ -79,14 +79,14 @@ def _cmd_sandbox(args) -> dict | None:
     elif args.action == "destroy":
         sb.destroy()
     elif args.action == "status":
-        return {name: connections.describe(sb.conninfo(name)) for name in sb.clusters}
+        return sb.status()
     return None
 
 
 def _cmd_demo(args) -> None:
     from airflow_repl import demo
 
-    sys.exit(demo.main(["--root", args.root]))
+    sys.exit(demo.main(["--root", args.root, "--cycles", str(args.cycles)]))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -123,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_sandbox)
     p = sub.add_parser("demo", help="run the end-to-end demo on the sandbox")
     p.add_argument("--root", default=".sandbox")
+    p.add_argument("--cycles", type=int, default=2, help="replication cycles while the workload runs")
     p.set_defaults(func=_cmd_demo)
     return parser
 

@@ -28,12 +28,9 @@ os.environ["AIRFLOW__LOGGING__LOGGING_LEVEL"] = "INFO"  # the e2e test reads the
 
 @pytest.fixture(scope="session")
 def sandbox(tmp_path_factory):
-    root = tmp_path_factory.mktemp("sandbox")
-    os.chmod(root, 0o755)
-    for parent in root.parents:  # let the unprivileged server user reach its data directory
-        if str(parent).startswith(("/tmp", "/var/tmp")) and parent != Path("/tmp"):
-            os.chmod(parent, os.stat(parent).st_mode | 0o011)
-    sb = Sandbox(root)
+    # pytest's temporary folders are private to root: as root, the sandbox puts its clusters
+    # where the unprivileged server user can reach them (see Sandbox._pg_base)
+    sb = Sandbox(tmp_path_factory.mktemp("sandbox"))
     sb.start()
     yield sb
     sb.destroy()
@@ -55,6 +52,8 @@ class Env:
 
     def __init__(self, sandbox: Sandbox, tmp_path: Path, n_subscribers: int = 1) -> None:
         n = next(_counter)
+        self.databases = [("publisher", f"pub_{n}"), ("publisher", f"dist_{n}")] + [
+            ("subscriber", f"sub_{n}_{i}") for i in range(1, n_subscribers + 1)]
         self.pub = sandbox.create_database("publisher", f"pub_{n}", recreate=True)
         self.dist = sandbox.create_database("publisher", f"dist_{n}", recreate=True)
         self.subs = {f"sub{i}": sandbox.create_database("subscriber", f"sub_{n}_{i}", recreate=True)
@@ -84,11 +83,20 @@ class Env:
             return conn.execute(sql, params).fetchall()
 
 
+    def drop(self) -> None:
+        for cluster, name in self.databases:
+            self.sandbox.drop_database(cluster, name)
+
+
 @pytest.fixture
 def env(sandbox, tmp_path):
-    return Env(sandbox, tmp_path)
+    e = Env(sandbox, tmp_path)
+    yield e
+    e.drop()
 
 
 @pytest.fixture
 def env2(sandbox, tmp_path):
-    return Env(sandbox, tmp_path, n_subscribers=2)
+    e = Env(sandbox, tmp_path, n_subscribers=2)
+    yield e
+    e.drop()

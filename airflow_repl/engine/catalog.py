@@ -62,7 +62,10 @@ def load_table(conn: psycopg.Connection, schema: str, table: str) -> TableInfo:
         raise TopologyError(f"unknown table {schema}.{table} at the publisher: create it or fix the "
                             f"article's 'table' entry")
     oid, relkind = row
-    if relkind not in ("r", "p"):
+    if relkind == "p":
+        raise TopologyError(f"{schema}.{table} is a partitioned table, which airflow-repl cannot publish yet: "
+                            f"publish its partitions as separate articles")
+    if relkind != "r":
         raise TopologyError(f"{schema}.{table} is not an ordinary table (relkind {relkind!r}); only "
                             f"tables can be published")
     columns = [Column(name, typ, notnull, typoid) for name, typ, notnull, typoid in conn.execute(

@@ -69,8 +69,11 @@ def env_resolver(conn_id: str) -> str:
     value = value.strip()
     if value.startswith("{"):
         data = json.loads(value)
+        extra = data.get("extra")
+        if isinstance(extra, str):  # Airflow allows extra as a JSON string too
+            extra = json.loads(extra) if extra.strip() else None
         return conninfo_from_parts(data.get("host"), data.get("port"), data.get("login"),
-                                   data.get("password"), data.get("schema"), data.get("extra"))
+                                   data.get("password"), data.get("schema"), extra)
     parts = urlsplit(value)
     if parts.scheme in ("postgresql", "postgres"):
         return _uri_to_conninfo(value)

@@ -75,6 +75,8 @@ CREATE TABLE IF NOT EXISTS airflow_repl.commands (
     data            jsonb NOT NULL,
     PRIMARY KEY (publication, xact_seqno, command_id)
 );
+-- columns added after the first release of a table: keep older distribution databases current
+ALTER TABLE airflow_repl.transactions ADD COLUMN IF NOT EXISTS article_rows jsonb NOT NULL DEFAULT '{}';
 CREATE TABLE IF NOT EXISTS airflow_repl.logreader_state (
     publication     text PRIMARY KEY,
     read_xact_seqno pg_lsn,
@@ -110,6 +112,7 @@ CREATE TABLE IF NOT EXISTS airflow_repl.errors (
     command         jsonb,
     skipped         boolean NOT NULL DEFAULT false  -- the transaction was skipped (SkipErrors)
 );
+ALTER TABLE airflow_repl.errors ADD COLUMN IF NOT EXISTS skipped boolean NOT NULL DEFAULT false;
 """
 
 SUBSCRIBER_DDL = """
@@ -183,6 +186,18 @@ def start_run(conn: psycopg.Connection, agent: str, publication: str | None,
         "RETURNING run_id", (agent, publication, subscriber)).fetchone()
     conn.commit()
     return int(row[0])
+
+
+def abandon_stale_runs(conn: psycopg.Connection, run_id: int, agent: str, publication: str,
+                       subscriber: str | None = None) -> None:
+    """Mark runs left 'running' by a killed agent as 'abandoned'.  Call it while holding the
+    lock that keeps a second agent of the same kind away, so that they cannot be alive."""
+    conn.execute(
+        "UPDATE airflow_repl.agent_history SET status = 'abandoned', finished_at = clock_timestamp(), "
+        "message = 'the agent stopped without reporting (killed or crashed); a later run took over' "
+        "WHERE agent = %s AND publication = %s AND subscriber IS NOT DISTINCT FROM %s "
+        "AND status = 'running' AND run_id < %s", (agent, publication, subscriber, run_id))
+    conn.commit()
 
 
 def finish_run(conn: psycopg.Connection, run_id: int, status: str, *, transactions: int = 0,

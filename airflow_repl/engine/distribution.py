@@ -150,12 +150,17 @@ class _Stream(threading.Thread):
 
 def _batch(dist: psycopg.Connection, publication: str, after: str, until: datetime | None,
            size: int, threshold: int) -> list[_Txn]:
+    # Commit order is LSN order; commit timestamps of concurrent commits need not follow it, so
+    # point-in-time delivery stops at the first transaction (in LSN order) committed after
+    # `until`, never skipping an earlier-LSN one.
     rows = dist.execute(
-        "SELECT xact_seqno::text, command_count, article_rows FROM airflow_repl.transactions "
-        "WHERE publication = %s AND xact_seqno > %s AND (%s::timestamptz IS NULL OR commit_time <= %s) "
-        "ORDER BY xact_seqno LIMIT %s", (publication, after, until, until, size)).fetchall()
+        "SELECT xact_seqno::text, command_count, article_rows, commit_time FROM airflow_repl.transactions "
+        "WHERE publication = %s AND xact_seqno > %s ORDER BY xact_seqno LIMIT %s",
+        (publication, after, size)).fetchall()
     out, total = [], 0
-    for xact, count, article_rows in rows:
+    for xact, count, article_rows, commit_time in rows:
+        if until is not None and commit_time > until:
+            break
         if out and total + count > threshold:
             break
         out.append(_Txn(xact, count, article_rows or {}))
@@ -349,9 +354,9 @@ class _Delivery:
                                         "message": f"skipped transaction {xact}: cannot apply {what} "
                                                    f"(command {cid}): {diag}"})
                     continue
-                hint = (" The subscriber is missing a row the publisher had: reinitialize the "
-                        "subscription (run the Snapshot Agent) or repair the row, or skip such errors with "
-                        "the subscription's skip_errors option." if exc.sqlstate == ROW_NOT_FOUND_SQLSTATE else "")
+                hint = (" The subscriber is missing a row the publisher had: repair the row, reinitialize "
+                        "the subscription (Snapshot Agent with reinitialize), or skip such errors with the "
+                        "subscription's skip_errors option." if exc.sqlstate == ROW_NOT_FOUND_SQLSTATE else "")
                 out.failure = DeliveryError(
                     f"cannot apply {what} in transaction {xact} (command {cid}): {diag}.{hint}",
                     sqlstate=exc.sqlstate, xact_seqno=xact, command_id=cid, article=cmd.article)
@@ -440,6 +445,9 @@ def run_distribution(topology: Topology, publication: str, subscriber: str, *,
         dist.commit()
         delivery.connect()
         run_id = distdb.start_run(dist, AGENT, publication, subscriber)
+        _lock_watermark(delivery.subs[0], publication, subscriber)  # no other agent is alive now
+        distdb.abandon_stale_runs(dist, run_id, AGENT, publication, subscriber)
+        delivery.subs[0].rollback()
         delivery.run(dist, run_id, applier)
         totals = delivery.totals
         totals["seconds"] = round(time.monotonic() - started, 3)

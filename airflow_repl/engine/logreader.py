@@ -182,6 +182,7 @@ def run_log_reader(topology: Topology, publication: str, *, batch_changes: int =
             raise NotInitialized(f"publication {publication!r} has no replication slot {slot!r} at the "
                                  f"publisher: run the Snapshot Agent first")
         run_id = distdb.start_run(dist, AGENT, publication)
+        distdb.abandon_stale_runs(dist, run_id, AGENT, publication)
         state = dist.execute("SELECT read_xact_seqno FROM airflow_repl.logreader_state WHERE publication = %s",
                              (publication,)).fetchone()
         read_upto = pgoutput.lsn_to_int(state[0]) if state and state[0] else 0

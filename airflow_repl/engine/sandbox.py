@@ -9,6 +9,7 @@ system user (``airflowrepl``, created on first use).  The superuser password is 
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import pwd
@@ -30,7 +31,7 @@ SETTINGS = {
     "listen_addresses": "'127.0.0.1'",
     "wal_level": "logical",
     "max_prepared_transactions": "20",
-    "max_replication_slots": "20",
+    "max_replication_slots": "50",
     "max_wal_senders": "20",
     "max_connections": "100",
     "shared_buffers": "128MB",
@@ -101,8 +102,27 @@ class Sandbox:
         self.state_file.write_text(json.dumps(state, indent=2))
         os.chmod(self.state_file, 0o600)
 
+    def _pg_base(self) -> Path:
+        """Where the clusters live: ``<root>/pg``, unless we are root and the unprivileged server
+        user cannot reach that folder (a checkout under /root, say): then a private folder
+        under /var/tmp, recorded in sandbox.json."""
+        state = self._state()
+        if state.get("pg_base"):
+            return Path(state["pg_base"])
+        base = self.root / "pg"
+        if self.as_root and not self._reachable(self.root):
+            digest = hashlib.sha1(str(self.root).encode()).hexdigest()[:10]
+            base = Path("/var/tmp") / f"airflow-repl-sandbox-{digest}"
+        state["pg_base"] = str(base)
+        self._save(state)
+        return base
+
+    def _reachable(self, path: Path) -> bool:
+        return subprocess.run(["runuser", "-u", RUN_AS, "--", "test", "-x", str(path)], cwd="/",
+                              capture_output=True).returncode == 0
+
     def _datadir(self, name: str) -> Path:
-        return self.root / "pg" / name
+        return self._pg_base() / name
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> dict[str, str]:
@@ -110,11 +130,13 @@ class Sandbox:
         ``postgres`` database."""
         if self.as_root:
             self._ensure_user()
+        self.root.mkdir(parents=True, exist_ok=True)
+        base = self._pg_base()
         state = self._state()
         state.setdefault("password", secrets.token_urlsafe(18))
         state.setdefault("ports", {})
-        (self.root / "pg").mkdir(parents=True, exist_ok=True)
-        self._chown(self.root / "pg")
+        base.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._chown(base)
         for name in self.clusters:
             datadir = self._datadir(name)
             if not (datadir / "PG_VERSION").exists():
@@ -134,7 +156,7 @@ class Sandbox:
     def _initdb(self, datadir: Path, password: str) -> None:
         if datadir.exists():
             shutil.rmtree(datadir)
-        pwfile = self.root / "pg" / f".pw-{secrets.token_hex(4)}"
+        pwfile = self._pg_base() / f".pw-{secrets.token_hex(4)}"
         pwfile.write_text(password + "\n")
         os.chmod(pwfile, 0o600)
         self._chown(pwfile)
@@ -157,14 +179,28 @@ class Sandbox:
             self._chown(conf)
 
     def stop(self) -> None:
+        if not self.state_file.exists():
+            return
         for name in self.clusters:
             datadir = self._datadir(name)
             if (datadir / "PG_VERSION").exists():
                 self._run("pg_ctl", "-D", str(datadir), "-m", "fast", "-w", "stop", check=False)
 
     def destroy(self) -> None:
+        if not self.state_file.exists():
+            return
         self.stop()
+        shutil.rmtree(self._pg_base(), ignore_errors=True)
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def status(self) -> dict[str, str]:
+        if not self.state_file.exists():
+            raise ReplError(f"no sandbox in {self.root}: start one with 'airflow-repl sandbox start'")
+        out = {}
+        for name in self.clusters:
+            running = self._run("pg_ctl", "-D", str(self._datadir(name)), "status", check=False).returncode == 0
+            out[name] = f"{'running' if running else 'stopped'} on 127.0.0.1:{self._state()['ports'][name]}"
+        return out
 
     # ------------------------------------------------------------------ access
     def conninfo(self, cluster: str, dbname: str = "postgres") -> str:
@@ -172,15 +208,22 @@ class Sandbox:
         return pg_conninfo.make_conninfo(host="127.0.0.1", port=state["ports"][cluster], user="postgres",
                                          password=state["password"], dbname=dbname)
 
+    def drop_database(self, cluster: str, dbname: str) -> None:
+        """Drop a database and the replication slots that live in it."""
+        with psycopg.connect(self.conninfo(cluster), autocommit=True) as conn:
+            for (slot,) in conn.execute("SELECT slot_name FROM pg_replication_slots WHERE database = %s",
+                                        (dbname,)).fetchall():
+                conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+            for (gid,) in conn.execute("SELECT gid FROM pg_prepared_xacts WHERE database = %s",
+                                       (dbname,)).fetchall():
+                conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname)))
+
     def create_database(self, cluster: str, dbname: str, *, recreate: bool = False) -> str:
+        if recreate:
+            self.drop_database(cluster, dbname)
         with psycopg.connect(self.conninfo(cluster), autocommit=True) as conn:
             exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (dbname,)).fetchone()
-            if exists and recreate:
-                for (slot,) in conn.execute("SELECT slot_name FROM pg_replication_slots WHERE database = %s",
-                                            (dbname,)).fetchall():
-                    conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-                conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(dbname)))
-                exists = None
             if not exists:
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
         return self.conninfo(cluster, dbname)

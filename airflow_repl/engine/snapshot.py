@@ -204,7 +204,7 @@ def run_snapshot(topology: Topology, publication: str, spark, *, subscribers: li
         snapshot_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
         folder = Path(topology.snapshot_folder) / publication / snapshot_id
         folder.mkdir(parents=True, exist_ok=True)
-        temp_slot = f"{slot}_snap_{secrets.token_hex(4)}"
+        temp_slot = f"airflow_repl_snap_{secrets.token_hex(8)}"  # temporary: dropped with its connection
         repl_conn, consistent_lsn, snapshot_name = _create_slot(
             pub_conninfo, temp_slot if has_slot else slot, permanent=not has_slot)
         try:

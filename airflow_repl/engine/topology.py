@@ -189,6 +189,7 @@ def _endpoint(kind: str, value: Any) -> Endpoint:
     return Endpoint(value)
 
 
+_TOPOLOGY_KEYS = {"publisher", "distributor", "subscribers", "publications", "subscriptions", "snapshot_folder"}
 _ARTICLE_KEYS = {"name", "table", "destination", "ins_cmd", "upd_cmd", "del_cmd", "row_filter", "columns",
                  "updates_as_delete_insert"}
 _PUBLICATION_KEYS = {"name", "articles", "updates_as_delete_insert"}
@@ -228,6 +229,10 @@ def from_dict(data: dict[str, Any]) -> Topology:
     for key in ("publisher", "distributor", "publications"):
         if key not in data:
             raise TopologyError(f"the topology has no {key!r} entry")
+    unknown = set(data) - _TOPOLOGY_KEYS
+    if unknown:
+        raise TopologyError(f"the topology has unknown entries {sorted(unknown)}; known entries: "
+                            f"{sorted(_TOPOLOGY_KEYS)}")
     subscribers = {_check_name("subscriber", k): _endpoint(f"subscriber {k!r}", v)
                    for k, v in (data.get("subscribers") or {}).items()}
     publications: dict[str, Publication] = {}
@@ -314,7 +319,7 @@ def from_dict(data: dict[str, Any]) -> Topology:
         subscribers=subscribers,
         publications=publications,
         subscriptions=subscriptions,
-        snapshot_folder=str(data.get("snapshot_folder") or "snapshots"),
+        snapshot_folder=expand_env(str(data.get("snapshot_folder") or "snapshots"), "snapshot_folder"),
     )
 
 
@@ -345,6 +350,6 @@ def load(path: str | Path) -> Topology:
     except yaml.YAMLError as exc:
         raise TopologyError(f"topology file {path} is not valid YAML: {exc}") from None
     topo = from_dict(data)
-    folder = Path(expand_env(topo.snapshot_folder, f"snapshot_folder of {path}")).expanduser()
+    folder = Path(topo.snapshot_folder).expanduser()
     topo.snapshot_folder = str(folder if folder.is_absolute() else (path.parent / folder).resolve())
     return topo

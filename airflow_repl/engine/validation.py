@@ -11,13 +11,16 @@ from .topology import Topology
 
 
 def table_checksum(conn: psycopg.Connection, schema: str, table: str, columns: list[str],
-                   key: list[str]) -> tuple[int, str]:
-    """(row count, md5 over the rows in key order) of ``columns`` of a table."""
+                   key: list[str], row_filter: str | None = None) -> tuple[int, str]:
+    """(row count, md5 over the rows in key order) of ``columns`` of a table, limited to the
+    rows passing ``row_filter`` (an article's filter, in PostgreSQL's deparsed form)."""
     cols = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
     order = sql.SQL(", ").join(sql.Identifier(c) for c in key)
+    where = sql.SQL(" WHERE ({})").format(sql.SQL(row_filter)) if row_filter else sql.SQL("")
     count, digest = conn.execute(sql.SQL(
         "SELECT count(*), md5(coalesce(string_agg(md5(ROW({cols})::text), '' ORDER BY {order}), '')) "
-        "FROM {table}").format(cols=cols, order=order, table=sql.Identifier(schema, table))).fetchone()
+        "FROM {table}{where}").format(cols=cols, order=order, table=sql.Identifier(schema, table),
+                                      where=where)).fetchone()
     return int(count), digest
 
 
@@ -31,7 +34,8 @@ def compare(topology: Topology, publication: str, subscriber: str,
     with connections.connect(topology.publisher.require("publisher"), "publisher") as pub, \
             connections.connect(topology.subscriber_conninfo(subscriber), f"subscriber {subscriber!r}") as sub:
         for art in articles:
-            p = table_checksum(pub, art.table.schema, art.table.name, art.column_names, art.primary_key)
+            p = table_checksum(pub, art.table.schema, art.table.name, art.column_names, art.primary_key,
+                               art.row_filter)
             s = table_checksum(sub, art.dest_schema, art.dest_table, art.column_names, art.primary_key)
             out.append({"article": art.name, "publisher_rows": p[0], "subscriber_rows": s[0],
                         "publisher_checksum": p[1], "subscriber_checksum": s[1], "match": p == s})
