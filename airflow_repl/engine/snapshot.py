@@ -108,7 +108,8 @@ def read_partition(conninfo: str, snapshot_name: str, folder: str, task: dict) -
     article = ResolvedArticle.from_dict(task["article"])
     where, params = [], []
     if article.row_filter:  # PostgreSQL's own deparsed, validated form of the article's filter
-        where.append(sql.SQL("({})").format(sql.SQL(article.row_filter)))
+        # (escape '%': the query is sent with bound parameters)
+        where.append(sql.SQL("({})").format(sql.SQL(article.row_filter.replace("%", "%%"))))
     if task["lower"] is not None:
         where.append(sql.SQL("{} >= {}").format(_key_tuple(article), _key_params(article)))
         params += task["lower"]
