@@ -44,7 +44,7 @@ END$$;
 """
 
 keys = st.tuples(st.integers(0, 30), st.sampled_from(["a", "b", "é", "x'y"]))
-values = st.tuples(st.one_of(st.none(), st.integers(-5, 50)), st.one_of(st.none(), st.text(max_size=8)),
+values = st.tuples(st.one_of(st.none(), st.integers(-5, 50)), st.one_of(st.none(), st.text(st.characters(blacklist_characters="\x00"), max_size=8)),
                    st.one_of(st.none(), st.decimals(-1000, 1000, places=3, allow_nan=False)),
                    st.one_of(st.none(), st.integers(0, 3000).map(lambda n: "w" * n)))
 op = st.one_of(

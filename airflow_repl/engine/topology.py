@@ -40,6 +40,10 @@ class Endpoint:
     ref: str
     conninfo: str | None = field(default=None, repr=False)
 
+    def __repr__(self) -> str:  # a URI reference may carry a password: never show it
+        shown = connections.describe(connections.resolve(self.ref)) if connections.is_uri(self.ref) else self.ref
+        return f"Endpoint({shown!r})"
+
     def require(self, role: str) -> str:
         if self.conninfo is None:
             self.conninfo = connections.resolve(self.ref)
