@@ -325,3 +325,62 @@ def test_two_subscribers_are_delivered_in_parallel_spark_tasks(env2, spark):
     assert delivered["commands"] == 1000 and delivered["spark_application_id"]
     assert_in_sync(topo, "sub1")
     assert_in_sync(topo, "sub2")
+
+
+def test_multi_stream_agent_killed_repeatedly_applies_everything_exactly_once(env, spark, tmp_path):
+    import random
+
+    make_items(env, 3000)
+    topo = env.topology(["public.items"])
+    snapshot.run_snapshot(topo, "p", spark)
+    env.run(env.sub, """
+        CREATE TABLE applied (op text);
+        CREATE FUNCTION count_op() RETURNS trigger LANGUAGE plpgsql AS
+            $$BEGIN INSERT INTO applied VALUES (TG_OP); RETURN NULL; END$$;
+        CREATE TRIGGER always_trigger AFTER INSERT OR UPDATE OR DELETE ON items FOR EACH ROW EXECUTE FUNCTION count_op();
+        ALTER TABLE items ENABLE ALWAYS TRIGGER always_trigger;""")
+    for i in range(300):  # 300 transactions x 10 updates
+        env.run(env.pub, "UPDATE items SET grp = grp + 1 WHERE id %% 300 = %s", (i,))
+    logreader.run_log_reader(topo, "p")
+    spec = _spec_file(topo, tmp_path)
+    state = lambda: env.rows(env.sub, "SELECT transactions FROM airflow_repl.subscription_state")[0][0]  # noqa: E731
+    rng = random.Random(3)
+    kills = 0
+    for _ in range(6):
+        before = state()
+        proc = subprocess.Popen([sys.executable, RUNNER, "distribution", spec,
+                                 json.dumps({"subscription_streams": 3, "commit_batch_size": 2})])
+        if not _kill_when(proc, lambda: state() > before and (time.sleep(rng.uniform(0, 0.15)) or True)):
+            break
+        kills += 1
+        # whatever the moment, the subscriber holds whole batches only (prepared ones aside)
+        assert env.rows(env.sub, "SELECT count(*) FROM applied")[0][0] <= state() * 10 + 3 * 2 * 10
+    assert kills >= 1
+    result = distribution.run_distribution(topo, "p", "sub1", subscription_streams=3, commit_batch_size=2)
+    assert state() == 300
+    assert env.rows(env.sub, "SELECT count(*) FROM applied")[0][0] == 3000
+    assert env.rows(env.sub, "SELECT count(*) FROM pg_prepared_xacts") == [(0,)]
+    assert 0 < result["transactions"] < 300  # the killed runs had delivered the rest
+    assert_in_sync(topo)
+
+
+def test_recovery_of_prepared_stream_transactions(env):
+    """Stream 0 (watermark) gone while others are prepared: it committed, so the rest commit.
+    All streams prepared: commit.  Stream 0 prepared but not all streams: roll back."""
+    env.run(env.sub, "CREATE TABLE marks (batch text, stream int)")
+    plan = {"x": ([1, 2], 3), "z": ([0, 1, 2], 3), "y": ([0, 1], 3)}
+    for batch, (streams, total) in plan.items():
+        for s in streams:
+            with psycopg.connect(env.sub, autocommit=True) as conn:
+                conn.execute("BEGIN")
+                conn.execute("INSERT INTO marks VALUES (%s, %s)", (batch, s))
+                conn.execute(f"PREPARE TRANSACTION 'airflow_repl|p|{batch}|{s}|{total}'")
+    with psycopg.connect(env.sub, autocommit=True) as conn:  # another publication's: left alone
+        conn.execute("BEGIN")
+        conn.execute("INSERT INTO marks VALUES ('other', 0)")
+        conn.execute("PREPARE TRANSACTION 'airflow_repl|q|w|0|2'")
+    with psycopg.connect(env.sub) as conn:
+        assert distribution.recover_prepared(conn, "p") == 7
+    assert env.rows(env.sub, "SELECT batch, count(*) FROM marks GROUP BY batch ORDER BY batch") == [
+        ("x", 2), ("z", 3)]
+    assert env.rows(env.sub, "SELECT gid FROM pg_prepared_xacts") == [("airflow_repl|q|w|0|2",)]

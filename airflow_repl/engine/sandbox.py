@@ -214,9 +214,12 @@ class Sandbox:
             for (slot,) in conn.execute("SELECT slot_name FROM pg_replication_slots WHERE database = %s",
                                         (dbname,)).fetchall():
                 conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-            for (gid,) in conn.execute("SELECT gid FROM pg_prepared_xacts WHERE database = %s",
-                                       (dbname,)).fetchall():
-                conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+            gids = [r[0] for r in conn.execute("SELECT gid FROM pg_prepared_xacts WHERE database = %s",
+                                               (dbname,))]
+            if gids:  # prepared transactions can only be finished from their own database
+                with psycopg.connect(self.conninfo(cluster, dbname), autocommit=True) as own:
+                    for gid in gids:
+                        own.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname)))
 
     def create_database(self, cluster: str, dbname: str, *, recreate: bool = False) -> str:
