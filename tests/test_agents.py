@@ -384,3 +384,14 @@ def test_recovery_of_prepared_stream_transactions(env):
     assert env.rows(env.sub, "SELECT batch, count(*) FROM marks GROUP BY batch ORDER BY batch") == [
         ("x", 2), ("z", 3)]
     assert env.rows(env.sub, "SELECT gid FROM pg_prepared_xacts") == [("airflow_repl|q|w|0|2",)]
+
+
+def test_a_second_distribution_agent_is_refused_while_one_runs(env, spark):
+    make_items(env, 10)
+    topo = env.topology(["public.items"])
+    snapshot.run_snapshot(topo, "p", spark)
+    with psycopg.connect(env.sub, autocommit=True) as other:  # what a running agent holds
+        other.execute("SELECT pg_advisory_lock(hashtext('airflow_repl.distribution.p'))")
+        with pytest.raises(Exception, match="another Distribution Agent is delivering publication 'p'"):
+            distribution.run_distribution(topo, "p", "sub1")
+    assert distribution.run_distribution(topo, "p", "sub1")["transactions"] == 0

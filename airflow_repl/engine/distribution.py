@@ -261,6 +261,14 @@ class _Delivery:
                 raise ReplError(f"subscription_streams = {self.n} needs max_prepared_transactions >= {self.n} "
                                 f"at subscriber {self.subscriber!r} (it is {prepared}); raise it there or use "
                                 f"one stream")
+        # One agent per subscription: a session lock, released if this process dies.  Taken before
+        # recovery, so that no live agent's two-phase commit is ever "recovered" under its feet.
+        locked = self.subs[0].execute("SELECT pg_try_advisory_lock(hashtext(%s))",
+                                      (f"airflow_repl.distribution.{self.publication}",)).fetchone()[0]
+        self.subs[0].commit()
+        if not locked:
+            raise ReplError(f"another Distribution Agent is delivering publication {self.publication!r} to "
+                            f"subscriber {self.subscriber!r}; wait for it to finish")
         recover_prepared(self.subs[0], self.publication)
 
     def close(self) -> None:
