@@ -21,7 +21,6 @@ import time
 from dataclasses import dataclass
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 from . import connections, distdb, naming, pgoutput
 from .articles import ResolvedArticle
@@ -54,10 +53,12 @@ class _TxnWriter:
         self.dist = dist
         self.publication = publication
         self.chunk = chunk
+        self.buffer: list[tuple] = []  # command rows, across transactions, until the next COPY
+        self.transactions: list[tuple] = []  # transaction rows of this batch
         self.begin(None)
 
     def begin(self, xact_seqno: str | None, xid: int = 0) -> None:
-        self.xact, self.xid, self.count, self.buffer = xact_seqno, xid, 0, []
+        self.xact, self.xid, self.count = xact_seqno, xid, 0
         self.article_rows: dict[str, int] = {}
         self.run_article: str | None = None
         self.run_inserts: list[Command] = []
@@ -113,6 +114,24 @@ class _TxnWriter:
         for cmd in self.run_inserts:
             self.add(cmd)
         self.run_article, self.run_inserts, self.run_images = None, [], set()
+
+    def end(self, commit_time, end_lsn: int) -> None:
+        """The transaction committed: queue its row (written with the batch)."""
+        self.close_run()
+        self.transactions.append((self.publication, self.xact, self.xid, commit_time,
+                                  pgoutput.int_to_lsn(end_lsn), self.count, distdb.dumps(self.article_rows)))
+
+    def flush_batch(self) -> None:
+        """Write everything queued (commands, then their transactions) into the open
+        distributor transaction."""
+        self.flush()
+        if self.transactions:
+            with self.dist.cursor() as cur, cur.copy(
+                    "COPY airflow_repl.transactions (publication, xact_seqno, xid, commit_time, end_lsn, "
+                    "command_count, article_rows) FROM STDIN") as copy:
+                for row in self.transactions:
+                    copy.write_row(row)
+            self.transactions = []
 
     def flush(self) -> None:
         if not self.buffer:
@@ -222,19 +241,14 @@ def run_log_reader(topology: Topology, publication: str, *, batch_changes: int =
                         if not skip:
                             writer.close_run()
                         if not skip and writer.count:
-                            writer.flush()
-                            dist.execute(
-                                "INSERT INTO airflow_repl.transactions (publication, xact_seqno, xid, "
-                                "commit_time, end_lsn, command_count, article_rows) "
-                                "VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                                (publication, writer.xact, writer.xid, msg.commit_time,
-                                 pgoutput.int_to_lsn(msg.end_lsn), writer.count, Jsonb(writer.article_rows)))
+                            writer.end(msg.commit_time, msg.end_lsn)
                             n_txn += 1
                             totals["commands"] += writer.count
                             last_commit = writer.xact
                         writer.begin(None)
             if last_end is None:
                 break  # nothing more committed
+            writer.flush_batch()
             if last_commit is not None:
                 dist.execute(
                     "INSERT INTO airflow_repl.logreader_state (publication, read_xact_seqno, read_end_lsn) "
