@@ -60,6 +60,17 @@ class Writer(threading.Thread):
                 self.commit_times.append(time.monotonic())
 
 
+def count_applied_rows(env):
+    """An ENABLE ALWAYS trigger at the subscriber (it fires under session_replication_role =
+    replica) that records every row the agents apply, in table ``applied``."""
+    env.run(env.sub, """
+        CREATE TABLE applied (op text);
+        CREATE FUNCTION count_op() RETURNS trigger LANGUAGE plpgsql AS
+            $$BEGIN INSERT INTO applied VALUES (TG_OP); RETURN NULL; END$$;
+        CREATE TRIGGER always_trigger AFTER INSERT OR UPDATE OR DELETE ON items FOR EACH ROW EXECUTE FUNCTION count_op();
+        ALTER TABLE items ENABLE ALWAYS TRIGGER always_trigger;""")
+
+
 def make_items(env, rows=60000):
     env.run(env.pub, "CREATE TABLE items (id bigint PRIMARY KEY, grp int NOT NULL, payload text, "
                      "amount numeric(12,3) DEFAULT 1.5, at timestamptz DEFAULT now())")
@@ -189,12 +200,8 @@ def test_user_triggers_do_not_fire_and_always_triggers_count_each_command_once(e
         CREATE TABLE audit (op text);
         CREATE FUNCTION log_op() RETURNS trigger LANGUAGE plpgsql AS
             $$BEGIN INSERT INTO audit VALUES (TG_OP); RETURN NULL; END$$;
-        CREATE TRIGGER user_trigger AFTER INSERT OR UPDATE OR DELETE ON items FOR EACH ROW EXECUTE FUNCTION log_op();
-        CREATE TABLE applied (op text);
-        CREATE FUNCTION count_op() RETURNS trigger LANGUAGE plpgsql AS
-            $$BEGIN INSERT INTO applied VALUES (TG_OP); RETURN NULL; END$$;
-        CREATE TRIGGER always_trigger AFTER INSERT OR UPDATE OR DELETE ON items FOR EACH ROW EXECUTE FUNCTION count_op();
-        ALTER TABLE items ENABLE ALWAYS TRIGGER always_trigger;""")
+        CREATE TRIGGER user_trigger AFTER INSERT OR UPDATE OR DELETE ON items FOR EACH ROW EXECUTE FUNCTION log_op();""")
+    count_applied_rows(env)
     for i in range(20):
         env.run(env.pub, "UPDATE items SET grp = grp + 1 WHERE id %% 20 = %s", (i,))
     read, delivered = cycle(topo)
@@ -227,12 +234,7 @@ def test_distribution_killed_mid_batch_rerun_applies_everything_exactly_once(env
     make_items(env, 5000)
     topo = env.topology(["public.items"], commit_batch_size=4)
     snapshot.run_snapshot(topo, "p", spark)
-    env.run(env.sub, """
-        CREATE TABLE applied (op text);
-        CREATE FUNCTION count_op() RETURNS trigger LANGUAGE plpgsql AS
-            $$BEGIN INSERT INTO applied VALUES (TG_OP); RETURN NULL; END$$;
-        CREATE TRIGGER always_trigger AFTER INSERT OR UPDATE OR DELETE ON items FOR EACH ROW EXECUTE FUNCTION count_op();
-        ALTER TABLE items ENABLE ALWAYS TRIGGER always_trigger;""")
+    count_applied_rows(env)
     for i in range(200):  # 200 transactions x 25 updates = 5000 commands
         env.run(env.pub, "UPDATE items SET grp = grp + 1, payload = payload || 'x' WHERE id %% 200 = %s", (i,))
     read = logreader.run_log_reader(topo, "p")
@@ -333,12 +335,7 @@ def test_multi_stream_agent_killed_repeatedly_applies_everything_exactly_once(en
     make_items(env, 3000)
     topo = env.topology(["public.items"])
     snapshot.run_snapshot(topo, "p", spark)
-    env.run(env.sub, """
-        CREATE TABLE applied (op text);
-        CREATE FUNCTION count_op() RETURNS trigger LANGUAGE plpgsql AS
-            $$BEGIN INSERT INTO applied VALUES (TG_OP); RETURN NULL; END$$;
-        CREATE TRIGGER always_trigger AFTER INSERT OR UPDATE OR DELETE ON items FOR EACH ROW EXECUTE FUNCTION count_op();
-        ALTER TABLE items ENABLE ALWAYS TRIGGER always_trigger;""")
+    count_applied_rows(env)
     for i in range(300):  # 300 transactions x 10 updates
         env.run(env.pub, "UPDATE items SET grp = grp + 1 WHERE id %% 300 = %s", (i,))
     logreader.run_log_reader(topo, "p")

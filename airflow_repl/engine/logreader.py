@@ -125,23 +125,19 @@ class _TxnWriter:
         """Write everything queued (commands, then their transactions) into the open
         distributor transaction."""
         self.flush()
-        if self.transactions:
-            with self.dist.cursor() as cur, cur.copy(
-                    "COPY airflow_repl.transactions (publication, xact_seqno, xid, commit_time, end_lsn, "
-                    "command_count, article_rows) FROM STDIN") as copy:
-                for row in self.transactions:
-                    copy.write_row(row)
-            self.transactions = []
+        self._copy("transactions (publication, xact_seqno, xid, commit_time, end_lsn, command_count, "
+                   "article_rows)", self.transactions)
+        self.transactions = []
 
     def flush(self) -> None:
-        if not self.buffer:
-            return
-        with self.dist.cursor() as cur, cur.copy(
-                "COPY airflow_repl.commands (publication, xact_seqno, command_id, article, op, data) "
-                "FROM STDIN") as copy:
-            for row in self.buffer:
-                copy.write_row(row)
+        self._copy("commands (publication, xact_seqno, command_id, article, op, data)", self.buffer)
         self.buffer = []
+
+    def _copy(self, target: str, rows: list[tuple]) -> None:
+        if rows:
+            with self.dist.cursor() as cur, cur.copy(f"COPY airflow_repl.{target} FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
 
 
 def _map_relation(rel: pgoutput.Relation, articles: dict[tuple[str, str], ResolvedArticle]) -> _RelMap | None:
