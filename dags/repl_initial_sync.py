@@ -1,6 +1,8 @@
 """Initial synchronization: snapshot the publication, then deliver what was written meanwhile.
 
-Run it once per new subscription (or with ``reinitialize`` to rebuild subscribers).
+Run it when subscriptions are added: the snapshot initializes only subscriptions that are not
+active yet, so re-running it is harmless.  To rebuild active subscribers, run
+``airflow-repl snapshot --reinitialize`` or give the snapshot task ``reinitialize=True``.
 """
 
 from __future__ import annotations
