@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import timezone
 from pathlib import Path
 
 import psycopg
@@ -299,7 +300,8 @@ def test_point_in_time_delivery_stops_at_until(env, spark):
     assert first["transactions"] == 1
     assert env.rows(env.sub, "SELECT id, payload FROM items WHERE id IN (1, 2) ORDER BY id") == [
         (1, "one"), (2, env.rows(env.pub, "SELECT md5('2')")[0][0])]
-    assert distribution.run_distribution(topo, "p", "sub1", until=cut.isoformat())["transactions"] == 0
+    naive_utc = cut.astimezone(timezone.utc).replace(tzinfo=None).isoformat()  # no offset: read as UTC
+    assert distribution.run_distribution(topo, "p", "sub1", until=naive_utc)["transactions"] == 0
     assert distribution.run_distribution(topo, "p", "sub1")["transactions"] == 1
     assert_in_sync(topo)
 

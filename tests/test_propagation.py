@@ -191,6 +191,17 @@ def test_missing_custom_procedure_is_named_and_nothing_is_lost(env, spark):
     assert_in_sync(topo)
 
 
+def test_custom_procedure_with_the_wrong_parameters_is_rejected_before_anything_changes(env, spark):
+    env.run(env.pub, "CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t VALUES (1, 'x')")
+    env.run(env.sub, "CREATE TABLE t (id int PRIMARY KEY, v text, local text); INSERT INTO t VALUES (9, 'mine', 'l');"
+                     "CREATE PROCEDURE upd_t(a int, b text) LANGUAGE plpgsql AS $$BEGIN END$$")
+    topo = env.topology([{"table": "t", "upd_cmd": "XCALL upd_t"}])
+    with pytest.raises(ReplError, match=r"custom procedure public.upd_t .* takes 2 parameter\(s\), but XCALL syntax "
+                                        r"passes 4: c1 integer, c2 text, c3 integer, c4 text"):
+        snapshot.run_snapshot(topo, "p", spark)
+    assert env.rows(env.sub, "SELECT * FROM t") == [(9, "mine", "l")]  # the subscriber table is untouched
+
+
 def test_sql_statements_and_none(env, spark):
     env.run(env.pub, "CREATE TABLE t (id int PRIMARY KEY, v text, n int)")
     env.run(env.pub, "INSERT INTO t SELECT g, 'v' || g, g FROM generate_series(1, 10) g")

@@ -49,6 +49,13 @@ subscriptions:
     assert topo.publisher.ref == "pub_conn"
 
 
+def test_uri_passwords_never_show(tmp_path):
+    topo = topology.from_dict(_topo(publisher="postgresql://repl:s3cret@db.example:5433/shop"))
+    assert "s3cret" not in repr(topo) and "s3cret" not in str(topo.to_dict())
+    assert topo.to_dict()["publisher"] == "repl@db.example:5433/shop"
+    assert "s3cret" in str(topo.to_dict(with_secrets=True))  # only for the job's 0600 spec file
+
+
 def test_unset_variable_in_snapshot_folder_is_an_error(tmp_path, monkeypatch):
     monkeypatch.delenv("NOPE_NOT_SET", raising=False)
     path = tmp_path / "t.yaml"

@@ -24,7 +24,7 @@ import time
 import uuid
 import zlib
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 
 import psycopg
 
@@ -320,9 +320,22 @@ class _Delivery:
         batch = uuid.uuid4().hex[:12]
         gids = [f"{_GID_PREFIX}|{self.publication}|{batch}|{i}|{self.n}" for i in range(self.n)]
         _set_watermark(self.subs[0], self.publication, last, n_txn)
-        for conn, gid in zip(self.subs, gids):
-            conn.execute(psycopg.sql.SQL("PREPARE TRANSACTION {}").format(psycopg.sql.Literal(gid)))
-            conn.commit()  # closes psycopg's transaction block; the work is now prepared
+        prepared: list[str] = []
+        try:
+            for conn, gid in zip(self.subs, gids):
+                conn.execute(psycopg.sql.SQL("PREPARE TRANSACTION {}").format(psycopg.sql.Literal(gid)))
+                conn.commit()  # closes psycopg's transaction block; the work is now prepared
+                prepared.append(gid)
+        except psycopg.Error:
+            # A stream could not prepare: undo the streams that did, so the batch can be replayed.
+            self.rollback_all()
+            self.subs[0].autocommit = True
+            try:
+                for gid in prepared:
+                    self.subs[0].execute(psycopg.sql.SQL("ROLLBACK PREPARED {}").format(psycopg.sql.Literal(gid)))
+            finally:
+                self.subs[0].autocommit = False
+            raise
         for conn, gid in zip(self.subs, gids):
             conn.autocommit = True
             try:
@@ -439,6 +452,8 @@ def run_distribution(topology: Topology, publication: str, subscriber: str, *,
     started = time.monotonic()
     if isinstance(until, str):
         until = datetime.fromisoformat(until)
+    if until is not None and until.tzinfo is None:
+        until = until.replace(tzinfo=timezone.utc)  # a time without offset is UTC, like Airflow's
     opts = topology.subscription(publication, subscriber)
     skip = skip_errors if skip_errors is not None else opts.skip_errors
     delivery = _Delivery(topology, publication, subscriber, until=until,

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from psycopg import sql
 
-from . import connections, deploy, distdb, naming, procedures
+from . import callsyntax, connections, deploy, distdb, naming, procedures
 from .articles import ResolvedArticle
 from .errors import ReplError
 from .sqltext import ident, qualified
@@ -86,7 +86,9 @@ def _key_params(article: ResolvedArticle) -> sql.Composable:
 def plan_partitions(conn: psycopg.Connection, article: ResolvedArticle, max_parts: int) -> list[dict]:
     """Key ranges of roughly equal size, computed inside the exported snapshot."""
     table = sql.Identifier(article.table.schema, article.table.name)
-    rows = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()[0]  # whole table: ranges cut it
+    where = sql.SQL(" WHERE ({})").format(sql.SQL(article.row_filter.replace("%", "%%"))) \
+        if article.row_filter else sql.SQL("")
+    rows = conn.execute(sql.SQL("SELECT count(*) FROM {}{}").format(table, where), ()).fetchone()[0]
     parts = max(1, min(max_parts, math.ceil(rows / ROWS_PER_PARTITION)))
     bounds: list[list[str]] = []
     if parts > 1:
@@ -94,10 +96,10 @@ def plan_partitions(conn: psycopg.Connection, article: ResolvedArticle, max_part
         pk = [sql.Identifier(c) for c in article.primary_key]
         bounds = [list(r) for r in conn.execute(sql.SQL(
             "SELECT {keys} FROM (SELECT {keys_text}, row_number() OVER (ORDER BY {order}) AS rn "
-            "FROM {t}) s WHERE rn %% %s = 1 AND rn > 1 ORDER BY rn").format(
+            "FROM {t}{where}) s WHERE rn %% %s = 1 AND rn > 1 ORDER BY rn").format(
                 keys=sql.SQL(", ").join(pk),
                 keys_text=sql.SQL(", ").join(sql.SQL("{}::text AS {}").format(c, c) for c in pk),
-                order=sql.SQL(", ").join(pk), t=table), (step,))]
+                order=sql.SQL(", ").join(pk), t=table, where=where), (step,))]
     edges = [None, *bounds, None]
     return [{"article": article.to_dict(), "index": i, "lower": edges[i], "upper": edges[i + 1],
              "estimated_rows": rows} for i in range(len(edges) - 1)]
@@ -189,7 +191,13 @@ def run_snapshot(topology: Topology, publication: str, spark, *, subscribers: li
     articles = deploy.apply_topology(topology, [publication])[publication]
     pub_conninfo = topology.publisher.require("publisher")
     dist = connections.connect(topology.distributor.require("distributor"), "distributor")
+    if not dist.execute("SELECT pg_try_advisory_lock(hashtext(%s))",
+                        (f"airflow_repl.snapshot.{publication}",)).fetchone()[0]:
+        dist.close()
+        raise ReplError(f"another Snapshot Agent is running for publication {publication!r}")
+    dist.commit()
     run_id = distdb.start_run(dist, AGENT, publication)
+    distdb.abandon_stale_runs(dist, run_id, AGENT, publication)
     try:
         targets = _pending_subscribers(dist, topology, publication, subscribers, reinitialize)
         dist.commit()
@@ -278,10 +286,10 @@ def initialize_subscriptions(topology: Topology, publication: str, articles: lis
                      "WHERE publication = %s AND subscriber = %s", (manifest["snapshot_id"], publication, name))
         dist.commit()
         with connections.connect(conninfo, f"subscriber {name!r}") as sub:
+            _check_custom_procedures(sub, articles, name)  # before anything is dropped
             sub.execute(distdb.SUBSCRIBER_DDL)
             sub.execute("DELETE FROM airflow_repl.subscription_state WHERE publication = %s", (publication,))
             sub.execute(schema_sql)
-            _check_custom_procedures(sub, articles, name)
             if procs_sql.strip():
                 sub.execute(procs_sql)
     by_name = {a.name: a.to_dict() for a in articles}
@@ -311,11 +319,19 @@ def _check_custom_procedures(sub: psycopg.Connection, articles: list[ResolvedArt
         for op, prop in art.propagation.items():
             if prop.method == "proc" and prop.custom:
                 schema, name = art.procedure(op)
-                found = sub.execute(
-                    "SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace "
-                    "WHERE n.nspname = %s AND p.proname = %s AND p.prokind = 'p'", (schema, name)).fetchone()
-                if not found:
+                params = callsyntax.parameters(art, op, prop.syntax)
+                counts = [r[0] for r in sub.execute(
+                    "SELECT p.pronargs FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n "
+                    "ON n.oid = p.pronamespace WHERE n.nspname = %s AND p.proname = %s AND p.prokind = 'p'",
+                    (schema, name))]
+                if not counts:
                     raise ReplError(
                         f"custom procedure {schema}.{name} (the {op} command of article {art.name!r}) does "
                         f"not exist at subscriber {subscriber!r}: create it there before initializing the "
                         f"subscription, or change the article's {op[:3]}_cmd option")
+                if len(params) not in counts:
+                    raise ReplError(
+                        f"custom procedure {schema}.{name} (the {op} command of article {art.name!r}) at "
+                        f"subscriber {subscriber!r} takes {' or '.join(map(str, counts))} parameter(s), but "
+                        f"{prop.syntax} syntax passes {len(params)}: "
+                        f"{', '.join(f'{p} {t}' for p, t in params)}")

@@ -40,9 +40,18 @@ class Endpoint:
     ref: str
     conninfo: str | None = field(default=None, repr=False)
 
-    def __repr__(self) -> str:  # a URI reference may carry a password: never show it
-        shown = connections.describe(connections.resolve(self.ref)) if connections.is_uri(self.ref) else self.ref
-        return f"Endpoint({shown!r})"
+    def __repr__(self) -> str:
+        return f"Endpoint({self.display!r})"
+
+    @property
+    def display(self) -> str:
+        """The reference without any password a URI may carry."""
+        if not connections.is_uri(self.ref):
+            return self.ref
+        try:
+            return connections.describe(connections.resolve(self.ref))
+        except Exception:  # noqa: BLE001 - an unsupported URI is reported elsewhere
+            return "<uri>"
 
     def require(self, role: str) -> str:
         if self.conninfo is None:
@@ -151,7 +160,7 @@ class Topology:
         def ep(e: Endpoint) -> Any:
             if with_secrets:
                 return {"ref": e.ref, "conninfo": e.require(e.ref)}
-            return e.ref
+            return e.display
 
         return {
             "publisher": ep(self.publisher),
