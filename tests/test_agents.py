@@ -306,6 +306,23 @@ def test_point_in_time_delivery_stops_at_until(env, spark):
     assert_in_sync(topo)
 
 
+def test_slot_moves_past_unpublished_work_so_the_publisher_keeps_no_wal_for_it(env, spark):
+    make_items(env, 10)
+    env.run(env.pub, "CREATE TABLE not_published (id int, pad text)")
+    topo = env.topology(["public.items"])
+    snapshot.run_snapshot(topo, "p", spark)
+    env.run(env.pub, "INSERT INTO not_published SELECT g, repeat('x', 500) FROM generate_series(1, 20000) g")
+    after_writes = env.rows(env.pub, "SELECT pg_current_wal_flush_lsn()")[0][0]
+    slot_lsn = "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE database = current_database()"
+    assert env.rows(env.pub, slot_lsn)[0][0] < after_writes
+    assert logreader.run_log_reader(topo, "p")["transactions"] == 0
+    assert env.rows(env.pub, slot_lsn)[0][0] >= after_writes
+    env.run(env.pub, "UPDATE items SET grp = 99 WHERE id = 1")  # published work after that still flows
+    read, delivered = cycle(topo)
+    assert read["transactions"] == delivered["transactions"] == 1
+    assert_in_sync(topo)
+
+
 def test_truncate_is_replicated(env, spark):
     make_items(env, 100)
     topo = env.topology(["public.items"])

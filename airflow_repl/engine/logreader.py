@@ -207,11 +207,13 @@ def run_log_reader(topology: Topology, publication: str, *, batch_changes: int =
             n_txn, last_commit, last_end = 0, None, None
             relmaps: dict[int, _RelMap | None] = {}
             skip = False
+            upto = pub.execute("SELECT pg_catalog.pg_current_wal_flush_lsn()::text").fetchone()[0]
+            pub.commit()
             with pub.transaction(), pub.cursor(name="airflow_repl_peek") as cur:
                 cur.itersize = 2000
                 cur.execute("SELECT data FROM pg_catalog.pg_logical_slot_peek_binary_changes("
-                            "%s, NULL, %s, 'proto_version', '1', 'publication_names', %s)",
-                            (slot, batch_changes, pgpub))
+                            "%s, %s, %s, 'proto_version', '1', 'publication_names', %s)",
+                            (slot, upto, batch_changes, pgpub))
                 for (data,) in cur:
                     msg = pgoutput.decode(data)
                     if isinstance(msg, pgoutput.Begin):
@@ -243,7 +245,13 @@ def run_log_reader(topology: Topology, publication: str, *, batch_changes: int =
                             last_commit = writer.xact
                         writer.begin(None)
             if last_end is None:
-                break  # nothing more committed
+                # Nothing of this publication committed up to `upto`: move the slot there anyway,
+                # so that a busy publisher's WAL of unpublished tables is not kept forever.
+                pub.execute("SELECT pg_catalog.pg_replication_slot_advance(%s, greatest(%s::pg_lsn, "
+                            "confirmed_flush_lsn)) FROM pg_catalog.pg_replication_slots WHERE slot_name = %s",
+                            (slot, upto, slot))
+                pub.commit()
+                break
             writer.flush_batch()
             if last_commit is not None:
                 dist.execute(
