@@ -175,8 +175,9 @@ def _commands(change, relmap: _RelMap) -> list[Command]:
 
 def run_log_reader(topology: Topology, publication: str, *, batch_changes: int = 20000,
                    chunk: int = 5000, max_batches: int | None = None) -> dict:
-    """Read everything committed so far (or ``max_batches`` batches) into the distribution
-    database.  Returns a summary (transactions, commands, last xact_seqno, seconds)."""
+    """Read everything committed before the run started (or ``max_batches`` batches) into the
+    distribution database.  Returns a summary (transactions, commands, last xact_seqno,
+    read_upto_lsn, seconds)."""
     started = time.monotonic()
     pgpub = naming.pg_publication(publication)
     dist = connections.connect(topology.distributor.require("distributor"), "distributor")
@@ -203,12 +204,15 @@ def run_log_reader(topology: Topology, publication: str, *, batch_changes: int =
         read_upto = pgoutput.lsn_to_int(state[0]) if state and state[0] else 0
         dist.commit()
         writer = _TxnWriter(dist, publication, chunk)
+        # A run reads what was committed before it started: with a live workload it finishes
+        # instead of chasing the end of the WAL; the next run takes the rest.
+        upto = pub.execute("SELECT pg_catalog.pg_current_wal_flush_lsn()::text").fetchone()[0]
+        pub.commit()
+        totals["read_upto_lsn"] = upto
         while max_batches is None or totals["batches"] < max_batches:
             n_txn, last_commit, last_end = 0, None, None
             relmaps: dict[int, _RelMap | None] = {}
             skip = False
-            upto = pub.execute("SELECT pg_catalog.pg_current_wal_flush_lsn()::text").fetchone()[0]
-            pub.commit()
             with pub.transaction(), pub.cursor(name="airflow_repl_peek") as cur:
                 cur.itersize = 2000
                 cur.execute("SELECT data FROM pg_catalog.pg_logical_slot_peek_binary_changes("
@@ -245,7 +249,7 @@ def run_log_reader(topology: Topology, publication: str, *, batch_changes: int =
                             last_commit = writer.xact
                         writer.begin(None)
             if last_end is None:
-                # Nothing of this publication committed up to `upto`: move the slot there anyway,
+                # Nothing more of this publication committed up to `upto`: move the slot there,
                 # so that a busy publisher's WAL of unpublished tables is not kept forever.
                 pub.execute("SELECT pg_catalog.pg_replication_slot_advance(%s, greatest(%s::pg_lsn, "
                             "confirmed_flush_lsn)) FROM pg_catalog.pg_replication_slots WHERE slot_name = %s",
