@@ -336,12 +336,18 @@ class _Delivery:
             finally:
                 self.subs[0].autocommit = False
             raise
-        for conn, gid in zip(self.subs, gids):
-            conn.autocommit = True
-            try:
-                conn.execute(psycopg.sql.SQL("COMMIT PREPARED {}").format(psycopg.sql.Literal(gid)))
-            finally:
-                conn.autocommit = False
+        try:
+            for conn, gid in zip(self.subs, gids):
+                conn.autocommit = True
+                try:
+                    conn.execute(psycopg.sql.SQL("COMMIT PREPARED {}").format(psycopg.sql.Literal(gid)))
+                finally:
+                    conn.autocommit = False
+        except psycopg.Error as exc:
+            # Past the prepare phase the batch must commit, never be replayed: what is still
+            # prepared is committed by the next run's recovery.
+            raise ReplError(f"the batch ending at {last} is prepared on every stream but not yet committed "
+                            f"on all of them ({exc}); run the Distribution Agent again to finish it") from None
 
     # ------------------------------------------------------------------ replay
     def _replay(self, applier: _Applier, rows, txns) -> _Outcome:
@@ -418,7 +424,9 @@ class _Delivery:
             self.rollback_all()
             dist.rollback()
             self.totals["retries"] += 1
-            _lock_watermark(sub0, self.publication, self.subscriber)
+            if _lock_watermark(sub0, self.publication, self.subscriber) != watermark:  # never re-apply
+                raise ReplError(f"the watermark of subscriber {self.subscriber!r} moved while a batch failed; "
+                                f"run the Distribution Agent again")
             outcome = self._replay(applier, _command_rows(dist, self.publication, first, last), by_xact)
             done = last if outcome.failure is None else outcome.last_good
             if done is not None:
