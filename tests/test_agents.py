@@ -380,26 +380,32 @@ def test_multi_stream_agent_killed_repeatedly_applies_everything_exactly_once(en
     assert_in_sync(topo)
 
 
-def test_recovery_of_prepared_stream_transactions(env):
-    """Stream 0 (watermark) gone while others are prepared: it committed, so the rest commit.
-    All streams prepared: commit.  Stream 0 prepared but not all streams: roll back."""
+def test_recovery_of_prepared_stream_transactions(env, spark):
+    """The watermark already reached the batch (stream 0 committed): the rest commit.  All
+    streams prepared: commit.  Otherwise (prepare cut short, or a rollback of the batch cut
+    short, stream 0 gone but the watermark behind): roll back."""
+    make_items(env, 10)
+    topo = env.topology(["public.items"])
+    snapshot.run_snapshot(topo, "p", spark)
+    env.run(env.sub, "UPDATE airflow_repl.subscription_state SET xact_seqno = '0/5000'")
     env.run(env.sub, "CREATE TABLE marks (batch text, stream int)")
-    plan = {"x": ([1, 2], 3), "z": ([0, 1, 2], 3), "y": ([0, 1], 3)}
-    for batch, (streams, total) in plan.items():
+    plan = {"x": ("0/5000", [1, 2], 3), "z": ("0/6000", [0, 1, 2], 3), "y": ("0/6000", [0, 1], 3),
+            "w": ("0/7000", [1], 3)}
+    for batch, (last, streams, total) in plan.items():
         for s in streams:
             with psycopg.connect(env.sub, autocommit=True) as conn:
                 conn.execute("BEGIN")
                 conn.execute("INSERT INTO marks VALUES (%s, %s)", (batch, s))
-                conn.execute(f"PREPARE TRANSACTION 'airflow_repl|p|{batch}|{s}|{total}'")
+                conn.execute(f"PREPARE TRANSACTION 'airflow_repl|p|{batch}|{last}|{s}|{total}'")
     with psycopg.connect(env.sub, autocommit=True) as conn:  # another publication's: left alone
         conn.execute("BEGIN")
         conn.execute("INSERT INTO marks VALUES ('other', 0)")
-        conn.execute("PREPARE TRANSACTION 'airflow_repl|q|w|0|2'")
+        conn.execute("PREPARE TRANSACTION 'airflow_repl|q|v|0/1|0|2'")
     with psycopg.connect(env.sub) as conn:
-        assert distribution.recover_prepared(conn, "p") == 7
+        assert distribution.recover_prepared(conn, "p") == 8
     assert env.rows(env.sub, "SELECT batch, count(*) FROM marks GROUP BY batch ORDER BY batch") == [
         ("x", 2), ("z", 3)]
-    assert env.rows(env.sub, "SELECT gid FROM pg_prepared_xacts") == [("airflow_repl|q|w|0|2",)]
+    assert env.rows(env.sub, "SELECT gid FROM pg_prepared_xacts") == [("airflow_repl|q|v|0/1|0|2",)]
 
 
 def test_a_second_distribution_agent_is_refused_while_one_runs(env, spark):

@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 
 import psycopg
 
-from . import apply, connections, distdb
+from . import apply, connections, distdb, pgoutput
 from .articles import ResolvedArticle
 from .commands import DELETE, INSERT, UPDATE, Command
 from .errors import ROW_NOT_FOUND_SQLSTATE, DeliveryError, NotInitialized, ReplError
@@ -199,27 +199,34 @@ def _set_watermark(sub: psycopg.Connection, publication: str, xact: str, transac
 
 
 def recover_prepared(sub: psycopg.Connection, publication: str) -> int:
-    """Finish a multi-stream batch whose agent died during two-phase commit.  Prepares happen
-    in stream order before any commit, so: stream 0 gone while others are prepared means it
-    committed (commit the rest); all streams prepared means the batch can commit; otherwise the
-    prepare phase was cut short (roll back)."""
+    """Finish a multi-stream batch whose agent died during two-phase commit.
+
+    A batch's gids carry the batch's last xact_seqno; stream 0's transaction holds the
+    subscriber watermark.  So: if the committed watermark already reached the batch, stream 0
+    committed and the remaining streams must commit too; if every stream is prepared, the
+    batch can commit; anything else (the prepare phase was cut short, or a rollback of the
+    batch was interrupted) is rolled back.
+    """
     sub.rollback()
     prefix = f"{_GID_PREFIX}|{publication}|"
     gids = [r[0] for r in sub.execute("SELECT gid FROM pg_catalog.pg_prepared_xacts "
                                       "WHERE gid LIKE %s AND database = current_database()",
                                       (prefix.replace("_", r"\_") + "%",))]
+    row = sub.execute("SELECT xact_seqno::text FROM airflow_repl.subscription_state WHERE publication = %s",
+                      (publication,)).fetchone() if gids else None
     sub.rollback()
-    batches: dict[str, list[tuple[int, int, str]]] = {}
+    watermark = pgoutput.lsn_to_int(row[0]) if row else -1
+    batches: dict[tuple[str, str], list[tuple[int, int, str]]] = {}
     for gid in gids:
-        _, _, batch, stream, total = gid.split("|")
-        batches.setdefault(batch, []).append((int(stream), int(total), gid))
+        _, _, batch, last, stream, total = gid.split("|")
+        batches.setdefault((batch, last), []).append((int(stream), int(total), gid))
     sub.autocommit = True
     try:
-        for members in batches.values():
+        for (_, last), members in batches.items():
             streams = {m[0] for m in members}
             total = members[0][1]
-            commit = 0 not in streams or len(streams) == total
-            for _, _, gid in sorted(members):
+            commit = watermark >= pgoutput.lsn_to_int(last) or len(streams) == total
+            for _, _, gid in sorted(members, reverse=True):
                 sub.execute(psycopg.sql.SQL("COMMIT PREPARED {}" if commit else "ROLLBACK PREPARED {}").format(
                     psycopg.sql.Literal(gid)))
             log.warning("recovered an interrupted multi-stream batch of %s: %s %d prepared transaction(s)",
@@ -318,7 +325,7 @@ class _Delivery:
     def _commit_streams(self, last: str, n_txn: int) -> None:
         """Two-phase commit of one batch over every stream (stream 0 holds the watermark)."""
         batch = uuid.uuid4().hex[:12]
-        gids = [f"{_GID_PREFIX}|{self.publication}|{batch}|{i}|{self.n}" for i in range(self.n)]
+        gids = [f"{_GID_PREFIX}|{self.publication}|{batch}|{last}|{i}|{self.n}" for i in range(self.n)]
         _set_watermark(self.subs[0], self.publication, last, n_txn)
         prepared: list[str] = []
         try:
@@ -331,7 +338,7 @@ class _Delivery:
             self.rollback_all()
             self.subs[0].autocommit = True
             try:
-                for gid in prepared:
+                for gid in reversed(prepared):  # stream 0 (the watermark) last
                     self.subs[0].execute(psycopg.sql.SQL("ROLLBACK PREPARED {}").format(psycopg.sql.Literal(gid)))
             finally:
                 self.subs[0].autocommit = False
@@ -464,6 +471,10 @@ def run_distribution(topology: Topology, publication: str, subscriber: str, *,
         until = until.replace(tzinfo=timezone.utc)  # a time without offset is UTC, like Airflow's
     opts = topology.subscription(publication, subscriber)
     skip = skip_errors if skip_errors is not None else opts.skip_errors
+    unknown = [e for e in skip if str(e) not in SKIPPABLE_ERRORS]
+    if unknown:
+        raise ReplError(f"skip_errors {unknown} not understood; use row_not_found (20598) and/or "
+                        f"duplicate_key (2627)")
     delivery = _Delivery(topology, publication, subscriber, until=until,
                          size=commit_batch_size or opts.commit_batch_size,
                          threshold=commit_batch_threshold or opts.commit_batch_threshold,
