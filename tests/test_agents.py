@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_repl.engine import distribution, logreader, snapshot, validation
-from airflow_repl.engine.errors import ROW_NOT_FOUND_SQLSTATE, DeliveryError, NotInitialized
+from airflow_repl.engine.errors import ROW_NOT_FOUND_SQLSTATE, DeliveryError, NotInitialized, ReplError
 from airflow_repl.jobs.agent_job import run_agent
 
 RUNNER = str(Path(__file__).with_name("agent_runner.py"))
@@ -417,3 +417,21 @@ def test_a_second_distribution_agent_is_refused_while_one_runs(env, spark):
         with pytest.raises(Exception, match="another Distribution Agent is delivering publication 'p'"):
             distribution.run_distribution(topo, "p", "sub1")
     assert distribution.run_distribution(topo, "p", "sub1")["transactions"] == 0
+
+
+def test_a_lost_slot_is_never_silently_recreated(env, spark):
+    make_items(env, 100)
+    topo = env.topology(["public.items"])
+    snapshot.run_snapshot(topo, "p", spark)
+    cycle(topo)
+    env.run(env.pub, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                     "WHERE database = current_database()")
+    env.run(env.pub, "UPDATE items SET grp = -5 WHERE id <= 10")  # lost: no slot saw it
+    with pytest.raises(NotInitialized, match="if the slot was dropped, its subscriptions must be reinitialized"):
+        logreader.run_log_reader(topo, "p")
+    with pytest.raises(ReplError, match=r"slot .* is missing at the publisher .* reinitialize for every subscription"):
+        snapshot.run_snapshot(topo, "p", spark)
+    snapshot.run_snapshot(topo, "p", spark, reinitialize=True)
+    env.run(env.pub, "UPDATE items SET grp = -6 WHERE id <= 5")
+    cycle(topo)
+    assert_in_sync(topo)

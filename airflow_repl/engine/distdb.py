@@ -147,8 +147,8 @@ def save_publication(conn: psycopg.Connection, publication: str, pg_publication:
                      articles: list[ResolvedArticle]) -> None:
     conn.execute(
         "INSERT INTO airflow_repl.publications (name, pg_publication, slot_name) VALUES (%s, %s, %s) "
-        "ON CONFLICT (name) DO UPDATE SET pg_publication = excluded.pg_publication, "
-        "slot_name = excluded.slot_name, updated_at = now()", (publication, pg_publication, slot))
+        "ON CONFLICT (name) DO UPDATE SET pg_publication = excluded.pg_publication, updated_at = now()",
+        (publication, pg_publication, slot))  # the slot keeps the name it was first given
     names = [a.name for a in articles]
     conn.execute("DELETE FROM airflow_repl.articles WHERE publication = %s AND NOT (name = ANY(%s))",
                  (publication, names))
@@ -169,6 +169,15 @@ def load_articles(conn: psycopg.Connection, publication: str) -> list[ResolvedAr
             f"publication {publication!r} is not deployed in the distribution database: run the "
             f"Snapshot Agent (or 'airflow-repl apply') for it first")
     return [ResolvedArticle.from_dict(r[0]) for r in rows]
+
+
+def slot_name(conn: psycopg.Connection, publication: str) -> str:
+    """The publication's logical slot at the publisher, as recorded when it was first deployed."""
+    row = conn.execute("SELECT slot_name FROM airflow_repl.publications WHERE name = %s", (publication,)).fetchone()
+    if row is None:
+        raise NotInitialized(f"publication {publication!r} is not deployed in the distribution database: run "
+                             f"the Snapshot Agent (or 'airflow-repl apply') for it first")
+    return row[0]
 
 
 def save_subscription(conn: psycopg.Connection, publication: str, subscriber: str, options: dict) -> None:

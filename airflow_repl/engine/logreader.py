@@ -185,8 +185,8 @@ def run_log_reader(topology: Topology, publication: str, *, batch_changes: int =
     run_id = None
     totals = {"transactions": 0, "commands": 0, "batches": 0, "last_xact_seqno": None}
     try:
-        slot = naming.slot(publication, pub.info.dbname)
         articles = {(a.table.schema, a.table.name): a for a in distdb.load_articles(dist, publication)}
+        slot = distdb.slot_name(dist, publication)
         if not dist.execute("SELECT pg_try_advisory_lock(hashtext(%s))",
                             (f"airflow_repl.logreader.{publication}",)).fetchone()[0]:
             raise ReplError(f"another Log Reader Agent is running for publication {publication!r}")
@@ -196,7 +196,8 @@ def run_log_reader(topology: Topology, publication: str, *, batch_changes: int =
         pub.commit()
         if row is None:
             raise NotInitialized(f"publication {publication!r} has no replication slot {slot!r} at the "
-                                 f"publisher: run the Snapshot Agent first")
+                                 f"publisher: run the Snapshot Agent first (if the slot was dropped, its "
+                                 f"subscriptions must be reinitialized: Snapshot Agent with reinitialize)")
         run_id = distdb.start_run(dist, AGENT, publication)
         distdb.abandon_stale_runs(dist, run_id, AGENT, publication)
         state = dist.execute("SELECT read_xact_seqno FROM airflow_repl.logreader_state WHERE publication = %s",

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from psycopg import sql
 
-from . import callsyntax, connections, deploy, distdb, naming, procedures
+from . import callsyntax, connections, deploy, distdb, procedures
 from .articles import ResolvedArticle
 from .errors import ReplError
 from .sqltext import ident, qualified
@@ -170,6 +170,22 @@ def _create_slot(pub_conninfo: str, slot: str, permanent: bool) -> tuple[psycopg
     return conn, row[1], row[2]  # consistent point, snapshot name
 
 
+def _check_slot_loss(dist: psycopg.Connection, topology: Topology, publication: str, slot: str,
+                     targets: list[str]) -> None:
+    """A missing slot for a publication that was already being read means changes were lost
+    (the slot was dropped or invalidated): only reinitializing every subscription repairs that."""
+    was_read = dist.execute("SELECT 1 FROM airflow_repl.logreader_state WHERE publication = %s "
+                            "UNION ALL SELECT 1 FROM airflow_repl.subscriptions WHERE publication = %s "
+                            "AND status = 'active'", (publication, publication)).fetchone() is not None
+    dist.commit()
+    everyone = {s.subscriber for s in topology.subscriptions_of(publication)}
+    if was_read and not everyone <= set(targets):
+        raise ReplError(
+            f"the replication slot {slot!r} of publication {publication!r} is missing at the publisher (dropped "
+            f"or invalidated), so changes made since it was last read are lost for its subscriptions: run the "
+            f"Snapshot Agent with reinitialize for every subscription of the publication")
+
+
 def _pending_subscribers(dist: psycopg.Connection, topology: Topology, publication: str,
                          subscribers: list[str] | None, reinitialize: bool) -> list[str]:
     names = subscribers or [s.subscriber for s in topology.subscriptions_of(publication)]
@@ -201,10 +217,12 @@ def run_snapshot(topology: Topology, publication: str, spark, *, subscribers: li
     try:
         targets = _pending_subscribers(dist, topology, publication, subscribers, reinitialize)
         dist.commit()
+        slot = distdb.slot_name(dist, publication)
         with connections.connect(pub_conninfo, "publisher", autocommit=True) as pub:
-            slot = naming.slot(publication, pub.info.dbname)
             has_slot = pub.execute("SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_name = %s",
                                    (slot,)).fetchone() is not None
+        if not has_slot:
+            _check_slot_loss(dist, topology, publication, slot, targets)
         if has_slot and not targets:
             summary = {"snapshot_id": None, "initialized": [], "rows": 0,
                        "message": "every subscription is already initialized; nothing to do"}
