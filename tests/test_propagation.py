@@ -277,6 +277,10 @@ def test_table1_dallas_filter_transitions(env, spark):
     ("col1 = 1; DROP TABLE table1", "';' is not allowed"),
     ("col1 = 1 -- comment", "comments are not allowed"),
     ("random() > 0.5", "rejected"),
+    # '$' inside identifiers must not open a dollar quote that hides a ';'
+    ("EXISTS (SELECT 1 AS a$$t$)) ; DROP TABLE table1 ; SELECT ((SELECT 1 AS b$$t$)", "not a valid predicate"),
+    ("EXISTS (SELECT 1 AS a$$t$) ; DROP TABLE table1 ; SELECT (SELECT 1 AS b$$t$)", "';' is not allowed"),
+    ("col3 = $q$x$q$) , TABLE table1 WHERE (true", "unbalanced parentheses"),
 ])
 def test_bad_row_filters_are_rejected_up_front(env, row_filter, message):
     env.run(env.pub, TABLE1)

@@ -58,12 +58,13 @@ def prepare_publisher(pub_conn: psycopg.Connection, publication: Publication,
                     sql.Identifier(art.table.schema, art.table.name)))
         exists = pub_conn.execute("SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = %s",
                                   (pgpub,)).fetchone()
+        pub_conn.execute("SET LOCAL standard_conforming_strings = on")  # the quoting check_predicate assumes
         for art in articles:  # one at a time, so that an error names its article
             try:
                 with pub_conn.transaction():
                     pub_conn.execute(sql.SQL("SELECT 1 FROM {} WHERE ({}) LIMIT 0").format(
                         sql.Identifier(art.table.schema, art.table.name),
-                        sql.SQL(filters[art.name] or "true")))
+                        sql.SQL(filters[art.name] or "true")), prepare=True)  # one statement, never a script
             except psycopg.Error as exc:
                 raise TopologyError(
                     f"row_filter of article {art.name!r} ({art.table.qualified}) is rejected by the "
@@ -72,7 +73,7 @@ def prepare_publisher(pub_conn: psycopg.Connection, publication: Publication,
         statement = (sql.SQL("ALTER PUBLICATION {} SET TABLE {}") if exists else sql.SQL(
             "CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert, update, delete, truncate')"))
         try:
-            pub_conn.execute(statement.format(sql.Identifier(pgpub), tables))
+            pub_conn.execute(statement.format(sql.Identifier(pgpub), tables), prepare=True)
         except psycopg.Error as exc:
             raise TopologyError(f"publication {publication.name!r}: the publisher rejected its row filters: "
                                 f"{exc.diag.message_primary or exc}") from None

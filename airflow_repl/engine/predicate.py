@@ -4,8 +4,11 @@ The predicate is PostgreSQL SQL written by the topology's author.  It is embedde
 ``WHERE (<predicate>)`` in ``CREATE PUBLICATION``, where PostgreSQL parses and validates it
 (unknown columns, types, non-immutable functions).  This module makes sure the text cannot
 leave its parentheses: balanced parentheses outside literals and quoted identifiers, no
-statement separators and no comments.  After validation the engine only uses PostgreSQL's
-own deparsed form (``pg_get_expr``) of the stored filter.
+statement separators and no comments.  As a second line of defence, every statement that
+embeds the text is sent through the extended protocol (one statement, never a script) in a
+session with ``standard_conforming_strings = on`` (the quoting rules this lexer assumes).
+After validation the engine only uses PostgreSQL's own deparsed form (``pg_get_expr``) of the
+stored filter.
 """
 
 from __future__ import annotations
@@ -50,7 +53,9 @@ def check_predicate(text: str, *, article: str) -> str:
             continue
         if ch == "$":
             m = _DOLLAR.match(text, i)
-            if m and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
+            # '$' after an identifier character (or another '$') belongs to the identifier
+            # (a$b, a$$t$): only a '$' standing alone opens a dollar quote.
+            if m and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] in "_$")):
                 end = text.find(m.group(0), m.end())
                 if end < 0:
                     raise bad("an unterminated dollar-quoted string")
