@@ -435,3 +435,40 @@ def test_a_lost_slot_is_never_silently_recreated(env, spark):
     env.run(env.pub, "UPDATE items SET grp = -6 WHERE id <= 5")
     cycle(topo)
     assert_in_sync(topo)
+
+
+def test_values_survive_different_session_settings_on_each_server(env, spark):
+    """Text forms of dates, intervals and floats depend on session settings; the agents pin them."""
+    for db, style in ((env.pub, "SQL, DMY"), (env.sub, "German, MDY")):
+        name = env.rows(db, "SELECT current_database()")[0][0]
+        env.run(db, f"ALTER DATABASE {name} SET DateStyle = '{style}'")
+        env.run(db, f"ALTER DATABASE {name} SET IntervalStyle = 'sql_standard'")
+        env.run(db, f"ALTER DATABASE {name} SET extra_float_digits = -3")
+        env.run(db, f"ALTER DATABASE {name} SET TimeZone = 'Asia/Kolkata'")
+    env.run(env.pub, "CREATE TABLE v (id int PRIMARY KEY, d date, ts timestamp, tz timestamptz, iv interval, f float8)")
+    env.run(env.pub, "INSERT INTO v VALUES (1, '2024-01-02', '2024-01-02 03:04:05.678', '2024-01-02 03:04:05+02', "
+                     "'-1 day +02:03:04', 0.1::float8 + 0.2::float8)")
+    topo = env.topology(["v"])
+    snapshot.run_snapshot(topo, "p", spark)
+    env.run(env.pub, "INSERT INTO v VALUES (2, '2024-12-31', '1999-02-03 00:00:01', '2024-07-08 09:10:11-05', "
+                     "'1 year -2 months 3 days -04:05:06', 1e-300)")
+    cycle(topo)
+    assert_in_sync(topo)
+    fmt = "SELECT id, d::text, ts::text, (tz AT TIME ZONE 'UTC')::text, iv = %s::interval, f FROM v ORDER BY id"
+    for db in (env.pub, env.sub):
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("SET DateStyle = ISO; SET IntervalStyle = postgres; SET extra_float_digits = 3")
+            rows = conn.execute(fmt.replace("%s", "'-1 day +02:03:04'")).fetchall()
+        assert rows[0][:4] == (1, "2024-01-02", "2024-01-02 03:04:05.678", "2024-01-02 01:04:05") and rows[0][4]
+        assert rows[0][5] == 0.1 + 0.2 and rows[1][1] == "2024-12-31" and rows[1][5] == 1e-300
+
+
+def test_lost_replica_identity_full_stops_the_log_reader_with_the_fix(env, spark):
+    make_items(env, 10)
+    topo = env.topology(["public.items"])
+    snapshot.run_snapshot(topo, "p", spark)
+    env.run(env.pub, "ALTER TABLE items REPLICA IDENTITY DEFAULT")
+    env.run(env.pub, "DELETE FROM items WHERE id = 1")
+    with pytest.raises(ReplError, match=r"table public.items .* without REPLICA IDENTITY FULL.*'airflow-repl apply'"):
+        logreader.run_log_reader(topo, "p")
+    assert env.rows(env.dist, "SELECT count(*) FROM airflow_repl.commands") == [(0,)]

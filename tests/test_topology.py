@@ -56,6 +56,13 @@ def test_uri_passwords_never_show(tmp_path):
     assert "s3cret" in str(topo.to_dict(with_secrets=True))  # only for the job's 0600 spec file
 
 
+def test_malformed_uri_error_does_not_quote_the_password():
+    topo = topology.from_dict(_topo(publisher="postgresql://repl:s%zzecret@db.example:5433/shop"))
+    with pytest.raises(TopologyError, match="connection URI for db.example is malformed") as err:
+        topo.publisher.require("publisher")
+    assert "zzecret" not in str(err.value) and "zzecret" not in repr(topo)
+
+
 def test_unset_variable_in_snapshot_folder_is_an_error(tmp_path, monkeypatch):
     monkeypatch.delenv("NOPE_NOT_SET", raising=False)
     path = tmp_path / "t.yaml"

@@ -54,8 +54,12 @@ def _uri_to_conninfo(uri: str) -> str:
         raise TopologyError(
             f"connection URI scheme {parts.scheme!r} is not supported; use postgresql://user@host:port/dbname")
     # libpq parses postgresql:// URIs itself; normalise to key/value so describe() works.
-    return pg_conninfo.make_conninfo(uri.replace("postgres://", "postgresql://", 1)
-                                     if parts.scheme == "postgres" else uri)
+    try:
+        return pg_conninfo.make_conninfo(uri.replace("postgres://", "postgresql://", 1)
+                                         if parts.scheme == "postgres" else uri)
+    except psycopg.ProgrammingError:  # its message may quote the password: never pass it on
+        raise TopologyError(f"the connection URI for {parts.hostname or 'a server'} is malformed (check the "
+                            f"percent-encoding of the user name and password)") from None
 
 
 def env_resolver(conn_id: str) -> str:
@@ -113,10 +117,24 @@ def to_uri(conninfo: str) -> str:
     return f"postgresql://{auth}@{p.get('host', 'localhost')}:{p.get('port', 5432)}/{p.get('dbname', '')}"
 
 
+#: Session settings of every agent connection.  Values travel between servers in PostgreSQL's
+#: text form, which depends on these; pinning them makes that form the same everywhere.
+SESSION_SETTINGS = {"DateStyle": "ISO", "IntervalStyle": "postgres", "extra_float_digits": "3",
+                    "TimeZone": "UTC", "bytea_output": "hex", "standard_conforming_strings": "on"}
+
+
+def with_session_settings(conninfo: str) -> str:
+    """The connection string with :data:`SESSION_SETTINGS` added to its ``options``."""
+    options = pg_conninfo.conninfo_to_dict(conninfo).get("options") or ""
+    pinned = " ".join(f"-c {k}={v}" for k, v in SESSION_SETTINGS.items())
+    return pg_conninfo.make_conninfo(conninfo, options=f"{options} {pinned}".strip())
+
+
 def connect(conninfo: str, role: str, *, autocommit: bool = False, **kwargs) -> psycopg.Connection:
     """Connect, turning an unreachable server into an error that names it and the fix."""
     try:
-        return psycopg.connect(conninfo, autocommit=autocommit, connect_timeout=10, **kwargs)
+        return psycopg.connect(with_session_settings(conninfo), autocommit=autocommit, connect_timeout=10,
+                               **kwargs)
     except psycopg.OperationalError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConnectionFailed(

@@ -144,6 +144,11 @@ def _map_relation(rel: pgoutput.Relation, articles: dict[tuple[str, str], Resolv
     art = articles.get((rel.namespace, rel.name))
     if art is None:
         return None
+    if rel.replica_identity != "f":
+        raise ReplError(
+            f"table {art.table.qualified} (article {art.name!r}) was changed without REPLICA IDENTITY FULL, so "
+            f"these changes carry incomplete before images and cannot be replicated exactly: restore it with "
+            f"'airflow-repl apply', then drop the publication's slot and run the Snapshot Agent with reinitialize")
     missing = [c for c in art.column_names if c not in rel.columns]
     if missing:
         raise ReplError(

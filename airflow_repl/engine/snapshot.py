@@ -126,7 +126,7 @@ def read_partition(conninfo: str, snapshot_name: str, folder: str, task: dict) -
     path.parent.mkdir(parents=True, exist_ok=True)
     schema = arrow_schema(article)
     rows = 0
-    with psycopg.connect(conninfo, autocommit=True) as conn:
+    with connections.connect(conninfo, "publisher", autocommit=True) as conn:
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)))
         with conn.cursor(name="airflow_repl_snapshot") as cur, pq.ParquetWriter(str(path), schema) as writer:
@@ -148,7 +148,7 @@ def load_file(conninfo: str, folder: str, article_data: dict, rel_path: str) -> 
         sql.Identifier(article.dest_schema, article.dest_table),
         sql.SQL(", ").join(sql.Identifier(c) for c in article.column_names))
     rows = 0
-    with psycopg.connect(conninfo) as conn:
+    with connections.connect(conninfo, "subscriber") as conn:
         conn.execute("SET session_replication_role = replica")
         with conn.cursor() as cur, cur.copy(copy_sql) as copy:
             for batch in table.iter_batches(batch_size=FETCH_ROWS):
@@ -163,7 +163,7 @@ def load_file(conninfo: str, folder: str, article_data: dict, rel_path: str) -> 
 def _create_slot(pub_conninfo: str, slot: str, permanent: bool) -> tuple[psycopg.Connection, str, str]:
     """Create a logical slot with an exported snapshot.  The returned replication connection
     must stay open (and idle) while readers use the snapshot."""
-    conn = psycopg.connect(pub_conninfo, autocommit=True, replication="database")
+    conn = connections.connect(pub_conninfo, "publisher", autocommit=True, replication="database")
     kind = "" if permanent else " TEMPORARY"
     row = conn.execute(sql.SQL("CREATE_REPLICATION_SLOT {}{} LOGICAL pgoutput (SNAPSHOT 'export')").format(
         sql.Identifier(slot), sql.SQL(kind))).fetchone()
@@ -236,7 +236,7 @@ def run_snapshot(topology: Topology, publication: str, spark, *, subscribers: li
             pub_conninfo, temp_slot if has_slot else slot, permanent=not has_slot)
         try:
             parallelism = max_partitions or max(1, spark.sparkContext.defaultParallelism * 2)
-            with psycopg.connect(pub_conninfo, autocommit=True) as planner:
+            with connections.connect(pub_conninfo, "publisher", autocommit=True) as planner:
                 planner.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 planner.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)))
                 tasks = [t for art in articles for t in plan_partitions(planner, art, parallelism)]
