@@ -472,3 +472,19 @@ def test_lost_replica_identity_full_stops_the_log_reader_with_the_fix(env, spark
     with pytest.raises(ReplError, match=r"table public.items .* without REPLICA IDENTITY FULL.*'airflow-repl apply'"):
         logreader.run_log_reader(topo, "p")
     assert env.rows(env.dist, "SELECT count(*) FROM airflow_repl.commands") == [(0,)]
+
+
+def test_changing_articles_of_a_live_publication_requires_reinitializing(env, spark):
+    make_items(env, 20)
+    env.run(env.pub, "CREATE TABLE extra (id int PRIMARY KEY)")
+    snapshot.run_snapshot(env.topology(["public.items"]), "p", spark)
+    bigger = env.topology(["public.items", "public.extra"])
+    with pytest.raises(ReplError, match=r"articles of publication 'p' changed since subscriber\(s\) sub1 were "
+                                        r"initialized: run the Snapshot Agent with reinitialize"):
+        snapshot.run_snapshot(bigger, "p", spark)
+    with pytest.raises(ReplError, match="changed since subscriber 'sub1' was initialized"):
+        distribution.run_distribution(bigger, "p", "sub1")
+    snapshot.run_snapshot(bigger, "p", spark, reinitialize=True)
+    env.run(env.pub, "INSERT INTO extra VALUES (1); UPDATE items SET grp = 0 WHERE id = 3")
+    cycle(bigger)
+    assert_in_sync(bigger)

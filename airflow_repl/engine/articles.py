@@ -3,6 +3,8 @@ transform and apply its changes, without going back to the publisher."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import Counter
 from dataclasses import dataclass
 
@@ -82,6 +84,13 @@ class ResolvedArticle:
                     for op, text in data["propagation"].items()},
                    dict(data["default_procs"]), data.get("column_list"), data.get("row_filter"),
                    data.get("update_mode", "key_changes"))
+
+
+def definition_hash(articles: list["ResolvedArticle"]) -> str:
+    """A fingerprint of a publication's article definitions: a subscription initialized under
+    one set of definitions cannot take commands recorded under another."""
+    payload = json.dumps(sorted((a.to_dict() for a in articles), key=lambda d: d["name"]), sort_keys=True)
+    return hashlib.sha1(payload.encode()).hexdigest()
 
 
 def resolve_articles(publication: Publication, tables: dict[str, TableInfo]) -> list[ResolvedArticle]:

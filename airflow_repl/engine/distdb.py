@@ -44,8 +44,10 @@ CREATE TABLE IF NOT EXISTS airflow_repl.subscriptions (
     delivered_xact_seqno pg_lsn,
     delivered_at         timestamptz,
     options              jsonb NOT NULL DEFAULT '{}',
+    articles_hash        text,  -- the article definitions the subscriber was initialized with
     PRIMARY KEY (publication, subscriber)
 );
+ALTER TABLE airflow_repl.subscriptions ADD COLUMN IF NOT EXISTS articles_hash text;
 CREATE TABLE IF NOT EXISTS airflow_repl.snapshots (
     publication     text NOT NULL,
     snapshot_id     text NOT NULL,

@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 import psycopg
 
 from . import apply, connections, distdb, pgoutput
-from .articles import ResolvedArticle
+from .articles import ResolvedArticle, definition_hash
 from .commands import DELETE, INSERT, UPDATE, Command
 from .errors import ROW_NOT_FOUND_SQLSTATE, DeliveryError, NotInitialized, ReplError
 from .topology import SKIPPABLE_ERRORS, Topology
@@ -483,7 +483,13 @@ def run_distribution(topology: Topology, publication: str, subscriber: str, *,
     dist = connections.connect(topology.distributor.require("distributor"), "distributor")
     run_id = None
     try:
-        applier = _Applier({a.name: a for a in distdb.load_articles(dist, publication)})
+        articles = distdb.load_articles(dist, publication)
+        row = dist.execute("SELECT articles_hash FROM airflow_repl.subscriptions WHERE publication = %s "
+                           "AND subscriber = %s", (publication, subscriber)).fetchone()
+        if row and row[0] is not None and row[0] != definition_hash(articles):
+            raise ReplError(f"the articles of publication {publication!r} changed since subscriber {subscriber!r} "
+                            f"was initialized: run the Snapshot Agent with reinitialize for it")
+        applier = _Applier({a.name: a for a in articles})
         dist.commit()
         delivery.connect()
         run_id = distdb.start_run(dist, AGENT, publication, subscriber)

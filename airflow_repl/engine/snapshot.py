@@ -14,9 +14,11 @@ Parquet data files (``data/<article>/part-NNNNN.parquet``) and ``manifest.json``
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
+import re
 import secrets
 import time
 from datetime import datetime, timezone
@@ -28,7 +30,7 @@ import pyarrow.parquet as pq
 from psycopg import sql
 
 from . import callsyntax, connections, deploy, distdb, procedures
-from .articles import ResolvedArticle
+from .articles import ResolvedArticle, definition_hash
 from .errors import ReplError
 from .sqltext import ident, qualified
 from .topology import Topology
@@ -105,23 +107,24 @@ def plan_partitions(conn: psycopg.Connection, article: ResolvedArticle, max_part
              "estimated_rows": rows} for i in range(len(edges) - 1)]
 
 
+def _folder_name(article: str) -> str:
+    """A file-system-safe folder for an article's data files (article names may hold any character)."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", article).strip(".") or "article"
+    return f"{safe[:60]}-{hashlib.sha1(article.encode()).hexdigest()[:8]}"
+
+
 def read_partition(conninfo: str, snapshot_name: str, folder: str, task: dict) -> dict:
     """Executor side: read one key range inside the exported snapshot into a Parquet file."""
     article = ResolvedArticle.from_dict(task["article"])
-    where, params = [], []
+    range_sql, params = _range_condition(article, task["lower"], task["upper"])
+    where = [range_sql]
     if article.row_filter:  # PostgreSQL's own deparsed, validated form of the article's filter
         # (escape '%': the query is sent with bound parameters)
         where.append(sql.SQL("({})").format(sql.SQL(article.row_filter.replace("%", "%%"))))
-    if task["lower"] is not None:
-        where.append(sql.SQL("{} >= {}").format(_key_tuple(article), _key_params(article)))
-        params += task["lower"]
-    if task["upper"] is not None:
-        where.append(sql.SQL("{} < {}").format(_key_tuple(article), _key_params(article)))
-        params += task["upper"]
-    query = sql.SQL("SELECT {} FROM {}{}").format(
+    query = sql.SQL("SELECT {} FROM {} WHERE {}").format(
         _select_list(article), sql.Identifier(article.table.schema, article.table.name),
-        sql.SQL(" WHERE ") + sql.SQL(" AND ").join(where) if where else sql.SQL(""))
-    rel = Path("data") / article.name / f"part-{task['index']:05d}.parquet"
+        sql.SQL(" AND ").join(where))
+    rel = Path("data") / _folder_name(article.name) / f"part-{task['index']:05d}.parquet"
     path = Path(folder) / rel
     path.parent.mkdir(parents=True, exist_ok=True)
     schema = arrow_schema(article)
@@ -137,19 +140,36 @@ def read_partition(conninfo: str, snapshot_name: str, folder: str, task: dict) -
                     [pa.array(col, type=f.type) for col, f in zip(columns, schema)], schema=schema))
                 rows += len(batch)
         conn.execute("COMMIT")
-    return {"article": article.name, "path": str(rel), "rows": rows}
+    return {"article": article.name, "path": str(rel), "rows": rows, "lower": task["lower"], "upper": task["upper"]}
 
 
-def load_file(conninfo: str, folder: str, article_data: dict, rel_path: str) -> int:
-    """Executor side: bulk-load one Parquet file into the subscriber table with COPY."""
+def _range_condition(article: ResolvedArticle, lower, upper) -> tuple[sql.Composable, list]:
+    where, params = [], []
+    if lower is not None:
+        where.append(sql.SQL("{} >= {}").format(_key_tuple(article), _key_params(article)))
+        params += lower
+    if upper is not None:
+        where.append(sql.SQL("{} < {}").format(_key_tuple(article), _key_params(article)))
+        params += upper
+    return (sql.SQL(" AND ").join(where) if where else sql.SQL("true")), params
+
+
+def load_file(conninfo: str, folder: str, article_data: dict, file: dict) -> int:
+    """Executor side: bulk-load one Parquet file into the subscriber table with COPY.  The
+    file's key range is emptied first in the same transaction, so a retried Spark task (or a
+    re-run) loads its rows exactly once."""
     article = ResolvedArticle.from_dict(article_data)
+    rel_path = file["path"]
     table = pq.ParquetFile(str(Path(folder) / rel_path))
     copy_sql = sql.SQL("COPY {} ({}) FROM STDIN").format(
         sql.Identifier(article.dest_schema, article.dest_table),
         sql.SQL(", ").join(sql.Identifier(c) for c in article.column_names))
     rows = 0
+    range_sql, range_params = _range_condition(article, file.get("lower"), file.get("upper"))
     with connections.connect(conninfo, "subscriber") as conn:
         conn.execute("SET session_replication_role = replica")
+        conn.execute(sql.SQL("DELETE FROM {} WHERE {}").format(
+            sql.Identifier(article.dest_schema, article.dest_table), range_sql), range_params)
         with conn.cursor() as cur, cur.copy(copy_sql) as copy:
             for batch in table.iter_batches(batch_size=FETCH_ROWS):
                 columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
@@ -187,15 +207,19 @@ def _check_slot_loss(dist: psycopg.Connection, topology: Topology, publication: 
 
 
 def _pending_subscribers(dist: psycopg.Connection, topology: Topology, publication: str,
-                         subscribers: list[str] | None, reinitialize: bool) -> list[str]:
+                         subscribers: list[str] | None, reinitialize: bool, current_hash: str) -> list[str]:
     names = subscribers or [s.subscriber for s in topology.subscriptions_of(publication)]
     for name in names:
         topology.subscription(publication, name)  # unknown subscription -> error
     if reinitialize:
         return names
-    active = {r[0] for r in dist.execute(
-        "SELECT subscriber FROM airflow_repl.subscriptions WHERE publication = %s AND status = 'active'",
-        (publication,))}
+    active = dict(dist.execute(
+        "SELECT subscriber, articles_hash FROM airflow_repl.subscriptions WHERE publication = %s "
+        "AND status = 'active'", (publication,)).fetchall())
+    changed = sorted(n for n, h in active.items() if n in names and h is not None and h != current_hash)
+    if changed:
+        raise ReplError(f"the articles of publication {publication!r} changed since subscriber(s) "
+                        f"{', '.join(changed)} were initialized: run the Snapshot Agent with reinitialize for them")
     return [n for n in names if n not in active]
 
 
@@ -215,7 +239,8 @@ def run_snapshot(topology: Topology, publication: str, spark, *, subscribers: li
     run_id = distdb.start_run(dist, AGENT, publication)
     distdb.abandon_stale_runs(dist, run_id, AGENT, publication)
     try:
-        targets = _pending_subscribers(dist, topology, publication, subscribers, reinitialize)
+        targets = _pending_subscribers(dist, topology, publication, subscribers, reinitialize,
+                                       definition_hash(articles))
         dist.commit()
         slot = distdb.slot_name(dist, publication)
         with connections.connect(pub_conninfo, "publisher", autocommit=True) as pub:
@@ -252,7 +277,8 @@ def run_snapshot(topology: Topology, publication: str, spark, *, subscribers: li
         (folder / "procedures.sql").write_text("\n".join(procedures.article_script(a) for a in articles))
         files = {a.name: [] for a in articles}
         for r in sorted(results, key=lambda r: r["path"]):
-            files[r["article"]].append({"path": r["path"], "rows": r["rows"]})
+            files[r["article"]].append({"path": r["path"], "rows": r["rows"], "lower": r["lower"],
+                                        "upper": r["upper"]})
         total_rows = sum(r["rows"] for r in results)
         manifest = {
             "snapshot_id": snapshot_id, "publication": publication, "consistent_lsn": consistent_lsn,
@@ -312,7 +338,7 @@ def initialize_subscriptions(topology: Topology, publication: str, articles: lis
                 sub.execute(procs_sql)
     by_name = {a.name: a.to_dict() for a in articles}
     folder_s = str(folder)
-    tasks = [(name, conninfos[name], f["path"], art["name"]) for name in subscribers
+    tasks = [(name, conninfos[name], f, art["name"]) for name in subscribers
              for art in manifest["articles"] for f in art["files"]]
     if tasks:
         spark.sparkContext.parallelize(tasks, len(tasks)).map(
@@ -325,9 +351,10 @@ def initialize_subscriptions(topology: Topology, publication: str, articles: lis
                         "VALUES (%s, %s, %s::pg_lsn - 1)",
                         (publication, manifest["snapshot_id"], manifest["consistent_lsn"]))
         dist.execute("UPDATE airflow_repl.subscriptions SET status = 'active', start_xact_seqno = %s::pg_lsn - 1, "
-                     "delivered_xact_seqno = %s::pg_lsn - 1, delivered_at = now() "
+                     "delivered_xact_seqno = %s::pg_lsn - 1, delivered_at = now(), articles_hash = %s "
                      "WHERE publication = %s AND subscriber = %s",
-                     (manifest["consistent_lsn"], manifest["consistent_lsn"], publication, name))
+                     (manifest["consistent_lsn"], manifest["consistent_lsn"], definition_hash(articles),
+                      publication, name))
         dist.commit()
     return {"load_seconds": round(time.monotonic() - started, 3)}
 
