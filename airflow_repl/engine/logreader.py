@@ -221,9 +221,15 @@ def run_log_reader(topology: Topology, publication: str, *, batch_changes: int =
             skip = False
             with pub.transaction(), pub.cursor(name="airflow_repl_peek") as cur:
                 cur.itersize = 2000
-                cur.execute("SELECT data FROM pg_catalog.pg_logical_slot_peek_binary_changes("
-                            "%s, %s, %s, 'proto_version', '1', 'publication_names', %s)",
-                            (slot, upto, batch_changes, pgpub))
+                try:
+                    cur.execute("SELECT data FROM pg_catalog.pg_logical_slot_peek_binary_changes("
+                                "%s, %s, %s, 'proto_version', '1', 'publication_names', %s)",
+                                (slot, upto, batch_changes, pgpub))
+                except psycopg.errors.ObjectNotInPrerequisiteState as exc:
+                    raise ReplError(
+                        f"cannot read replication slot {slot!r} of publication {publication!r}: "
+                        f"{exc.diag.message_primary}. If the slot was invalidated (max_slot_wal_keep_size), "
+                        f"drop it and run the Snapshot Agent with reinitialize for every subscription") from None
                 for (data,) in cur:
                     msg = pgoutput.decode(data)
                     if isinstance(msg, pgoutput.Begin):

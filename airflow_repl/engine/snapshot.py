@@ -9,7 +9,8 @@ commit at or after that point are exactly the ones the slot decodes, so the subs
 watermark starts just before it: rows written during the snapshot are neither lost nor doubled.
 
 A snapshot folder (one per publication and run) holds ``schema.sql``, ``procedures.sql``,
-Parquet data files (``data/<article>/part-NNNNN.parquet``) and ``manifest.json``.
+Parquet data files (``data/<article>-<hash>/part-NNNNN.parquet``, one per key range) and
+``manifest.json``.
 """
 
 from __future__ import annotations
