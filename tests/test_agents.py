@@ -367,7 +367,13 @@ def test_multi_stream_agent_killed_repeatedly_applies_everything_exactly_once(en
         before = state()
         proc = subprocess.Popen([sys.executable, RUNNER, "distribution", spec,
                                  json.dumps({"subscription_streams": 3, "commit_batch_size": 2})])
-        if not _kill_when(proc, lambda: state() > before and (time.sleep(rng.uniform(0, 0.15)) or True)):
+        def progressed() -> bool:  # once a batch committed, let the agent run on a random moment more
+            if state() <= before:
+                return False
+            time.sleep(rng.uniform(0, 0.15))
+            return True
+
+        if not _kill_when(proc, progressed):
             break
         kills += 1
         # whatever the moment, the subscriber holds whole batches only (prepared ones aside)
