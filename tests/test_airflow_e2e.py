@@ -16,7 +16,6 @@ from psycopg.conninfo import conninfo_to_dict
 
 from airflow_repl import demo, demo_workload
 from airflow_repl.engine import topology, validation
-from airflow_repl.engine.connections import to_uri
 
 from conftest import AIRFLOW_HOME
 

@@ -104,9 +104,6 @@ def describe(conninfo: str) -> str:
     return f"{params.get('user', '')}@{host}:{port}/{params.get('dbname', '')}".lstrip("@")
 
 
-def with_dbname(conninfo: str, dbname: str) -> str:
-    return pg_conninfo.make_conninfo(conninfo, dbname=dbname)
-
 
 def to_uri(conninfo: str) -> str:
     """A postgresql:// URI for the connection (used to hand sandbox servers to Airflow)."""

@@ -17,7 +17,6 @@ import secrets
 import shutil
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import psycopg
@@ -230,15 +229,3 @@ class Sandbox:
             if not exists:
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
         return self.conninfo(cluster, dbname)
-
-    def wait_ready(self, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        for name in self.clusters:
-            while True:
-                try:
-                    psycopg.connect(self.conninfo(name), connect_timeout=2).close()
-                    break
-                except psycopg.OperationalError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.2)
