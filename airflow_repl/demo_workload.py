@@ -68,8 +68,12 @@ def create(conninfo: str, *, customers: int = 20000, products: int = 2000, order
         conn.execute("ANALYZE")
 
 
+MAX_ERRORS = 50
+
+
 class Workload:
-    """A background writer; ``stop()`` returns how many transactions it committed."""
+    """A writer of random shop transactions: in the background (``start()``/``stop()``, which
+    returns how many committed) or in the caller's thread (``run(n)``)."""
 
     def __init__(self, conninfo: str, *, seed: int = 7, pause: float = 0.002) -> None:
         self.conninfo = conninfo
@@ -89,11 +93,17 @@ class Workload:
         self._thread.join(timeout=30)
         return self.committed
 
-    def _run(self) -> None:
+    def run(self, transactions: int) -> int:
+        """Commit ``transactions`` transactions in the calling thread; returns how many committed."""
+        self._run(limit=transactions)
+        return self.committed
+
+    def _run(self, limit: int | None = None) -> None:
         with psycopg.connect(self.conninfo) as conn:
             next_order = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM orders").fetchone()[0]
             conn.commit()
-            while not self._stop.is_set():
+            while (not self._stop.is_set() and (limit is None or self.committed < limit)
+                   and len(self.errors) < MAX_ERRORS):  # a broken database ends the run, not a loop
                 try:
                     with conn.transaction():
                         next_order = self._one(conn, next_order)

@@ -7,7 +7,6 @@ import json
 import sqlite3
 import subprocess
 import sys
-import time
 from datetime import datetime, timedelta, timezone
 
 import pendulum
@@ -44,25 +43,52 @@ def _xcom(task_id: str, dag_id: str) -> dict:
     return json.loads(value) if isinstance(value, str) else value
 
 
+def _why_not_success(dr, capfd, dist_conninfo: str) -> str:
+    """What to print when a DagRun did not succeed: task states, the agents' own history and
+    the error lines of the captured output (the Spark INFO chatter is left out)."""
+    import psycopg
+
+    lines = [f"DagRun {dr.dag_id} ended {getattr(dr.state, 'value', dr.state)}"]
+    try:
+        lines += [f"  task {ti.task_id}: {getattr(ti.state, 'value', ti.state)}" for ti in dr.get_task_instances()]
+        with psycopg.connect(dist_conninfo) as conn:
+            if conn.execute("SELECT to_regclass('airflow_repl.agent_history')").fetchone()[0]:
+                lines += [f"  agent run {r}" for r in conn.execute(
+                    "SELECT agent, status, message FROM airflow_repl.agent_history ORDER BY run_id")]
+    except Exception as exc:  # the explanation must never hide the failure it explains
+        lines.append(f"  (could not read the task states or agent history: {exc!r})")
+    out, err = capfd.readouterr()
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    keep = [ln for ln in (out + err).splitlines()
+            if any(w in ln for w in ("Error", "ERROR", "Traceback", "Exception", "error:", "FAILED", "failed"))
+            and " INFO " not in ln]
+    return "\n".join(lines + keep[-40:])
+
+
+def _succeeded(dr) -> bool:
+    return str(getattr(dr.state, "value", dr.state)) == "success"
+
+
 def test_example_dags_replicate_through_spark_submit(airflow_env, capfd):
     initial = demo.load_dag("repl_initial_sync.py")
     scheduled = demo.load_dag("repl_scheduled.py")
     dr = initial.test()
-    assert str(getattr(dr.state, "value", dr.state)) == "success"
+    assert _succeeded(dr), _why_not_success(dr, capfd, airflow_env["distributor"])
     snap = _xcom("snapshot", "airflow_repl_initial_sync")
     assert snap["initialized"] == ["reporting"] and snap["rows"] > 10000
     assert snap["spark_application_id"].startswith("local-")
-    workload = demo_workload.Workload(airflow_env["publisher"], pause=0).start()
-    time.sleep(3)
-    committed = workload.stop()
-    assert committed > 20 and not workload.errors
+    workload = demo_workload.Workload(airflow_env["publisher"], pause=0)
+    committed = workload.run(transactions=400)
+    assert committed == 400 and not workload.errors, (committed, workload.errors[:5])
     interval_start = demo.current_interval_start(datetime.now(timezone.utc)) + timedelta(minutes=10)
     dr = scheduled.test(logical_date=pendulum.instance(interval_start))
-    assert str(getattr(dr.state, "value", dr.state)) == "success"
+    assert _succeeded(dr), _why_not_success(dr, capfd, airflow_env["distributor"])
     delivered = _xcom("distribution", "airflow_repl_scheduled")
     read = _xcom("log_reader", "airflow_repl_scheduled")
     # (some workload transactions change no row, e.g. an update of a deleted order)
-    assert 0 < read["transactions"] <= committed and delivered["transactions"] == read["transactions"]
+    assert 0 < read["transactions"] <= committed, (read, committed)
+    assert delivered["transactions"] == read["transactions"], (delivered, read, dr.data_interval_end)
     topo = topology.load(demo.DAGS / "demo_topology.yaml").resolve()
     report = validation.compare(topo, "shop", "reporting")
     assert all(r["match"] for r in report), validation.format_report(report)

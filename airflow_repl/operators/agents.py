@@ -37,9 +37,11 @@ class _AgentOperator(SparkSubmitOperator):
     ui_color = "#d7e8f5"
 
     def __init__(self, *, topology: str, publication: str, subscribers: list[str] | None = None,
-                 conn_id: str = "spark_default", name: str | None = None, **kwargs: Any) -> None:
+                 conn_id: str = "spark_default", name: str | None = None, spark_log_level: str = "WARN",
+                 **kwargs: Any) -> None:
         super().__init__(application=JOB_PATH, conn_id=conn_id,
                          name=name or f"airflow-repl-{self.agent}-{publication}", **kwargs)
+        self.spark_log_level = spark_log_level
         self.topology = topology
         self.publication = publication
         self.subscribers = subscribers
@@ -67,7 +69,7 @@ class _AgentOperator(SparkSubmitOperator):
         env.setdefault("PYSPARK_PYTHON", sys.executable)
         self.env_vars = env
         self.conf = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable,
-                     **(self.conf or {})}
+                     "spark.log.level": self.spark_log_level, **(self.conf or {})}
         with tempfile.TemporaryDirectory(prefix="airflow-repl-") as tmp:
             spec = ReplicationHook.write_spec(topo, tmp)
             result = Path(tmp) / "result.json"
@@ -94,6 +96,8 @@ class SnapshotAgentOperator(_AgentOperator):
     :param subscribers: initialize only these subscribers. (templated)
     :param reinitialize: re-initialize subscriptions that are already active.
     :param conn_id: Spark connection id (must exist; no silent YARN fallback).
+    :param spark_log_level: log level of the Spark driver (``spark.log.level``); WARN by default
+        so task logs show the agent, not Spark's scheduler chatter.
     """
 
     agent = "snapshot"
@@ -113,6 +117,8 @@ class LogReaderAgentOperator(_AgentOperator):
     :param topology: path of the topology YAML file. (templated)
     :param publication: publication to read. (templated)
     :param conn_id: Spark connection id (must exist; no silent YARN fallback).
+    :param spark_log_level: log level of the Spark driver (``spark.log.level``); WARN by default
+        so task logs show the agent, not Spark's scheduler chatter.
     """
 
     agent = "logreader"
@@ -128,6 +134,8 @@ class DistributionAgentOperator(_AgentOperator):
     :param until: deliver only transactions committed up to this time, e.g.
         ``"{{ data_interval_end }}"`` for point-in-time delivery in backfills. (templated)
     :param conn_id: Spark connection id (must exist; no silent YARN fallback).
+    :param spark_log_level: log level of the Spark driver (``spark.log.level``); WARN by default
+        so task logs show the agent, not Spark's scheduler chatter.
     """
 
     agent = "distribution"
