@@ -96,7 +96,8 @@ def test_example_dags_replicate_through_spark_submit(airflow_env, capfd):
     password = conninfo_to_dict(topo.publisher.conninfo)["password"]
     assert len(password) > 10
     out, err = capfd.readouterr()
-    assert "Spark-Submit cmd: spark-submit" in out + err
+    assert "Spark-Submit cmd: spark-submit" in out + err and "--conf spark.log.level=WARN" in out + err
+    assert " INFO DAGScheduler" not in out + err  # the driver ran at WARN: no scheduler chatter
     assert password not in out + err
 
 
@@ -126,3 +127,17 @@ def test_provider_is_registered_with_airflow(airflow_env):
                          capture_output=True, text=True, check=True).stdout
     packages = {p["package_name"] for p in json.loads(out[out.index("["):])}
     assert "airflow-repl" in packages
+
+
+def test_spark_log_level_defaults_to_warn_and_user_conf_wins():
+    from airflow_repl.operators.agents import DistributionAgentOperator
+
+    quiet = DistributionAgentOperator(task_id="d1", topology="t.yaml", publication="p")
+    assert quiet._spark_conf()["spark.log.level"] == "WARN"
+    chatty = DistributionAgentOperator(task_id="d2", topology="t.yaml", publication="p", spark_log_level="INFO")
+    assert chatty._spark_conf()["spark.log.level"] == "INFO"
+    mine = DistributionAgentOperator(task_id="d3", topology="t.yaml", publication="p",
+                                     conf={"spark.log.level": "ERROR", "spark.sql.shuffle.partitions": "4"})
+    conf = mine._spark_conf()
+    assert conf["spark.log.level"] == "ERROR" and conf["spark.sql.shuffle.partitions"] == "4"
+    assert conf["spark.pyspark.python"] == sys.executable

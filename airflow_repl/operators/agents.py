@@ -49,6 +49,12 @@ class _AgentOperator(SparkSubmitOperator):
     def _extra_args(self) -> list[str]:
         return []
 
+    def _spark_conf(self) -> dict:
+        """The job's Spark settings: this Python for driver and workers, the driver's log level,
+        then whatever the user set in ``conf`` (which wins)."""
+        return {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable,
+                "spark.log.level": self.spark_log_level, **(self.conf or {})}
+
     def _check_spark_connection(self) -> None:
         try:
             BaseHook.get_connection(self._conn_id)
@@ -68,8 +74,7 @@ class _AgentOperator(SparkSubmitOperator):
             env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
         env.setdefault("PYSPARK_PYTHON", sys.executable)
         self.env_vars = env
-        self.conf = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable,
-                     "spark.log.level": self.spark_log_level, **(self.conf or {})}
+        self.conf = self._spark_conf()
         with tempfile.TemporaryDirectory(prefix="airflow-repl-") as tmp:
             spec = ReplicationHook.write_spec(topo, tmp)
             result = Path(tmp) / "result.json"
