@@ -5,6 +5,7 @@ factory of fresh databases + topology per test."""
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import sys
 import tempfile
@@ -44,6 +45,8 @@ def spark():
     session = spark_session("airflow-repl-tests", master="local[2]")
     session.sparkContext.setLogLevel("ERROR")
     yield session
+    # py4j says goodbye at INFO from __del__, after pytest closed the streams it would log to
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     session.stop()
 
 
