@@ -141,3 +141,5 @@ def test_spark_log_level_defaults_to_warn_and_user_conf_wins():
     conf = mine._spark_conf()
     assert conf["spark.log.level"] == "ERROR" and conf["spark.sql.shuffle.partitions"] == "4"
     assert conf["spark.pyspark.python"] == sys.executable
+    with pytest.raises(ValueError, match="spark_log_level 'LOUD' of task 'd4' is not a Spark log level: use one of"):
+        DistributionAgentOperator(task_id="d4", topology="t.yaml", publication="p", spark_log_level="LOUD")

@@ -26,6 +26,9 @@ from airflow_repl.jobs import agent_job
 JOB_PATH = str(Path(agent_job.__file__).resolve())
 
 
+SPARK_LOG_LEVELS = ("ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
+
+
 class MissingSparkConnection(RuntimeError):
     """The Spark connection the operator names does not exist."""
 
@@ -41,7 +44,10 @@ class _AgentOperator(SparkSubmitOperator):
                  **kwargs: Any) -> None:
         super().__init__(application=JOB_PATH, conn_id=conn_id,
                          name=name or f"airflow-repl-{self.agent}-{publication}", **kwargs)
-        self.spark_log_level = spark_log_level
+        if spark_log_level.upper() not in SPARK_LOG_LEVELS:
+            raise ValueError(f"spark_log_level {spark_log_level!r} of task {kwargs.get('task_id')!r} is not a Spark "
+                             f"log level: use one of {', '.join(SPARK_LOG_LEVELS)}")
+        self.spark_log_level = spark_log_level.upper()
         self.topology = topology
         self.publication = publication
         self.subscribers = subscribers
