@@ -79,6 +79,15 @@ def make_items(env, rows=60000):
                      "FROM generate_series(1, %s) g", (rows,))
 
 
+def snapshotted_items(env, spark, rows, **sub_options):
+    """``items`` with ``rows`` rows, published in publication ``p`` and snapshotted to the
+    subscriber; returns the topology."""
+    make_items(env, rows)
+    topo = env.topology(["public.items"], **sub_options)
+    snapshot.run_snapshot(topo, "p", spark)
+    return topo
+
+
 def test_snapshot_during_concurrent_writes_loses_and_doubles_nothing(env, spark):
     make_items(env)
     topo = env.topology(["public.items"])
@@ -110,9 +119,7 @@ def test_snapshot_during_concurrent_writes_loses_and_doubles_nothing(env, spark)
 
 
 def test_snapshot_rerun_is_a_no_op_and_reinitialize_rebuilds(env, spark):
-    make_items(env, 500)
-    topo = env.topology(["public.items"])
-    snapshot.run_snapshot(topo, "p", spark)
+    topo = snapshotted_items(env, spark, 500)
     again = snapshot.run_snapshot(topo, "p", spark)
     assert again["initialized"] == [] and again["snapshot_id"] is None
     env.run(env.sub, "DELETE FROM items WHERE id < 100")  # damage the copy
@@ -152,9 +159,7 @@ def test_key_updates_deletes_and_types_replicate(env, spark):
 
 
 def test_row_not_found_stops_delivery_and_names_the_command(env, spark):
-    make_items(env, 100)
-    topo = env.topology(["public.items"])
-    snapshot.run_snapshot(topo, "p", spark)
+    topo = snapshotted_items(env, spark, 100)
     env.run(env.pub, "UPDATE items SET payload = 'first' WHERE id = 1")
     env.run(env.sub, "DELETE FROM items WHERE id = 5")  # the subscriber lost a row
     env.run(env.pub, "UPDATE items SET payload = 'changed' WHERE id = 5")
@@ -194,9 +199,7 @@ def test_agents_refuse_uninitialized_publication_and_subscription(env, spark):
 
 
 def test_user_triggers_do_not_fire_and_always_triggers_count_each_command_once(env, spark):
-    make_items(env, 1000)
-    topo = env.topology(["public.items"], commit_batch_size=3)
-    snapshot.run_snapshot(topo, "p", spark)
+    topo = snapshotted_items(env, spark, 1000, commit_batch_size=3)
     env.run(env.sub, """
         CREATE TABLE audit (op text);
         CREATE FUNCTION log_op() RETURNS trigger LANGUAGE plpgsql AS
@@ -232,9 +235,7 @@ def _kill_when(proc: subprocess.Popen, condition, timeout: float = 60) -> bool:
 
 
 def test_distribution_killed_mid_batch_rerun_applies_everything_exactly_once(env, spark, tmp_path):
-    make_items(env, 5000)
-    topo = env.topology(["public.items"], commit_batch_size=4)
-    snapshot.run_snapshot(topo, "p", spark)
+    topo = snapshotted_items(env, spark, 5000, commit_batch_size=4)
     count_applied_rows(env)
     for i in range(200):  # 200 transactions x 25 updates = 5000 commands
         env.run(env.pub, "UPDATE items SET grp = grp + 1, payload = payload || 'x' WHERE id %% 200 = %s", (i,))
@@ -255,9 +256,7 @@ def test_distribution_killed_mid_batch_rerun_applies_everything_exactly_once(env
 
 
 def test_log_reader_killed_mid_run_rerun_loses_and_duplicates_nothing(env, spark, tmp_path):
-    make_items(env, 2000)
-    topo = env.topology(["public.items"])
-    snapshot.run_snapshot(topo, "p", spark)
+    topo = snapshotted_items(env, spark, 2000)
     for i in range(300):
         env.run(env.pub, "UPDATE items SET grp = grp + 1 WHERE id %% 300 = %s", (i,))
     count = lambda: env.rows(env.dist, "SELECT count(*) FROM airflow_repl.transactions")[0][0]  # noqa: E731
@@ -277,9 +276,7 @@ def test_log_reader_killed_mid_run_rerun_loses_and_duplicates_nothing(env, spark
 
 
 def test_large_transaction_is_stored_atomically_in_chunks(env, spark):
-    make_items(env, 10)
-    topo = env.topology(["public.items"])
-    snapshot.run_snapshot(topo, "p", spark)
+    topo = snapshotted_items(env, spark, 10)
     env.run(env.pub, "INSERT INTO items (id, grp, payload) SELECT g, 1, 'bulk' FROM generate_series(100, 30099) g")
     read = logreader.run_log_reader(topo, "p", batch_changes=1000, chunk=700)
     assert (read["transactions"], read["commands"]) == (1, 30000)
@@ -289,9 +286,7 @@ def test_large_transaction_is_stored_atomically_in_chunks(env, spark):
 
 
 def test_point_in_time_delivery_stops_at_until(env, spark):
-    make_items(env, 10)
-    topo = env.topology(["public.items"])
-    snapshot.run_snapshot(topo, "p", spark)
+    topo = snapshotted_items(env, spark, 10)
     env.run(env.pub, "UPDATE items SET payload = 'one' WHERE id = 1")
     cut = env.rows(env.pub, "SELECT clock_timestamp()")[0][0]
     time.sleep(0.05)
@@ -325,9 +320,7 @@ def test_slot_moves_past_unpublished_work_so_the_publisher_keeps_no_wal_for_it(e
 
 
 def test_truncate_is_replicated(env, spark):
-    make_items(env, 100)
-    topo = env.topology(["public.items"])
-    snapshot.run_snapshot(topo, "p", spark)
+    topo = snapshotted_items(env, spark, 100)
     env.run(env.pub, "TRUNCATE items")
     env.run(env.pub, "INSERT INTO items (id, grp) VALUES (1, 1)")
     cycle(topo)
@@ -352,9 +345,7 @@ def test_two_subscribers_are_delivered_in_parallel_spark_tasks(env2, spark):
 def test_multi_stream_agent_killed_repeatedly_applies_everything_exactly_once(env, spark, tmp_path):
     import random
 
-    make_items(env, 3000)
-    topo = env.topology(["public.items"])
-    snapshot.run_snapshot(topo, "p", spark)
+    topo = snapshotted_items(env, spark, 3000)
     count_applied_rows(env)
     for i in range(300):  # 300 transactions x 10 updates
         env.run(env.pub, "UPDATE items SET grp = grp + 1 WHERE id %% 300 = %s", (i,))
@@ -391,9 +382,7 @@ def test_recovery_of_prepared_stream_transactions(env, spark):
     """The watermark already reached the batch (stream 0 committed): the rest commit.  All
     streams prepared: commit.  Otherwise (prepare cut short, or a rollback of the batch cut
     short, stream 0 gone but the watermark behind): roll back."""
-    make_items(env, 10)
-    topo = env.topology(["public.items"])
-    snapshot.run_snapshot(topo, "p", spark)
+    topo = snapshotted_items(env, spark, 10)
     env.run(env.sub, "UPDATE airflow_repl.subscription_state SET xact_seqno = '0/5000'")
     env.run(env.sub, "CREATE TABLE marks (batch text, stream int)")
     plan = {"x": ("0/5000", [1, 2], 3), "z": ("0/6000", [0, 1, 2], 3), "y": ("0/6000", [0, 1], 3),
@@ -416,9 +405,7 @@ def test_recovery_of_prepared_stream_transactions(env, spark):
 
 
 def test_a_second_distribution_agent_is_refused_while_one_runs(env, spark):
-    make_items(env, 10)
-    topo = env.topology(["public.items"])
-    snapshot.run_snapshot(topo, "p", spark)
+    topo = snapshotted_items(env, spark, 10)
     with psycopg.connect(env.sub, autocommit=True) as other:  # what a running agent holds
         other.execute("SELECT pg_advisory_lock(hashtext('airflow_repl.distribution.p'))")
         with pytest.raises(Exception, match="another Distribution Agent is delivering publication 'p'"):
@@ -427,9 +414,7 @@ def test_a_second_distribution_agent_is_refused_while_one_runs(env, spark):
 
 
 def test_a_lost_slot_is_never_silently_recreated(env, spark):
-    make_items(env, 100)
-    topo = env.topology(["public.items"])
-    snapshot.run_snapshot(topo, "p", spark)
+    topo = snapshotted_items(env, spark, 100)
     cycle(topo)
     env.run(env.pub, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
                      "WHERE database = current_database()")
@@ -471,9 +456,7 @@ def test_values_survive_different_session_settings_on_each_server(env, spark):
 
 
 def test_lost_replica_identity_full_stops_the_log_reader_with_the_fix(env, spark):
-    make_items(env, 10)
-    topo = env.topology(["public.items"])
-    snapshot.run_snapshot(topo, "p", spark)
+    topo = snapshotted_items(env, spark, 10)
     env.run(env.pub, "ALTER TABLE items REPLICA IDENTITY DEFAULT")
     env.run(env.pub, "DELETE FROM items WHERE id = 1")
     with pytest.raises(ReplError, match=r"table public.items .* without REPLICA IDENTITY FULL.*'airflow-repl apply'"):
