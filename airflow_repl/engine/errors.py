@@ -1,6 +1,19 @@
 """Errors raised by the replication engine.
 
-Every message names the object at fault and, where there is one, the fix.
+Every message names the object at fault and, where there is one, the fix.  Each class carries the
+command line's exit code and whether running the agent again (an Airflow retry) can fix it:
+
+===========================  =====  =========  ==============================================
+class                        exit   retryable  meaning
+===========================  =====  =========  ==============================================
+ReplError / TopologyError    2      no         bad input: topology file, options, arguments
+NotInitialized               3      no         run the Snapshot Agent (or apply) first
+DeliveryError                4      no         a command cannot be applied at a subscriber
+ConnectionFailed             5      yes        a server cannot be reached
+ConnectionLost               5      yes        a server went away during a run
+AgentBusy                    5      yes        another agent of the same kind is running
+(anything else)              1      no         an internal error: a bug to report
+===========================  =====  =========  ==============================================
 """
 
 from __future__ import annotations
@@ -9,25 +22,31 @@ from __future__ import annotations
 #: (SQL Server's error 20598, "The row was not found at the Subscriber").
 ROW_NOT_FOUND_SQLSTATE = "RP598"
 
+#: Exit code of an unexpected (internal) error.
+INTERNAL_EXIT_CODE = 1
+
 
 class ReplError(Exception):
     """Base class of every error the engine raises on purpose."""
+
+    exit_code = 2
+    retryable = False
 
 
 class TopologyError(ReplError):
     """The topology file or object is invalid (unknown table, missing primary key, ...)."""
 
 
-class ConnectionFailed(ReplError):
-    """A server named in the topology cannot be reached."""
-
-
 class NotInitialized(ReplError):
     """An agent was asked to work on a subscription or publication that has no snapshot yet."""
+
+    exit_code = 3
 
 
 class DeliveryError(ReplError):
     """The Distribution Agent could not apply a command at a subscriber."""
+
+    exit_code = 4
 
     def __init__(self, message: str, *, sqlstate: str | None = None, xact_seqno: str | None = None,
                  command_id: int | None = None, article: str | None = None) -> None:
@@ -36,3 +55,24 @@ class DeliveryError(ReplError):
         self.xact_seqno = xact_seqno
         self.command_id = command_id
         self.article = article
+
+
+class ConnectionFailed(ReplError):
+    """A server named in the topology cannot be reached."""
+
+    exit_code = 5
+    retryable = True
+
+
+class ConnectionLost(ReplError):
+    """A server went away (crash, restart, network) while an agent was using it."""
+
+    exit_code = 5
+    retryable = True
+
+
+class AgentBusy(ReplError):
+    """Another agent of the same kind holds the lock for this publication or subscription."""
+
+    exit_code = 5
+    retryable = True
