@@ -16,6 +16,7 @@ import pytest
 
 from airflow_repl.engine import topology as topology_mod
 from airflow_repl.engine.connections import to_uri
+from airflow_repl.engine.pgoutput import lsn_to_int
 from airflow_repl.engine.sandbox import Sandbox
 
 _counter = itertools.count(1)
@@ -51,14 +52,20 @@ def spark():
 
 
 class Env:
-    """A fresh publisher, distribution and subscriber database for one test."""
+    """A fresh publisher, distribution and subscriber database for one test.
 
-    def __init__(self, sandbox: Sandbox, tmp_path: Path, n_subscribers: int = 1) -> None:
+    The publisher and distribution databases live in ``publisher_cluster`` (the sandbox's
+    "publisher", or a cluster of the ``wal_cluster`` fixture), the subscribers in "subscriber".
+    """
+
+    def __init__(self, sandbox: Sandbox, tmp_path: Path, n_subscribers: int = 1, *,
+                 publisher_cluster: str = "publisher", boundary: str | None = None) -> None:
         n = next(_counter)
-        self.databases = [("publisher", f"pub_{n}"), ("publisher", f"dist_{n}")] + [
+        self.publisher_cluster, self.boundary = publisher_cluster, boundary
+        self.databases = [(publisher_cluster, f"pub_{n}"), (publisher_cluster, f"dist_{n}")] + [
             ("subscriber", f"sub_{n}_{i}") for i in range(1, n_subscribers + 1)]
-        self.pub = sandbox.create_database("publisher", f"pub_{n}", recreate=True)
-        self.dist = sandbox.create_database("publisher", f"dist_{n}", recreate=True)
+        self.pub = sandbox.create_database(publisher_cluster, f"pub_{n}", recreate=True)
+        self.dist = sandbox.create_database(publisher_cluster, f"dist_{n}", recreate=True)
         self.subs = {f"sub{i}": sandbox.create_database("subscriber", f"sub_{n}_{i}", recreate=True)
                      for i in range(1, n_subscribers + 1)}
         self.sub = self.subs["sub1"]
@@ -86,6 +93,17 @@ class Env:
             return conn.execute(sql, params).fetchall()
 
 
+    def wal_position(self) -> str:
+        """The publisher cluster's current WAL insert position."""
+        return self.sandbox.wal_position(self.publisher_cluster)
+
+    def cross_boundary(self) -> str:
+        """Move the publisher's WAL to its boundary (only segment switches, about 1 MB at most
+        from where a fresh ``wal_env`` starts): the next commit gets an LSN just past it.
+        Returns the new position."""
+        assert self.boundary is not None, "cross_boundary() needs an Env made by the wal_env fixture"
+        return self.sandbox.advance_wal(self.publisher_cluster, self.boundary)
+
     def drop(self) -> None:
         for cluster, name in self.databases:
             self.sandbox.drop_database(cluster, name)
@@ -103,3 +121,46 @@ def env2(sandbox, tmp_path):
     e = Env(sandbox, tmp_path, n_subscribers=2)
     yield e
     e.drop()
+
+
+#: Positions where an LSN's text gains a digit (text order breaks there, numeric order does not).
+WAL_BOUNDARIES = ("0/10000000", "1/10000000", "10/0")
+#: A cluster of the wal_cluster fixture starts this far below its boundary.
+WAL_HEADROOM = 4 << 20
+
+
+@pytest.fixture(scope="session")
+def wal_cluster(sandbox):
+    """Factory ``wal_cluster(boundary, room=2 MB) -> cluster name``: a sandbox cluster (1 MB WAL
+    segments) whose WAL insert position is below the LSN ``boundary`` by at least ``room``
+    bytes and by at most WAL_HEADROOM.  One cluster per boundary, cached for the session and
+    replaced by a fresh one (about 1 s) once a test has used up its room."""
+
+    def get(boundary: str, room: int = 2 << 20) -> str:
+        name = "wal_" + boundary.replace("/", "_").lower()
+        goal = lsn_to_int(boundary)
+        if name in sandbox.wal_clusters() and lsn_to_int(sandbox.wal_position(name)) + room <= goal:
+            return name
+        sandbox.add_wal_cluster(name, max(0, goal - WAL_HEADROOM))
+        return name
+
+    return get
+
+
+@pytest.fixture
+def wal_env(sandbox, wal_cluster, tmp_path):
+    """Factory ``wal_env(boundary, n_subscribers=1) -> Env`` whose publisher and distribution
+    databases live in a ``wal_cluster(boundary)`` cluster (subscribers in the usual subscriber
+    cluster).  ``env.cross_boundary()`` then moves the publisher's WAL to the boundary.  The
+    databases are dropped when the test ends."""
+    made: list[Env] = []
+
+    def make(boundary: str, n_subscribers: int = 1) -> Env:
+        e = Env(sandbox, tmp_path / f"wal{len(made)}", n_subscribers, publisher_cluster=wal_cluster(boundary),
+                boundary=boundary)
+        made.append(e)
+        return e
+
+    yield make
+    for e in made:
+        e.drop()

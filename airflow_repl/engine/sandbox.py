@@ -24,6 +24,7 @@ from psycopg import conninfo as pg_conninfo
 from psycopg import sql
 
 from .errors import ReplError
+from .pgoutput import int_to_lsn, lsn_to_int
 
 RUN_AS = "airflowrepl"
 SETTINGS = {
@@ -40,6 +41,22 @@ SETTINGS = {
     "fsync": "off",
     "full_page_writes": "off",
 }
+
+
+#: WAL segment size of the clusters made by :meth:`Sandbox.add_wal_cluster` (``initdb --wal-segsize``),
+#: small so that a test crosses any WAL position by writing about one segment.
+WAL_SEGMENT_BYTES = 1 << 20
+#: Smaller settings for those clusters (a test may run several of them beside the main two).
+WAL_CLUSTER_SETTINGS = {"shared_buffers": "32MB", "max_connections": "50"}
+
+
+def wal_file_name(lsn: str | int, *, timeline: int = 1, segment_bytes: int = WAL_SEGMENT_BYTES) -> str:
+    """The name of the WAL segment file holding ``lsn`` (timeline, then the segment number split
+    into its 4 GB "xlogid" and the segment within it, 8 hex digits each), the form
+    ``pg_resetwal -l`` takes."""
+    segno = (lsn_to_int(lsn) if isinstance(lsn, str) else lsn) // segment_bytes
+    per_xlogid = 0x1_0000_0000 // segment_bytes
+    return f"{timeline:08X}{segno // per_xlogid:08X}{segno % per_xlogid:08X}"
 
 
 def find_bindir() -> Path:
@@ -143,16 +160,78 @@ class Sandbox:
             port = state["ports"].get(name) or _free_port()
             state["ports"][name] = port
             self._configure(datadir, port)
-            if self._run("pg_ctl", "-D", str(datadir), "status", check=False).returncode != 0:
-                res = self._run("pg_ctl", "-D", str(datadir), "-l", str(datadir / "server.log"), "-w",
-                                "-t", "60", "start", check=False)
-                if res.returncode != 0:
-                    log_tail = (datadir / "server.log").read_text()[-2000:] if (datadir / "server.log").exists() else ""
-                    raise ReplError(f"sandbox cluster {name!r} did not start: {res.stderr.strip()}\n{log_tail}")
+            self._save(state)
+            self._start_cluster(name)
         self._save(state)
         return {name: self.conninfo(name) for name in self.clusters}
 
-    def _initdb(self, datadir: Path, password: str) -> None:
+    def _start_cluster(self, name: str) -> None:
+        datadir = self._datadir(name)
+        if self._run("pg_ctl", "-D", str(datadir), "status", check=False).returncode != 0:
+            res = self._run("pg_ctl", "-D", str(datadir), "-l", str(datadir / "server.log"), "-w",
+                            "-t", "60", "start", check=False)
+            if res.returncode != 0:
+                log_tail = (datadir / "server.log").read_text()[-2000:] if (datadir / "server.log").exists() else ""
+                raise ReplError(f"sandbox cluster {name!r} did not start: {res.stderr.strip()}\n{log_tail}")
+
+    # ------------------------------------------------------------------ clusters at a chosen WAL position
+    def add_wal_cluster(self, name: str, wal_start: str | int) -> str:
+        """Create and start cluster ``name`` (replacing any cluster of that name) whose write-ahead
+        log begins at the start of the 1 MB segment holding ``wal_start`` (an LSN such as
+        ``'0/FC00000'``), so that tests reach LSN boundaries such as 0/10000000 or 10/0 by writing
+        megabytes instead of gigabytes.  ``initdb --wal-segsize=1``, then ``pg_resetwal -l``
+        before the first start.  Databases created in it (:meth:`create_database`) are copied
+        with ``STRATEGY file_copy``, which writes almost no WAL.  Returns the conninfo of its
+        ``postgres`` database; :meth:`stop` and :meth:`destroy` include it."""
+        if name in self.clusters:
+            raise ReplError(f"sandbox cluster {name!r} is one of the sandbox's own clusters; choose another name")
+        if self.as_root:
+            self._ensure_user()
+        state = self._state()
+        if "password" not in state:
+            raise ReplError(f"no sandbox in {self.root}: start it before adding clusters")
+        datadir = self._datadir(name)
+        if (datadir / "PG_VERSION").exists():
+            self._run("pg_ctl", "-D", str(datadir), "-m", "immediate", "-w", "stop", check=False)
+        self._initdb(datadir, state["password"], f"--wal-segsize={WAL_SEGMENT_BYTES >> 20}")
+        res = self._run("pg_resetwal", "-l", wal_file_name(wal_start), str(datadir), check=False)
+        if res.returncode != 0:
+            raise ReplError(f"pg_resetwal failed for {datadir}: {res.stderr.strip()}")
+        state = self._state()
+        port = state["ports"].get(name) or _free_port()
+        state["ports"][name] = port
+        state.setdefault("wal_clusters", {})[name] = int_to_lsn(lsn_to_int(wal_start) if isinstance(wal_start, str)
+                                                                else wal_start)
+        self._save(state)
+        self._configure(datadir, port, WAL_CLUSTER_SETTINGS)
+        self._start_cluster(name)
+        return self.conninfo(name)
+
+    def wal_clusters(self) -> list[str]:
+        """The clusters made by :meth:`add_wal_cluster`."""
+        return list(self._state().get("wal_clusters", {}))
+
+    def wal_position(self, cluster: str) -> str:
+        """The cluster's current WAL insert position."""
+        with psycopg.connect(self.conninfo(cluster), autocommit=True) as conn:
+            return conn.execute("SELECT pg_catalog.pg_current_wal_insert_lsn()::text").fetchone()[0]
+
+    def advance_wal(self, cluster: str, target: str | int) -> str:
+        """Write WAL (segment switches, nothing else) until the cluster's insert position reaches
+        ``target``; returns the new position.  A target at a segment start (every boundary where
+        an LSN's text gains a digit is one) is reached exactly: the next record written goes
+        just after it (past the segment's page header)."""
+        goal = lsn_to_int(target) if isinstance(target, str) else target
+        with psycopg.connect(self.conninfo(cluster), autocommit=True) as conn:
+            while True:
+                pos = conn.execute("SELECT pg_catalog.pg_current_wal_insert_lsn()::text").fetchone()[0]
+                if lsn_to_int(pos) >= goal:
+                    return pos
+                # something to switch away from (a switch of an empty segment does nothing)
+                conn.execute("SELECT pg_catalog.pg_logical_emit_message(false, 'airflow_repl_sandbox', '')")
+                conn.execute("SELECT pg_catalog.pg_switch_wal()")
+
+    def _initdb(self, datadir: Path, password: str, *extra: str) -> None:
         if datadir.exists():
             shutil.rmtree(datadir)
         pwfile = self._pg_base() / f".pw-{secrets.token_hex(4)}"
@@ -162,16 +241,16 @@ class Sandbox:
         try:
             res = self._run("initdb", "-D", str(datadir), "-U", "postgres", f"--pwfile={pwfile}",
                             "--auth-host=scram-sha-256", "--auth-local=trust", "-E", "UTF8",
-                            "--no-locale", check=False)
+                            "--no-locale", "--no-sync", *extra, check=False)
             if res.returncode != 0:
                 raise ReplError(f"initdb failed for {datadir}: {res.stderr.strip()}")
         finally:
             pwfile.unlink(missing_ok=True)
 
-    def _configure(self, datadir: Path, port: int) -> None:
+    def _configure(self, datadir: Path, port: int, overrides: dict[str, str] | None = None) -> None:
         conf = datadir / "postgresql.auto.conf"
         lines = [f"port = {port}", f"unix_socket_directories = '{datadir}'"]
-        lines += [f"{k} = {v}" for k, v in SETTINGS.items()]
+        lines += [f"{k} = {v}" for k, v in {**SETTINGS, **(overrides or {})}.items()]
         text = "# managed by airflow-repl sandbox\n" + "\n".join(lines) + "\n"
         if not conf.exists() or conf.read_text() != text:
             conf.write_text(text)
@@ -180,7 +259,7 @@ class Sandbox:
     def stop(self) -> None:
         if not self.state_file.exists():
             return
-        for name in self.clusters:
+        for name in [*self.clusters, *self.wal_clusters()]:
             datadir = self._datadir(name)
             if (datadir / "PG_VERSION").exists():
                 self._run("pg_ctl", "-D", str(datadir), "-m", "fast", "-w", "stop", check=False)
@@ -224,8 +303,11 @@ class Sandbox:
     def create_database(self, cluster: str, dbname: str, *, recreate: bool = False) -> str:
         if recreate:
             self.drop_database(cluster, dbname)
+        # PostgreSQL 15 copies the template through the WAL (several MB) unless told otherwise:
+        # a cluster placed just below a WAL position must not be pushed past it by that
+        strategy = sql.SQL(" STRATEGY file_copy" if cluster in self.wal_clusters() else "")
         with psycopg.connect(self.conninfo(cluster), autocommit=True) as conn:
             exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (dbname,)).fetchone()
             if not exists:
-                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
+                conn.execute(sql.SQL("CREATE DATABASE {}{}").format(sql.Identifier(dbname), strategy))
         return self.conninfo(cluster, dbname)
