@@ -7,11 +7,15 @@ text order puts later transactions first.
 
 from __future__ import annotations
 
+import time
+
+import psycopg
 import pytest
 
+from airflow_repl.engine import distribution, logreader, snapshot
 from airflow_repl.engine.pgoutput import int_to_lsn, lsn_to_int
 from airflow_repl.engine.sandbox import wal_file_name
-from conftest import WAL_BOUNDARIES
+from conftest import WAL_BOUNDARIES, Env
 
 
 # ---------------------------------------------------------------------- no server
@@ -35,3 +39,105 @@ def test_wal_env_starts_below_its_boundary_and_crosses_it(wal_env, boundary):
     after = lsn_to_int(env.wal_position())
     assert lsn_to_int(boundary) < after < lsn_to_int(boundary) + 4096
     assert int_to_lsn(lsn_to_int(boundary)) == boundary.upper()
+
+
+# ---------------------------------------------------------------------- a backlog across the boundary
+ROWS = 300
+
+
+def _transaction(conn: psycopg.Connection, k: int) -> None:
+    """One publisher transaction of about 30 row changes: inserts, updates, primary-key
+    updates, unique-column updates and deletes (k makes each transaction different)."""
+    with conn.transaction():
+        conn.execute("INSERT INTO t (id, u, v) SELECT g, g, 'new ' || g FROM generate_series(%s, %s) g",
+                     (100_000 + 10 * k, 100_000 + 10 * k + 7))
+        conn.execute("UPDATE t SET v = v || '.' || %s WHERE id %% 29 = %s", (k, k % 29))
+        conn.execute("UPDATE t SET id = id + 1000000 WHERE id IN "
+                     "(SELECT id FROM t ORDER BY md5(id::text || %s) LIMIT 4)", (str(k),))
+        conn.execute("UPDATE t SET u = -u WHERE id IN (SELECT id FROM t ORDER BY md5(id::text || %s) LIMIT 3)",
+                     (f"u{k}",))
+        conn.execute("UPDATE t SET v = NULL WHERE id = (SELECT min(id) FROM t WHERE v IS NOT NULL AND id %% 7 = %s)",
+                     (k % 7,))
+        conn.execute("DELETE FROM t WHERE id IN (SELECT id FROM t ORDER BY md5(id::text || %s) LIMIT 3)",
+                     (f"d{k}",))
+        conn.execute("INSERT INTO t2 (a, b, note) VALUES (%s, %s, %s) ON CONFLICT (a, b) DO UPDATE "
+                     "SET note = excluded.note", (f"k{k % 5}", k % 3, f"note {k}"))
+
+
+def _workload(env, first: int, count: int) -> None:
+    with psycopg.connect(env.pub, autocommit=True) as conn:
+        for k in range(first, first + count):
+            _transaction(conn, k)
+
+
+def _table_rows(conninfo: str) -> dict[str, list[tuple]]:
+    return {"t": Env.rows(conninfo, "SELECT id, u, v FROM t ORDER BY id"),
+            "t2": Env.rows(conninfo, "SELECT a, b, note FROM t2 ORDER BY a, b")}
+
+
+def _assert_rows_equal(expected: dict[str, list[tuple]], conninfo: str, what: str) -> None:
+    got = _table_rows(conninfo)
+    for table, rows in expected.items():
+        assert len(got[table]) == len(rows), f"{what}: {table} has {len(got[table])} rows, expected {len(rows)}"
+        for want, have in zip(rows, got[table]):
+            assert have == want, f"{what}: {table} row {have} differs from the publisher's {want}"
+
+
+@pytest.mark.parametrize("boundary", WAL_BOUNDARIES)
+def test_backlog_across_lsn_boundary_is_delivered_in_order(wal_env, spark, boundary):
+    """Snapshot below the boundary, a backlog on both sides of it, then the Log Reader (small
+    batches, so that its own batches cross the boundary) and the Distribution Agent with one
+    stream, three streams and point-in-time delivery stopping past the boundary: every
+    subscriber equals the publisher row by row, and further work keeps flowing."""
+    env = wal_env(boundary, n_subscribers=4)
+    env.run(env.pub, "CREATE TABLE t (id int PRIMARY KEY, u int NOT NULL UNIQUE, v text); "
+                     "CREATE TABLE t2 (a text, b int, note text, PRIMARY KEY (a, b))")
+    env.run(env.pub, "INSERT INTO t SELECT g, g, 'row ' || g FROM generate_series(1, %s) g", (ROWS,))
+    topo = env.topology(["t", "t2"], commit_batch_size=4)
+    snap = snapshot.run_snapshot(topo, "p", spark)
+    limit = lsn_to_int(boundary)
+    assert lsn_to_int(snap["consistent_lsn"]) < limit
+    _workload(env, 0, 10)  # before the boundary
+    assert lsn_to_int(env.wal_position()) < limit
+    env.cross_boundary()
+    _workload(env, 10, 6)  # after it
+    cut = env.rows(env.pub, "SELECT clock_timestamp()")[0][0]
+    at_cut = _table_rows(env.pub)
+    time.sleep(0.02)
+    _workload(env, 16, 6)
+
+    read = logreader.run_log_reader(topo, "p", batch_changes=100)
+    assert read["transactions"] == 22 and read["batches"] > 2
+    lsns = [r[0] for r in env.rows(env.dist, "SELECT xact_seqno::text FROM airflow_repl.transactions")]
+    below = [x for x in lsns if lsn_to_int(x) < limit]
+    assert len(below) == 10 and len(lsns) == 22  # the backlog spans the boundary
+    newest = max(lsns, key=lsn_to_int)
+    assert env.rows(env.dist, "SELECT read_xact_seqno::text FROM airflow_repl.logreader_state") == [(newest,)]
+
+    final = _table_rows(env.pub)
+    one = distribution.run_distribution(topo, "p", "sub1", subscription_streams=1)
+    three = distribution.run_distribution(topo, "p", "sub2", subscription_streams=3, commit_batch_size=8)
+    for result in (one, three):
+        assert (result["transactions"], result["retries"], result["last_xact_seqno"]) == (22, 0, newest)
+    assert three["parallel_batches"] > 0  # the three-stream run did spread batches
+    _assert_rows_equal(final, env.subs["sub1"], "one stream")
+    _assert_rows_equal(final, env.subs["sub2"], "three streams")
+
+    for name, streams in (("sub3", 1), ("sub4", 3)):
+        partial = distribution.run_distribution(topo, "p", name, until=cut, subscription_streams=streams)
+        assert partial["transactions"] == 16
+        _assert_rows_equal(at_cut, env.subs[name], f"until, {streams} stream(s)")
+        assert distribution.run_distribution(topo, "p", name, subscription_streams=streams)["transactions"] == 6
+        _assert_rows_equal(final, env.subs[name], f"after until, {streams} stream(s)")
+
+    for name in env.subs:
+        state = env.rows(env.subs[name], "SELECT xact_seqno::text, transactions FROM airflow_repl.subscription_state")
+        assert state == [(newest, 22)]
+    assert env.rows(env.dist, "SELECT DISTINCT delivered_xact_seqno::text FROM airflow_repl.subscriptions") == [
+        (newest,)]
+
+    _workload(env, 22, 3)  # and the next runs keep delivering
+    assert logreader.run_log_reader(topo, "p")["transactions"] == 3
+    for name in env.subs:
+        assert distribution.run_distribution(topo, "p", name, subscription_streams=3)["transactions"] == 3
+        _assert_rows_equal(_table_rows(env.pub), env.subs[name], f"{name}, second round")

@@ -8,21 +8,27 @@ subscriber back to the last watermark; re-running resumes from it, so every tran
 applied once.  Changes are applied with ``session_replication_role = replica``: ordinary user
 triggers and foreign-key triggers do not fire (SQL Server's NOT FOR REPLICATION).
 
-With ``subscription_streams`` > 1 a batch is spread over several connections (commands on the
-same key stay on the same stream, in order) and committed on all of them with two-phase
-commit, so the batch and the watermark still commit as one.  Any error on any stream rolls the
-batch back everywhere and replays it on one stream, transaction by transaction; that replay
-also implements ``skip_errors`` and names the failing command.
+With ``subscription_streams`` > 1 each batch is planned (:func:`plan_streams`): commands that
+touch a common key value (primary key or any unique constraint, before or after image) are
+connected, and each connected group stays on one stream in commit order, so streams never wait
+on each other's locks.  A batch whose groups cannot be spread usefully goes to one stream.  A
+spread batch commits on every stream with two-phase commit, so the batch and the watermark still
+commit as one.  Any error on any stream rolls the batch back everywhere and replays it on one
+stream, transaction by transaction; that replay also implements ``skip_errors`` and names the
+failing command.
+
+Positions (``xact_seqno``) are ``pg_lsn`` values: SQL orders and compares the column itself,
+never its text, and Python compares them as integers (:func:`pgoutput.lsn_to_int`).
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
-import queue
 import threading
 import time
 import uuid
-import zlib
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -38,9 +44,33 @@ log = logging.getLogger(__name__)
 AGENT = "distribution"
 _SYNC_EVERY = 500
 #: With several streams, a stream waiting this long for a lock gives up and the batch is
-#: replayed on one stream (streams can wait on each other's uncommitted unique keys).
+#: replayed on one stream.  Planning keeps conflicting commands on one stream, so only work
+#: outside the plan (a custom procedure touching other rows, another session) can wait.
 STREAM_LOCK_TIMEOUT = "10s"
 _GID_PREFIX = "airflow_repl"
+#: A batch with fewer commands is applied on one stream: two-phase commit on every stream
+#: costs more than spreading so little work saves.
+PARALLEL_MIN_COMMANDS = 64
+#: A batch is spread only if its busiest stream gets at most 1 / PARALLEL_MIN_GAIN of its
+#: commands (one group dominating the batch gains nothing from several streams).
+PARALLEL_MIN_GAIN = 1.5
+#: Larger batches (a single huge transaction) are applied on one stream without planning, so
+#: that the agent's memory stays bounded.
+PLAN_MAX_COMMANDS = 200_000
+
+#: SQL: the next transactions after a watermark.  Orders and compares the pg_lsn column of the
+#: table (qualified: a bare ``xact_seqno`` would bind to the text output column and sort as
+#: text), so the primary key's index returns them in order, with no sort of the backlog.
+BATCH_QUERY = (
+    "SELECT t.xact_seqno::text AS xact, t.command_count, t.article_rows, t.commit_time "
+    "FROM airflow_repl.transactions AS t "
+    "WHERE t.publication = %s AND t.xact_seqno > %s::pg_lsn ORDER BY t.xact_seqno LIMIT %s")
+#: SQL: the commands of the transactions first..last, in commit order.
+COMMANDS_QUERY = (
+    "SELECT c.xact_seqno::text AS xact, c.command_id, c.article, c.op, c.data "
+    "FROM airflow_repl.commands AS c "
+    "WHERE c.publication = %s AND c.xact_seqno BETWEEN %s::pg_lsn AND %s::pg_lsn "
+    "ORDER BY c.xact_seqno, c.command_id")
 
 
 @dataclass
@@ -58,11 +88,55 @@ class _Outcome:
     last_good: str | None = None
 
 
-def stream_of(article: str, key: list, streams: int) -> int:
-    """The stream that applies commands on this key (stable across runs and processes)."""
-    if streams == 1:
-        return 0
-    return zlib.crc32(repr((article, key)).encode()) % streams
+def plan_streams(touched: Sequence[Iterable[Hashable] | None], streams: int, *,
+                 min_commands: int = PARALLEL_MIN_COMMANDS, min_gain: float = PARALLEL_MIN_GAIN) -> list[list[int]]:
+    """Spread a batch's commands over at most ``streams`` streams so that no two streams ever
+    touch the same key value.
+
+    ``touched[i]`` is every key value command ``i`` touches (``None``: it may touch anything,
+    a TRUNCATE say).  Commands sharing a key value are connected (union-find); each connected
+    group stays on one stream, in commit order, and the groups are balanced over the streams
+    (largest first, onto the least loaded).  Returns the command indexes of each stream, each
+    list in commit order; a single list when spreading does not pay: fewer than
+    ``min_commands`` commands, one group, or a busiest stream holding more than
+    1 / ``min_gain`` of the batch.
+    """
+    n = len(touched)
+    everything = [list(range(n))]
+    if streams <= 1 or n < max(min_commands, 2):
+        return everything
+    parent = list(range(n))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner: dict[Hashable, int] = {}
+    for i, keys in enumerate(touched):
+        if keys is None:
+            return everything
+        for key in keys:
+            j = owner.setdefault(key, i)
+            if j != i:
+                a, b = find(i), find(j)
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+    groups: dict[int, list[int]] = {}
+    for i in range(n):
+        groups.setdefault(find(i), []).append(i)
+    if len(groups) < 2:
+        return everything
+    loads = [(0, s) for s in range(streams)]
+    assigned: list[list[int]] = [[] for _ in range(streams)]
+    for group in sorted(groups.values(), key=len, reverse=True):
+        load, s = heapq.heappop(loads)
+        assigned[s].extend(group)
+        heapq.heappush(loads, (load + len(group), s))
+    if n < min_gain * max(len(a) for a in assigned):
+        return everything
+    return [sorted(a) for a in assigned if a]
 
 
 class _Applier:
@@ -100,11 +174,27 @@ class _Applier:
         if held is not None:
             yield held
 
-    def key_of(self, cmd: Command) -> list:
+    def touched(self, cmd: Command) -> list[tuple] | None:
+        """Every key value the command touches at the subscriber: its destination table's
+        primary key and each unique constraint (without NULLs, which never conflict), in its
+        before and after images.  None for a TRUNCATE (it touches every row)."""
         art = self.articles.get(cmd.article)
-        if art is None or cmd.op == "T":
+        if art is None or self.stmt(cmd) is None:
             return []
-        return cmd.key(art)
+        if cmd.op == "T":
+            return None
+        table = (art.dest_schema, art.dest_table)
+        names = art.column_names
+        constraints = [art.pk_positions, *art.unique_positions]
+        keys = []
+        for image in (cmd.old, cmd.new):
+            if image is None:
+                continue
+            for positions in constraints:
+                values = tuple(image[i] for i in positions)
+                if None not in values:
+                    keys.append((table, tuple(names[i] for i in positions), values))
+        return keys
 
     def execute(self, cur: psycopg.Cursor, cmd: Command) -> bool:
         st = self.stmt(cmd)
@@ -118,34 +208,42 @@ class _Applier:
 
 
 class _Stream(threading.Thread):
-    """Applies the commands it is given on its own connection, pipelined."""
+    """Applies its share of a planned batch on its own connection, pipelined; stops early
+    when another stream failed."""
 
-    def __init__(self, conn: psycopg.Connection, applier: _Applier) -> None:
+    def __init__(self, conn: psycopg.Connection, applier: _Applier, commands: Iterable[Command],
+                 failed: threading.Event) -> None:
         super().__init__(daemon=True)
-        self.conn, self.applier = conn, applier
-        self.queue: queue.Queue = queue.Queue(maxsize=5000)
+        self.conn, self.applier, self.commands, self.failed = conn, applier, commands, failed
         self.error: BaseException | None = None
         self.count = 0
 
     def run(self) -> None:
-        cur = self.conn.cursor()
-        done = False
         try:
-            with self.conn.pipeline() as p:
-                while (item := self.queue.get()) is not None:
-                    if self.applier.execute(cur, item):
-                        self.count += 1
-                        if self.count % _SYNC_EVERY == 0:
-                            p.sync()
-                done = True  # the end marker was read; errors may still surface when the pipeline ends
+            self.count = _apply_pipelined(self.conn, self.applier, self.commands, self.failed)
         except BaseException as exc:  # noqa: BLE001 - reported to the dispatcher
             self.error = exc
+            self.failed.set()
             try:
-                self.conn.rollback()  # release our locks so that other streams can finish
+                self.conn.rollback()  # release our locks at once
             except psycopg.Error:
                 pass
-            while not done and self.queue.get() is not None:  # keep draining so the dispatcher never blocks
-                pass
+
+
+def _apply_pipelined(conn: psycopg.Connection, applier: _Applier, commands: Iterable[Command],
+                     stop: threading.Event | None = None) -> int:
+    """Execute commands on one connection in a pipeline; returns how many were executed."""
+    cur = conn.cursor()
+    n = 0
+    with conn.pipeline() as p:
+        for cmd in commands:
+            if stop is not None and stop.is_set():
+                break
+            if applier.execute(cur, cmd):
+                n += 1
+                if n % _SYNC_EVERY == 0:
+                    p.sync()
+    return n
 
 
 def _batch(dist: psycopg.Connection, publication: str, after: str, until: datetime | None,
@@ -153,10 +251,7 @@ def _batch(dist: psycopg.Connection, publication: str, after: str, until: dateti
     # Commit order is LSN order; commit timestamps of concurrent commits need not follow it, so
     # point-in-time delivery stops at the first transaction (in LSN order) committed after
     # `until`, never skipping an earlier-LSN one.
-    rows = dist.execute(
-        "SELECT xact_seqno::text, command_count, article_rows, commit_time FROM airflow_repl.transactions "
-        "WHERE publication = %s AND xact_seqno > %s ORDER BY xact_seqno LIMIT %s",
-        (publication, after, size)).fetchall()
+    rows = dist.execute(BATCH_QUERY, (publication, after, size)).fetchall()
     out, total = [], 0
     for xact, count, article_rows, commit_time in rows:
         if until is not None and commit_time > until:
@@ -171,9 +266,7 @@ def _batch(dist: psycopg.Connection, publication: str, after: str, until: dateti
 def _command_rows(dist: psycopg.Connection, publication: str, first: str, last: str):
     with dist.cursor(name="airflow_repl_cmds") as cur:
         cur.itersize = 2000
-        cur.execute("SELECT xact_seqno::text, command_id, article, op, data FROM airflow_repl.commands "
-                    "WHERE publication = %s AND xact_seqno BETWEEN %s AND %s "
-                    "ORDER BY xact_seqno, command_id", (publication, first, last))
+        cur.execute(COMMANDS_QUERY, (publication, first, last))
         yield from cur
 
 
@@ -236,6 +329,26 @@ def recover_prepared(sub: psycopg.Connection, publication: str) -> int:
     return len(gids)
 
 
+def _check_stream_capacity(conn: psycopg.Connection, streams: int, publication: str, subscriber: str) -> None:
+    """Refuse, before any further connection is opened, more streams than the subscriber can
+    serve: one connection each (within max_connections, less the superuser reserve and the
+    connections in use, this one included) and one prepared transaction each."""
+    max_conn, reserved, in_use, prepared = conn.execute(
+        "SELECT current_setting('max_connections')::int, current_setting('superuser_reserved_connections')::int, "
+        "(SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE backend_type = 'client backend'), "
+        "current_setting('max_prepared_transactions')::int").fetchone()
+    conn.rollback()
+    free = max_conn - reserved - in_use + 1  # this connection is stream 0
+    allowed = min(free, prepared)
+    if streams > allowed:
+        raise ReplError(
+            f"subscription_streams = {streams} is more than subscriber {subscriber!r} allows: at most {allowed} "
+            f"(max_prepared_transactions = {prepared}; connections: max_connections {max_conn} - "
+            f"superuser_reserved_connections {reserved} - {in_use} in use + this one = {free}); set "
+            f"subscription_streams of publication {publication!r} at subscriber {subscriber!r} to {max(allowed, 1)} "
+            f"or less, or raise those settings at the subscriber")
+
+
 class _Delivery:
     """One Distribution Agent run for one subscription."""
 
@@ -244,7 +357,7 @@ class _Delivery:
         self.topology, self.publication, self.subscriber = topology, publication, subscriber
         self.until, self.size, self.threshold, self.n, self.skip = until, size, threshold, streams, skip
         self.totals = {"transactions": 0, "commands": 0, "commits": 0, "retries": 0, "skipped": 0,
-                       "last_xact_seqno": None}
+                       "parallel_batches": 0, "last_xact_seqno": None}
 
     def connect(self) -> None:
         conninfo = self.topology.subscriber_conninfo(self.subscriber)
@@ -252,6 +365,8 @@ class _Delivery:
         for i in range(self.n):
             conn = connections.connect(conninfo, f"subscriber {self.subscriber!r}")
             self.subs.append(conn)
+            if i == 0 and self.n > 1:  # before opening the others
+                _check_stream_capacity(conn, self.n, self.publication, self.subscriber)
             try:
                 conn.execute("SET session_replication_role = replica")
                 if self.n > 1:
@@ -261,13 +376,6 @@ class _Delivery:
                 raise ReplError(f"the login of subscriber {self.subscriber!r} may not set "
                                 f"session_replication_role; the Distribution Agent needs a superuser login "
                                 f"(or one granted SET on that parameter) at the subscriber") from None
-        if self.n > 1:
-            prepared = int(self.subs[0].execute("SHOW max_prepared_transactions").fetchone()[0])
-            self.subs[0].rollback()
-            if prepared < self.n:
-                raise ReplError(f"subscription_streams = {self.n} needs max_prepared_transactions >= {self.n} "
-                                f"at subscriber {self.subscriber!r} (it is {prepared}); raise it there or use "
-                                f"one stream")
         # One agent per subscription: a session lock, released if this process dies.  Taken before
         # recovery, so that no live agent's two-phase commit is ever "recovered" under its feet.
         locked = self.subs[0].execute("SELECT pg_try_advisory_lock(hashtext(%s))",
@@ -292,40 +400,32 @@ class _Delivery:
                 conn.rollback()
 
     # ------------------------------------------------------------------ fast paths
-    def _apply_one_stream(self, applier: _Applier, rows, txns) -> int:
-        cur = self.subs[0].cursor()
-        n = 0
-        with self.subs[0].pipeline() as p:
-            for _, _, cmd in applier.commands(rows, txns):
-                if applier.execute(cur, cmd):
-                    n += 1
-                    if n % _SYNC_EVERY == 0:
-                        p.sync()
-        return n
+    def _plan(self, applier: _Applier, rows, txns: dict[str, _Txn]) -> list[Iterable[Command]]:
+        """The batch's commands per stream (a single share: apply on one stream).  One stream
+        reads the commands as it applies them; several need the whole batch planned first."""
+        if self.n == 1 or sum(t.count for t in txns.values()) > PLAN_MAX_COMMANDS:
+            return [(cmd for _, _, cmd in applier.commands(rows, txns))]
+        cmds = [cmd for _, _, cmd in applier.commands(rows, txns)]
+        return [[cmds[i] for i in share] for share in plan_streams([applier.touched(c) for c in cmds], self.n)]
 
-    def _apply_streams(self, applier: _Applier, rows, txns) -> int:
-        workers = [_Stream(conn, applier) for conn in self.subs]
+    def _apply_streams(self, applier: _Applier, shares: list[Iterable[Command]]) -> int:
+        """Apply each share on its own stream, in parallel (share i on stream i)."""
+        failed = threading.Event()
+        workers = [_Stream(conn, applier, share, failed) for conn, share in zip(self.subs, shares)]
         for w in workers:
             w.start()
-        try:
-            for _, _, cmd in applier.commands(rows, txns):
-                if any(w.error for w in workers):
-                    break
-                workers[stream_of(cmd.article, applier.key_of(cmd), self.n)].queue.put(cmd)
-        finally:
-            for w in workers:
-                w.queue.put(None)
-            for w in workers:
-                w.join()
+        for w in workers:
+            w.join()
         errors = [w.error for w in workers if w.error is not None]
         if errors:
             raise errors[0]
         return sum(w.count for w in workers)
 
-    def _commit_streams(self, last: str, n_txn: int) -> None:
-        """Two-phase commit of one batch over every stream (stream 0 holds the watermark)."""
+    def _commit_streams(self, last: str, n_txn: int, used: int) -> None:
+        """Two-phase commit of one batch over the streams it used, 0..used-1 (stream 0 holds
+        the watermark)."""
         batch = uuid.uuid4().hex[:12]
-        gids = [f"{_GID_PREFIX}|{self.publication}|{batch}|{last}|{i}|{self.n}" for i in range(self.n)]
+        gids = [f"{_GID_PREFIX}|{self.publication}|{batch}|{last}|{i}|{used}" for i in range(used)]
         _set_watermark(self.subs[0], self.publication, last, n_txn)
         prepared: list[str] = []
         try:
@@ -415,13 +515,15 @@ class _Delivery:
             by_xact = {t.xact: t for t in txns}
             rows = _command_rows(dist, self.publication, first, last)
             try:
-                if self.n == 1:
-                    n = self._apply_one_stream(applier, rows, by_xact)
+                shares = self._plan(applier, rows, by_xact)
+                if len(shares) == 1:
+                    n = _apply_pipelined(sub0, applier, shares[0])
                     _set_watermark(sub0, self.publication, last, len(txns))
                     sub0.commit()  # changes and watermark together: exactly once
                 else:
-                    n = self._apply_streams(applier, rows, by_xact)
-                    self._commit_streams(last, len(txns))
+                    n = self._apply_streams(applier, shares)
+                    self._commit_streams(last, len(txns), len(shares))
+                    self.totals["parallel_batches"] += 1
                 self._delivered(dist, last, len(txns), n)
                 continue
             except psycopg.Error as exc:
@@ -431,7 +533,8 @@ class _Delivery:
             self.rollback_all()
             dist.rollback()
             self.totals["retries"] += 1
-            if _lock_watermark(sub0, self.publication, self.subscriber) != watermark:  # never re-apply
+            now = _lock_watermark(sub0, self.publication, self.subscriber)
+            if pgoutput.lsn_to_int(now) != pgoutput.lsn_to_int(watermark):  # never re-apply
                 raise ReplError(f"the watermark of subscriber {self.subscriber!r} moved while a batch failed; "
                                 f"run the Distribution Agent again")
             outcome = self._replay(applier, _command_rows(dist, self.publication, first, last), by_xact)
