@@ -366,23 +366,24 @@ def test_commit_batch_size_and_threshold(env, spark):
     assert_in_sync(topo)
 
 
-def test_streams_seed_case_retries_on_one_stream(env, spark):
+def test_streams_seed_case_stays_on_one_stream(env, spark):
     """pk 1 -> 2, then 2 -> 3, in two transactions, over two streams (SQL Server's
-    SubscriptionStreams example): the second update finds no row on its stream, the batch is
-    rolled back on both streams and retried on one, which succeeds."""
-    env.run(env.pub, "CREATE TABLE s (pk int PRIMARY KEY, v text); INSERT INTO s VALUES (1, 'row'), (50, 'other')")
+    SubscriptionStreams example), in a batch large enough to be spread: the planner keeps the
+    chain on one stream, so nothing waits, fails or replays."""
+    env.run(env.pub, "CREATE TABLE s (pk int PRIMARY KEY, v text); INSERT INTO s VALUES (1, 'row'), (50, 'other'); "
+                     "INSERT INTO s SELECT g, 'filler' FROM generate_series(100, 299) g")
     topo = env.topology([{"table": "s", "updates_as_delete_insert": "multi_row_key_changes", "upd_cmd": "CALL"}],
                         subscription_streams=2)
-    # the seed's keys 1 -> 2 -> 3, with a second key that the stream hash sends elsewhere
-    two = next(k for k in range(2, 50) if distribution.stream_of("s", [str(k)], 2) != distribution.stream_of("s", ["1"], 2))
     snapshot.run_snapshot(topo, "p", spark)
-    env.run(env.pub, "UPDATE s SET pk = %s WHERE pk = 1", (two,))
-    env.run(env.pub, "UPDATE s SET pk = 3000 WHERE pk = %s", (two,))
+    env.run(env.pub, "UPDATE s SET pk = 2 WHERE pk = 1")
+    env.run(env.pub, "UPDATE s SET pk = 3000 WHERE pk = 2")
     env.run(env.pub, "UPDATE s SET v = 'still' WHERE pk = 50")
+    env.run(env.pub, "UPDATE s SET v = 'spread' WHERE pk BETWEEN 100 AND 299")
     logreader.run_log_reader(topo, "p")
     result = distribution.run_distribution(topo, "p", "sub1")
-    assert result["retries"] == 1 and result["transactions"] == 3 and result["skipped"] == 0
-    assert env.rows(env.sub, "SELECT * FROM s ORDER BY pk") == [(50, "still"), (3000, "row")]
+    assert (result["retries"], result["transactions"], result["skipped"], result["parallel_batches"]) == (0, 4, 0, 1)
+    assert env.rows(env.sub, "SELECT * FROM s WHERE v <> 'spread' ORDER BY pk") == [(50, "still"), (3000, "row")]
+    assert env.rows(env.sub, "SELECT count(*) FROM s WHERE v = 'spread'") == [(200,)]
     assert env.rows(env.sub, "SELECT count(*) FROM pg_prepared_xacts") == [(0,)]
 
 

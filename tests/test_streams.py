@@ -1,0 +1,158 @@
+"""Several subscription streams: the batch planner (pure, no server) and delivery over
+several streams at a real subscriber (no lock waits, no replays; limits checked up front)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from airflow_repl.engine import distribution, logreader, snapshot
+from airflow_repl.engine.articles import ResolvedArticle
+from airflow_repl.engine.commands import DELETE, INSERT, UPDATE, Command
+from airflow_repl.engine.distribution import _Applier, plan_streams
+from airflow_repl.engine.errors import ReplError
+
+
+# ---------------------------------------------------------------------- the planner (no server)
+def _check_plan(touched, shares):
+    """Shares partition the batch, each in commit order, and no key value is on two streams."""
+    assert sorted(i for share in shares for i in share) == list(range(len(touched)))
+    assert all(share == sorted(share) for share in shares)
+    stream_of_key = {}
+    for s, share in enumerate(shares):
+        for i in share:
+            for key in touched[i]:
+                assert stream_of_key.setdefault(key, s) == s, f"key {key} on streams {stream_of_key[key]} and {s}"
+
+
+def test_independent_rows_are_balanced_over_the_streams():
+    touched = [[("pk", i)] for i in range(300)]
+    shares = plan_streams(touched, 3)
+    _check_plan(touched, shares)
+    assert sorted(len(s) for s in shares) == [100, 100, 100]
+
+
+def test_a_chain_of_key_updates_and_a_reused_unique_value_stay_on_one_stream():
+    touched = [[("pk", i), ("u", f"u{i}")] for i in range(200)]
+    # pk 1 -> 1001 -> 2001 over three commands (delete/insert pairs), and row 7 takes the
+    # unique value row 150 gave up
+    touched += [[("pk", 1), ("u", "u1")], [("pk", 1001), ("u", "u1")],
+                [("pk", 1001), ("u", "u1")], [("pk", 2001), ("u", "u1")],
+                [("pk", 150), ("u", "u150")], [("pk", 7), ("u", "u150"), ("u", "u7")]]
+    shares = plan_streams(touched, 3)
+    _check_plan(touched, shares)
+    assert len(shares) == 3
+    chain = next(s for s in shares if 200 in s)
+    assert {1, 200, 201, 202, 203} <= set(chain)
+    assert {7, 150, 204, 205} <= set(next(s for s in shares if 204 in s))
+
+
+def test_a_dominant_group_a_small_batch_or_a_truncate_use_one_stream():
+    hot = [[("pk", 0)]] * 200 + [[("pk", i)] for i in range(1, 60)]  # one row updated 200 times
+    assert plan_streams(hot, 3) == [list(range(259))]
+    small = [[("pk", i)] for i in range(20)]
+    assert plan_streams(small, 3) == [list(range(20))]
+    assert len(plan_streams(small, 3, min_commands=10)) == 3
+    truncate = [[("pk", i)] for i in range(100)] + [None]
+    assert plan_streams(truncate, 3) == [list(range(101))]
+    assert plan_streams([[("pk", i)] for i in range(100)], 1) == [list(range(100))]
+    assert plan_streams([], 3) == [[]]
+
+
+def test_random_batches_never_share_a_key_between_streams():
+    rng = random.Random(8)
+    for _ in range(200):
+        n = rng.randint(0, 400)
+        keys = rng.randint(1, 600)
+        touched = [[("k", rng.randrange(keys)) for _ in range(rng.randint(0, 4))] for _ in range(n)]
+        shares = plan_streams(touched, rng.randint(1, 5), min_commands=rng.choice([0, 64]))
+        _check_plan(touched, shares)
+
+
+def _article(**overrides) -> ResolvedArticle:
+    table = {"schema": "public", "name": "t", "oid": 1, "primary_key": ["id"], "unique_keys": [["code"], ["a", "b"]],
+             "columns": [{"name": c, "type": "text", "not_null": c == "id", "type_oid": 25}
+                         for c in ("id", "code", "a", "b", "v")]}
+    data = {"publication": "p", "name": "t", "table": table, "dest_schema": "public", "dest_table": "t",
+            "propagation": {"insert": "SQL", "update": "SQL", "delete": "SQL"}, "default_procs": {},
+            "column_list": None, "row_filter": None, "update_mode": "key_changes", **overrides}
+    return ResolvedArticle.from_dict(data)
+
+
+def test_commands_touch_every_key_of_both_images():
+    applier = _Applier({"t": _article()})
+    old, new = ["1", "c1", "x", None, "v"], ["2", "c2", "x", "y", "v"]
+    keys = applier.touched(Command(UPDATE, "t", old=old, new=new))
+    t = ("public", "t")
+    assert set(keys) == {(t, ("id",), ("1",)), (t, ("code",), ("c1",)), (t, ("id",), ("2",)),
+                         (t, ("code",), ("c2",)), (t, ("a", "b"), ("x", "y"))}  # (x, NULL) conflicts with nothing
+    assert applier.touched(Command(DELETE, "t", old=old)) == [(t, ("id",), ("1",)), (t, ("code",), ("c1",))]
+    assert applier.touched(Command(INSERT, "t", new=new))[0] == (t, ("id",), ("2",))
+    assert applier.touched(Command("T", "t")) is None
+    assert applier.touched(Command(INSERT, "unknown", new=new)) == []
+    not_replicated = _Applier({"t": _article(propagation={"insert": "NONE", "update": "SQL", "delete": "SQL"})})
+    assert not_replicated.touched(Command(INSERT, "t", new=new)) == []
+
+
+# ---------------------------------------------------------------------- real subscriber
+def _make_kt(env, rows: int) -> None:
+    """A table with a unique column beside its primary key."""
+    env.run(env.pub, "CREATE TABLE kt (id int PRIMARY KEY, code text NOT NULL UNIQUE, v int)")
+    env.run(env.pub, "INSERT INTO kt SELECT g, 'c' || g, 0 FROM generate_series(1, %s) g", (rows,))
+
+
+def _key_updates(env, transactions: int, per_txn: int, rows: int) -> None:
+    """Key updates, ``per_txn`` rows per transaction: each becomes a DELETE + INSERT pair
+    carrying the same unique value (the case that made streams wait on each other's locks
+    and replay)."""
+    for i in range(transactions):
+        env.run(env.pub, "UPDATE kt SET id = id + %s, v = v + 1 WHERE id %% %s = %s",
+                (rows * 10, rows // per_txn, i % (rows // per_txn)))
+
+
+def test_key_updates_with_a_unique_column_on_three_streams_never_replay(env, spark):
+    _make_kt(env, 2000)
+    topo = env.topology(["kt"], subscription_streams=3)
+    snapshot.run_snapshot(topo, "p", spark)
+    _key_updates(env, transactions=40, per_txn=50, rows=2000)
+    read = logreader.run_log_reader(topo, "p")
+    assert (read["transactions"], read["commands"]) == (40, 4000)
+    result = distribution.run_distribution(topo, "p", "sub1")
+    assert (result["transactions"], result["commands"], result["retries"]) == (40, 4000, 0)
+    assert result["parallel_batches"] == result["commits"] >= 4  # every batch spread over the streams
+    assert env.rows(env.sub, "SELECT id, code, v FROM kt ORDER BY id") == \
+        env.rows(env.pub, "SELECT id, code, v FROM kt ORDER BY id")
+    assert env.rows(env.sub, "SELECT count(*) FROM pg_prepared_xacts") == [(0,)]
+    history = env.rows(env.dist, "SELECT status, (details->>'retries')::int FROM airflow_repl.agent_history "
+                                 "WHERE agent = 'distribution'")
+    assert history == [("succeeded", 0)]
+
+
+def test_more_streams_than_the_subscriber_allows_are_refused_up_front(env, spark):
+    _make_kt(env, 100)
+    topo = env.topology(["kt"], subscription_streams=1000)
+    snapshot.run_snapshot(topo, "p", spark)
+    _key_updates(env, transactions=5, per_txn=10, rows=100)
+    logreader.run_log_reader(topo, "p")
+
+    def state():
+        return (env.rows(env.sub, "SELECT id, code, v FROM kt ORDER BY id"),
+                env.rows(env.sub, "SELECT xact_seqno::text, transactions FROM airflow_repl.subscription_state"),
+                env.rows(env.dist, "SELECT count(*) FROM airflow_repl.agent_history"),
+                env.rows(env.dist, "SELECT count(*) FROM airflow_repl.errors"),
+                env.rows(env.dist, "SELECT delivered_xact_seqno::text FROM airflow_repl.subscriptions"))
+
+    before = state()
+    with pytest.raises(ReplError) as info:
+        distribution.run_distribution(topo, "p", "sub1")
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("subscription_streams = 1000 is more than subscriber 'sub1' allows: at most 20 ")
+    assert "max_prepared_transactions = 20" in message and "max_connections 100" in message
+    assert "set subscription_streams of publication 'p' at subscriber 'sub1' to 20 or less" in message
+    assert state() == before
+    # within the limit, the same backlog is delivered
+    assert distribution.run_distribution(topo, "p", "sub1", subscription_streams=20)["transactions"] == 5
+    assert env.rows(env.sub, "SELECT id, code, v FROM kt ORDER BY id") == \
+        env.rows(env.pub, "SELECT id, code, v FROM kt ORDER BY id")
