@@ -7,6 +7,7 @@ See "Logical Replication Message Formats" in the PostgreSQL manual.
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -179,10 +180,20 @@ def decode(message: bytes):
     return Other(kind)
 
 
+_LSN = re.compile(r"([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})")
+
+
 def lsn_to_int(lsn: str) -> int:
-    hi, lo = lsn.split("/")
-    return (int(hi, 16) << 32) | int(lo, 16)
+    """A WAL position (pg_lsn text, ``'16/B374D848'``) as the number it stands for.  Compare
+    and sort positions by this, never by their text: ``'10/0' < 'F/0'`` as text."""
+    match = _LSN.fullmatch(lsn)
+    if match is None:
+        raise ValueError(f"not a WAL position (pg_lsn): {lsn!r}")
+    return (int(match[1], 16) << 32) | int(match[2], 16)
 
 
 def int_to_lsn(value: int) -> str:
+    """The pg_lsn text of a WAL position (PostgreSQL's own form: upper case, no leading zeros)."""
+    if not 0 <= value < 1 << 64:
+        raise ValueError(f"not a WAL position (pg_lsn): {value}")
     return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
