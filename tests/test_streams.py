@@ -84,11 +84,11 @@ def test_commands_touch_every_key_of_both_images():
     applier = _Applier({"t": _article()})
     old, new = ["1", "c1", "x", None, "v"], ["2", "c2", "x", "y", "v"]
     keys = applier.touched(Command(UPDATE, "t", old=old, new=new))
-    t = ("public", "t")
-    assert set(keys) == {(t, ("id",), ("1",)), (t, ("code",), ("c1",)), (t, ("id",), ("2",)),
-                         (t, ("code",), ("c2",)), (t, ("a", "b"), ("x", "y"))}  # (x, NULL) conflicts with nothing
-    assert applier.touched(Command(DELETE, "t", old=old)) == [(t, ("id",), ("1",)), (t, ("code",), ("c1",))]
-    assert applier.touched(Command(INSERT, "t", new=new))[0] == (t, ("id",), ("2",))
+    pk, code, ab = ("public", "t", ("id",)), ("public", "t", ("code",)), ("public", "t", ("a", "b"))
+    assert set(keys) == {(pk, ("1",)), (code, ("c1",)), (pk, ("2",)), (code, ("c2",)),
+                         (ab, ("x", "y"))}  # (x, NULL) conflicts with nothing
+    assert applier.touched(Command(DELETE, "t", old=old)) == [(pk, ("1",)), (code, ("c1",))]
+    assert applier.touched(Command(INSERT, "t", new=new))[0] == (pk, ("2",))
     assert applier.touched(Command("T", "t")) is None
     assert applier.touched(Command(INSERT, "unknown", new=new)) == []
     not_replicated = _Applier({"t": _article(propagation={"insert": "NONE", "update": "SQL", "delete": "SQL"})})

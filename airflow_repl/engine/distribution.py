@@ -139,10 +139,19 @@ def plan_streams(touched: Sequence[Iterable[Hashable] | None], streams: int, *,
     return [sorted(a) for a in assigned if a]
 
 
+def _key_constraints(art: ResolvedArticle) -> list[tuple[tuple, list[int]]]:
+    """(constraint, column positions) of the article's primary key and unique constraints; a
+    constraint is named by its destination table and columns."""
+    names = art.column_names
+    return [((art.dest_schema, art.dest_table, tuple(names[i] for i in positions)), positions)
+            for positions in [art.pk_positions, *art.unique_positions]]
+
+
 class _Applier:
     def __init__(self, articles: dict[str, ResolvedArticle]) -> None:
         self.articles = articles
         self._stmts: dict[tuple[str, str], apply.Statement | None] = {}
+        self._constraints: dict[str, list[tuple[tuple, list[int]]]] = {}
 
     def stmt(self, cmd: Command) -> apply.Statement | None:
         key = (cmd.article, cmd.op)
@@ -178,22 +187,20 @@ class _Applier:
         """Every key value the command touches at the subscriber: its destination table's
         primary key and each unique constraint (without NULLs, which never conflict), in its
         before and after images.  None for a TRUNCATE (it touches every row)."""
-        art = self.articles.get(cmd.article)
-        if art is None or self.stmt(cmd) is None:
+        if self.stmt(cmd) is None:
             return []
         if cmd.op == "T":
             return None
-        table = (art.dest_schema, art.dest_table)
-        names = art.column_names
-        constraints = [art.pk_positions, *art.unique_positions]
+        constraints = self._constraints.get(cmd.article)
+        if constraints is None:
+            constraints = self._constraints[cmd.article] = _key_constraints(self.articles[cmd.article])
         keys = []
         for image in (cmd.old, cmd.new):
-            if image is None:
-                continue
-            for positions in constraints:
-                values = tuple(image[i] for i in positions)
-                if None not in values:
-                    keys.append((table, tuple(names[i] for i in positions), values))
+            if image is not None:
+                for constraint, positions in constraints:
+                    values = tuple([image[i] for i in positions])
+                    if None not in values:
+                        keys.append((constraint, values))
         return keys
 
     def execute(self, cur: psycopg.Cursor, cmd: Command) -> bool:
