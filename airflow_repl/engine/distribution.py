@@ -345,15 +345,15 @@ def _check_stream_capacity(conn: psycopg.Connection, streams: int, publication: 
         "(SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE backend_type = 'client backend'), "
         "current_setting('max_prepared_transactions')::int").fetchone()
     conn.rollback()
-    free = max_conn - reserved - in_use + 1  # this connection is stream 0
+    free = max_conn - reserved - (in_use - 1)  # connections left for this agent, this one included
     allowed = min(free, prepared)
     if streams > allowed:
         raise ReplError(
-            f"subscription_streams = {streams} is more than subscriber {subscriber!r} allows: at most {allowed} "
-            f"(max_prepared_transactions = {prepared}; connections: max_connections {max_conn} - "
-            f"superuser_reserved_connections {reserved} - {in_use} in use + this one = {free}); set "
-            f"subscription_streams of publication {publication!r} at subscriber {subscriber!r} to {max(allowed, 1)} "
-            f"or less, or raise those settings at the subscriber")
+            f"subscription_streams = {streams} is more than subscriber {subscriber!r} can serve: it allows {allowed} "
+            f"(max_prepared_transactions {prepared}; free connections {free} = max_connections {max_conn} - "
+            f"superuser_reserved_connections {reserved} - {in_use - 1} in use by others); set subscription_streams "
+            f"of publication {publication!r} at subscriber {subscriber!r} to at most {max(allowed, 1)}, or raise "
+            f"those settings at the subscriber")
 
 
 class _Delivery:
