@@ -357,7 +357,7 @@ def test_multi_stream_agent_killed_repeatedly_applies_everything_exactly_once(en
     for _ in range(6):
         before = state()
         proc = subprocess.Popen([sys.executable, RUNNER, "distribution", spec,
-                                 json.dumps({"subscription_streams": 3, "commit_batch_size": 2})])
+                                 json.dumps({"subscription_streams": 3, "commit_batch_size": 8})])
         def progressed() -> bool:  # once a batch committed, let the agent run on a random moment more
             if state() <= before:
                 return False
@@ -368,13 +368,14 @@ def test_multi_stream_agent_killed_repeatedly_applies_everything_exactly_once(en
             break
         kills += 1
         # whatever the moment, the subscriber holds whole batches only (prepared ones aside)
-        assert env.rows(env.sub, "SELECT count(*) FROM applied")[0][0] <= state() * 10 + 3 * 2 * 10
+        assert env.rows(env.sub, "SELECT count(*) FROM applied")[0][0] <= state() * 10 + 8 * 10
     assert kills >= 1
-    result = distribution.run_distribution(topo, "p", "sub1", subscription_streams=3, commit_batch_size=2)
+    result = distribution.run_distribution(topo, "p", "sub1", subscription_streams=3, commit_batch_size=8)
     assert state() == 300
     assert env.rows(env.sub, "SELECT count(*) FROM applied")[0][0] == 3000
     assert env.rows(env.sub, "SELECT count(*) FROM pg_prepared_xacts") == [(0,)]
     assert 0 < result["transactions"] < 300  # the killed runs had delivered the rest
+    assert result["parallel_batches"] > 0  # batches of 80 commands on 80 rows: spread, two-phase commit
     assert_in_sync(topo)
 
 

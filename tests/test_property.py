@@ -2,7 +2,8 @@
 non-key columns, multi-row key shifts, deletes, NULLs, wide rows), delivering it under every
 call syntax and propagation method leaves each subscriber table equal to the publisher's rows
 and columns that pass the article's filters.  The subscription uses two streams and small
-batches, so two-phase commit, stream ordering and single-stream retries are exercised too."""
+batches, spread over both streams even when small, so stream planning and two-phase commit are
+exercised too."""
 
 from __future__ import annotations
 
@@ -77,6 +78,12 @@ def _sql(table: str, step) -> tuple[str, tuple]:
 
 @pytest.fixture(scope="module")
 def world(sandbox, spark, tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:  # spread even these small batches over the streams
+        mp.setattr(distribution, "PARALLEL_MIN_COMMANDS", 2)
+        yield from _world(sandbox, spark, tmp_path_factory)
+
+
+def _world(sandbox, spark, tmp_path_factory):
     env = Env(sandbox, tmp_path_factory.mktemp("property"))
     env.run(env.pub, ";".join(DDL.format(t=t) for t in TABLES))
     env.run(env.pub, ";".join(f"INSERT INTO {t} SELECT g, 'a', g, 'b' || g, g * 1.5, NULL "
@@ -125,3 +132,6 @@ def test_the_property_run_exercised_every_article_and_operation(world):
     runs = env.rows(env.dist, "SELECT count(*), sum(transactions) FROM airflow_repl.agent_history "
                               "WHERE agent = 'distribution' AND status = 'succeeded'")[0]
     assert runs[0] >= 10 and runs[1] >= 10
+    spread = env.rows(env.dist, "SELECT sum((details->>'parallel_batches')::int) FROM airflow_repl.agent_history "
+                                "WHERE agent = 'distribution'")[0][0]
+    assert spread >= 5  # two-phase commit over both streams was exercised

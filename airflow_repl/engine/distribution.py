@@ -413,7 +413,9 @@ class _Delivery:
         if self.n == 1 or sum(t.count for t in txns.values()) > PLAN_MAX_COMMANDS:
             return [(cmd for _, _, cmd in applier.commands(rows, txns))]
         cmds = [cmd for _, _, cmd in applier.commands(rows, txns)]
-        return [[cmds[i] for i in share] for share in plan_streams([applier.touched(c) for c in cmds], self.n)]
+        plan = plan_streams([applier.touched(c) for c in cmds], self.n, min_commands=PARALLEL_MIN_COMMANDS,
+                            min_gain=PARALLEL_MIN_GAIN)
+        return [[cmds[i] for i in share] for share in plan]
 
     def _apply_streams(self, applier: _Applier, shares: list[Iterable[Command]]) -> int:
         """Apply each share on its own stream, in parallel (share i on stream i)."""
