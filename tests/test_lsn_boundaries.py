@@ -75,6 +75,9 @@ def test_wal_env_starts_below_its_boundary_and_crosses_it(wal_env, boundary):
     env.run(env.pub, "INSERT INTO t VALUES (2)")
     after = lsn_to_int(env.wal_position())
     assert lsn_to_int(boundary) < after < lsn_to_int(boundary) + 4096
+    env.sandbox.restart_cluster(env.publisher_cluster, "immediate")  # a crash: recovery replays the WAL
+    assert env.rows(env.pub, "SELECT id FROM t ORDER BY id") == [(2,)]
+    assert lsn_to_int(env.wal_position()) > after
     assert int_to_lsn(lsn_to_int(boundary)) == boundary.upper()
 
 

@@ -174,6 +174,17 @@ class Sandbox:
                 log_tail = (datadir / "server.log").read_text()[-2000:] if (datadir / "server.log").exists() else ""
                 raise ReplError(f"sandbox cluster {name!r} did not start: {res.stderr.strip()}\n{log_tail}")
 
+    def restart_cluster(self, name: str, mode: str = "fast") -> None:
+        """Restart one cluster; ``mode`` is pg_ctl's ``-m``: ``fast``, or ``immediate``, which
+        is a server crash (the cluster recovers from its WAL when it starts again)."""
+        if mode not in ("smart", "fast", "immediate"):
+            raise ReplError(f"restart mode {mode!r} is not one of smart, fast, immediate")
+        datadir = self._datadir(name)
+        res = self._run("pg_ctl", "-D", str(datadir), "-m", mode, "-w", "-t", "60", "stop", check=False)
+        if res.returncode != 0:
+            raise ReplError(f"sandbox cluster {name!r} did not stop: {res.stderr.strip()}")
+        self._start_cluster(name)
+
     # ------------------------------------------------------------------ clusters at a chosen WAL position
     def add_wal_cluster(self, name: str, wal_start: str | int) -> str:
         """Create and start cluster ``name`` (replacing any cluster of that name) whose write-ahead
