@@ -80,9 +80,11 @@ def test_unset_variable_in_snapshot_folder_is_an_error(tmp_path, monkeypatch):
     (lambda d: d["publications"][0].update(name="Bad-Name"), "publication name 'Bad-Name' is invalid"),
     (lambda d: d["subscriptions"].append({"publication": "nope", "subscriber": "s1"}), "unknown publication 'nope'"),
     (lambda d: d["subscriptions"].append({"publication": "sales", "subscriber": "zz"}), "unknown subscriber 'zz'"),
-    (lambda d: d["publications"][0]["articles"].append({"table": "a.b", "colour": 1}), "unknown option"),
+    (lambda d: d["publications"][0]["articles"].append({"table": "a.b", "colour": 1}),
+     r"publications\[0\]\.articles\[2\]\.colour: unknown key 'colour'"),
     (lambda d: d["publications"][0]["articles"].append({"table": "a.b.c"}), "schema.table"),
-    (lambda d: d["subscriptions"][0].update(commit_batch_size=0), "positive integer"),
+    (lambda d: d["subscriptions"][0].update(commit_batch_size=0),
+     r"subscriptions\[0\]\.commit_batch_size: 0 is out of range: use an integer from 1 to 1000000"),
 ])
 def test_static_errors_name_the_object(mutate, message):
     data = _topo()

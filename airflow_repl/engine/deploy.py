@@ -7,7 +7,6 @@ Applying is idempotent: run it as often as you like; it only changes what differ
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict
 
 import psycopg
 from psycopg import sql
@@ -105,7 +104,6 @@ def apply_topology(topology: Topology, publications: list[str] | None = None) ->
                 distdb.save_publication(dist, name, naming.pg_publication(name), naming.slot(name, dbname),
                                         resolved[name])
                 for sub in topology.subscriptions_of(name):
-                    opts = {k: v for k, v in asdict(sub).items() if k not in ("publication", "subscriber")}
-                    distdb.save_subscription(dist, name, sub.subscriber, opts)
+                    distdb.save_subscription(dist, name, sub.subscriber, sub.options())
     log.info("applied topology: %s", ", ".join(f"{n} ({len(a)} articles)" for n, a in resolved.items()))
     return resolved

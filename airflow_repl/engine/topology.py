@@ -1,47 +1,184 @@
 """The replication topology: publisher, distributor, subscribers, publications, articles and
 subscriptions, loaded from a YAML file or built in Python.
 
-Only static checks happen here (shape, names, duplicates, call syntaxes).  Checks that need the
-publisher's catalog (unknown table or column, missing primary key) happen when the topology is
-applied, in :mod:`airflow_repl.engine.deploy`.
+One pydantic model (:class:`TopologyModel` and the classes it holds) describes the file: every
+field is typed strictly (no ``true`` for 1, no ``"5"`` for 5), integers have ranges, unknown keys
+are errors at every level, and names are checked against PostgreSQL's rules (63 bytes).  An
+invalid topology raises one :class:`~airflow_repl.engine.errors.TopologyError` line naming the
+YAML path and, for a file, its line and column::
+
+    topology file t.yaml:12:7: publications[0].articles[1].row_filter: <what is wrong>; <the fix>
+
+Only static checks happen here.  Checks that need the publisher's catalog (unknown table or
+column, missing primary key) happen when the topology is applied, in
+:mod:`airflow_repl.engine.deploy`.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
-from dataclasses import asdict, dataclass, field
+import types
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Callable, ClassVar, Literal, Union, get_args, get_origin
+from urllib.parse import urlsplit
 
-import yaml
+from pydantic import (AfterValidator, AliasChoices, BaseModel, ConfigDict, Field, InstanceOf, ValidationError,
+                      ValidationInfo, field_validator, model_validator)
+from pydantic_core import PydanticCustomError
 
-from . import connections
+from . import connections, naming, yamlsource
 from .errors import TopologyError
 from .predicate import check_predicate
 from .propagation import Propagation, parse_propagation
+from .yamlsource import Loc, Source, format_loc
+
+#: PostgreSQL's identifier limit (NAMEDATALEN - 1), in bytes of the database encoding (UTF-8).
+MAX_IDENTIFIER_BYTES = 63
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+#: Airflow's own rule for connection ids (airflow.models.connection.RE_SANITIZE_CONN_ID).
+_CONN_ID_RE = re.compile(r"^[\w#!()\-.:/\\]{1,250}$")
+
+UpdateMode = Literal["key_changes", "all", "multi_row_key_changes"]
+#: ``updates_as_delete_insert`` values: updates that change a primary-key or unique column
+#: (the default); every update (SQL Server trace flag 8202); or key changes except when the
+#: transaction changed a single row of the article, which stays one UPDATE (trace flag 8207).
+UPDATE_MODES: tuple[str, ...] = get_args(UpdateMode)
+
+#: SkipErrors names (and SQL Server's error numbers) -> SQLSTATE.
+SKIPPABLE_ERRORS = {"row_not_found": "RP598", "20598": "RP598", "duplicate_key": "23505", "2627": "23505"}
+
+#: Allowed ranges of the subscription options (inclusive).
+RANGES: dict[str, tuple[int, int]] = {
+    "commit_batch_size": (1, 1_000_000),
+    "commit_batch_threshold": (1, 10_000_000),
+    "subscription_streams": (1, 64),
+}
 
 
-def _check_name(kind: str, name: Any) -> str:
-    if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise TopologyError(
-            f"{kind} name {name!r} is invalid: use 1-40 lower-case letters, digits or underscores, "
-            f"starting with a letter (it becomes part of slot and publication names)")
+# ---------------------------------------------------------------------- building blocks
+def _error(message: str, at: Loc = ()) -> PydanticCustomError:
+    """A validation error whose message is used as it is; ``at`` extends the error's path
+    (a model-level check pointing at one field of one list entry)."""
+    return PydanticCustomError("topology", "{message}", {"message": message, "at": at})
+
+
+def _check_name(kind: str, name: str) -> str:
+    """Publication and subscriber names: they become parts of slot and publication names."""
+    if not _NAME_RE.match(name):
+        raise _error(f"{kind} name {name!r} is invalid: use 1-40 lower-case letters, digits or underscores, "
+                     f"starting with a letter (it becomes part of slot and publication names)")
+    if kind == "publication":
+        for generated in (naming.pg_publication(name), naming.slot(name, "")):
+            if len(generated.encode()) > MAX_IDENTIFIER_BYTES:
+                raise _error(f"publication name {name!r} makes the server object name {generated!r} longer than "
+                             f"{MAX_IDENTIFIER_BYTES} bytes: choose a shorter name")
     return name
 
 
-@dataclass
-class Endpoint:
-    """A server: an Airflow connection id or a postgresql:// URI.  ``conninfo`` is filled in by
-    :meth:`Topology.resolve` and is never written to logs."""
+def _check_identifier(kind: str, value: str) -> str:
+    """A schema, table or column name: used exactly as written (a quoted identifier)."""
+    if not value:
+        raise _error(f"{kind} is empty: give a name")
+    if "\x00" in value:
+        raise _error(f"{kind} {value!r} contains a NUL character, which PostgreSQL names cannot hold: remove it")
+    if '"' in value:
+        raise _error(f"{kind} {value!r} contains a double quote: write names without quotes; they are used "
+                     f"exactly as written (case-sensitive)")
+    size = len(value.encode())
+    if size > MAX_IDENTIFIER_BYTES:
+        raise _error(f"{kind} {value!r} is {size} bytes long; PostgreSQL keeps only the first "
+                     f"{MAX_IDENTIFIER_BYTES} bytes of a name (in UTF-8), so it would silently refer to another "
+                     f"object: use a name of at most {MAX_IDENTIFIER_BYTES} bytes")
+    return value
 
-    ref: str
-    conninfo: str | None = field(default=None, repr=False)
+
+def _split_table(kind: str, value: str, default_schema: str) -> tuple[str, str]:
+    """``schema.table`` or ``table`` (in ``default_schema``), each part checked."""
+    parts = value.split(".")
+    if len(parts) > 2:
+        raise _error(f"{kind} {value!r} is not of the form schema.table (names cannot contain '.')")
+    schema, table = parts if len(parts) == 2 else (default_schema, parts[0])
+    return _check_identifier(f"schema name in {kind}", schema), _check_identifier(f"table name in {kind}", table)
+
+
+def _named(kind: str) -> Callable[[str], str]:
+    return lambda value: _check_name(kind, value)
+
+
+def _identifier(kind: str) -> Callable[[str], str]:
+    return lambda value: _check_identifier(kind, value)
+
+
+PublicationName = Annotated[str, AfterValidator(_named("publication"))]
+SubscriberName = Annotated[str, AfterValidator(_named("subscriber"))]
+ColumnName = Annotated[str, AfterValidator(_identifier("column name"))]
+SkipError = Annotated[Literal["row_not_found", "duplicate_key", "20598", "2627", 20598, 2627], AfterValidator(str)]
+
+
+def _bounded(option: str) -> Any:
+    low, high = RANGES[option]
+    return Annotated[int, Field(ge=low, le=high)]
+
+
+BatchSize = _bounded("commit_batch_size")
+BatchThreshold = _bounded("commit_batch_threshold")
+Streams = _bounded("subscription_streams")
+
+
+class _Model(BaseModel):
+    """Strict types (no bool for int, no str for int), unknown keys rejected."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", hide_input_in_errors=True)
+
+    #: Keys not to offer in "known keys" hints (internal forms).
+    _hidden_keys: ClassVar[frozenset[str]] = frozenset()
+
+
+# ---------------------------------------------------------------------- servers
+class Endpoint(_Model):
+    """A server: an Airflow connection id or a postgresql:// URI, written as a string or as
+    ``{conn_id: ...}`` / ``{uri: ...}``.  ``conninfo`` is filled in by :meth:`Topology.resolve`
+    and is never written to logs (the agents' spec file holds ``{ref, conninfo}``)."""
+
+    _hidden_keys: ClassVar[frozenset[str]] = frozenset({"ref", "conninfo"})
+
+    ref: str = Field(validation_alias=AliasChoices("conn_id", "uri", "ref"))
+    conninfo: str | None = Field(default=None, repr=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _forms(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {"ref": value}
+        if isinstance(value, dict):
+            return value
+        raise _error("a server must be an Airflow connection id or a postgresql:// URI (a string), or a mapping "
+                     "with conn_id or uri")
+
+    @field_validator("ref")
+    @classmethod
+    def _reference(cls, ref: str) -> str:
+        if connections.is_uri(ref):
+            try:
+                scheme = urlsplit(ref).scheme
+            except ValueError:
+                scheme = "?"
+            if scheme not in ("postgresql", "postgres"):
+                raise _error(f"connection URI scheme {scheme!r} is not supported: use "
+                             f"postgresql://user@host:port/dbname")
+        elif not _CONN_ID_RE.match(ref):
+            raise _error("is not a valid Airflow connection id (1-250 letters, digits or _ # ! ( ) - . : / \\) "
+                         "nor a postgresql:// URI")
+        return ref
 
     def __repr__(self) -> str:
         return f"Endpoint({self.display!r})"
+
+    __str__ = __repr__
 
     @property
     def display(self) -> str:
@@ -59,36 +196,161 @@ class Endpoint:
         return self.conninfo
 
 
-@dataclass
-class Article:
-    name: str
-    source_schema: str
-    source_table: str
-    dest_schema: str
-    dest_table: str
+# ---------------------------------------------------------------------- articles
+def _article_label(info: ValidationInfo) -> str:
+    """The article's name for messages, from the fields validated so far."""
+    if info.data.get("name"):
+        return str(info.data["name"])
+    table = info.data.get("table")
+    return table.split(".", 1)[1] if table else "?"
+
+
+class Article(_Model):
+    """One published table.  Written as a string (the table) or a mapping."""
+
+    #: Source table at the publisher: ``schema.table`` or ``table`` (schema ``public``);
+    #: after validation always ``schema.table``.
+    table: str
+    #: Article name, unique within the publication (default: the table part of ``table``).
+    name: str | None = None
+    #: Table at the subscribers (default: the source's ``schema.table``; a bare name takes the
+    #: source's schema); after validation always ``schema.table``.
+    destination: str | None = None
     #: SQL predicate on the source table (row filter); None replicates every row.
     row_filter: str | None = None
     #: Column filter: the columns replicated (the primary key is always added); None = all.
-    columns: list[str] | None = None
-    #: Which updates become DELETE + INSERT pairs (see UPDATE_MODES).
-    updates_as_delete_insert: str = "key_changes"
-    ins_cmd: Propagation = field(default_factory=lambda: parse_propagation("insert", None))
-    upd_cmd: Propagation = field(default_factory=lambda: parse_propagation("update", None))
-    del_cmd: Propagation = field(default_factory=lambda: parse_propagation("delete", None))
+    columns: Annotated[list[ColumnName], Field(min_length=1)] | None = None
+    #: Which updates become DELETE + INSERT pairs (see UPDATE_MODES); None until the
+    #: publication gives its default.
+    updates_as_delete_insert: UpdateMode | None = None
+    ins_cmd: InstanceOf[Propagation] = Field(default_factory=lambda: parse_propagation("insert", None))
+    upd_cmd: InstanceOf[Propagation] = Field(default_factory=lambda: parse_propagation("update", None))
+    del_cmd: InstanceOf[Propagation] = Field(default_factory=lambda: parse_propagation("delete", None))
+    #: Publish the table's inheritance children too (PostgreSQL's ``ONLY`` vs. ``*``).
+    include_children: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_form(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {"table": value}
+        if isinstance(value, dict):
+            return value
+        raise _error("an article must be a table name (schema.table) or a mapping with 'table:' and its options")
+
+    @field_validator("table")
+    @classmethod
+    def _table(cls, value: str) -> str:
+        return ".".join(_split_table("table", value, "public"))
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        _check_identifier("article name", value)
+        if "/" in value or "\\" in value or value in (".", ".."):
+            raise _error(f"article name {value!r} names a folder of snapshot files: use no '/', '\\', '.' or '..'")
+        return value
+
+    @field_validator("destination")
+    @classmethod
+    def _destination(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        source = info.data.get("table")
+        return ".".join(_split_table("destination", value, source.split(".", 1)[0] if source else "public"))
+
+    @field_validator("row_filter")
+    @classmethod
+    def _row_filter(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        try:
+            return check_predicate(value, article=_article_label(info))
+        except TopologyError as exc:
+            raise _error(str(exc)) from None
+
+    @field_validator("columns")
+    @classmethod
+    def _columns(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            first = {}
+            for index, column in enumerate(value):
+                if column in first:
+                    raise _error(f"column {column!r} is listed twice (entries {first[column]} and {index}): "
+                                 f"list each column once", at=(index,))
+                first[column] = index
+        return value
+
+    @field_validator("ins_cmd", "upd_cmd", "del_cmd", mode="before")
+    @classmethod
+    def _propagation(cls, value: Any, info: ValidationInfo) -> Propagation:
+        if isinstance(value, Propagation):
+            return value
+        operation = {"ins_cmd": "insert", "upd_cmd": "update", "del_cmd": "delete"}[info.field_name or ""]
+        try:
+            return parse_propagation(operation, value, article=_article_label(info))
+        except TopologyError as exc:
+            raise _error(str(exc)) from None
+
+    @model_validator(mode="after")
+    def _defaults(self) -> "Article":
+        if self.name is None:
+            self.name = self.source_table
+        if self.destination is None:
+            self.destination = self.table
+        return self
+
+    @property
+    def source_schema(self) -> str:
+        return self.table.split(".", 1)[0]
+
+    @property
+    def source_table(self) -> str:
+        return self.table.split(".", 1)[1]
+
+    @property
+    def dest_schema(self) -> str:
+        return (self.destination or self.table).split(".", 1)[0]
+
+    @property
+    def dest_table(self) -> str:
+        return (self.destination or self.table).split(".", 1)[1]
 
     @property
     def source(self) -> str:
-        return f"{self.source_schema}.{self.source_table}"
-
-    @property
-    def destination(self) -> str:
-        return f"{self.dest_schema}.{self.dest_table}"
+        return self.table
 
 
-@dataclass
-class Publication:
-    name: str
-    articles: list[Article]
+# ---------------------------------------------------------------------- publications
+class Publication(_Model):
+    name: PublicationName
+    articles: Annotated[list[Article], Field(min_length=1)]
+    #: Default of the articles' option of the same name.
+    updates_as_delete_insert: UpdateMode = "key_changes"
+
+    @model_validator(mode="after")
+    def _articles(self) -> "Publication":
+        names: dict[str, int] = {}
+        sources: dict[str, int] = {}
+        dests: dict[str, int] = {}
+        for index, art in enumerate(self.articles):
+            if art.name in names:
+                raise _error(f"duplicate article {art.name!r} in publication {self.name!r} (also articles"
+                             f"[{names[art.name]}]): give each article a distinct name", at=("articles", index, "name"))
+            if art.source in sources:
+                raise _error(f"duplicate article: table {art.source} is published twice in publication "
+                             f"{self.name!r} (also articles[{sources[art.source]}]): publish it once",
+                             at=("articles", index, "table"))
+            if art.destination in dests:
+                raise _error(f"duplicate article destination {art.destination} in publication {self.name!r} "
+                             f"(also articles[{dests[art.destination]}]): two articles would write the same "
+                             f"subscriber table; give one another destination", at=("articles", index, "destination"))
+            names[str(art.name)] = sources[art.source] = dests[str(art.destination)] = index
+            if art.updates_as_delete_insert is None:
+                art.updates_as_delete_insert = self.updates_as_delete_insert
+        return self
 
     def article(self, name: str) -> Article:
         for art in self.articles:
@@ -97,27 +359,88 @@ class Publication:
         raise TopologyError(f"publication {self.name!r} has no article {name!r}")
 
 
-@dataclass
-class Subscription:
+# ---------------------------------------------------------------------- subscriptions
+class Subscription(_Model):
     publication: str
     subscriber: str
     #: Distribution Agent: transactions per subscriber commit (SQL Server's CommitBatchSize).
-    commit_batch_size: int = 100
+    commit_batch_size: BatchSize = 100
     #: Distribution Agent: commands per subscriber commit (SQL Server's CommitBatchThreshold).
-    commit_batch_threshold: int = 1000
+    commit_batch_threshold: BatchThreshold = 1000
     #: Distribution Agent: parallel connections to the subscriber (SQL Server's SubscriptionStreams).
-    subscription_streams: int = 1
+    subscription_streams: Streams = 1
     #: Distribution Agent: errors that skip the failing transaction (SQL Server's SkipErrors):
     #: "row_not_found" (20598) and/or "duplicate_key" (2627).
-    skip_errors: list[str] = field(default_factory=list)
+    skip_errors: list[SkipError] = Field(default_factory=list)
 
     @property
     def name(self) -> str:
         return f"{self.publication}__{self.subscriber}"
 
+    def options(self) -> dict[str, Any]:
+        """The Distribution Agent's options (everything but the two names)."""
+        return self.model_dump(exclude={"publication", "subscriber"})
+
+
+# ---------------------------------------------------------------------- the whole file
+class TopologyModel(_Model):
+    """The topology file's top level (see :class:`Topology` for the object the engine uses)."""
+
+    publisher: Endpoint
+    distributor: Endpoint
+    subscribers: dict[SubscriberName, Endpoint] = Field(default_factory=dict)
+    publications: Annotated[list[Publication], Field(min_length=1)]
+    subscriptions: list[Subscription] = Field(default_factory=list)
+    #: Folder where the Snapshot Agent writes snapshot folders (``${VAR:-default}`` expanded).
+    snapshot_folder: str = "snapshots"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mapping(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return value
+        raise _error("a topology must be a mapping with publisher, distributor, subscribers, publications and "
+                     "subscriptions (see docs/topology.md)")
+
+    @field_validator("snapshot_folder")
+    @classmethod
+    def _folder(cls, value: str) -> str:
+        try:
+            folder = expand_env(value, "snapshot_folder")
+        except TopologyError as exc:
+            raise _error(str(exc)) from None
+        if not folder.strip() or "\x00" in folder:
+            raise _error(f"snapshot_folder {value!r} expands to {folder!r}, which is not a usable path: give a folder")
+        return folder
+
+    @model_validator(mode="after")
+    def _references(self) -> "TopologyModel":
+        seen: dict[str, int] = {}
+        for index, pub in enumerate(self.publications):
+            if pub.name in seen:
+                raise _error(f"publication {pub.name!r} is defined twice (also publications[{seen[pub.name]}]): "
+                             f"rename one or merge their articles", at=("publications", index, "name"))
+            seen[pub.name] = index
+        pairs: dict[tuple[str, str], int] = {}
+        for index, sub in enumerate(self.subscriptions):
+            if sub.publication not in seen:
+                raise _error(f"subscription names unknown publication {sub.publication!r}; the topology defines: "
+                             f"{', '.join(seen)}", at=("subscriptions", index, "publication"))
+            if sub.subscriber not in self.subscribers:
+                raise _error(f"subscription to {sub.publication!r} names unknown subscriber {sub.subscriber!r}; "
+                             f"define it under 'subscribers'", at=("subscriptions", index, "subscriber"))
+            pair = (sub.publication, sub.subscriber)
+            if pair in pairs:
+                raise _error(f"subscriber {sub.subscriber!r} subscribes to publication {sub.publication!r} twice "
+                             f"(also subscriptions[{pairs[pair]}]): remove one", at=("subscriptions", index))
+            pairs[pair] = index
+        return self
+
 
 @dataclass
 class Topology:
+    """The validated topology the engine works with (publications by name)."""
+
     publisher: Endpoint
     distributor: Endpoint
     subscribers: dict[str, Endpoint]
@@ -125,6 +448,12 @@ class Topology:
     subscriptions: list[Subscription]
     #: Folder where the Snapshot Agent writes snapshot folders.
     snapshot_folder: str = "snapshots"
+
+    @classmethod
+    def from_model(cls, model: TopologyModel) -> "Topology":
+        return cls(publisher=model.publisher, distributor=model.distributor, subscribers=dict(model.subscribers),
+                   publications={p.name: p for p in model.publications}, subscriptions=list(model.subscriptions),
+                   snapshot_folder=model.snapshot_folder)
 
     # ------------------------------------------------------------------ lookups
     def publication(self, name: str) -> Publication:
@@ -172,168 +501,159 @@ class Topology:
                     {"name": a.name, "table": a.source,
                      "destination": a.destination, "row_filter": a.row_filter, "columns": a.columns,
                      "updates_as_delete_insert": a.updates_as_delete_insert,
-                     "ins_cmd": a.ins_cmd.text, "upd_cmd": a.upd_cmd.text, "del_cmd": a.del_cmd.text}
+                     "ins_cmd": a.ins_cmd.text, "upd_cmd": a.upd_cmd.text, "del_cmd": a.del_cmd.text,
+                     "include_children": a.include_children}
                     for a in p.articles]}
                 for p in self.publications.values()
             ],
-            "subscriptions": [asdict(s) for s in self.subscriptions],
+            "subscriptions": [{"publication": s.publication, "subscriber": s.subscriber, **s.options()}
+                              for s in self.subscriptions],
         }
 
 
-# ---------------------------------------------------------------------- loading
-def _split_table(kind: str, value: Any, default_schema: str = "public") -> tuple[str, str]:
-    if not isinstance(value, str) or not value.strip():
-        raise TopologyError(f"{kind} must be a table name such as 'public.orders', got {value!r}")
-    parts = value.split(".")
-    if len(parts) == 1:
-        return default_schema, parts[0]
-    if len(parts) == 2 and all(parts):
-        return parts[0], parts[1]
-    raise TopologyError(f"{kind} {value!r} is not of the form schema.table")
+# ---------------------------------------------------------------------- error messages
+def _unwrap(tp: Any) -> Any:
+    """``Annotated[X, ...]`` and ``X | None`` -> ``X``."""
+    while True:
+        if get_origin(tp) is Annotated:
+            tp = get_args(tp)[0]
+        elif get_origin(tp) in (Union, types.UnionType):
+            tp = next(a for a in get_args(tp) if a is not type(None))
+        else:
+            return tp
 
 
-def _endpoint(kind: str, value: Any) -> Endpoint:
-    if isinstance(value, dict) and "conninfo" in value:
-        return Endpoint(value.get("ref", kind), value["conninfo"])
-    if isinstance(value, dict):
-        value = value.get("conn_id") or value.get("uri")
-    if not isinstance(value, str) or not value:
-        raise TopologyError(f"{kind} must be an Airflow connection id or a postgresql:// URI")
-    return Endpoint(value)
+def _keys(model: type[_Model]) -> dict[str, str]:
+    """Key as written in the file -> field name."""
+    out: dict[str, str] = {}
+    for name, info in model.model_fields.items():
+        alias = info.validation_alias
+        for key in (alias.choices if isinstance(alias, AliasChoices) else [name]):
+            out[str(key)] = name
+    return out
 
 
-_TOPOLOGY_KEYS = {"publisher", "distributor", "subscribers", "publications", "subscriptions", "snapshot_folder"}
-_ARTICLE_KEYS = {"name", "table", "destination", "ins_cmd", "upd_cmd", "del_cmd", "row_filter", "columns",
-                 "updates_as_delete_insert"}
-_PUBLICATION_KEYS = {"name", "articles", "updates_as_delete_insert"}
+def _model_at(loc: Loc) -> type[_Model] | None:
+    """The model class that validates the mapping at ``loc``, if any."""
+    tp: Any = TopologyModel
+    for part in loc:
+        tp = _unwrap(tp)
+        if isinstance(tp, type) and issubclass(tp, _Model):
+            field = _keys(tp).get(str(part))
+            if field is None:
+                return None
+            tp = tp.model_fields[field].annotation
+        elif get_origin(tp) is list and isinstance(part, int):
+            tp = get_args(tp)[0]
+        elif get_origin(tp) is dict:
+            tp = get_args(tp)[1]
+        else:
+            return None
+    tp = _unwrap(tp)
+    return tp if isinstance(tp, type) and issubclass(tp, _Model) else None
 
-#: ``updates_as_delete_insert`` values: updates that change a primary-key or unique column
-#: (the default); every update (SQL Server trace flag 8202); or key changes except when the
-#: transaction changed a single row of the article, which stays one UPDATE (trace flag 8207).
-UPDATE_MODES = ("key_changes", "all", "multi_row_key_changes")
+
+_BOOL_HINT = "YAML reads unquoted yes/no/on/off/true/false as booleans; quote the value if you mean a string"
 
 
-def _update_mode(value: Any, where: str) -> str:
-    if value not in UPDATE_MODES:
-        raise TopologyError(f"updates_as_delete_insert of {where} is {value!r}; choose one of "
-                            f"{', '.join(UPDATE_MODES)}")
-    return value
-
-
-def _columns(value: Any, article: str) -> list[str] | None:
+def _describe(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
     if value is None:
-        return None
-    if not isinstance(value, list) or not value or not all(isinstance(c, str) and c for c in value):
-        raise TopologyError(f"columns of article {article!r} must be a non-empty list of column names")
-    if len(set(value)) != len(value):
-        raise TopologyError(f"columns of article {article!r} lists a column twice")
-    return list(value)
-_SUBSCRIPTION_KEYS = {"publication", "subscriber", "commit_batch_size", "commit_batch_threshold",
-                      "subscription_streams", "skip_errors"}
-#: SkipErrors names (and SQL Server's error numbers) -> SQLSTATE.
-SKIPPABLE_ERRORS = {"row_not_found": "RP598", "20598": "RP598", "duplicate_key": "23505", "2627": "23505"}
+        return "nothing (null)"
+    if isinstance(value, int):
+        return f"the integer {value}"
+    if isinstance(value, float):
+        return f"the number {value}"
+    if isinstance(value, str):  # never echo anything that may be a URI with a password
+        return f"the string {value!r}" if len(value) <= 40 and not re.search(r"[:/@]", value) else "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return f"a {type(value).__name__}"
 
 
+_EXPECTED = {"string_type": "a string", "int_type": "an integer", "bool_type": "true or false",
+             "list_type": "a list", "dict_type": "a mapping", "model_type": "a mapping"}
+
+
+def _type_fix(kind: str, value: Any) -> str:
+    if isinstance(value, bool) and kind != "bool_type":
+        return _BOOL_HINT
+    if kind == "int_type" and isinstance(value, str):
+        return "write the number without quotes"
+    if kind == "bool_type":
+        return "write true or false, without quotes"
+    if kind == "list_type" and isinstance(value, dict):
+        return "write each entry as a list item starting with '- '"
+    if kind == "list_type":
+        return "write a list ([a, b] or '- ' items)"
+    if kind in ("dict_type", "model_type"):
+        return "write 'key: value' entries under it"
+    if value is None:
+        return "give a value or remove the key"
+    return "see docs/topology.md"
+
+
+def _message(err: dict[str, Any], loc: Loc) -> str:
+    kind, value, ctx = err["type"], err.get("input"), err.get("ctx") or {}
+    if kind == "topology":
+        return str(ctx["message"])
+    if kind == "missing":
+        return f"required key {loc[-1]!r} is missing: add it"
+    if kind == "extra_forbidden":
+        model = _model_at(loc[:-1])
+        known = sorted(k for k in _keys(model) if k not in model._hidden_keys) if model else []
+        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return f"unknown key {loc[-1]!r}; {hint}known keys here: {', '.join(known)}"
+    if kind in _EXPECTED:
+        return f"expected {_EXPECTED[kind]}, got {_describe(value)}; {_type_fix(kind, value)}"
+    if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
+        low, high = RANGES.get(str(loc[-1]), (None, None))
+        bound = f"an integer from {low} to {high}" if low is not None else err["msg"].lower()
+        return f"{value} is out of range: use {bound}"
+    if kind == "too_short":
+        return "is empty: give at least one entry"
+    if kind == "literal_error":
+        return f"{_describe(value)} is not allowed; choose one of {ctx.get('expected', '?')}"
+    if kind == "recursion_loop":
+        return "refers to itself (a recursive YAML alias): write the value out"
+    return f"{err['msg']}; see docs/topology.md"
+
+
+def _report(exc: ValidationError, source: Source | None) -> TopologyError:
+    """The first problem (by position in the file) as one line."""
+    problems: list[tuple[tuple[int, int], str]] = []
+    for order, err in enumerate(exc.errors(include_url=False)):
+        loc: Loc = tuple(err["loc"]) + tuple((err.get("ctx") or {}).get("at", ()))
+        key = err["type"] == "extra_forbidden"
+        if loc and loc[-1] == "[key]":  # a mapping key (a subscriber name) itself is wrong
+            loc, key = loc[:-1], True
+        text = _message(err, loc)
+        if source is None:
+            problems.append(((0, order), f"topology: {format_loc(loc)}: {text}"))
+        else:
+            pos = source.position(loc, key=key)
+            problems.append(((pos.line, pos.column) if pos else (0, 0),
+                             f"{source.where(loc, key=key)}: {format_loc(loc)}: {text}"))
+    problems.sort(key=lambda p: p[0])
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return TopologyError(problems[0][1] + more)
+
+
+def _validate(data: Any, source: Source | None) -> Topology:
+    try:
+        return Topology.from_model(TopologyModel.model_validate(data))
+    except ValidationError as exc:
+        raise _report(exc, source) from None
+
+
+# ---------------------------------------------------------------------- loading
 def from_dict(data: dict[str, Any]) -> Topology:
     """Build and statically check a topology from its dictionary (YAML) form."""
-    if not isinstance(data, dict):
-        raise TopologyError("a topology must be a mapping with publisher, distributor, subscribers, "
-                            "publications and subscriptions")
-    for key in ("publisher", "distributor", "publications"):
-        if key not in data:
-            raise TopologyError(f"the topology has no {key!r} entry")
-    unknown = set(data) - _TOPOLOGY_KEYS
-    if unknown:
-        raise TopologyError(f"the topology has unknown entries {sorted(unknown)}; known entries: "
-                            f"{sorted(_TOPOLOGY_KEYS)}")
-    subscribers = {_check_name("subscriber", k): _endpoint(f"subscriber {k!r}", v)
-                   for k, v in (data.get("subscribers") or {}).items()}
-    publications: dict[str, Publication] = {}
-    for pdata in data["publications"] or []:
-        pname = _check_name("publication", (pdata or {}).get("name"))
-        unknown = set(pdata) - _PUBLICATION_KEYS
-        if unknown:
-            raise TopologyError(f"publication {pname!r} has unknown option(s) {sorted(unknown)}; known "
-                                f"options: {sorted(_PUBLICATION_KEYS)}")
-        pub_mode = _update_mode(pdata.get("updates_as_delete_insert", "key_changes"), f"publication {pname!r}")
-        if pname in publications:
-            raise TopologyError(f"publication {pname!r} is defined twice")
-        articles: list[Article] = []
-        seen_names: set[str] = set()
-        seen_sources: set[str] = set()
-        seen_dests: set[str] = set()
-        for adata in pdata.get("articles") or []:
-            if isinstance(adata, str):
-                adata = {"table": adata}
-            unknown = set(adata) - _ARTICLE_KEYS
-            if unknown:
-                raise TopologyError(
-                    f"article {adata.get('name') or adata.get('table')!r} in publication {pname!r} has "
-                    f"unknown option(s) {sorted(unknown)}; known options: {sorted(_ARTICLE_KEYS)}")
-            schema, table = _split_table(f"article table in publication {pname!r}", adata.get("table"))
-            name = adata.get("name") or table
-            dschema, dtable = _split_table(f"destination of article {name!r}",
-                                           adata.get("destination") or f"{schema}.{table}", schema)
-            if name in seen_names:
-                raise TopologyError(f"duplicate article {name!r} in publication {pname!r}: "
-                                    f"give each article a distinct name")
-            if f"{schema}.{table}" in seen_sources:
-                raise TopologyError(f"duplicate article: table {schema}.{table} is published twice "
-                                    f"in publication {pname!r}")
-            if f"{dschema}.{dtable}" in seen_dests:
-                raise TopologyError(f"duplicate article destination {dschema}.{dtable} in publication "
-                                    f"{pname!r}: two articles would write the same subscriber table")
-            seen_names.add(name)
-            seen_sources.add(f"{schema}.{table}")
-            seen_dests.add(f"{dschema}.{dtable}")
-            row_filter = adata.get("row_filter")
-            art = Article(name, schema, table, dschema, dtable,
-                          row_filter=None if row_filter is None else check_predicate(row_filter, article=name),
-                          columns=_columns(adata.get("columns"), name),
-                          updates_as_delete_insert=_update_mode(
-                              adata.get("updates_as_delete_insert", pub_mode), f"article {name!r}"),
-                          ins_cmd=parse_propagation("insert", adata.get("ins_cmd"), article=name),
-                          upd_cmd=parse_propagation("update", adata.get("upd_cmd"), article=name),
-                          del_cmd=parse_propagation("delete", adata.get("del_cmd"), article=name))
-            articles.append(art)
-        if not articles:
-            raise TopologyError(f"publication {pname!r} has no articles")
-        publications[pname] = Publication(pname, articles)
-    subscriptions: list[Subscription] = []
-    for sdata in data.get("subscriptions") or []:
-        unknown = set(sdata) - _SUBSCRIPTION_KEYS
-        if unknown:
-            raise TopologyError(f"subscription {sdata} has unknown option(s) {sorted(unknown)}; "
-                                f"known options: {sorted(_SUBSCRIPTION_KEYS)}")
-        pub, subr = sdata.get("publication"), sdata.get("subscriber")
-        if pub not in publications:
-            raise TopologyError(f"subscription names unknown publication {pub!r}")
-        if subr not in subscribers:
-            raise TopologyError(f"subscription to {pub!r} names unknown subscriber {subr!r}; "
-                                f"define it under 'subscribers'")
-        if any(s.publication == pub and s.subscriber == subr for s in subscriptions):
-            raise TopologyError(f"subscriber {subr!r} subscribes to publication {pub!r} twice")
-        sub = Subscription(pub, subr)
-        skip = sdata.get("skip_errors", [])
-        if not isinstance(skip, list) or any(str(e) not in SKIPPABLE_ERRORS for e in skip):
-            raise TopologyError(f"skip_errors of subscription {pub}/{subr} must list some of: "
-                                f"row_not_found (20598), duplicate_key (2627); got {skip!r}")
-        sub.skip_errors = [str(e) for e in skip]
-        for key in ("commit_batch_size", "commit_batch_threshold", "subscription_streams"):
-            if key in sdata:
-                value = sdata[key]
-                if not isinstance(value, int) or value < 1:
-                    raise TopologyError(f"{key} of subscription {pub}/{subr} must be a positive integer")
-                setattr(sub, key, value)
-        subscriptions.append(sub)
-    return Topology(
-        publisher=_endpoint("publisher", data["publisher"]),
-        distributor=_endpoint("distributor", data["distributor"]),
-        subscribers=subscribers,
-        publications=publications,
-        subscriptions=subscriptions,
-        snapshot_folder=expand_env(str(data.get("snapshot_folder") or "snapshots"), "snapshot_folder"),
-    )
+    return _validate(data, None)
 
 
 _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -356,13 +676,8 @@ def load(path: str | Path) -> Topology:
     """Load a topology YAML file.  ``snapshot_folder`` may use ``${VAR:-default}``; a relative
     one is relative to the file."""
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise TopologyError(f"topology file {path} does not exist") from None
-    except yaml.YAMLError as exc:
-        raise TopologyError(f"topology file {path} is not valid YAML: {exc}") from None
-    topo = from_dict(data)
+    source = yamlsource.read(path)
+    topo = _validate(source.data, source)
     folder = Path(topo.snapshot_folder).expanduser()
     topo.snapshot_folder = str(folder if folder.is_absolute() else (path.parent / folder).resolve())
     return topo
