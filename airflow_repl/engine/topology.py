@@ -96,13 +96,16 @@ def _check_identifier(kind: str, value: str) -> str:
     return value
 
 
-def _split_table(kind: str, value: str, default_schema: str) -> tuple[str, str]:
-    """``schema.table`` or ``table`` (in ``default_schema``), each part checked."""
+def _split_table(option: str, value: str, default_schema: str) -> tuple[str, str]:
+    """``schema.table`` or ``table`` (in ``default_schema``), each part checked; ``option`` is
+    ``table`` or ``destination``."""
     parts = value.split(".")
     if len(parts) > 2:
-        raise _error(f"{kind} {value!r} is not of the form schema.table (names cannot contain '.')")
+        raise _error(f"{option} {value!r} is not of the form schema.table (names cannot contain '.'): "
+                     f"write schema.table or table")
     schema, table = parts if len(parts) == 2 else (default_schema, parts[0])
-    return _check_identifier(f"schema name in {kind}", schema), _check_identifier(f"table name in {kind}", table)
+    prefix = "" if option == "table" else f"{option} "
+    return _check_identifier(f"{prefix}schema name", schema), _check_identifier(f"{prefix}table name", table)
 
 
 def _named(kind: str) -> Callable[[str], str]:
@@ -139,6 +142,22 @@ class _Model(BaseModel):
 
 
 # ---------------------------------------------------------------------- servers
+def _check_reference(ref: str) -> str:
+    """A connection id (Airflow's rule) or a URI of a supported scheme; never quotes the value,
+    which may carry a password."""
+    if connections.is_uri(ref):
+        try:
+            scheme = urlsplit(ref).scheme
+        except ValueError:
+            scheme = "?"
+        if scheme not in ("postgresql", "postgres"):
+            raise _error(f"connection URI scheme {scheme!r} is not supported: use postgresql://user@host:port/dbname")
+    elif not _CONN_ID_RE.match(ref):
+        raise _error("is not a valid Airflow connection id (1-250 letters, digits or _ # ! ( ) - . : / \\) "
+                     "nor a postgresql:// URI: fix the server reference")
+    return ref
+
+
 class Endpoint(_Model):
     """A server: an Airflow connection id or a postgresql:// URI, written as a string or as
     ``{conn_id: ...}`` / ``{uri: ...}``.  ``conninfo`` is filled in by :meth:`Topology.resolve`
@@ -153,7 +172,7 @@ class Endpoint(_Model):
     @classmethod
     def _forms(cls, value: Any) -> Any:
         if isinstance(value, str):
-            return {"ref": value}
+            return {"ref": _check_reference(value)}
         if isinstance(value, dict):
             return value
         raise _error("a server must be an Airflow connection id or a postgresql:// URI (a string), or a mapping "
@@ -162,18 +181,7 @@ class Endpoint(_Model):
     @field_validator("ref")
     @classmethod
     def _reference(cls, ref: str) -> str:
-        if connections.is_uri(ref):
-            try:
-                scheme = urlsplit(ref).scheme
-            except ValueError:
-                scheme = "?"
-            if scheme not in ("postgresql", "postgres"):
-                raise _error(f"connection URI scheme {scheme!r} is not supported: use "
-                             f"postgresql://user@host:port/dbname")
-        elif not _CONN_ID_RE.match(ref):
-            raise _error("is not a valid Airflow connection id (1-250 letters, digits or _ # ! ( ) - . : / \\) "
-                         "nor a postgresql:// URI")
-        return ref
+        return _check_reference(ref)
 
     def __repr__(self) -> str:
         return f"Endpoint({self.display!r})"
@@ -399,8 +407,8 @@ class TopologyModel(_Model):
     def _mapping(cls, value: Any) -> Any:
         if isinstance(value, dict):
             return value
-        raise _error("a topology must be a mapping with publisher, distributor, subscribers, publications and "
-                     "subscriptions (see docs/topology.md)")
+        raise _error(f"a topology must be a mapping with publisher, distributor, subscribers, publications and "
+                     f"subscriptions, got {_describe(value)} (see docs/topology.md)")
 
     @field_validator("snapshot_folder")
     @classmethod
@@ -579,8 +587,14 @@ _EXPECTED = {"string_type": "a string", "int_type": "an integer", "bool_type": "
 
 
 def _type_fix(kind: str, value: Any) -> str:
+    if isinstance(value, bool) and kind == "int_type":
+        return "write a number; YAML reads unquoted true/false/yes/no/on/off as booleans, never as 1 or 0"
     if isinstance(value, bool) and kind != "bool_type":
         return _BOOL_HINT
+    if kind == "string_type" and isinstance(value, (list, dict)):
+        return "write a single value (quote it if it has special characters)"
+    if kind == "string_type":
+        return "quote the value to make it a string"
     if kind == "int_type" and isinstance(value, str):
         return "write the number without quotes"
     if kind == "bool_type":
@@ -600,6 +614,8 @@ def _message(err: dict[str, Any], loc: Loc) -> str:
     kind, value, ctx = err["type"], err.get("input"), err.get("ctx") or {}
     if kind == "topology":
         return str(ctx["message"])
+    if kind == "missing" and _model_at(loc[:-1]) is Endpoint:
+        return "a server mapping needs conn_id (an Airflow connection id) or uri (a postgresql:// URI): add one"
     if kind == "missing":
         return f"required key {loc[-1]!r} is missing: add it"
     if kind == "extra_forbidden":
@@ -632,6 +648,8 @@ def _report(exc: ValidationError, source: Source | None) -> TopologyError:
         if loc and loc[-1] == "[key]":  # a mapping key (a subscriber name) itself is wrong
             loc, key = loc[:-1], True
         text = _message(err, loc)
+        if err["type"] == "missing":  # name the mapping the key belongs in
+            loc = loc[:-1]
         if source is None:
             problems.append(((0, order), f"topology: {format_loc(loc)}: {text}"))
         else:

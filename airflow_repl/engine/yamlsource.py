@@ -168,8 +168,9 @@ def _yaml_error(name: str, exc: yaml.YAMLError, text: str) -> TopologyError:
 
 def parse(text: str, name: str) -> Source:
     """Parse one YAML document (a string); see the module docstring."""
-    loader = _Loader(text)
+    loader: _Loader | None = None
     try:
+        loader = _Loader(text)  # checks the characters first
         node = loader.get_single_node()
         if node is None:
             raise TopologyError(f"topology file {name} is empty: write the topology's publisher, distributor, "
@@ -184,7 +185,8 @@ def parse(text: str, name: str) -> Source:
         raise TopologyError(f"topology file {name}: values nest too deeply; a topology needs only a few levels") \
             from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def read(path: str | Path) -> Source:
