@@ -153,7 +153,7 @@ def _check_reference(ref: str) -> str:
         if scheme not in ("postgresql", "postgres"):
             raise _error(f"connection URI scheme {scheme!r} is not supported: use postgresql://user@host:port/dbname")
     elif not _CONN_ID_RE.match(ref):
-        raise _error("is not a valid Airflow connection id (1-250 letters, digits or _ # ! ( ) - . : / \\) "
+        raise _error("the server reference is not a valid Airflow connection id (1-250 letters, digits or _ # ! ( ) - . : / \\) "
                      "nor a postgresql:// URI: fix the server reference")
     return ref
 
@@ -597,6 +597,8 @@ def _type_fix(kind: str, value: Any) -> str:
         return "quote the value to make it a string"
     if kind == "int_type" and isinstance(value, str):
         return "write the number without quotes"
+    if kind == "int_type" and isinstance(value, float):
+        return "write a whole number"
     if kind == "bool_type":
         return "write true or false, without quotes"
     if kind == "list_type" and isinstance(value, dict):
@@ -631,7 +633,7 @@ def _message(err: dict[str, Any], loc: Loc) -> str:
         bound = f"an integer from {low} to {high}" if low is not None else err["msg"].lower()
         return f"{value} is out of range: use {bound}"
     if kind == "too_short":
-        return "is empty: give at least one entry"
+        return "the list is empty: give at least one entry"
     if kind == "literal_error":
         return f"{_describe(value)} is not allowed; choose one of {ctx.get('expected', '?')}"
     if kind == "recursion_loop":
