@@ -300,3 +300,12 @@ def test_file_problems(tmp_path):
 ])
 def test_format_loc(loc, text):
     assert yamlsource.format_loc(loc) == text
+
+
+def test_keys_must_be_names_and_names_must_be_strings():
+    data = _data(publications=[{"name": "shop", "articles": [{"table": "t", 1: "x"}]}])
+    assert "publications[0].articles[0][1]: the key 1 is not a name; known keys here: columns" in _error(data)
+    for option in ("name", "destination"):
+        assert f"articles[0].{option}: expected a string, got nothing (null); give a value or remove the key" \
+            in _error(_article(**{option: None}))
+    assert "articles[0].name: article name is empty" in _error(_article(name=""))

@@ -219,18 +219,18 @@ class Article(_Model):
     #: Source table at the publisher: ``schema.table`` or ``table`` (schema ``public``);
     #: after validation always ``schema.table``.
     table: str
-    #: Article name, unique within the publication (default: the table part of ``table``).
-    name: str | None = None
+    #: Article name, unique within the publication (default, written as "": the table part of ``table``).
+    name: str = ""
     #: Table at the subscribers (default: the source's ``schema.table``; a bare name takes the
-    #: source's schema); after validation always ``schema.table``.
-    destination: str | None = None
+    #: source's schema; "" is the default); after validation always ``schema.table``.
+    destination: str = ""
     #: SQL predicate on the source table (row filter); None replicates every row.
     row_filter: str | None = None
     #: Column filter: the columns replicated (the primary key is always added); None = all.
     columns: Annotated[list[ColumnName], Field(min_length=1)] | None = None
-    #: Which updates become DELETE + INSERT pairs (see UPDATE_MODES); None until the
-    #: publication gives its default.
-    updates_as_delete_insert: UpdateMode | None = None
+    #: Which updates become DELETE + INSERT pairs (see UPDATE_MODES); when not given, the
+    #: publication's value.
+    updates_as_delete_insert: UpdateMode = "key_changes"
     ins_cmd: InstanceOf[Propagation] = Field(default_factory=lambda: parse_propagation("insert", None))
     upd_cmd: InstanceOf[Propagation] = Field(default_factory=lambda: parse_propagation("update", None))
     del_cmd: InstanceOf[Propagation] = Field(default_factory=lambda: parse_propagation("delete", None))
@@ -253,9 +253,7 @@ class Article(_Model):
 
     @field_validator("name")
     @classmethod
-    def _name(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
+    def _name(cls, value: str) -> str:
         _check_identifier("article name", value)
         if "/" in value or "\\" in value or value in (".", ".."):
             raise _error(f"article name {value!r} names a folder of snapshot files: use no '/', '\\', '.' or '..'")
@@ -263,9 +261,7 @@ class Article(_Model):
 
     @field_validator("destination")
     @classmethod
-    def _destination(cls, value: str | None, info: ValidationInfo) -> str | None:
-        if value is None:
-            return None
+    def _destination(cls, value: str, info: ValidationInfo) -> str:
         source = info.data.get("table")
         return ".".join(_split_table("destination", value, source.split(".", 1)[0] if source else "public"))
 
@@ -304,9 +300,9 @@ class Article(_Model):
 
     @model_validator(mode="after")
     def _defaults(self) -> "Article":
-        if self.name is None:
+        if not self.name:
             self.name = self.source_table
-        if self.destination is None:
+        if not self.destination:
             self.destination = self.table
         return self
 
@@ -320,11 +316,11 @@ class Article(_Model):
 
     @property
     def dest_schema(self) -> str:
-        return (self.destination or self.table).split(".", 1)[0]
+        return self.destination.split(".", 1)[0]
 
     @property
     def dest_table(self) -> str:
-        return (self.destination or self.table).split(".", 1)[1]
+        return self.destination.split(".", 1)[1]
 
     @property
     def source(self) -> str:
@@ -355,8 +351,8 @@ class Publication(_Model):
                 raise _error(f"duplicate article destination {art.destination} in publication {self.name!r} "
                              f"(also articles[{dests[art.destination]}]): two articles would write the same "
                              f"subscriber table; give one another destination", at=("articles", index, "destination"))
-            names[str(art.name)] = sources[art.source] = dests[str(art.destination)] = index
-            if art.updates_as_delete_insert is None:
+            names[art.name] = sources[art.source] = dests[art.destination] = index
+            if "updates_as_delete_insert" not in art.model_fields_set:
                 art.updates_as_delete_insert = self.updates_as_delete_insert
         return self
 
@@ -587,6 +583,8 @@ _EXPECTED = {"string_type": "a string", "int_type": "an integer", "bool_type": "
 
 
 def _type_fix(kind: str, value: Any) -> str:
+    if value is None:
+        return "give a value or remove the key"
     if isinstance(value, bool) and kind == "int_type":
         return "write a number; YAML reads unquoted true/false/yes/no/on/off as booleans, never as 1 or 0"
     if isinstance(value, bool) and kind != "bool_type":
@@ -607,9 +605,16 @@ def _type_fix(kind: str, value: Any) -> str:
         return "write a list ([a, b] or '- ' items)"
     if kind in ("dict_type", "model_type"):
         return "write 'key: value' entries under it"
-    if value is None:
-        return "give a value or remove the key"
     return "see docs/topology.md"
+
+
+def _known_keys(loc: Loc) -> str:
+    """``did you mean 'x'? known keys here: ...`` for the mapping holding the key at ``loc``."""
+    model = _model_at(loc[:-1])
+    known = sorted(k for k in _keys(model) if k not in model._hidden_keys) if model else []
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"{hint}known keys here: {', '.join(known)}"
 
 
 def _message(err: dict[str, Any], loc: Loc) -> str:
@@ -621,11 +626,9 @@ def _message(err: dict[str, Any], loc: Loc) -> str:
     if kind == "missing":
         return f"required key {loc[-1]!r} is missing: add it"
     if kind == "extra_forbidden":
-        model = _model_at(loc[:-1])
-        known = sorted(k for k in _keys(model) if k not in model._hidden_keys) if model else []
-        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        return f"unknown key {loc[-1]!r}; {hint}known keys here: {', '.join(known)}"
+        return f"unknown key {loc[-1]!r}; {_known_keys(loc)}"
+    if kind == "invalid_key":
+        return f"the key {loc[-1]!r} is not a name; {_known_keys(loc)}"
     if kind in _EXPECTED:
         return f"expected {_EXPECTED[kind]}, got {_describe(value)}; {_type_fix(kind, value)}"
     if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
