@@ -38,9 +38,9 @@ from .yamlsource import Loc, Source, format_loc
 #: PostgreSQL's identifier limit (NAMEDATALEN - 1), in bytes of the database encoding (UTF-8).
 MAX_IDENTIFIER_BYTES = 63
 
-_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+_NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,39}")
 #: Airflow's own rule for connection ids (airflow.models.connection.RE_SANITIZE_CONN_ID).
-_CONN_ID_RE = re.compile(r"^[\w#!()\-.:/\\]{1,250}$")
+_CONN_ID_RE = re.compile(r"[\w#!()\-.:/\\]{1,250}")
 
 UpdateMode = Literal["key_changes", "all", "multi_row_key_changes"]
 #: ``updates_as_delete_insert`` values: updates that change a primary-key or unique column
@@ -68,7 +68,7 @@ def _error(message: str, at: Loc = ()) -> PydanticCustomError:
 
 def _check_name(kind: str, name: str) -> str:
     """Publication and subscriber names: they become parts of slot and publication names."""
-    if not _NAME_RE.match(name):
+    if not _NAME_RE.fullmatch(name):
         raise _error(f"{kind} name {name!r} is invalid: use 1-40 lower-case letters, digits or underscores, "
                      f"starting with a letter (it becomes part of slot and publication names)")
     if kind == "publication":
@@ -152,7 +152,7 @@ def _check_reference(ref: str) -> str:
             scheme = "?"
         if scheme not in ("postgresql", "postgres"):
             raise _error(f"connection URI scheme {scheme!r} is not supported: use postgresql://user@host:port/dbname")
-    elif not _CONN_ID_RE.match(ref):
+    elif not _CONN_ID_RE.fullmatch(ref):
         raise _error("the server reference is not a valid Airflow connection id (1-250 letters, digits or _ # ! ( ) - . : / \\) "
                      "nor a postgresql:// URI: fix the server reference")
     return ref
