@@ -71,7 +71,7 @@ def test_valid_publication_names_give_server_names_within_63_bytes(name):
     assert len(naming.pg_publication(name).encode()) <= 63
 
 
-@pytest.mark.parametrize("name", ["p" * 41, "Shop", "1shop", "shop-x", "", "ß"])
+@pytest.mark.parametrize("name", ["p" * 41, "Shop", "1shop", "shop-x", "", "ß", "shop\n"])
 def test_invalid_publication_names(name):
     assert "publications[0].name: publication name" in _error(
         _data(publications=[{"name": name, "articles": ["t"]}], subscriptions=[]))
