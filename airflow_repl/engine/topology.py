@@ -85,9 +85,6 @@ def _check_identifier(kind: str, value: str) -> str:
         raise _error(f"{kind} is empty: give a name")
     if "\x00" in value:
         raise _error(f"{kind} {value!r} contains a NUL character, which PostgreSQL names cannot hold: remove it")
-    if '"' in value:
-        raise _error(f"{kind} {value!r} contains a double quote: write names without quotes; they are used "
-                     f"exactly as written (case-sensitive)")
     size = len(value.encode())
     if size > MAX_IDENTIFIER_BYTES:
         raise _error(f"{kind} {value!r} is {size} bytes long; PostgreSQL keeps only the first "
@@ -637,6 +634,9 @@ def _message(err: dict[str, Any], loc: Loc) -> str:
         return f"{value} is out of range: use {bound}"
     if kind == "too_short":
         return "the list is empty: give at least one entry"
+    if kind == "literal_error" and "skip_errors" in loc:
+        return (f"{_describe(value)} is not an error that can be skipped: skip_errors of a subscription must list "
+                f"some of: row_not_found (20598), duplicate_key (2627)")
     if kind == "literal_error":
         return f"{_describe(value)} is not allowed; choose one of {ctx.get('expected', '?')}"
     if kind == "recursion_loop":
