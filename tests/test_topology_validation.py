@@ -358,6 +358,20 @@ def test_unreadable_file_is_one_line_and_changes_nothing(servers, tmp_path):
     assert state(servers) == before
 
 
+@pytest.mark.parametrize("command", [["snapshot"], ["logreader"], ["distribution", "--subscriber", "sub1"],
+                                     ["validate"], ["script-procs"]])
+def test_every_command_rejects_a_bad_topology_before_touching_a_server(servers, tmp_path, capsys, command):
+    """The agents load the file the same way: the Snapshot Agent would otherwise create a slot."""
+    path = tmp_path / "t.yaml"
+    path.write_text(_base(servers).replace("commit_batch_size: 10", "commit_batch_size: true"))
+    before = state(servers)
+    code = cli.main([*command, "-t", str(path)])
+    out = capsys.readouterr()
+    _assert_one_error_line(code, out.out, out.err, f"topology file {path}:16:24: subscriptions[0].commit_batch_size: ",
+                           "expected an integer, got the boolean true")
+    assert state(servers) == before
+
+
 def test_only_the_first_problem_is_reported_with_a_count_of_the_rest(servers, tmp_path, capsys):
     path = tmp_path / "t.yaml"
     path.write_text(_base(servers).replace("commit_batch_size: 10", "commit_batch_size: 0\n    colour: red")
