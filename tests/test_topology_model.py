@@ -315,3 +315,11 @@ def test_keys_must_be_names_and_names_must_be_strings():
         assert f"articles[0].{option}: expected a string, got nothing (null); give a value or remove the key" \
             in _error(_article(**{option: None}))
     assert "articles[0].name: article name is empty" in _error(_article(name=""))
+
+
+def test_resolution_errors_name_the_server(monkeypatch):
+    monkeypatch.delenv("AIRFLOW_CONN_NOPE_CONN", raising=False)
+    topo = topology.from_dict(_data(subscribers={"s1": "nope_conn"}))
+    with pytest.raises(TopologyError, match=r"^subscribers\.s1: connection id 'nope_conn' is not defined: set the "
+                                            r"environment variable AIRFLOW_CONN_NOPE_CONN"):
+        topo.resolve(lambda ref: "host=h" if ref != "nope_conn" else topology.connections.env_resolver(ref))

@@ -115,6 +115,10 @@ CASES = [
          "scheme 'mysql' is not supported"),
     case("server_empty", "distributor: {dist}", "distributor: ''", 2, "distributor",
          "not a valid Airflow connection id"),
+    case("publisher_connection_id_undefined", "publisher: {pub}", "publisher: airflow_repl_nope", 1, "publisher",
+         "connection id 'airflow_repl_nope' is not defined: set the environment variable AIRFLOW_CONN_AIRFLOW_REPL_NOPE"),
+    case("subscriber_connection_id_undefined", "  sub1: {sub}", "  sub1: {conn_id: airflow_repl_nope}", 4,
+         "subscribers.sub1", "connection id 'airflow_repl_nope' is not defined"),
     # -- unknown and duplicate keys
     case("unknown_top_key", SUB_END, SUB_END + "subscription: []\n", 17, "subscription",
          "did you mean 'subscriptions'?"),
@@ -313,6 +317,7 @@ def test_the_valid_base_topology_deploys_and_changes_the_state(env, tmp_path, ca
 @pytest.mark.parametrize("c", CASES)
 def test_bad_topology_is_one_line_and_changes_nothing(servers, tmp_path, capsys, monkeypatch, c: Case):
     monkeypatch.delenv("AIRFLOW_REPL_TEST_UNSET", raising=False)
+    monkeypatch.delenv("AIRFLOW_CONN_AIRFLOW_REPL_NOPE", raising=False)
     base, old, new = _base(servers), _fill(c.old, servers), _fill(c.new, servers)
     assert base.count(old) == 1, f"case {c.id}: {old!r} must occur once in the base topology"
     path = tmp_path / "t.yaml"

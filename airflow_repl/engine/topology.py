@@ -20,7 +20,7 @@ import difflib
 import os
 import re
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Callable, ClassVar, Literal, Union, get_args, get_origin
 from urllib.parse import urlsplit
@@ -449,6 +449,9 @@ class Topology:
     subscriptions: list[Subscription]
     #: Folder where the Snapshot Agent writes snapshot folders.
     snapshot_folder: str = "snapshots"
+    #: Where each server was written (``topology file t.yaml:1:12``), for resolution errors;
+    #: filled by :func:`load`.
+    origins: dict[Loc, str] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_model(cls, model: TopologyModel) -> "Topology":
@@ -479,10 +482,17 @@ class Topology:
 
     # ------------------------------------------------------------------ resolution
     def resolve(self, resolver: connections.Resolver | None = None) -> "Topology":
-        """Resolve every connection reference to a connection string (in place)."""
-        for endpoint in [self.publisher, self.distributor, *self.subscribers.values()]:
+        """Resolve every connection reference to a connection string (in place); an error names
+        the server's role (``subscribers.reporting: connection id ... is not defined ...``)."""
+        servers: dict[Loc, Endpoint] = {("publisher",): self.publisher, ("distributor",): self.distributor,
+                                        **{("subscribers", k): v for k, v in self.subscribers.items()}}
+        for loc, endpoint in servers.items():
             if endpoint.conninfo is None:
-                endpoint.conninfo = connections.resolve(endpoint.ref, resolver)
+                try:
+                    endpoint.conninfo = connections.resolve(endpoint.ref, resolver)
+                except TopologyError as exc:
+                    where = f"{self.origins[loc]}: " if loc in self.origins else ""
+                    raise TopologyError(f"{where}{format_loc(loc)}: {exc}") from exc.__cause__
         return self
 
     # ------------------------------------------------------------------ (de)serialisation
@@ -540,10 +550,10 @@ def _model_at(loc: Loc) -> type[_Model] | None:
     for part in loc:
         tp = _unwrap(tp)
         if isinstance(tp, type) and issubclass(tp, _Model):
-            field = _keys(tp).get(str(part))
-            if field is None:
+            name = _keys(tp).get(str(part))
+            if name is None:
                 return None
-            tp = tp.model_fields[field].annotation
+            tp = tp.model_fields[name].annotation
         elif get_origin(tp) is list and isinstance(part, int):
             tp = get_args(tp)[0]
         elif get_origin(tp) is dict:
@@ -701,6 +711,8 @@ def load(path: str | Path) -> Topology:
     path = Path(path)
     source = yamlsource.read(path)
     topo = _validate(source.data, source)
+    topo.origins = {loc: source.where(loc) for loc in
+                    [("publisher",), ("distributor",), *(("subscribers", k) for k in topo.subscribers)]}
     folder = Path(topo.snapshot_folder).expanduser()
     topo.snapshot_folder = str(folder if folder.is_absolute() else (path.parent / folder).resolve())
     return topo
