@@ -276,7 +276,7 @@ class Article(_Model):
     @classmethod
     def _columns(cls, value: list[str] | None) -> list[str] | None:
         if value is not None:
-            first = {}
+            first: dict[str, int] = {}
             for index, column in enumerate(value):
                 if column in first:
                     raise _error(f"column {column!r} is listed twice (entries {first[column]} and {index}): "
