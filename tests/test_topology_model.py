@@ -255,9 +255,10 @@ def test_duplicate_keys_name_both_lines_at_any_depth():
 
 
 def test_merge_keys_may_be_overridden_without_a_duplicate_error():
-    src = yamlsource.parse("base: &b {x: 1, y: 2}\nc:\n  <<: *b\n  y: 3\n", "f.yaml")
-    assert src.data["c"] == {"x": 1, "y": 3}
-    assert str(src.position(("c", "y"))) == "4:6"
+    src = yamlsource.parse("base: &b {x: 1, y: [a]}\nc:\n  <<: *b\n  y:\n    - b\n", "f.yaml")
+    assert src.data["c"] == {"x": 1, "y": ["b"]}
+    assert str(src.position(("c", "y"))) == "5:5" and str(src.position(("c", "y", 0))) == "5:7"
+    assert str(src.position(("c", "x"))) == "1:14"  # merged from the anchor
 
 
 def test_yaml_errors_are_one_line_with_position_and_no_file_text():

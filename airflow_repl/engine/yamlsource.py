@@ -137,8 +137,10 @@ class _Walker:
                                           f"remove or rename one of them")
             seen[key] = key_node
         self.loader.flatten_mapping(node)  # '<<' merge keys: merged entries first, own entries win
+        entries: dict[Any, tuple[Node, Node]] = {}
         for key_node, value_node in node.value:
-            key = self.key(key_node, loc)
+            entries[self.key(key_node, loc)] = (key_node, value_node)
+        for key, (key_node, value_node) in entries.items():
             if isinstance(key, (str, int)) and not isinstance(key, bool):
                 self.source.keys[(*loc, key)] = _position(key_node)
                 self.source.values[(*loc, key)] = _position(value_node)
