@@ -131,7 +131,7 @@ def test_key_updates_with_a_unique_column_on_three_streams_never_replay(env, spa
 
 def test_more_streams_than_the_subscriber_allows_are_refused_up_front(env, spark):
     _make_kt(env, 100)
-    topo = env.topology(["kt"], subscription_streams=1000)
+    topo = env.topology(["kt"], subscription_streams=64)  # the topology allows 1-64
     snapshot.run_snapshot(topo, "p", spark)
     _key_updates(env, transactions=5, per_txn=10, rows=100)
     logreader.run_log_reader(topo, "p")
@@ -148,7 +148,7 @@ def test_more_streams_than_the_subscriber_allows_are_refused_up_front(env, spark
         distribution.run_distribution(topo, "p", "sub1")
     message = str(info.value)
     assert "\n" not in message
-    assert message.startswith("subscription_streams = 1000 is more than subscriber 'sub1' can serve: it allows 20 (")
+    assert message.startswith("subscription_streams = 64 is more than subscriber 'sub1' can serve: it allows 20 (")
     assert "max_prepared_transactions 20" in message and "max_connections 100" in message
     assert message.endswith("set subscription_streams of publication 'p' at subscriber 'sub1' to at most 20, "
                             "or raise those settings at the subscriber")
