@@ -10,9 +10,13 @@ import argparse
 import json
 import logging
 import sys
+import traceback
+from typing import NoReturn
 
 from airflow_repl.engine import connections, deploy, procedures, topology, tsql, validation
-from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.errors import INTERNAL_EXIT_CODE, ReplError
+
+PROG = "airflow-repl"
 
 
 def _load(args) -> topology.Topology:
@@ -29,12 +33,25 @@ def _publication(topo: topology.Topology, name: str | None) -> str:
                     f"choose one with --publication")
 
 
+def _subscribers(topo: topology.Topology, publication: str, names: list[str] | None) -> list[str]:
+    """The named subscribers (all of the publication's by default); an unknown one is an error."""
+    for name in names or []:
+        topo.subscription(publication, name)
+    return names or [s.subscriber for s in topo.subscriptions_of(publication)]
+
+
 def _cmd_agent(args) -> dict:
+    from airflow_repl.engine.distribution import parse_until
     from airflow_repl.jobs.agent_job import run_agent
 
+    until = getattr(args, "until", None)
+    if until is not None:
+        parse_until(until)  # a bad time is an error before anything runs
     topo = _load(args)
-    return run_agent(args.command, topo, _publication(topo, args.publication),
-                     subscribers=args.subscriber, until=getattr(args, "until", None),
+    publication = _publication(topo, args.publication)
+    if args.subscriber:
+        _subscribers(topo, publication, args.subscriber)
+    return run_agent(args.command, topo, publication, subscribers=args.subscriber, until=until,
                      reinitialize=getattr(args, "reinitialize", False))
 
 
@@ -47,7 +64,7 @@ def _cmd_apply(args) -> dict:
 def _cmd_validate(args) -> dict:
     topo = _load(args)
     pub = _publication(topo, args.publication)
-    subs = args.subscriber or [s.subscriber for s in topo.subscriptions_of(pub)]
+    subs = _subscribers(topo, pub, args.subscriber)
     report = {s: validation.compare(topo, pub, s) for s in subs}
     for s, rows in report.items():
         print(f"subscriber {s}:\n{validation.format_report(rows)}", file=sys.stderr)
@@ -89,8 +106,18 @@ def _cmd_demo(args) -> None:
     sys.exit(demo.main(["--root", args.root, "--cycles", str(args.cycles)]))
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors are one line too: ``airflow-repl: error: ...`` and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        where = self.prog.removeprefix(PROG).strip()
+        print(f"{PROG}: error: {where + ': ' if where else ''}{message} (see '{self.prog} --help')",
+              file=sys.stderr)
+        sys.exit(ReplError.exit_code)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="airflow-repl", description=__doc__.splitlines()[0])
+    parser = _Parser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -128,15 +155,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def report_error(exc: BaseException, verbose: bool = False) -> int:
+    """Print one line for ``exc`` on stderr and return its exit code (1 for a bug, with the
+    traceback only when ``verbose``)."""
+    if isinstance(exc, ReplError):
+        print(f"{PROG}: error: {connections.redact(str(exc))}", file=sys.stderr)
+        return exc.exit_code
+    if verbose:
+        traceback.print_exception(exc, file=sys.stderr)
+    detail = connections.redact(" ".join(str(exc).split())) or "no message"
+    print(f"{PROG}: error: internal error ({type(exc).__name__}): {detail}; this is a bug, please report "
+          f"it; run with -v for the traceback", file=sys.stderr)
+    return INTERNAL_EXIT_CODE
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error already printed as one line
+        return exc.code if isinstance(exc.code, int) else ReplError.exit_code
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         result = args.func(args)
-    except ReplError as exc:
-        print(f"airflow-repl: error: {exc}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: error: interrupted; an agent stopped this way is recorded as abandoned by its next run",
+              file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - every failure is one line and an exit code
+        return report_error(exc, args.verbose)
     if result is not None:
         print(json.dumps(result, indent=2, default=str))
     return 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Callable
 from urllib.parse import quote, unquote, urlsplit
 
@@ -62,6 +63,40 @@ def _uri_to_conninfo(uri: str) -> str:
                             f"percent-encoding of the user name and password)") from None
 
 
+def _malformed(var: str, why: str) -> TopologyError:
+    return TopologyError(f"the connection in environment variable {var} is malformed: {why}; give a "
+                         f"postgresql://user:password@host:port/dbname URI or Airflow's JSON form "
+                         f"{{\"conn_type\": \"postgres\", \"host\": ..., \"port\": 5432, \"login\": ..., "
+                         f"\"password\": ..., \"schema\": <database>}}")
+
+
+def _json_connection(var: str, value: str) -> str:
+    """Airflow's JSON connection form, every field checked (the value itself is never quoted:
+    it holds the password)."""
+    try:
+        data = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise _malformed(var, f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise _malformed(var, f"the JSON is a {type(data).__name__}, not an object")
+    for key in ("host", "login", "password", "schema", "conn_type"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise _malformed(var, f"{key!r} must be a string, not {type(data[key]).__name__}")
+    port = data.get("port")
+    if port is not None and (isinstance(port, bool) or not str(port).isdigit() or not 0 < int(port) < 65536):
+        raise _malformed(var, "'port' must be a number from 1 to 65535")
+    extra = data.get("extra")
+    if isinstance(extra, str):  # Airflow allows extra as a JSON string too
+        try:
+            extra = json.loads(extra) if extra.strip() else None
+        except json.JSONDecodeError as exc:
+            raise _malformed(var, f"'extra' is not valid JSON ({exc.msg})") from None
+    if extra is not None and not isinstance(extra, dict):
+        raise _malformed(var, "'extra' must be an object")
+    return conninfo_from_parts(data.get("host"), int(port) if port is not None else None, data.get("login"),
+                               data.get("password"), data.get("schema"), extra)
+
+
 def env_resolver(conn_id: str) -> str:
     """Resolve an Airflow connection id from ``AIRFLOW_CONN_<ID>`` (URI or JSON form)."""
     var = f"AIRFLOW_CONN_{conn_id.upper()}"
@@ -72,18 +107,34 @@ def env_resolver(conn_id: str) -> str:
             f"(or run through Airflow, which resolves its own connections)")
     value = value.strip()
     if value.startswith("{"):
-        data = json.loads(value)
-        extra = data.get("extra")
-        if isinstance(extra, str):  # Airflow allows extra as a JSON string too
-            extra = json.loads(extra) if extra.strip() else None
-        return conninfo_from_parts(data.get("host"), data.get("port"), data.get("login"),
-                                   data.get("password"), data.get("schema"), extra)
+        return _json_connection(var, value)
     parts = urlsplit(value)
     if parts.scheme in ("postgresql", "postgres"):
-        return _uri_to_conninfo(value)
+        try:
+            return _uri_to_conninfo(value)
+        except TopologyError:
+            raise _malformed(var, "the URI cannot be parsed (check the percent-encoding of the user name "
+                                  "and password)") from None
+    if not parts.scheme or not parts.netloc:
+        raise _malformed(var, "it is neither a URI nor a JSON object")
     # Airflow URI form: postgres://login:password@host:port/schema
-    return conninfo_from_parts(parts.hostname, parts.port, unquote(parts.username or "") or None,
+    try:
+        port = parts.port
+    except ValueError:
+        raise _malformed(var, "the URI's port is not a number from 0 to 65535") from None
+    return conninfo_from_parts(parts.hostname, port, unquote(parts.username or "") or None,
                                unquote(parts.password or "") or None, parts.path.lstrip("/") or None)
+
+
+_SECRET_PATTERNS = (re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE),
+                    re.compile(r"(://[^:/@\s]*:)[^@\s]*(@)"))
+
+
+def redact(text: str) -> str:
+    """``text`` with passwords of connection strings and URIs replaced by ``***`` (a last line
+    of defence for messages built from foreign exceptions)."""
+    text = _SECRET_PATTERNS[0].sub(r"\1***", text)
+    return _SECRET_PATTERNS[1].sub(r"\1***\2", text)
 
 
 def resolve(ref: str, resolver: Resolver | None = None) -> str:

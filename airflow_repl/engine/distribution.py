@@ -35,9 +35,10 @@ from datetime import datetime, timezone
 import psycopg
 
 from . import apply, connections, distdb, pgoutput
+from .agentrun import AgentRun
 from .articles import ResolvedArticle, definition_hash
 from .commands import DELETE, INSERT, UPDATE, Command
-from .errors import ROW_NOT_FOUND_SQLSTATE, DeliveryError, NotInitialized, ReplError
+from .errors import ROW_NOT_FOUND_SQLSTATE, AgentBusy, DeliveryError, NotInitialized, ReplError
 from .topology import SKIPPABLE_ERRORS, Topology
 
 log = logging.getLogger(__name__)
@@ -282,7 +283,7 @@ def _lock_watermark(sub: psycopg.Connection, publication: str, subscriber: str) 
         row = sub.execute("SELECT xact_seqno::text FROM airflow_repl.subscription_state "
                           "WHERE publication = %s FOR UPDATE NOWAIT", (publication,)).fetchone()
     except psycopg.errors.LockNotAvailable:
-        raise ReplError(f"another Distribution Agent is delivering publication {publication!r} to "
+        raise AgentBusy(f"another Distribution Agent is delivering publication {publication!r} to "
                         f"subscriber {subscriber!r}; wait for it to finish") from None
     except psycopg.errors.UndefinedTable:
         row = None
@@ -366,11 +367,12 @@ class _Delivery:
         self.totals = {"transactions": 0, "commands": 0, "commits": 0, "retries": 0, "skipped": 0,
                        "parallel_batches": 0, "last_xact_seqno": None}
 
-    def connect(self) -> None:
+    def connect(self, run: AgentRun) -> None:
         conninfo = self.topology.subscriber_conninfo(self.subscriber)
+        role = f"subscriber {self.subscriber!r}"
         self.subs: list[psycopg.Connection] = []
         for i in range(self.n):
-            conn = connections.connect(conninfo, f"subscriber {self.subscriber!r}")
+            conn = run.connect(conninfo, role)
             self.subs.append(conn)
             if i == 0 and self.n > 1:  # before opening the others
                 _check_stream_capacity(conn, self.n, self.publication, self.subscriber)
@@ -385,26 +387,33 @@ class _Delivery:
                                 f"(or one granted SET on that parameter) at the subscriber") from None
         # One agent per subscription: a session lock, released if this process dies.  Taken before
         # recovery, so that no live agent's two-phase commit is ever "recovered" under its feet.
-        locked = self.subs[0].execute("SELECT pg_try_advisory_lock(hashtext(%s))",
-                                      (f"airflow_repl.distribution.{self.publication}",)).fetchone()[0]
-        self.subs[0].commit()
-        if not locked:
-            raise ReplError(f"another Distribution Agent is delivering publication {self.publication!r} to "
-                            f"subscriber {self.subscriber!r}; wait for it to finish")
+        run.lock(self.subs[0])
+        run.step = "the recovery of an interrupted two-phase commit"
         recover_prepared(self.subs[0], self.publication)
 
     def close(self) -> None:
         for conn in getattr(self, "subs", []):
             conn.close()
 
+    def lost(self) -> bool:
+        """True when a subscriber connection is gone (the batch cannot be replayed on it)."""
+        return any(conn.broken or conn.closed for conn in getattr(self, "subs", []))
+
     def rollback_all(self) -> None:
-        for conn in self.subs:
+        """Roll back every stream's open transaction; never raises (it runs on error paths,
+        where a connection may be dead: the server rolls a dead session's work back itself)."""
+        for conn in getattr(self, "subs", []):
+            if conn.closed or conn.broken:
+                continue
             try:
                 if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     conn.rollback()
             except psycopg.Error:
-                conn.cancel_safe()
-                conn.rollback()
+                try:
+                    conn.cancel_safe()
+                    conn.rollback()
+                except psycopg.Error as exc:
+                    log.debug("could not roll back a stream of subscriber %r: %r", self.subscriber, exc)
 
     # ------------------------------------------------------------------ fast paths
     def _plan(self, applier: _Applier, rows, txns: dict[str, _Txn]) -> list[Iterable[Command]]:
@@ -462,6 +471,8 @@ class _Delivery:
         except psycopg.Error as exc:
             # Past the prepare phase the batch must commit, never be replayed: what is still
             # prepared is committed by the next run's recovery.
+            if self.lost():
+                raise  # reported as a lost connection: run it again
             raise ReplError(f"the batch ending at {last} is prepared on every stream but not yet committed "
                             f"on all of them ({exc}); run the Distribution Agent again to finish it") from None
 
@@ -537,6 +548,8 @@ class _Delivery:
                 continue
             except psycopg.Error as exc:
                 rows.close()
+                if self.lost() or dist.broken:
+                    raise  # a server went away: nothing to replay on (the run is recorded as failed)
                 log.info("batch %s..%s failed on the fast path (%s); replaying it on one stream",
                          first, last, exc.sqlstate or exc)
             self.rollback_all()
@@ -571,6 +584,16 @@ class _Delivery:
         self.totals["last_xact_seqno"] = last
 
 
+def parse_until(value: str) -> datetime:
+    """The ``until`` option: an ISO-8601 time; one without an offset is UTC, like Airflow's."""
+    try:
+        until = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise ReplError(f"--until {value!r} is not an ISO-8601 time: use e.g. 2026-11-23T13:00:00+00:00 "
+                        f"(a time without offset is UTC)") from None
+    return until if until.tzinfo is not None else until.replace(tzinfo=timezone.utc)
+
+
 def run_distribution(topology: Topology, publication: str, subscriber: str, *,
                      until: datetime | str | None = None, commit_batch_size: int | None = None,
                      commit_batch_threshold: int | None = None, subscription_streams: int | None = None,
@@ -578,7 +601,7 @@ def run_distribution(topology: Topology, publication: str, subscriber: str, *,
     """Deliver every pending transaction (committed up to ``until``, when given)."""
     started = time.monotonic()
     if isinstance(until, str):
-        until = datetime.fromisoformat(until)
+        until = parse_until(until)
     if until is not None and until.tzinfo is None:
         until = until.replace(tzinfo=timezone.utc)  # a time without offset is UTC, like Airflow's
     opts = topology.subscription(publication, subscriber)
@@ -592,9 +615,10 @@ def run_distribution(topology: Topology, publication: str, subscriber: str, *,
                          threshold=commit_batch_threshold or opts.commit_batch_threshold,
                          streams=subscription_streams or opts.subscription_streams,
                          skip={SKIPPABLE_ERRORS[str(e)] for e in skip})
-    dist = connections.connect(topology.distributor.require("distributor"), "distributor")
-    run_id = None
-    try:
+    with AgentRun(AGENT, publication, subscriber) as run:
+        run.step = "connecting"
+        dist = run.connect(topology.distributor.require("distributor"), "distributor")
+        run.step = "the subscription check"
         articles = distdb.load_articles(dist, publication)
         row = dist.execute("SELECT articles_hash FROM airflow_repl.subscriptions WHERE publication = %s "
                            "AND subscriber = %s", (publication, subscriber)).fetchone()
@@ -603,35 +627,17 @@ def run_distribution(topology: Topology, publication: str, subscriber: str, *,
                             f"was initialized: run the Snapshot Agent with reinitialize for it")
         applier = _Applier({a.name: a for a in articles})
         dist.commit()
-        delivery.connect()
-        run_id = distdb.start_run(dist, AGENT, publication, subscriber)
-        _lock_watermark(delivery.subs[0], publication, subscriber)  # no other agent is alive now
-        distdb.abandon_stale_runs(dist, run_id, AGENT, publication, subscriber)
+        run.cleanups.append(delivery.rollback_all)
+        delivery.connect(run)
+        _lock_watermark(delivery.subs[0], publication, subscriber)  # initialized, and no other agent is alive
         delivery.subs[0].rollback()
-        delivery.run(dist, run_id, applier)
+        run.begin(dist)
+        run.counts = run.details = delivery.totals
+        run.step = "delivery"
+        delivery.run(dist, run.run_id, applier)
         totals = delivery.totals
         totals["seconds"] = round(time.monotonic() - started, 3)
-        distdb.finish_run(dist, run_id, "succeeded", transactions=totals["transactions"],
-                          commands=totals["commands"], details=totals)
+        run.succeed(totals, transactions=totals["transactions"], commands=totals["commands"])
         log.info("distribution %s -> %s: %s transactions, %s commands in %.1fs", publication, subscriber,
                  totals["transactions"], totals["commands"], totals["seconds"])
         return totals
-    except Exception as exc:
-        if getattr(delivery, "subs", None):
-            delivery.rollback_all()
-        if run_id is not None and not dist.closed:
-            dist.rollback()
-            totals = delivery.totals
-            distdb.finish_run(dist, run_id, "failed", transactions=totals["transactions"],
-                              commands=totals["commands"], message=str(exc), details=totals)
-            d = exc if isinstance(exc, DeliveryError) else None
-            distdb.record_error(dist, run_id=run_id, agent=AGENT, publication=publication,
-                                subscriber=subscriber, message=str(exc),
-                                xact_seqno=d.xact_seqno if d else None,
-                                command_id=d.command_id if d else None,
-                                article=d.article if d else None, sqlstate=d.sqlstate if d else None,
-                                command=getattr(d, "command", None))
-        raise
-    finally:
-        delivery.close()
-        dist.close()

@@ -25,6 +25,7 @@ import psycopg
 from . import connections, distdb, naming, pgoutput
 from .articles import ResolvedArticle
 from .commands import DELETE, INSERT, Command, update_commands
+from .agentrun import AgentRun
 from .errors import NotInitialized, ReplError
 from .topology import Topology
 
@@ -185,17 +186,15 @@ def run_log_reader(topology: Topology, publication: str, *, batch_changes: int =
     read_upto_lsn, seconds)."""
     started = time.monotonic()
     pgpub = naming.pg_publication(publication)
-    dist = connections.connect(topology.distributor.require("distributor"), "distributor")
-    pub = connections.connect(topology.publisher.require("publisher"), "publisher")
-    run_id = None
     totals = {"transactions": 0, "commands": 0, "batches": 0, "last_xact_seqno": None}
-    try:
+    with AgentRun(AGENT, publication) as run:
+        run.step = "connecting"
+        dist = run.connect(topology.distributor.require("distributor"), "distributor")
+        pub = run.connect(topology.publisher.require("publisher"), "publisher")
+        run.step = "the publication check"
         articles = {(a.table.schema, a.table.name): a for a in distdb.load_articles(dist, publication)}
         slot = distdb.slot_name(dist, publication)
-        if not dist.execute("SELECT pg_try_advisory_lock(hashtext(%s))",
-                            (f"airflow_repl.logreader.{publication}",)).fetchone()[0]:
-            raise ReplError(f"another Log Reader Agent is running for publication {publication!r}")
-        dist.commit()
+        run.lock(dist)
         row = pub.execute("SELECT confirmed_flush_lsn FROM pg_catalog.pg_replication_slots "
                           "WHERE slot_name = %s", (slot,)).fetchone()
         pub.commit()
@@ -203,8 +202,8 @@ def run_log_reader(topology: Topology, publication: str, *, batch_changes: int =
             raise NotInitialized(f"publication {publication!r} has no replication slot {slot!r} at the "
                                  f"publisher: run the Snapshot Agent first (if the slot was dropped, its "
                                  f"subscriptions must be reinitialized: Snapshot Agent with reinitialize)")
-        run_id = distdb.start_run(dist, AGENT, publication)
-        distdb.abandon_stale_runs(dist, run_id, AGENT, publication)
+        run.begin(dist)
+        run.counts = totals
         state = dist.execute("SELECT read_xact_seqno FROM airflow_repl.logreader_state WHERE publication = %s",
                              (publication,)).fetchone()
         read_upto = pgoutput.lsn_to_int(state[0]) if state and state[0] else 0
@@ -219,6 +218,7 @@ def run_log_reader(topology: Topology, publication: str, *, batch_changes: int =
             n_txn, last_commit, last_end = 0, None, None
             relmaps: dict[int, _RelMap | None] = {}
             skip = False
+            run.step = f"reading batch {totals['batches'] + 1} from the slot"
             with pub.transaction(), pub.cursor(name="airflow_repl_peek") as cur:
                 cur.itersize = 2000
                 try:
@@ -268,6 +268,7 @@ def run_log_reader(topology: Topology, publication: str, *, batch_changes: int =
                             (slot, upto, slot))
                 pub.commit()
                 break
+            run.step = f"storing batch {totals['batches'] + 1} in the distribution database"
             writer.flush_batch()
             if last_commit is not None:
                 dist.execute(
@@ -283,18 +284,7 @@ def run_log_reader(topology: Topology, publication: str, *, batch_changes: int =
             totals["transactions"] += n_txn
             totals["batches"] += 1
         totals["seconds"] = round(time.monotonic() - started, 3)
-        distdb.finish_run(dist, run_id, "succeeded", transactions=totals["transactions"],
-                          commands=totals["commands"], details=totals)
+        run.succeed(totals, transactions=totals["transactions"], commands=totals["commands"])
         log.info("log reader %s: %s transactions, %s commands in %.1fs", publication,
                  totals["transactions"], totals["commands"], totals["seconds"])
         return totals
-    except Exception as exc:
-        if run_id is not None and not dist.closed:
-            dist.rollback()
-            distdb.finish_run(dist, run_id, "failed", message=str(exc))
-            distdb.record_error(dist, run_id=run_id, agent=AGENT, publication=publication,
-                                subscriber=None, message=str(exc))
-        raise
-    finally:
-        pub.close()
-        dist.close()

@@ -21,6 +21,7 @@ import logging
 import math
 import re
 import secrets
+import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,6 +32,7 @@ import pyarrow.parquet as pq
 from psycopg import sql
 
 from . import callsyntax, connections, deploy, distdb, procedures
+from .agentrun import AgentRun
 from .articles import ResolvedArticle, definition_hash
 from .errors import ReplError
 from .sqltext import ident, qualified
@@ -207,11 +209,16 @@ def _check_slot_loss(dist: psycopg.Connection, topology: Topology, publication: 
             f"Snapshot Agent with reinitialize for every subscription of the publication")
 
 
-def _pending_subscribers(dist: psycopg.Connection, topology: Topology, publication: str,
-                         subscribers: list[str] | None, reinitialize: bool, current_hash: str) -> list[str]:
+def _named_subscribers(topology: Topology, publication: str, subscribers: list[str] | None) -> list[str]:
+    """The subscriptions the run is about; an unknown one is an error before anything changes."""
     names = subscribers or [s.subscriber for s in topology.subscriptions_of(publication)]
     for name in names:
         topology.subscription(publication, name)  # unknown subscription -> error
+    return names
+
+
+def _pending_subscribers(dist: psycopg.Connection, publication: str, names: list[str], reinitialize: bool,
+                         current_hash: str) -> list[str]:
     if reinitialize:
         return names
     active = dict(dist.execute(
@@ -224,27 +231,59 @@ def _pending_subscribers(dist: psycopg.Connection, topology: Topology, publicati
     return [n for n in names if n not in active]
 
 
+def check_snapshot_folder(folder: Path) -> None:
+    """The snapshot folder must be a directory this process can write (checked before the
+    publication's slot is created, so that an unusable folder changes nothing)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise ReplError(f"snapshot folder {folder} cannot be written ({exc.strerror or exc}): set snapshot_folder "
+                        f"to a writable directory") from None
+
+
+def _precheck_custom_procedures(run: AgentRun, topology: Topology, publication: str, names: list[str],
+                                reinitialize: bool, dist: psycopg.Connection) -> None:
+    """Custom procedures must exist at every subscription about to be initialized: checked
+    before the topology is applied, so that a rejection leaves nothing half-made."""
+    pub_conn = run.connect(topology.publisher.require("publisher"), "publisher")
+    with pub_conn:
+        articles = deploy.resolve_publication(pub_conn, topology.publication(publication))
+    if not any(prop.method == "proc" and prop.custom for a in articles for prop in a.propagation.values()):
+        return
+    active: set[str] = set()
+    if not reinitialize and dist.execute("SELECT to_regclass('airflow_repl.subscriptions') IS NOT NULL").fetchone()[0]:
+        active = {r[0] for r in dist.execute("SELECT subscriber FROM airflow_repl.subscriptions "
+                                             "WHERE publication = %s AND status = 'active'", (publication,))}
+    dist.commit()
+    for name in names:
+        if name not in active:
+            with run.connect(topology.subscriber_conninfo(name), f"subscriber {name!r}") as sub:
+                _check_custom_procedures(sub, articles, name)
+
+
 def run_snapshot(topology: Topology, publication: str, spark, *, subscribers: list[str] | None = None,
                  reinitialize: bool = False, max_partitions: int | None = None) -> dict:
     """Snapshot ``publication`` and initialize its subscriptions that need it (all named ones
     with ``reinitialize``).  Returns a summary."""
     started = time.monotonic()
-    articles = deploy.apply_topology(topology, [publication])[publication]
+    names = _named_subscribers(topology, publication, subscribers)
+    check_snapshot_folder(Path(topology.snapshot_folder) / publication)
     pub_conninfo = topology.publisher.require("publisher")
-    dist = connections.connect(topology.distributor.require("distributor"), "distributor")
-    if not dist.execute("SELECT pg_try_advisory_lock(hashtext(%s))",
-                        (f"airflow_repl.snapshot.{publication}",)).fetchone()[0]:
-        dist.close()
-        raise ReplError(f"another Snapshot Agent is running for publication {publication!r}")
-    dist.commit()
-    run_id = distdb.start_run(dist, AGENT, publication)
-    distdb.abandon_stale_runs(dist, run_id, AGENT, publication)
-    try:
-        targets = _pending_subscribers(dist, topology, publication, subscribers, reinitialize,
-                                       definition_hash(articles))
+    with AgentRun(AGENT, publication) as run:
+        run.step = "connecting"
+        dist = run.connect(topology.distributor.require("distributor"), "distributor")
+        run.lock(dist)
+        run.step = "the checks"
+        _precheck_custom_procedures(run, topology, publication, names, reinitialize, dist)
+        run.step = "applying the topology"
+        articles = deploy.apply_topology(topology, [publication])[publication]
+        targets = _pending_subscribers(dist, publication, names, reinitialize, definition_hash(articles))
         dist.commit()
+        run.begin(dist)
         slot = distdb.slot_name(dist, publication)
-        with connections.connect(pub_conninfo, "publisher", autocommit=True) as pub:
+        with run.connect(pub_conninfo, "publisher", autocommit=True) as pub:
             has_slot = pub.execute("SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_name = %s",
                                    (slot,)).fetchone() is not None
         if not has_slot:
@@ -252,21 +291,24 @@ def run_snapshot(topology: Topology, publication: str, spark, *, subscribers: li
         if has_slot and not targets:
             summary = {"snapshot_id": None, "initialized": [], "rows": 0,
                        "message": "every subscription is already initialized; nothing to do"}
-            distdb.finish_run(dist, run_id, "succeeded", message=summary["message"], details=summary)
-            return summary
+            return run.succeed(summary, message=summary["message"])
         snapshot_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
         folder = Path(topology.snapshot_folder) / publication / snapshot_id
         folder.mkdir(parents=True, exist_ok=True)
         temp_slot = f"airflow_repl_snap_{secrets.token_hex(8)}"  # temporary: dropped with its connection
+        run.step = "the creation of the replication slot"
         repl_conn, consistent_lsn, snapshot_name = _create_slot(
             pub_conninfo, temp_slot if has_slot else slot, permanent=not has_slot)
+        run.track(repl_conn, "publisher", pub_conninfo)
         try:
+            run.step = "the planning of the snapshot"
             parallelism = max_partitions or max(1, spark.sparkContext.defaultParallelism * 2)
-            with connections.connect(pub_conninfo, "publisher", autocommit=True) as planner:
+            with run.connect(pub_conninfo, "publisher", autocommit=True) as planner:
                 planner.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 planner.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)))
                 tasks = [t for art in articles for t in plan_partitions(planner, art, parallelism)]
                 planner.execute("COMMIT")
+            run.spark_step("the read of the snapshot", "publisher", pub_conninfo)
             read_started = time.monotonic()
             folder_s = str(folder)
             results = spark.sparkContext.parallelize(tasks, len(tasks)).map(
@@ -274,6 +316,7 @@ def run_snapshot(topology: Topology, publication: str, spark, *, subscribers: li
             read_seconds = time.monotonic() - read_started
         finally:
             repl_conn.close()  # ends the exported snapshot (and drops a temporary slot)
+        run.step, run.spark_role = "the writing of the snapshot folder", None
         (folder / "schema.sql").write_text("\n".join(schema_script(a) for a in articles))
         (folder / "procedures.sql").write_text("\n".join(procedures.article_script(a) for a in articles))
         files = {a.name: [] for a in articles}
@@ -295,29 +338,20 @@ def run_snapshot(topology: Topology, publication: str, spark, *, subscribers: li
                      (publication, snapshot_id, str(folder), consistent_lsn, psycopg.types.json.Jsonb(manifest)))
         dist.commit()
         load_stats = initialize_subscriptions(topology, publication, articles, targets, folder, manifest,
-                                              spark, dist)
+                                              spark, dist, run)
         summary = {"snapshot_id": snapshot_id, "folder": str(folder), "consistent_lsn": consistent_lsn,
                    "rows": total_rows, "partitions": len(tasks), "initialized": targets,
                    "read_seconds": round(read_seconds, 3),
                    "rows_per_second": round(total_rows / read_seconds, 1) if read_seconds else None,
                    **load_stats, "seconds": round(time.monotonic() - started, 3)}
-        distdb.finish_run(dist, run_id, "succeeded", rows_copied=total_rows, details=summary)
         log.info("snapshot %s of %s: %s rows in %s partitions, initialized %s", snapshot_id, publication,
                  total_rows, len(tasks), targets)
-        return summary
-    except Exception as exc:
-        dist.rollback()
-        distdb.finish_run(dist, run_id, "failed", message=str(exc))
-        distdb.record_error(dist, run_id=run_id, agent=AGENT, publication=publication, subscriber=None,
-                            message=str(exc))
-        raise
-    finally:
-        dist.close()
+        return run.succeed(summary, rows_copied=total_rows)
 
 
 def initialize_subscriptions(topology: Topology, publication: str, articles: list[ResolvedArticle],
                              subscribers: list[str], folder: Path, manifest: dict, spark,
-                             dist: psycopg.Connection) -> dict:
+                             dist: psycopg.Connection, run: AgentRun | None = None) -> dict:
     """Apply a snapshot folder to subscribers: tables, procedures, data (parallel COPY), then
     the watermark that makes the subscription active."""
     if not subscribers:
@@ -326,11 +360,17 @@ def initialize_subscriptions(topology: Topology, publication: str, articles: lis
     schema_sql = (folder / "schema.sql").read_text()
     procs_sql = (folder / "procedures.sql").read_text()
     conninfos = {s: topology.subscriber_conninfo(s) for s in subscribers}
+    def connect(name: str, conninfo: str) -> psycopg.Connection:
+        if run is None:
+            return connections.connect(conninfo, f"subscriber {name!r}")
+        run.step = f"the initialization of subscriber {name!r}"
+        return run.connect(conninfo, f"subscriber {name!r}")
+
     for name, conninfo in conninfos.items():
         dist.execute("UPDATE airflow_repl.subscriptions SET status = 'initializing', snapshot_id = %s "
                      "WHERE publication = %s AND subscriber = %s", (manifest["snapshot_id"], publication, name))
         dist.commit()
-        with connections.connect(conninfo, f"subscriber {name!r}") as sub:
+        with connect(name, conninfo) as sub:
             _check_custom_procedures(sub, articles, name)  # before anything is dropped
             sub.execute(distdb.SUBSCRIBER_DDL)
             sub.execute("DELETE FROM airflow_repl.subscription_state WHERE publication = %s", (publication,))
@@ -342,10 +382,17 @@ def initialize_subscriptions(topology: Topology, publication: str, articles: lis
     tasks = [(name, conninfos[name], f, art["name"]) for name in subscribers
              for art in manifest["articles"] for f in art["files"]]
     if tasks:
+        if run is not None and len(subscribers) == 1:
+            run.spark_step(f"the data load of subscriber {subscribers[0]!r}", f"subscriber {subscribers[0]!r}",
+                           conninfos[subscribers[0]])
+        elif run is not None:
+            run.step = f"the data load of subscribers {', '.join(subscribers)}"
         spark.sparkContext.parallelize(tasks, len(tasks)).map(
             lambda t: load_file(t[1], folder_s, by_name[t[3]], t[2])).collect()
+    if run is not None:
+        run.spark_role = None
     for name, conninfo in conninfos.items():
-        with connections.connect(conninfo, f"subscriber {name!r}") as sub:
+        with connect(name, conninfo) as sub:
             for art in articles:
                 sub.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(art.dest_schema, art.dest_table)))
             sub.execute("INSERT INTO airflow_repl.subscription_state (publication, snapshot_id, xact_seqno) "

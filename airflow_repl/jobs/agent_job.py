@@ -5,7 +5,13 @@
 ``--spec`` names a JSON file (mode 0600, written by the operator or CLI) holding the topology
 with resolved connection strings, so that no password ever appears on the spark-submit command
 line.  The job deletes the file as soon as it has read it.  ``--result`` receives the run's
-summary as JSON (the operators push it to XCom).
+outcome as JSON, in every case:
+
+* ``{"status": "succeeded", ...summary}`` (the operators push the summary to XCom);
+* ``{"status": "failed", "error_class", "exit_code", "retryable", "message"}``, and the job
+  exits with the error class's exit code (see :mod:`airflow_repl.engine.errors`).  The
+  operators turn a non-retryable failure into ``AirflowFailException`` and a retryable one
+  (lost connection, busy agent, lock timeout) into an ordinary, retried task failure.
 """
 
 from __future__ import annotations
@@ -15,12 +21,14 @@ import json
 import logging
 import os
 import sys
+import traceback
 from pathlib import Path
+from typing import Any, Callable
 
-from airflow_repl.engine import distribution, logreader, snapshot
+from airflow_repl.engine import connections, distribution, logreader, snapshot
+from airflow_repl.engine.errors import INTERNAL_EXIT_CODE, ReplError
 from airflow_repl.engine.topology import Topology, from_dict
 
-AGENTS = ("snapshot", "logreader", "distribution")
 log = logging.getLogger("airflow_repl.job")
 
 
@@ -30,64 +38,116 @@ def _deliver_one(spec: dict, publication: str, subscriber: str, until: str | Non
     return {"subscriber": subscriber, **distribution.run_distribution(topo, publication, subscriber, until=until)}
 
 
+def _snapshot(topo: Topology, publication: str, *, subscribers: list[str] | None, until: str | None,
+              reinitialize: bool, spark) -> tuple[dict, Any]:
+    from airflow_repl.jobs.session import spark_session
+
+    spark = spark or spark_session(f"airflow-repl-snapshot-{publication}")
+    return snapshot.run_snapshot(topo, publication, spark, subscribers=subscribers,
+                                 reinitialize=reinitialize), spark
+
+
+def _logreader(topo: Topology, publication: str, *, subscribers: list[str] | None, until: str | None,
+               reinitialize: bool, spark) -> tuple[dict, Any]:
+    return logreader.run_log_reader(topo, publication), spark
+
+
+def _distribution(topo: Topology, publication: str, *, subscribers: list[str] | None, until: str | None,
+                  reinitialize: bool, spark) -> tuple[dict, Any]:
+    from airflow_repl.jobs.session import spark_session
+
+    names = subscribers or [s.subscriber for s in topo.subscriptions_of(publication)]
+    for name in names:
+        topo.subscription(publication, name)  # unknown subscription -> error before any delivery
+    if len(names) <= 1:
+        results = [{"subscriber": n, **distribution.run_distribution(topo, publication, n, until=until)}
+                   for n in names]
+    else:
+        spark = spark or spark_session(f"airflow-repl-distribution-{publication}")
+        spec = topo.to_dict(with_secrets=True)
+        results = spark.sparkContext.parallelize(names, len(names)).map(
+            lambda n: _deliver_one(spec, publication, n, until)).collect()
+    return {"subscriptions": results, "transactions": sum(r["transactions"] for r in results),
+            "commands": sum(r["commands"] for r in results)}, spark
+
+
+#: The agents, by the name the CLI, the operators and spark-submit use.
+AGENTS: dict[str, Callable[..., tuple[dict, Any]]] = {
+    "snapshot": _snapshot, "logreader": _logreader, "distribution": _distribution}
+
+
 def run_agent(agent: str, topo: Topology, publication: str, *, subscribers: list[str] | None = None,
               until: str | None = None, reinitialize: bool = False, spark=None) -> dict:
     """Run one agent; the same entry point serves spark-submit, the CLI and the tests."""
-    from airflow_repl.jobs.session import spark_session
-
+    if agent not in AGENTS:
+        raise ReplError(f"unknown agent {agent!r}; choose one of {', '.join(AGENTS)}")
     topo.publication(publication)  # unknown publication -> clear error
-    if agent == "snapshot":
-        spark = spark or spark_session(f"airflow-repl-snapshot-{publication}")
-        result = snapshot.run_snapshot(topo, publication, spark, subscribers=subscribers,
-                                       reinitialize=reinitialize)
-    elif agent == "logreader":
-        result = logreader.run_log_reader(topo, publication)
-    elif agent == "distribution":
-        names = subscribers or [s.subscriber for s in topo.subscriptions_of(publication)]
-        if len(names) <= 1:
-            results = [{"subscriber": n, **distribution.run_distribution(topo, publication, n, until=until)}
-                       for n in names]
-        else:
-            spark = spark or spark_session(f"airflow-repl-distribution-{publication}")
-            spec = topo.to_dict(with_secrets=True)
-            results = spark.sparkContext.parallelize(names, len(names)).map(
-                lambda n: _deliver_one(spec, publication, n, until)).collect()
-        result = {"subscriptions": results,
-                  "transactions": sum(r["transactions"] for r in results),
-                  "commands": sum(r["commands"] for r in results)}
-    else:
-        raise ValueError(f"unknown agent {agent!r}; choose one of {', '.join(AGENTS)}")
+    if until is not None:
+        distribution.parse_until(until)  # a bad time -> clear error before anything runs
+    result, spark = AGENTS[agent](topo, publication, subscribers=subscribers, until=until,
+                                  reinitialize=reinitialize, spark=spark)
     if spark is not None:
         result["spark_application_id"] = spark.sparkContext.applicationId
     return result
 
 
+def failure(exc: BaseException) -> dict:
+    """The result-file outcome of a failed run (one line of message, no password)."""
+    if isinstance(exc, ReplError):
+        return {"status": "failed", "error_class": type(exc).__name__, "exit_code": exc.exit_code,
+                "retryable": exc.retryable, "message": connections.redact(str(exc))}
+    detail = connections.redact(" ".join(str(exc).split())) or "no message"
+    return {"status": "failed", "error_class": type(exc).__name__, "exit_code": INTERNAL_EXIT_CODE,
+            "retryable": False,
+            "message": f"internal error ({type(exc).__name__}): {detail}; this is a bug, please report it",
+            "traceback": connections.redact("".join(traceback.format_exception(exc)))}
+
+
+def write_result(path: str, outcome: dict) -> None:
+    """Write the outcome atomically (a reader never sees half a file)."""
+    tmp = Path(path + ".tmp")
+    tmp.write_text(json.dumps(outcome, default=str))
+    os.replace(tmp, path)
+
+
+def _read_spec(path: str) -> Topology:
+    spec_path = Path(path)
+    try:
+        spec = json.loads(spec_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ReplError(f"cannot read the job's topology spec {path}: {exc}") from None
+    finally:
+        try:
+            spec_path.unlink()
+        except OSError:
+            pass
+    return from_dict(spec)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="agent_job.py")
-    parser.add_argument("agent", choices=AGENTS)
+    parser.add_argument("agent", choices=list(AGENTS))
     parser.add_argument("--spec", required=True, help="JSON file with the resolved topology")
-    parser.add_argument("--result", help="where to write the run summary (JSON)")
+    parser.add_argument("--result", help="where to write the run's outcome (JSON)")
     parser.add_argument("--publication", required=True)
     parser.add_argument("--subscriber", action="append", help="limit to these subscribers")
     parser.add_argument("--until", help="deliver transactions committed up to this ISO-8601 time")
     parser.add_argument("--reinitialize", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    spec_path = Path(args.spec)
-    spec = json.loads(spec_path.read_text())
     try:
-        spec_path.unlink()
-    except OSError:
-        pass
-    topo = from_dict(spec)
-    result = run_agent(args.agent, topo, args.publication, subscribers=args.subscriber,
-                       until=args.until or None, reinitialize=args.reinitialize)
-    log.info("%s agent finished: %s", args.agent, json.dumps(result, default=str))
+        topo = _read_spec(args.spec)
+        result = run_agent(args.agent, topo, args.publication, subscribers=args.subscriber,
+                           until=args.until or None, reinitialize=args.reinitialize)
+        outcome, code = {"status": "succeeded", **result}, 0
+        log.info("%s agent finished: %s", args.agent, json.dumps(result, default=str))
+    except Exception as exc:  # noqa: BLE001 - every outcome goes to the result file
+        outcome = failure(exc)
+        code = outcome["exit_code"]
+        print(f"airflow-repl: error: {outcome['message']}", file=sys.stderr)
     if args.result:
-        tmp = Path(args.result + ".tmp")
-        tmp.write_text(json.dumps(result, default=str))
-        os.replace(tmp, args.result)
-    return 0
+        write_result(args.result, outcome)
+    return code
 
 
 if __name__ == "__main__":

@@ -19,14 +19,46 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_repl.hooks.replication import ReplicationHook
+from airflow_repl.engine.errors import ReplError
 from airflow_repl.jobs import agent_job
+from airflow_repl.jobs.agent_job import failure
 
 JOB_PATH = str(Path(agent_job.__file__).resolve())
 
 
 SPARK_LOG_LEVELS = ("ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
+
+
+def read_outcome(result: Path, agent: str, submit_error: Exception | None = None, *, log=None) -> dict:
+    """The summary the agent job wrote to ``result``; a failure it wrote there becomes
+    ``AirflowFailException`` (not retried: bad topology or input, not initialized, delivery
+    error, internal error) or ``AirflowException`` (retried: lost connection, busy agent, lock
+    timeout), with the agent's one-line message."""
+    if not result.exists():
+        if submit_error is not None:
+            raise AirflowException(f"the {agent} agent did not report an outcome (the Spark application failed "
+                                   f"before it ran: {submit_error}); see the spark-submit output above")
+        raise AirflowException(f"the {agent} agent finished without writing its outcome; see the Spark "
+                               f"driver log above")
+    outcome = json.loads(result.read_text())
+    if outcome.get("status") != "failed":
+        outcome.pop("status", None)
+        return outcome
+    if outcome.get("traceback") and log is not None:
+        log.info("traceback of the internal error, for the bug report:\n%s", outcome["traceback"])
+    raise task_failure(agent, outcome)
+
+
+def task_failure(agent: str, outcome: dict) -> AirflowException:
+    """The Airflow exception for a failed outcome: retried only when a retry can fix it."""
+    message = (f"{agent} agent failed ({outcome.get('error_class')}, exit code {outcome.get('exit_code')}): "
+               f"{outcome.get('message')}")
+    if outcome.get("retryable"):
+        return AirflowException(f"{message} [retryable]")
+    return AirflowFailException(message)
 
 
 class MissingSparkConnection(RuntimeError):
@@ -73,8 +105,11 @@ class _AgentOperator(SparkSubmitOperator):
 
     def execute(self, context: Any) -> dict:
         self._check_spark_connection()
-        topo = ReplicationHook(self.topology).get_topology()
-        topo.publication(self.publication)
+        try:
+            topo = ReplicationHook(self.topology).get_topology()
+            topo.publication(self.publication)
+        except ReplError as exc:  # the topology is checked before anything is submitted
+            raise task_failure(self.agent, failure(exc)) from None
         env = dict(self.env_vars or {})
         if shutil.which("spark-submit") is None:  # e.g. Airflow started from a venv without activation
             env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
@@ -89,11 +124,12 @@ class _AgentOperator(SparkSubmitOperator):
                 args += ["--subscriber", sub]
             self.application_args = args + self._extra_args()
             self._hook = None  # rebuild the hook with these arguments
-            super().execute(context)
-            if not result.exists():
-                raise RuntimeError(f"the {self.agent} agent finished without writing its summary; see the "
-                                   f"Spark driver log above")
-            summary = json.loads(result.read_text())
+            submit_error: Exception | None = None
+            try:
+                super().execute(context)
+            except Exception as exc:  # noqa: BLE001 - the job's result file says what happened
+                submit_error = exc
+            summary = read_outcome(result, self.agent, submit_error, log=self.log)
         self.log.info("%s agent summary: %s", self.agent, summary)
         return summary
 

@@ -1,0 +1,274 @@
+"""One agent run, from lock to history row: the lifecycle the Snapshot, Log Reader and
+Distribution Agents share.
+
+::
+
+    with AgentRun("logreader", publication) as run:
+        dist = run.connect(topology.distributor.require("distributor"), "distributor")
+        run.lock(dist)                    # another agent of this kind running -> AgentBusy
+        ...checks that change nothing...
+        run.begin(dist)                   # the agent_history row; stale 'running' rows -> 'abandoned'
+        run.step = "reading the slot"     # named by a lost-connection message
+        ...work...
+        run.succeed(summary, transactions=..., commands=...)
+
+Leaving the block with an exception marks the run failed (history and error rows), runs the
+agent's cleanups, closes every connection the run opened and re-raises, translated:
+
+* a server that went away (crash, restart, network) becomes :class:`ConnectionLost`
+  "lost connection to the publisher (host:port) during reading the slot; the run is recorded
+  as failed; run it again".  When the distributor itself is gone the failure cannot be
+  recorded: the next run marks the row 'abandoned' (it holds the lock, so the row's agent is
+  dead);
+* a lock wait that timed out becomes :class:`AgentBusy` (both are retryable);
+* an error raised inside a Spark task (which reaches the driver wrapped in a Java exception
+  carrying the Python traceback) becomes the engine error it was, or ConnectionLost.
+
+Everything else is re-raised as it is.  Messages never carry a password: servers are named
+by role and host:port only.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import psycopg
+from psycopg import conninfo as pg_conninfo
+
+from . import connections, distdb, errors
+from .errors import AgentBusy, ConnectionLost, DeliveryError, ReplError
+
+log = logging.getLogger(__name__)
+
+LABELS = {"snapshot": "Snapshot Agent", "logreader": "Log Reader Agent", "distribution": "Distribution Agent"}
+
+#: SQLSTATE classes/codes that mean the server or the connection went away.
+_LOST_SQLSTATE_PREFIXES = ("08", "57P01", "57P02", "57P03")
+#: An engine error raised inside a Spark task, as it appears in the driver's exception text.
+_SPARK_ENGINE_ERROR = re.compile(r"airflow_repl\.engine\.errors\.(\w+): (.+)")
+_SPARK_PSYCOPG_ERROR = re.compile(r"psycopg\.(?:errors\.)?(\w+): (.+)")
+
+
+def host_port(conninfo: str) -> str:
+    """``host:port`` of a connection string (never its password)."""
+    try:
+        params = pg_conninfo.conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        return "?"
+    return f"{params.get('host', 'localhost')}:{params.get('port', '5432')}"
+
+
+class _Lost(ConnectionLost):
+    """A lost connection, before its message says what became of the run (see AgentRun)."""
+
+
+@dataclass
+class _Server:
+    conn: psycopg.Connection
+    role: str
+    conninfo: str
+
+
+def is_connection_loss(exc: BaseException) -> bool:
+    """True for psycopg errors that mean the server or the connection went away."""
+    if isinstance(exc, psycopg.InterfaceError):
+        return True
+    if not isinstance(exc, psycopg.OperationalError) or isinstance(exc, psycopg.errors.LockNotAvailable):
+        return False
+    state = exc.sqlstate
+    return state is None or state.startswith(_LOST_SQLSTATE_PREFIXES)
+
+
+def _is_spark_error(exc: BaseException) -> bool:
+    return type(exc).__module__.split(".")[0] in ("py4j", "pyspark")
+
+
+class AgentRun:
+    """The lifecycle of one agent run (see the module's documentation)."""
+
+    def __init__(self, agent: str, publication: str, subscriber: str | None = None) -> None:
+        self.agent, self.publication, self.subscriber = agent, publication, subscriber
+        self.label = LABELS.get(agent, agent)
+        self.step = "starting"
+        #: role of the server a step talks to through Spark tasks (their connections are not ours)
+        self.spark_role: tuple[str, str] | None = None
+        self.run_id: int | None = None
+        self.dist: psycopg.Connection | None = None
+        self.counts: dict[str, int] = {}
+        self.details: dict[str, Any] | None = None
+        self.cleanups: list[Callable[[], None]] = []
+        self._servers: list[_Server] = []
+        self._done = False
+
+    # ------------------------------------------------------------------ connections
+    def connect(self, conninfo: str, role: str, **kwargs: Any) -> psycopg.Connection:
+        """Connect (an unreachable server raises ConnectionFailed) and watch the connection."""
+        conn = connections.connect(conninfo, role, **kwargs)
+        self.track(conn, role, conninfo)
+        return conn
+
+    def track(self, conn: psycopg.Connection, role: str, conninfo: str) -> None:
+        """Watch a connection opened elsewhere: if it breaks, failures name its server, and it
+        is closed when the run ends."""
+        self._servers.append(_Server(conn, role, conninfo))
+
+    def spark_step(self, step: str, role: str, conninfo: str) -> None:
+        """A step whose connections live in Spark tasks: name their server if they are lost."""
+        self.step, self.spark_role = step, (role, conninfo)
+
+    # ------------------------------------------------------------------ lock and history
+    def where(self) -> str:
+        to = f" to subscriber {self.subscriber!r}" if self.subscriber else ""
+        return f"publication {self.publication!r}{to}"
+
+    def lock(self, conn: psycopg.Connection) -> None:
+        """Take this agent's session lock for the publication on ``conn`` (released when the
+        connection ends, also when the process dies); held by another agent -> AgentBusy."""
+        key = f"airflow_repl.{self.agent}.{self.publication}"
+        locked = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()[0]
+        conn.commit()
+        if not locked:
+            raise AgentBusy(f"another {self.label} is {'delivering' if self.subscriber else 'running for'} "
+                            f"{self.where()}; wait for it to finish, then run it again")
+
+    def begin(self, dist: psycopg.Connection) -> int:
+        """Start the history row and mark runs left 'running' by dead agents 'abandoned'.
+        Call it holding the lock, after the checks that can fail without changing anything."""
+        self.dist = dist
+        self.run_id = distdb.start_run(dist, self.agent, self.publication, self.subscriber)
+        distdb.abandon_stale_runs(dist, self.run_id, self.agent, self.publication, self.subscriber)
+        return self.run_id
+
+    def succeed(self, summary: dict[str, Any], *, transactions: int = 0, commands: int = 0,
+                rows_copied: int = 0, message: str | None = None) -> dict[str, Any]:
+        if self.dist is not None and self.run_id is not None:
+            distdb.finish_run(self.dist, self.run_id, "succeeded", transactions=transactions,
+                              commands=commands, rows_copied=rows_copied, message=message, details=summary)
+        self._done = True
+        return summary
+
+    # ------------------------------------------------------------------ failure
+    def __enter__(self) -> "AgentRun":
+        return self
+
+    def __exit__(self, exc_type, exc: BaseException | None, tb) -> bool:
+        try:
+            if exc is not None and not self._done and isinstance(exc, Exception):
+                self._run_cleanups()
+                translated = self._translate(exc)
+                if isinstance(translated, _Lost):
+                    translated = self._lost_outcome(translated)
+                else:
+                    self._record_failure(translated)
+                if translated is not exc:
+                    log.debug("%s failed", self.label, exc_info=exc)
+                    raise translated from None
+        finally:
+            self._close_all()
+        return False
+
+    def _lost_outcome(self, lost: "_Lost") -> ConnectionLost:
+        """The lost-connection message says what became of the run's history row."""
+        if self.run_id is None:
+            return ConnectionLost(f"{lost}, before the run started; run it again")
+        recorded = ConnectionLost(f"{lost}; the run is recorded as failed; run it again")
+        if self._record_failure(recorded):
+            return recorded
+        return ConnectionLost(f"{lost}; the next run will record this run as abandoned; run it again")
+
+    def _run_cleanups(self) -> None:
+        for cleanup in self.cleanups:
+            try:
+                cleanup()
+            except Exception as exc:  # noqa: BLE001 - a cleanup must never hide the failure
+                log.debug("cleanup after a failed %s run failed: %r", self.label, exc)
+
+    def _lost_server(self) -> _Server | None:
+        """The first watched connection that is broken, or that no longer answers."""
+        for server in self._servers:
+            if server.conn.broken:
+                return server
+        for server in self._servers:
+            if server.conn.closed:
+                continue
+            try:
+                if server.conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+                    server.conn.rollback()
+                server.conn.execute("SELECT 1")
+                server.conn.rollback()
+            except psycopg.Error:
+                return server
+        return None
+
+    def _lost(self, role: str, conninfo: str) -> "_Lost":
+        return _Lost(f"lost connection to the {role} ({host_port(conninfo)}) during {self.step}")
+
+    def _translate(self, exc: Exception) -> Exception:
+        if isinstance(exc, ReplError):
+            return exc
+        if isinstance(exc, psycopg.errors.LockNotAvailable):
+            return AgentBusy(f"the {self.label} for {self.where()} waited too long for a lock during "
+                             f"{self.step} (another session holds it); run it again")
+        if is_connection_loss(exc):
+            server = self._lost_server()
+            if server is not None:
+                return self._lost(server.role, server.conninfo)
+            if self.spark_role is not None:
+                return self._lost(*self.spark_role)
+            return _Lost(f"lost a connection during {self.step} of the {self.label} for {self.where()} "
+                         f"({_first_line(exc)})")
+        if _is_spark_error(exc):
+            return self._translate_spark(exc)
+        return exc
+
+    def _translate_spark(self, exc: Exception) -> Exception:
+        text = str(exc)
+        engine = _SPARK_ENGINE_ERROR.search(text)
+        if engine:
+            cls = getattr(errors, engine.group(1), None)
+            if isinstance(cls, type) and issubclass(cls, ReplError):
+                return cls(engine.group(2).strip())
+        pg = _SPARK_PSYCOPG_ERROR.search(text)
+        if pg:
+            cls = getattr(psycopg.errors, pg.group(1), None) or getattr(psycopg, pg.group(1), None)
+            if isinstance(cls, type) and issubclass(cls, (psycopg.OperationalError, psycopg.InterfaceError)) \
+                    and not issubclass(cls, psycopg.errors.LockNotAvailable):
+                if self.spark_role is not None:
+                    return self._lost(*self.spark_role)
+                return _Lost(f"lost a connection in a Spark task during {self.step} ({pg.group(2).strip()})")
+        return exc
+
+    def _record_failure(self, exc: Exception) -> bool:
+        """History row 'failed' and an error row; False when the distributor cannot be written."""
+        if self.dist is None or self.run_id is None or self.dist.closed or self.dist.broken:
+            return False
+        d = exc if isinstance(exc, DeliveryError) else None
+        try:
+            self.dist.rollback()
+            distdb.finish_run(self.dist, self.run_id, "failed", message=str(exc), details=self.details,
+                              transactions=self.counts.get("transactions", 0),
+                              commands=self.counts.get("commands", 0))
+            distdb.record_error(self.dist, run_id=self.run_id, agent=self.agent, publication=self.publication,
+                                subscriber=self.subscriber, message=str(exc),
+                                xact_seqno=d.xact_seqno if d else None, command_id=d.command_id if d else None,
+                                article=d.article if d else None, sqlstate=d.sqlstate if d else None,
+                                command=getattr(d, "command", None))
+        except psycopg.Error as err:
+            log.debug("could not record the failed %s run: %r", self.label, err)
+            return False
+        return True
+
+    def _close_all(self) -> None:
+        for server in self._servers:
+            try:
+                server.conn.close()
+            except Exception:  # noqa: BLE001 - closing a dead connection must not raise
+                pass
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
