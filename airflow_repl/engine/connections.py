@@ -54,13 +54,18 @@ def _uri_to_conninfo(uri: str) -> str:
     if parts.scheme not in ("postgresql", "postgres"):
         raise TopologyError(
             f"connection URI scheme {parts.scheme!r} is not supported; use postgresql://user@host:port/dbname")
+    try:
+        parts.port
+    except ValueError:
+        raise TopologyError(f"the connection URI for {parts.hostname or 'a server'} is malformed: its port is "
+                            f"not a number from 0 to 65535") from None
     # libpq parses postgresql:// URIs itself; normalise to key/value so describe() works.
     try:
         return pg_conninfo.make_conninfo(uri.replace("postgres://", "postgresql://", 1)
                                          if parts.scheme == "postgres" else uri)
     except psycopg.ProgrammingError:  # its message may quote the password: never pass it on
-        raise TopologyError(f"the connection URI for {parts.hostname or 'a server'} is malformed (check the "
-                            f"percent-encoding of the user name and password)") from None
+        raise TopologyError(f"the connection URI for {parts.hostname or 'a server'} is malformed: check the "
+                            f"percent-encoding of the user name and password") from None
 
 
 def _malformed(var: str, why: str) -> TopologyError:
@@ -112,9 +117,9 @@ def env_resolver(conn_id: str) -> str:
     if parts.scheme in ("postgresql", "postgres"):
         try:
             return _uri_to_conninfo(value)
-        except TopologyError:
-            raise _malformed(var, "the URI cannot be parsed (check the percent-encoding of the user name "
-                                  "and password)") from None
+        except TopologyError as exc:
+            raise _malformed(var, str(exc).split(" is malformed", 1)[-1].lstrip(": ") or "the URI cannot be "
+                             "parsed") from None
     if not parts.scheme or not parts.netloc:
         raise _malformed(var, "it is neither a URI nor a JSON object")
     # Airflow URI form: postgres://login:password@host:port/schema

@@ -234,9 +234,13 @@ def _pending_subscribers(dist: psycopg.Connection, publication: str, names: list
 def check_snapshot_folder(folder: Path) -> None:
     """The snapshot folder must be a directory this process can write (checked before the
     publication's slot is created, so that an unusable folder changes nothing)."""
+    existing = folder
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent  # the folder is made later: probe what exists of it now
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
+        if not existing.is_dir():
+            raise NotADirectoryError(20, f"{existing} is not a directory")
+        with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as exc:
         raise ReplError(f"snapshot folder {folder} cannot be written ({exc.strerror or exc}): set snapshot_folder "

@@ -1,0 +1,313 @@
+"""Runtime bad input through the command line, against real servers: options, connections,
+states, folders and servers.  Every case must give exactly one ``airflow-repl: error:`` line
+naming the object at fault, the exit code of its error class, no traceback, no password, and
+change nothing: subscriber rows, distribution-database rows (agent history and errors
+included), publisher publications, replication slots and prepared transactions.
+
+(Topology-file cases live in the topology tests; stream limits in the LSN/streams tests.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import psycopg
+import pytest
+import yaml
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+
+from airflow_repl import cli
+from airflow_repl.engine.connections import to_uri
+
+
+# ---------------------------------------------------------------------- shared helpers
+def database_state(conninfo: str) -> dict[str, str]:
+    """A digest of every row of every table outside the system schemas, plus the publications,
+    replication slots and prepared transactions of the database: equal digests, same state."""
+    out: dict[str, str] = {}
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        tables = conn.execute(
+            "SELECT table_schema, table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE' "
+            "AND table_schema NOT IN ('pg_catalog', 'information_schema') AND table_schema NOT LIKE 'pg_temp%' "
+            "ORDER BY 1, 2").fetchall()
+        for schema, table in tables:
+            rows = conn.execute(sql.SQL("SELECT t::text FROM {} t").format(sql.Identifier(schema, table))).fetchall()
+            out[f"table {schema}.{table}"] = hashlib.md5("\n".join(sorted(r[0] for r in rows)).encode()).hexdigest()
+        out["publications"] = repr(conn.execute(
+            "SELECT p.pubname, array(SELECT tablename FROM pg_publication_tables t WHERE t.pubname = p.pubname "
+            "ORDER BY 1) FROM pg_publication p ORDER BY 1").fetchall())
+        out["slots"] = repr(conn.execute("SELECT slot_name, temporary FROM pg_replication_slots "
+                                         "WHERE database = current_database() ORDER BY 1").fetchall())
+        out["prepared"] = repr(conn.execute("SELECT gid FROM pg_prepared_xacts "
+                                            "WHERE database = current_database() ORDER BY 1").fetchall())
+        out["functions"] = repr(conn.execute(
+            "SELECT n.nspname, p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2").fetchall())
+    return out
+
+
+def world_state(env) -> dict[str, dict[str, str]]:
+    """The state of the test's publisher, distribution and subscriber databases."""
+    return {"publisher": database_state(env.pub), "distributor": database_state(env.dist),
+            "subscriber": database_state(env.sub)}
+
+
+def assert_one_error_line(err: str, out: str, *fragments: str) -> str:
+    lines = [line for line in err.splitlines() if line.startswith("airflow-repl: error:")]
+    assert len(lines) == 1, f"expected one error line, got:\n{err}"
+    assert "Traceback" not in err + out
+    for fragment in fragments:
+        assert fragment in lines[0], f"{fragment!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+# ---------------------------------------------------------------------- the world of a case
+class World:
+    """A publisher table ``orders`` in publication ``p`` with one subscriber, and a topology
+    file that cases may vary."""
+
+    def __init__(self, env, tmp_path: Path) -> None:
+        self.env, self.tmp_path = env, tmp_path
+        env.run(env.pub, "CREATE TABLE orders (id int PRIMARY KEY, v text); "
+                         "INSERT INTO orders SELECT g, 'v' FROM generate_series(1, 20) g")
+        self.doc = {"publisher": to_uri(env.pub), "distributor": to_uri(env.dist),
+                    "subscribers": {"sub1": to_uri(env.sub)}, "snapshot_folder": str(tmp_path / "snaps"),
+                    "publications": [{"name": "p", "articles": [{"table": "public.orders"}]}],
+                    "subscriptions": [{"publication": "p", "subscriber": "sub1"}]}
+        self.password = conninfo_to_dict(env.pub)["password"]
+        self.secrets = [self.password]
+        self.cleanups: list[Callable[[], None]] = []
+
+    @property
+    def topology(self) -> str:
+        path = self.tmp_path / "topology.yaml"
+        path.write_text(yaml.safe_dump(self.doc))
+        return str(path)
+
+    def cli(self, *argv: str) -> int:
+        return cli.main(list(argv))
+
+    def with_endpoint(self, role: str, uri: str) -> None:
+        if role == "subscriber":
+            self.doc["subscribers"]["sub1"] = uri
+        else:
+            self.doc[role] = uri
+
+    def uri_with(self, conninfo: str, **changes) -> str:
+        params = {**conninfo_to_dict(conninfo), **changes}
+        return to_uri(psycopg.conninfo.make_conninfo(**params))
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def _held_lock(conninfo: str, key: str):
+    with psycopg.connect(conninfo, autocommit=True) as other:  # what a running agent holds
+        other.execute("SELECT pg_advisory_lock(hashtext(%s))", (key,))
+        yield
+
+
+# ---------------------------------------------------------------------- the cases
+@dataclass
+class Case:
+    id: str
+    state: str  # "fresh" (nothing deployed) or "applied" (airflow-repl apply ran)
+    arrange: Callable[[World], list[str]]  # returns the command line
+    exit_code: int
+    fragments: tuple[str, ...]
+    context: Callable[[World], contextlib.AbstractContextManager] = lambda w: contextlib.nullcontext()
+
+
+def _unreachable(role: str, command: str) -> Callable[[World], list[str]]:
+    def arrange(w: World) -> list[str]:
+        base = w.env.sub if role == "subscriber" else w.env.pub
+        w.with_endpoint(role, w.uri_with(base, port=str(_closed_port())))
+        return [command, "-t", w.topology]
+    return arrange
+
+
+def _wrong_password(role: str, command: str) -> Callable[[World], list[str]]:
+    def arrange(w: World) -> list[str]:
+        base = w.env.sub if role == "subscriber" else w.env.pub
+        w.secrets.append("Wr0ng-S3cret-pw")
+        w.with_endpoint(role, w.uri_with(base, password="Wr0ng-S3cret-pw"))
+        return [command, "-t", w.topology]
+    return arrange
+
+
+def _conn_env(value: str) -> Callable[[World], list[str]]:
+    """The publisher named by Airflow connection id repl_pub, defined by AIRFLOW_CONN_REPL_PUB."""
+    def arrange(w: World) -> list[str]:
+        value_ = value.replace("PASSWORD", w.password)
+        old = os.environ.get("AIRFLOW_CONN_REPL_PUB")
+        os.environ["AIRFLOW_CONN_REPL_PUB"] = value_
+        w.cleanups.append(lambda: os.environ.pop("AIRFLOW_CONN_REPL_PUB") if old is None
+                          else os.environ.__setitem__("AIRFLOW_CONN_REPL_PUB", old))
+        w.with_endpoint("publisher", "repl_pub")
+        return ["snapshot", "-t", w.topology]
+    return arrange
+
+
+def _folder(kind: str) -> Callable[[World], list[str]]:
+    def arrange(w: World) -> list[str]:
+        if kind == "under-a-file":
+            (w.tmp_path / "a-file").write_text("not a folder")
+            w.doc["snapshot_folder"] = str(w.tmp_path / "a-file" / "snaps")
+        else:  # read-only
+            ro = w.tmp_path / "read-only"
+            ro.mkdir()
+            if os.geteuid() == 0:  # root writes through permissions: use a read-only file system
+                res = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)],
+                                     capture_output=True)
+                if res.returncode != 0:
+                    pytest.skip("cannot mount a read-only file system here")
+                w.cleanups.append(lambda: subprocess.run(["umount", str(ro)], check=True))
+            else:
+                ro.chmod(0o555)
+            w.doc["snapshot_folder"] = str(ro)
+        return ["snapshot", "-t", w.topology]
+    return arrange
+
+
+def _custom_proc(create: str | None) -> Callable[[World], list[str]]:
+    def arrange(w: World) -> list[str]:
+        w.doc["publications"][0]["articles"] = [{"table": "public.orders", "upd_cmd": "XCALL custom.upd_orders"}]
+        w.env.run(w.env.sub, "CREATE SCHEMA custom")
+        if create:
+            w.env.run(w.env.sub, create)
+        return ["snapshot", "-t", w.topology]
+    return arrange
+
+
+def _endpoint(role: str, ref: str, command: str) -> Callable[[World], list[str]]:
+    def arrange(w: World) -> list[str]:
+        w.with_endpoint(role, ref)
+        return [command, "-t", w.topology]
+    return arrange
+
+
+def _argv(*argv: str) -> Callable[[World], list[str]]:
+    return lambda w: [a.replace("TOPOLOGY", w.topology) for a in argv]
+
+
+CASES = [
+    Case("publisher-unreachable", "fresh", _unreachable("publisher", "snapshot"), 5,
+         ("cannot connect to the publisher", "127.0.0.1:")),
+    Case("subscriber-unreachable", "applied", _unreachable("subscriber", "distribution"), 5,
+         ("cannot connect to the subscriber 'sub1'",)),
+    Case("distributor-unreachable", "fresh", _unreachable("distributor", "logreader"), 5,
+         ("cannot connect to the distributor",)),
+    Case("unknown-host", "fresh", _endpoint("publisher", "postgresql://postgres@no-such-host.invalid:5432/db",
+                                            "apply"), 5, ("cannot connect to the publisher", "no-such-host.invalid")),
+    Case("publisher-wrong-password", "fresh", _wrong_password("publisher", "apply"), 5,
+         ("cannot connect to the publisher", "password authentication failed")),
+    Case("subscriber-wrong-password", "applied", _wrong_password("subscriber", "distribution"), 5,
+         ("cannot connect to the subscriber 'sub1'", "password authentication failed")),
+    Case("logreader-before-anything", "fresh", _argv("logreader", "-t", "TOPOLOGY"), 3,
+         ("publication 'p' is not deployed", "run the Snapshot Agent")),
+    Case("distribution-before-anything", "fresh", _argv("distribution", "-t", "TOPOLOGY"), 3,
+         ("publication 'p' is not deployed",)),
+    Case("logreader-before-snapshot", "applied", _argv("logreader", "-t", "TOPOLOGY"), 3,
+         ("has no replication slot", "run the Snapshot Agent first")),
+    Case("distribution-before-snapshot", "applied", _argv("distribution", "-t", "TOPOLOGY"), 3,
+         ("subscriber 'sub1' has no snapshot of publication 'p'",)),
+    Case("validate-before-snapshot", "fresh", _argv("validate", "-t", "TOPOLOGY"), 3,
+         ("publication 'p' is not deployed",)),
+    Case("until-not-a-date", "applied", _argv("distribution", "-t", "TOPOLOGY", "--until", "not-a-date"), 2,
+         ("--until 'not-a-date' is not an ISO-8601 time",)),
+    Case("until-month-13", "applied", _argv("distribution", "-t", "TOPOLOGY", "--until", "2026-13-01T00:00"), 2,
+         ("--until '2026-13-01T00:00'",)),
+    Case("snapshot-unknown-subscriber", "applied", _argv("snapshot", "-t", "TOPOLOGY", "--subscriber", "nope"), 2,
+         ("subscriber 'nope'",)),
+    Case("distribution-unknown-subscriber", "applied",
+         _argv("distribution", "-t", "TOPOLOGY", "--subscriber", "nope"), 2, ("subscriber 'nope'",)),
+    Case("validate-unknown-subscriber", "applied", _argv("validate", "-t", "TOPOLOGY", "--subscriber", "nope"), 2,
+         ("subscriber 'nope'",)),
+    Case("unknown-publication", "fresh", _argv("snapshot", "-t", "TOPOLOGY", "-p", "nope"), 2,
+         ("unknown publication 'nope'",)),
+    Case("snapshot-folder-under-a-file", "fresh", _folder("under-a-file"), 2, ("snapshot folder", "a-file")),
+    Case("snapshot-folder-read-only", "fresh", _folder("read-only"), 2, ("snapshot folder", "read-only")),
+    Case("custom-procedure-missing", "fresh", _custom_proc(None), 2,
+         ("custom procedure custom.upd_orders", "does not exist at subscriber 'sub1'")),
+    Case("custom-procedure-wrong-arguments", "fresh",
+         _custom_proc("CREATE PROCEDURE custom.upd_orders(a int) LANGUAGE sql AS 'SELECT 1'"), 2,
+         ("custom procedure custom.upd_orders", "takes 1 parameter(s)")),
+    Case("conn-env-bad-json", "fresh", _conn_env('{"host": "127.0.0.1", "password": "PASSWORD",'), 2,
+         ("AIRFLOW_CONN_REPL_PUB is malformed", "not valid JSON")),
+    Case("conn-env-not-an-object", "fresh", _conn_env('{"host": ["127.0.0.1"], "password": "PASSWORD"}'), 2,
+         ("AIRFLOW_CONN_REPL_PUB is malformed", "'host' must be a string")),
+    Case("conn-env-bad-port", "fresh", _conn_env('{"host": "127.0.0.1", "port": "fifty", "password": "PASSWORD"}'),
+         2, ("AIRFLOW_CONN_REPL_PUB is malformed", "'port'")),
+    Case("conn-env-bad-uri-port", "fresh", _conn_env("postgres://postgres:PASSWORD@127.0.0.1:port/db"), 2,
+         ("AIRFLOW_CONN_REPL_PUB is malformed", "port")),
+    Case("conn-env-garbage", "fresh", _conn_env("PASSWORD"), 2,
+         ("AIRFLOW_CONN_REPL_PUB is malformed", "neither a URI nor a JSON object")),
+    Case("conn-env-undefined", "fresh", _endpoint("publisher", "repl_undefined", "snapshot"), 2,
+         ("connection id 'repl_undefined' is not defined", "AIRFLOW_CONN_REPL_UNDEFINED")),
+    Case("snapshot-agent-busy", "applied", _argv("snapshot", "-t", "TOPOLOGY"), 5,
+         ("another Snapshot Agent is running for publication 'p'",),
+         lambda w: _held_lock(w.env.dist, "airflow_repl.snapshot.p")),
+    Case("logreader-agent-busy", "applied", _argv("logreader", "-t", "TOPOLOGY"), 5,
+         ("another Log Reader Agent is running for publication 'p'",),
+         lambda w: _held_lock(w.env.dist, "airflow_repl.logreader.p")),
+    Case("distribution-agent-busy", "applied", _argv("distribution", "-t", "TOPOLOGY"), 5,
+         ("another Distribution Agent is delivering publication 'p' to subscriber 'sub1'",),
+         lambda w: _held_lock(w.env.sub, "airflow_repl.distribution.p")),
+    Case("unknown-option", "fresh", _argv("distribution", "-t", "TOPOLOGY", "--bogus"), 2,
+         ("unrecognized arguments: --bogus",)),
+    Case("missing-topology-option", "fresh", _argv("logreader"), 2, ("--topology",)),
+    Case("bad-dialect", "fresh", _argv("script-procs", "-t", "TOPOLOGY", "--dialect", "oracle"), 2,
+         ("invalid choice: 'oracle'",)),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_runtime_input_is_one_line_and_changes_nothing(case: Case, env, spark, tmp_path, capsys):
+    w = World(env, tmp_path)
+    try:
+        if case.state == "applied":
+            assert cli.main(["apply", "-t", w.topology]) == 0
+        argv = case.arrange(w)
+        capsys.readouterr()
+        before = world_state(env)
+        snaps_before = sorted(p.name for p in (tmp_path / "snaps").rglob("*")) if (tmp_path / "snaps").exists() else []
+        with case.context(w):
+            code = w.cli(*argv)
+        out, err = capsys.readouterr()
+        assert code == case.exit_code, err
+        line = assert_one_error_line(err, out, *case.fragments)
+        for secret in w.secrets:
+            assert secret not in err + out, f"a password appears in the output: {line}"
+        assert world_state(env) == before
+        snaps_after = sorted(p.name for p in (tmp_path / "snaps").rglob("*")) if (tmp_path / "snaps").exists() else []
+        assert snaps_after == snaps_before
+    finally:
+        for cleanup in reversed(w.cleanups):
+            cleanup()
+
+
+def test_the_traceback_of_an_internal_error_shows_only_with_verbose(capsys, monkeypatch):
+    from airflow_repl.cli import report_error
+
+    try:
+        {}["missing"]
+    except KeyError as exc:
+        assert report_error(exc, verbose=False) == 1
+        out, err = capsys.readouterr()
+        assert err.count("\n") == 1 and "internal error (KeyError): 'missing'; this is a bug" in err
+        assert "Traceback" not in err
+        assert report_error(exc, verbose=True) == 1
+        assert "Traceback" in capsys.readouterr().err
