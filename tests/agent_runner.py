@@ -1,4 +1,6 @@
-"""Runs one agent in its own process, so that tests can kill it at an arbitrary moment.
+"""Runs one agent in its own process, so that tests can kill it at an arbitrary moment.  It
+prints and exits like the command line: the summary as JSON and exit 0, or one
+``airflow-repl: error: ...`` line and the error class's exit code.
 
 usage: python agent_runner.py <logreader|distribution> SPEC_JSON [KWARGS_JSON]
 """
@@ -7,13 +9,25 @@ import json
 import sys
 from pathlib import Path
 
+from airflow_repl.cli import report_error
 from airflow_repl.engine import distribution, logreader
 from airflow_repl.engine.topology import from_dict
 
-agent, spec = sys.argv[1], json.loads(Path(sys.argv[2]).read_text())
-kwargs = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
-topo = from_dict(spec)
-if agent == "logreader":
-    logreader.run_log_reader(topo, "p", **kwargs)
-else:
-    distribution.run_distribution(topo, "p", "sub1", **kwargs)
+
+def main() -> int:
+    agent, spec = sys.argv[1], json.loads(Path(sys.argv[2]).read_text())
+    kwargs = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
+    topo = from_dict(spec)
+    try:
+        if agent == "logreader":
+            result = logreader.run_log_reader(topo, "p", **kwargs)
+        else:
+            result = distribution.run_distribution(topo, "p", "sub1", **kwargs)
+    except Exception as exc:  # noqa: BLE001 - like the CLI: one line and the class's exit code
+        return report_error(exc)
+    print(json.dumps(result, default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

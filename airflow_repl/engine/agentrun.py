@@ -212,6 +212,10 @@ class AgentRun:
         if isinstance(exc, psycopg.errors.LockNotAvailable):
             return AgentBusy(f"the {self.label} for {self.where()} waited too long for a lock during "
                              f"{self.step} (another session holds it); run it again")
+        if isinstance(exc, psycopg.errors.ObjectInUse):  # e.g. the slot, still held by a dying session
+            return AgentBusy(f"the {self.label} for {self.where()} found an object in use by another session "
+                             f"during {self.step} ({exc.diag.message_primary or _first_line(exc)}); run it "
+                             f"again when that session has ended")
         if is_connection_loss(exc):
             server = self._lost_server()
             if server is not None:
