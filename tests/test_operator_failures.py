@@ -1,0 +1,84 @@
+"""The operators retry only what a retry can fix: they run the real agent application with
+spark-submit (Spark local mode) and read its result file.  A non-retryable failure (here: a
+subscription that was never initialized) is ``AirflowFailException``; a retryable one (an
+unreachable server) is an ordinary ``AirflowException``.  The task log carries the agent's
+one-line message, not a stack."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_repl import cli
+from airflow_repl.engine.connections import to_uri
+from airflow_repl.engine.errors import ConnectionLost
+from airflow_repl.jobs import agent_job
+from airflow_repl.operators.agents import DistributionAgentOperator, LogReaderAgentOperator, read_outcome
+
+
+@pytest.fixture
+def spark_conn(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[1]"}))
+    return "spark_local"
+
+
+def _topology(env, tmp_path, **overrides) -> str:
+    doc = {"publisher": to_uri(env.pub), "distributor": to_uri(env.dist), "subscribers": {"sub1": to_uri(env.sub)},
+           "snapshot_folder": str(tmp_path / "snaps"),
+           "publications": [{"name": "p", "articles": [{"table": "public.orders"}]}],
+           "subscriptions": [{"publication": "p", "subscriber": "sub1"}], **overrides}
+    path = tmp_path / "topology.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+def test_not_initialized_fails_the_task_without_retry(env, tmp_path, spark_conn, capfd):
+    env.run(env.pub, "CREATE TABLE orders (id int PRIMARY KEY, v text)")
+    topo = _topology(env, tmp_path)
+    assert cli.main(["apply", "-t", topo]) == 0
+    op = DistributionAgentOperator(task_id="deliver", topology=topo, publication="p", conn_id=spark_conn)
+    with pytest.raises(AirflowFailException, match="exit code 3.*subscriber 'sub1' has no snapshot of publication 'p'"):
+        op.execute({})
+    out, err = capfd.readouterr()
+    assert "Traceback" not in out + err
+    assert "airflow-repl: error: subscriber 'sub1' has no snapshot" in out + err
+
+
+def test_an_unreachable_server_fails_the_task_for_a_retry(env, tmp_path, spark_conn, capfd):
+    topo = _topology(env, tmp_path, distributor="postgresql://postgres@127.0.0.1:1/nowhere")
+    op = LogReaderAgentOperator(task_id="read", topology=topo, publication="p", conn_id=spark_conn)
+    with pytest.raises(AirflowException) as info:
+        op.execute({})
+    assert not isinstance(info.value, AirflowFailException)
+    assert "cannot connect to the distributor at postgres@127.0.0.1:1/nowhere" in str(info.value)
+    out, err = capfd.readouterr()
+    assert "Traceback" not in out + err
+
+
+def test_a_bad_topology_fails_before_spark_submit_without_retry(env, tmp_path, spark_conn):
+    topo = _topology(env, tmp_path)
+    op = DistributionAgentOperator(task_id="deliver", topology=topo, publication="nope", conn_id=spark_conn)
+    with pytest.raises(AirflowFailException, match="unknown publication 'nope'"):
+        op.execute({})
+
+
+def test_result_file_outcomes(tmp_path):
+    """Every outcome the job writes maps to the right Airflow exception (pure logic)."""
+    path = tmp_path / "result.json"
+    agent_job.write_result(str(path), agent_job.failure(ConnectionLost("lost connection to the publisher")))
+    with pytest.raises(AirflowException) as info:
+        read_outcome(path, "logreader")
+    assert not isinstance(info.value, AirflowFailException) and "[retryable]" in str(info.value)
+    try:
+        {}["x"]
+    except KeyError as exc:
+        agent_job.write_result(str(path), agent_job.failure(exc))
+    with pytest.raises(AirflowFailException, match=r"internal error \(KeyError\)"):
+        read_outcome(path, "logreader")
+    agent_job.write_result(str(path), {"status": "succeeded", "transactions": 3})
+    assert read_outcome(path, "logreader") == {"transactions": 3}
+    with pytest.raises(AirflowException, match="did not report an outcome"):
+        read_outcome(tmp_path / "missing.json", "logreader", RuntimeError("spark-submit failed"))
