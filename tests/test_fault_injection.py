@@ -216,3 +216,55 @@ def test_agents_killed_and_servers_crashed_at_random_lose_and_double_nothing(str
     assert env.rows(env.sub, "SELECT count(*) FROM pg_prepared_xacts") == [(0,)]
     # every run ended: killed ones are marked abandoned by the next run, the rest succeeded or failed
     assert env.rows(env.dist, "SELECT count(*) FROM airflow_repl.agent_history WHERE status = 'running'") == [(0,)]
+
+
+@pytest.mark.parametrize("role", ["subscriber", "distributor"])
+def test_a_server_going_away_mid_run_is_one_line_and_the_run_is_recorded(role, env, spark, tmp_path):
+    """The Distribution Agent's session at the subscriber (or the distributor) is terminated
+    mid-delivery: one line naming the server by role and host:port, exit 5, and the run's
+    history row says failed (or, the distributor being gone, the next run marks it abandoned);
+    the next run delivers the rest exactly once."""
+    env.run(env.pub, "CREATE TABLE items (id bigint PRIMARY KEY, grp int NOT NULL, payload text)")
+    env.run(env.pub, "INSERT INTO items SELECT g, 0, 'x' FROM generate_series(1, 100) g")
+    topo = env.topology(["public.items"], commit_batch_size=1)
+    snapshot.run_snapshot(topo, "p", spark)
+    _count_row_changes(env)
+    env.run(env.sub, "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS "
+                     "$$BEGIN PERFORM pg_sleep(0.02); RETURN NULL; END$$; "
+                     "CREATE TRIGGER slow AFTER UPDATE ON items FOR EACH ROW EXECUTE FUNCTION slow(); "
+                     "ALTER TABLE items ENABLE ALWAYS TRIGGER slow")
+    for i in range(40):
+        env.run(env.pub, "UPDATE items SET grp = grp + 1 WHERE id %% 40 = %s", (i,))
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(topo.to_dict(with_secrets=True)))
+    assert run_agent("logreader", str(spec), {}).code == 0
+    target = env.sub if role == "subscriber" else env.dist
+    proc = subprocess.Popen([sys.executable, RUNNER, "distribution", str(spec)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while env.rows(env.sub, "SELECT transactions FROM airflow_repl.subscription_state")[0][0] < 3:
+        assert proc.poll() is None and time.monotonic() < deadline, "the agent finished too early"
+        time.sleep(0.01)
+    env.run(target, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid() AND backend_type = 'client backend'")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 5, err
+    assert "Traceback" not in out + err
+    lines = [line for line in err.splitlines() if line.startswith("airflow-repl: error:")]
+    port = psycopg.conninfo.conninfo_to_dict(target)["port"]
+    who = "subscriber 'sub1'" if role == "subscriber" else "distributor"
+    assert len(lines) == 1 and f"lost connection to the {who} (127.0.0.1:{port}) during delivery" in lines[0], err
+    status, message = env.rows(env.dist, "SELECT status, message FROM airflow_repl.agent_history "
+                                         "WHERE agent = 'distribution' ORDER BY run_id DESC LIMIT 1")[0]
+    if role == "subscriber":
+        assert lines[0].endswith("the run is recorded as failed; run it again")
+        assert status == "failed" and message == lines[0].removeprefix("airflow-repl: error: ")
+    else:
+        assert lines[0].endswith("the next run will record this run as abandoned; run it again")
+        assert status == "running"
+    assert run_agent("distribution", str(spec), {}).code == 0
+    statuses = [r[0] for r in env.rows(env.dist, "SELECT status FROM airflow_repl.agent_history "
+                                                 "WHERE agent = 'distribution' ORDER BY run_id")]
+    assert statuses == ["failed" if role == "subscriber" else "abandoned", "succeeded"]
+    assert env.rows(env.pub, "SELECT id, grp FROM items ORDER BY id") == env.rows(env.sub, "SELECT id, grp FROM items ORDER BY id")
+    assert env.rows(env.pub, "SELECT sum(n) FROM changes") == env.rows(env.sub, "SELECT count(*) FROM applied")
