@@ -159,7 +159,11 @@ def report_error(exc: BaseException, verbose: bool = False) -> int:
     """Print one line for ``exc`` on stderr and return its exit code (1 for a bug, with the
     traceback only when ``verbose``)."""
     if isinstance(exc, ReplError):
-        print(f"{PROG}: error: {connections.redact(str(exc))}", file=sys.stderr)
+        lines = connections.redact(str(exc)).strip().splitlines() or [type(exc).__name__]
+        if verbose and len(lines) > 1:  # e.g. a server log tail: shown only when asked for
+            print("\n".join(lines[1:]), file=sys.stderr)
+        more = f" ({len(lines) - 1} more line(s) with -v)" if len(lines) > 1 and not verbose else ""
+        print(f"{PROG}: error: {lines[0]}{more}", file=sys.stderr)
         return exc.exit_code
     if verbose:
         traceback.print_exception(exc, file=sys.stderr)
