@@ -391,10 +391,6 @@ class _Delivery:
         run.step = "the recovery of an interrupted two-phase commit"
         recover_prepared(self.subs[0], self.publication)
 
-    def close(self) -> None:
-        for conn in getattr(self, "subs", []):
-            conn.close()
-
     def lost(self) -> bool:
         """True when a subscriber connection is gone (the batch cannot be replayed on it)."""
         return any(conn.broken or conn.closed for conn in getattr(self, "subs", []))
