@@ -112,13 +112,15 @@ def test_missing_spark_connection_fails_clearly_instead_of_yarn(airflow_env):
 
 
 def test_unknown_topology_connection_names_the_connection(airflow_env, tmp_path):
-    from airflow_repl.engine.errors import TopologyError
+    from airflow.sdk.exceptions import AirflowFailException
+
     from airflow_repl.operators.agents import LogReaderAgentOperator
 
     bad = tmp_path / "t.yaml"
     bad.write_text((demo.DAGS / "demo_topology.yaml").read_text().replace("repl_publisher", "no_such_pg"))
     op = LogReaderAgentOperator(task_id="log_reader", topology=str(bad), publication="shop")
-    with pytest.raises(TopologyError, match="Airflow connection 'no_such_pg' named in the topology is not defined"):
+    # a bad topology fails the task without retries, with the one-line message
+    with pytest.raises(AirflowFailException, match="Airflow connection 'no_such_pg' named in the topology is not defined"):
         op.execute({})
 
 

@@ -311,3 +311,23 @@ def test_the_traceback_of_an_internal_error_shows_only_with_verbose(capsys, monk
         assert "Traceback" not in err
         assert report_error(exc, verbose=True) == 1
         assert "Traceback" in capsys.readouterr().err
+
+
+def test_a_failure_inside_a_spark_task_is_the_agents_own_line(env2, spark, tmp_path, capsys):
+    """With several subscribers, deliveries run as Spark tasks: a subscription's failure comes
+    back wrapped in a Java exception, and is still reported as the agent's one line and exit code."""
+    env2.run(env2.pub, "CREATE TABLE orders (id int PRIMARY KEY, v text)")
+    doc = {"publisher": to_uri(env2.pub), "distributor": to_uri(env2.dist),
+           "subscribers": {name: to_uri(ci) for name, ci in env2.subs.items()},
+           "snapshot_folder": str(tmp_path / "snaps"),
+           "publications": [{"name": "p", "articles": [{"table": "public.orders"}]}],
+           "subscriptions": [{"publication": "p", "subscriber": name} for name in env2.subs]}
+    path = tmp_path / "topology.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert cli.main(["apply", "-t", str(path)]) == 0
+    capsys.readouterr()
+    before = {name: database_state(ci) for name, ci in [("dist", env2.dist), *env2.subs.items()]}
+    assert cli.main(["distribution", "-t", str(path)]) == 3
+    out, err = capsys.readouterr()
+    assert_one_error_line(err, out, "has no snapshot of publication 'p'")
+    assert {name: database_state(ci) for name, ci in [("dist", env2.dist), *env2.subs.items()]} == before

@@ -86,6 +86,23 @@ def _is_spark_error(exc: BaseException) -> bool:
     return type(exc).__module__.split(".")[0] in ("py4j", "pyspark")
 
 
+def engine_error_in(text: str) -> ReplError | None:
+    """The engine error a Spark task raised, rebuilt from the Python traceback that the
+    driver's exception text carries (the last one named, the one the task ended with)."""
+    for name, message in reversed(_SPARK_ENGINE_ERROR.findall(text)):
+        cls = getattr(errors, name, None)
+        if isinstance(cls, type) and issubclass(cls, ReplError):
+            return cls(message.strip())
+    return None
+
+
+def unwrap_spark_error(exc: Exception) -> Exception:
+    """``exc``, or the engine error it carries when it is a Spark error wrapping one."""
+    if _is_spark_error(exc):
+        return engine_error_in(str(exc)) or exc
+    return exc
+
+
 class AgentRun:
     """The lifecycle of one agent run (see the module's documentation)."""
 
@@ -230,11 +247,9 @@ class AgentRun:
 
     def _translate_spark(self, exc: Exception) -> Exception:
         text = str(exc)
-        engine = _SPARK_ENGINE_ERROR.search(text)
-        if engine:
-            cls = getattr(errors, engine.group(1), None)
-            if isinstance(cls, type) and issubclass(cls, ReplError):
-                return cls(engine.group(2).strip())
+        engine = engine_error_in(text)
+        if engine is not None:
+            return engine
         pg = _SPARK_PSYCOPG_ERROR.search(text)
         if pg:
             cls = getattr(psycopg.errors, pg.group(1), None) or getattr(psycopg, pg.group(1), None)

@@ -25,7 +25,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from airflow_repl.engine import connections, distribution, logreader, snapshot
+from airflow_repl.engine import agentrun, connections, distribution, logreader, snapshot
 from airflow_repl.engine.errors import INTERNAL_EXIT_CODE, ReplError
 from airflow_repl.engine.topology import Topology, from_dict
 
@@ -65,8 +65,14 @@ def _distribution(topo: Topology, publication: str, *, subscribers: list[str] | 
     else:
         spark = spark or spark_session(f"airflow-repl-distribution-{publication}")
         spec = topo.to_dict(with_secrets=True)
-        results = spark.sparkContext.parallelize(names, len(names)).map(
-            lambda n: _deliver_one(spec, publication, n, until)).collect()
+        try:
+            results = spark.sparkContext.parallelize(names, len(names)).map(
+                lambda n: _deliver_one(spec, publication, n, until)).collect()
+        except Exception as exc:  # a subscription's failure, wrapped by Spark: report the agent's own error
+            unwrapped = agentrun.unwrap_spark_error(exc)
+            if unwrapped is exc:
+                raise
+            raise unwrapped from None
     return {"subscriptions": results, "transactions": sum(r["transactions"] for r in results),
             "commands": sum(r["commands"] for r in results)}, spark
 
