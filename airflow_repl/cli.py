@@ -14,6 +14,7 @@ import traceback
 from typing import NoReturn
 
 from airflow_repl.engine import connections, deploy, procedures, topology, tsql, validation
+from airflow_repl.engine.agentrun import as_engine_error
 from airflow_repl.engine.errors import INTERNAL_EXIT_CODE, ReplError
 
 PROG = "airflow-repl"
@@ -158,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
 def report_error(exc: BaseException, verbose: bool = False) -> int:
     """Print one line for ``exc`` on stderr and return its exit code (1 for a bug, with the
     traceback only when ``verbose``)."""
+    exc = as_engine_error(exc) if isinstance(exc, Exception) else exc
     if isinstance(exc, ReplError):
         lines = connections.redact(str(exc)).strip().splitlines() or [type(exc).__name__]
         if verbose and len(lines) > 1:  # e.g. a server log tail: shown only when asked for

@@ -96,6 +96,16 @@ def engine_error_in(text: str) -> ReplError | None:
     return None
 
 
+def as_engine_error(exc: Exception) -> Exception:
+    """For code outside an agent run (apply, validate, the job's driver): a Spark error
+    carrying an engine error becomes that error; a lost connection becomes ConnectionLost."""
+    exc = unwrap_spark_error(exc)
+    if is_connection_loss(exc):
+        return ConnectionLost(f"lost a connection to a server ({_first_line(exc)}); nothing was left half-made; "
+                              f"run it again")
+    return exc
+
+
 def unwrap_spark_error(exc: Exception) -> Exception:
     """``exc``, or the engine error it carries when it is a Spark error wrapping one."""
     if _is_spark_error(exc):
@@ -171,7 +181,7 @@ class AgentRun:
     def __enter__(self) -> "AgentRun":
         return self
 
-    def __exit__(self, exc_type, exc: BaseException | None, tb) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
         try:
             if exc is not None and not self._done and isinstance(exc, Exception):
                 self._run_cleanups()

@@ -99,6 +99,7 @@ def run_agent(agent: str, topo: Topology, publication: str, *, subscribers: list
 
 def failure(exc: BaseException) -> dict:
     """The result-file outcome of a failed run (one line of message, no password)."""
+    exc = agentrun.as_engine_error(exc) if isinstance(exc, Exception) else exc
     if isinstance(exc, ReplError):
         return {"status": "failed", "error_class": type(exc).__name__, "exit_code": exc.exit_code,
                 "retryable": exc.retryable, "message": connections.redact(str(exc))}
