@@ -101,8 +101,7 @@ def as_engine_error(exc: Exception) -> Exception:
     carrying an engine error becomes that error; a lost connection becomes ConnectionLost."""
     exc = unwrap_spark_error(exc)
     if is_connection_loss(exc):
-        return ConnectionLost(f"lost a connection to a server ({_first_line(exc)}); nothing was left half-made; "
-                              f"run it again")
+        return ConnectionLost(f"lost a connection to a server ({_first_line(exc)}); run it again")
     return exc
 
 
