@@ -3,6 +3,9 @@ run in their own processes and are killed (SIGKILL) at seeded random moments, an
 (which also hosts the distribution database) and the subscriber are crashed and restarted
 (``pg_ctl restart -m immediate``) at random moments.  Then the agents run to the end.
 
+The publisher's WAL starts just below 0/10000000, where an LSN's text gains a digit, and the
+workload crosses it during the run (its backlog spans the boundary).
+
 What must hold: the subscriber's table equals the publisher's row by row; every row change
 the publisher made after the snapshot was stored once and applied once (counted by triggers on
 both sides); every agent that was not killed either succeeded or failed with one
@@ -92,19 +95,20 @@ def run_agent(agent: str, spec: str, kwargs: dict, kill_after: float | None = No
 
 
 class Crasher(threading.Thread):
-    """Restarts the publisher or the subscriber with ``-m immediate`` at random moments."""
+    """Restarts the publisher's or the subscriber's cluster with ``-m immediate`` (a crash) at
+    random moments."""
 
-    def __init__(self, sandbox, rng: random.Random) -> None:
+    def __init__(self, sandbox, clusters: dict[str, str], rng: random.Random) -> None:
         super().__init__(daemon=True)
-        self.sandbox, self.rng = sandbox, rng
+        self.sandbox, self.clusters, self.rng = sandbox, clusters, rng
         self.stop_event = threading.Event()
         self.restarts: list[str] = []
 
     def run(self) -> None:
         while not self.stop_event.wait(self.rng.uniform(1.5, 4.0)):
-            cluster = self.rng.choice(["publisher", "subscriber"])
-            self.sandbox.restart(cluster, "immediate")
-            self.restarts.append(cluster)
+            role = self.rng.choice(sorted(self.clusters))
+            self.sandbox.restart_cluster(self.clusters[role], "immediate")
+            self.restarts.append(role)
 
 
 def _wait_until_up(conninfo: str) -> None:
@@ -132,6 +136,16 @@ def _run_to_the_end(agent: str, spec: str, kwargs: dict, outcomes: list[Outcome]
     raise AssertionError(f"{agent} never succeeded: {outcome.err}")
 
 
+def _cross(env) -> str:
+    """Move the publisher's WAL past the boundary (it may be down: a crash is being injected)."""
+    for _ in range(100):
+        try:
+            return env.cross_boundary()
+        except psycopg.OperationalError:
+            time.sleep(0.2)
+    raise AssertionError("the publisher never came back to cross the boundary")
+
+
 def _count_row_changes(env) -> None:
     """Triggers that count every row change: at the publisher (a key update counts 2, the
     DELETE + INSERT pair it becomes) and at the subscriber (rows the agents apply)."""
@@ -150,10 +164,15 @@ def _count_row_changes(env) -> None:
         ALTER TABLE items ENABLE ALWAYS TRIGGER always_trigger;""")
 
 
+BOUNDARY = "0/10000000"
+
+
 @pytest.mark.parametrize("streams", [1, 3])
-def test_agents_killed_and_servers_crashed_at_random_lose_and_double_nothing(streams, env, spark, sandbox,
-                                                                             tmp_path):
+def test_agents_killed_and_servers_crashed_at_random_lose_and_double_nothing(streams, wal_env, spark, sandbox):
     rng = random.Random(SEED * 10 + streams)
+    env = wal_env(BOUNDARY)
+    tmp_path = env.tmp_path
+    tmp_path.mkdir(parents=True, exist_ok=True)
     env.run(env.pub, "CREATE TABLE items (id bigint PRIMARY KEY, grp int NOT NULL, payload text)")
     env.run(env.pub, "INSERT INTO items SELECT g, g % 7, md5(g::text) FROM generate_series(1, 2000) g")
     topo = env.topology(["public.items"], subscription_streams=streams, commit_batch_size=5)
@@ -163,13 +182,19 @@ def test_agents_killed_and_servers_crashed_at_random_lose_and_double_nothing(str
     spec.write_text(json.dumps(topo.to_dict(with_secrets=True)))
     kwargs = {"logreader": {"batch_changes": 300}, "distribution": {}}
 
-    workload, crasher = Workload(env.pub, random.Random(rng.random())), Crasher(sandbox, random.Random(rng.random()))
+    workload = Workload(env.pub, random.Random(rng.random()))
+    crasher = Crasher(sandbox, {"publisher": env.publisher_cluster, "subscriber": "subscriber"},
+                      random.Random(rng.random()))
+    cross_at = rng.uniform(0.2, 0.6) * CHAOS_SECONDS
+    crossed = None
     outcomes: list[Outcome] = []
     workload.start()
     crasher.start()
     started = time.monotonic()
     try:
         while time.monotonic() - started < CHAOS_SECONDS:
+            if crossed is None and time.monotonic() - started > cross_at:
+                crossed = _cross(env)
             agent = rng.choice(["logreader", "distribution"])
             kill_after = rng.uniform(0.05, 1.2) if rng.random() < 0.6 else None
             outcomes.append(run_agent(agent, str(spec), kwargs[agent], kill_after))
@@ -186,7 +211,8 @@ def test_agents_killed_and_servers_crashed_at_random_lose_and_double_nothing(str
 
     kills = sum(o.killed for o in chaos)
     failures = [o for o in outcomes if not o.killed and o.code != 0]
-    report = {"streams": streams, "seed": SEED, "agent_runs": len(outcomes), "kills": kills,
+    report = {"streams": streams, "seed": SEED, "boundary": BOUNDARY, "crossed_at": crossed,
+              "agent_runs": len(outcomes), "kills": kills,
               "restarts": len(crasher.restarts), "restarted": crasher.restarts,
               "failed_runs": len(failures), "workload_commits": workload.commits,
               "workload_reconnects": workload.errors,
@@ -214,6 +240,11 @@ def test_agents_killed_and_servers_crashed_at_random_lose_and_double_nothing(str
     applied = env.rows(env.sub, "SELECT count(*) FROM applied")[0][0]
     assert published == stored == applied, (published, stored, applied)
     assert env.rows(env.sub, "SELECT count(*) FROM pg_prepared_xacts") == [(0,)]
+    # the delivered backlog spans the boundary
+    below, above = env.rows(env.dist, "SELECT count(*) FILTER (WHERE xact_seqno < %s), "
+                                      "count(*) FILTER (WHERE xact_seqno > %s) FROM airflow_repl.transactions",
+                            (BOUNDARY, BOUNDARY))[0]
+    assert below > 0 and above > 0, (below, above)
     # every run ended: killed ones are marked abandoned by the next run, the rest succeeded or failed
     assert env.rows(env.dist, "SELECT count(*) FROM airflow_repl.agent_history WHERE status = 'running'") == [(0,)]
 

@@ -275,15 +275,6 @@ class Sandbox:
             if (datadir / "PG_VERSION").exists():
                 self._run("pg_ctl", "-D", str(datadir), "-m", "fast", "-w", "stop", check=False)
 
-    def restart(self, cluster: str, mode: str = "fast") -> None:
-        """Restart one cluster; ``mode`` ``immediate`` is a crash (no shutdown checkpoint, every
-        session cut off), for fault-injection tests."""
-        datadir = self._datadir(cluster)
-        res = self._run("pg_ctl", "-D", str(datadir), "-l", str(datadir / "server.log"), "-m", mode, "-w",
-                        "-t", "60", "restart", check=False)
-        if res.returncode != 0:
-            raise ReplError(f"sandbox cluster {cluster!r} did not restart: {res.stderr.strip()}")
-
     def destroy(self) -> None:
         if not self.state_file.exists():
             return
