@@ -2,7 +2,11 @@
 spark-submit (Spark local mode) and read its result file.  A non-retryable failure (here: a
 subscription that was never initialized) is ``AirflowFailException``; a retryable one (an
 unreachable server) is an ordinary ``AirflowException``.  The task log carries the agent's
-one-line message, not a stack."""
+one-line message, not a stack.
+
+Airflow is imported inside the tests: Airflow reads its configuration at first import, and the
+end-to-end tests configure it first (see test_airflow_e2e.py).
+"""
 
 from __future__ import annotations
 
@@ -10,19 +14,30 @@ import json
 
 import pytest
 import yaml
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_repl import cli
 from airflow_repl.engine.connections import to_uri
 from airflow_repl.engine.errors import ConnectionLost
 from airflow_repl.jobs import agent_job
-from airflow_repl.operators.agents import DistributionAgentOperator, LogReaderAgentOperator, read_outcome
 
 
 @pytest.fixture
 def spark_conn(monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[1]"}))
     return "spark_local"
+
+
+def _task_output(capfd) -> str:
+    """What the task printed, without the "--- Logging error ---" reports of Python's logging
+    about handlers an earlier test left on closed streams (they are the test session's, not the
+    task's)."""
+    out, err = capfd.readouterr()
+    kept = []
+    for i, chunk in enumerate((out + err).split("--- Logging error ---")):
+        if i and "\nArguments:" in chunk:
+            chunk = chunk.split("\nArguments:", 1)[1].split("\n", 1)[-1]
+        kept.append(chunk)
+    return "".join(kept)
 
 
 def _topology(env, tmp_path, **overrides) -> str:
@@ -36,29 +51,40 @@ def _topology(env, tmp_path, **overrides) -> str:
 
 
 def test_not_initialized_fails_the_task_without_retry(env, tmp_path, spark_conn, capfd):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_repl.operators.agents import DistributionAgentOperator
+
     env.run(env.pub, "CREATE TABLE orders (id int PRIMARY KEY, v text)")
     topo = _topology(env, tmp_path)
     assert cli.main(["apply", "-t", topo]) == 0
     op = DistributionAgentOperator(task_id="deliver", topology=topo, publication="p", conn_id=spark_conn)
     with pytest.raises(AirflowFailException, match="exit code 3.*subscriber 'sub1' has no snapshot of publication 'p'"):
         op.execute({})
-    out, err = capfd.readouterr()
-    assert "Traceback" not in out + err
-    assert "airflow-repl: error: subscriber 'sub1' has no snapshot" in out + err
+    output = _task_output(capfd)
+    assert "Traceback" not in output
+    assert "airflow-repl: error: subscriber 'sub1' has no snapshot" in output
 
 
 def test_an_unreachable_server_fails_the_task_for_a_retry(env, tmp_path, spark_conn, capfd):
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    from airflow_repl.operators.agents import LogReaderAgentOperator
+
     topo = _topology(env, tmp_path, distributor="postgresql://postgres@127.0.0.1:1/nowhere")
     op = LogReaderAgentOperator(task_id="read", topology=topo, publication="p", conn_id=spark_conn)
     with pytest.raises(AirflowException) as info:
         op.execute({})
     assert not isinstance(info.value, AirflowFailException)
     assert "cannot connect to the distributor at postgres@127.0.0.1:1/nowhere" in str(info.value)
-    out, err = capfd.readouterr()
-    assert "Traceback" not in out + err
+    assert "Traceback" not in _task_output(capfd)
 
 
 def test_a_bad_topology_fails_before_spark_submit_without_retry(env, tmp_path, spark_conn):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_repl.operators.agents import DistributionAgentOperator
+
     topo = _topology(env, tmp_path)
     op = DistributionAgentOperator(task_id="deliver", topology=topo, publication="nope", conn_id=spark_conn)
     with pytest.raises(AirflowFailException, match="unknown publication 'nope'"):
@@ -67,6 +93,10 @@ def test_a_bad_topology_fails_before_spark_submit_without_retry(env, tmp_path, s
 
 def test_result_file_outcomes(tmp_path):
     """Every outcome the job writes maps to the right Airflow exception (pure logic)."""
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    from airflow_repl.operators.agents import read_outcome
+
     path = tmp_path / "result.json"
     agent_job.write_result(str(path), agent_job.failure(ConnectionLost("lost connection to the publisher")))
     with pytest.raises(AirflowException) as info:
