@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import psycopg
 from psycopg import sql
 
-from . import callsyntax
+from . import callsyntax, pgexec
 from .articles import ResolvedArticle
 from .commands import Command
 
@@ -16,8 +17,14 @@ _OPS = {"I": "insert", "U": "update", "D": "delete"}
 
 @dataclass
 class Statement:
+    """A statement with PostgreSQL's native ``$n`` placeholders: its text (which embeds the
+    article's identifiers) is never scanned by psycopg; run it with :meth:`execute`."""
+
     query: sql.Composable
     params_of: object  # Callable[[Command], list]
+
+    def execute(self, cur: psycopg.Cursor, cmd: Command) -> None:
+        pgexec.execute(cur, self.query, self.params_of(cmd))
 
 
 def _typed(ph: str, type_text: str) -> sql.Composable:
@@ -38,19 +45,20 @@ def statement(article: ResolvedArticle, op: str) -> Statement | None:
     if prop.method == "proc":
         schema, name = article.procedure(operation)
         params = callsyntax.parameters(article, operation, prop.syntax)
-        args = sql.SQL(", ").join(_typed("%s", t) for _, t in params)
+        args = sql.SQL(", ").join(_typed(pgexec.dollar(i + 1), t) for i, (_, t) in enumerate(params))
         syntax = prop.syntax
         return Statement(sql.SQL("CALL {}({})").format(sql.Identifier(schema, name), args),
                          lambda cmd: callsyntax.values(article, cmd, syntax))
     # SQL statements: the CALL-syntax statement with typed placeholders; a server-side check
     # raises the row-not-found error like the generated procedures do.
     params = callsyntax.parameters(article, operation, "CALL")
-    body = callsyntax.statement(article, operation, "CALL", lambda i: f"%s::{params[i - 1][1]}")
+    body = callsyntax.statement(article, operation, "CALL", lambda i: f"${i}::{params[i - 1][1]}")
     if operation == "insert":
         text = body
     else:
-        text = (f"WITH applied AS ({body} RETURNING 1) "
-                f"SELECT airflow_repl.row_not_found(%s, %s, %s) WHERE NOT EXISTS (SELECT 1 FROM applied)")
+        n = len(params)
+        text = (f"WITH applied AS ({body} RETURNING 1) SELECT airflow_repl.row_not_found(${n + 1}, ${n + 2}, "
+                f"${n + 3}) WHERE NOT EXISTS (SELECT 1 FROM applied)")
     names = ", ".join(article.primary_key)
 
     def params_of(cmd: Command, _op=operation) -> list:
@@ -60,7 +68,7 @@ def statement(article: ResolvedArticle, op: str) -> Statement | None:
         return values + [f"{_op} of {article.destination}", names,
                          ", ".join("" if v is None else str(v) for v in cmd.key(article))]
 
-    # body placeholders are positional %s in parameter order, which is the CALL layout
+    # body placeholders are $n in parameter order, which is the CALL layout
     return Statement(sql.SQL(text), params_of)
 
 

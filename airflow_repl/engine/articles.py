@@ -8,6 +8,8 @@ import json
 from collections import Counter
 from dataclasses import dataclass
 
+from psycopg import sql
+
 from . import naming
 from .catalog import Column, TableInfo
 from .propagation import Propagation, parse_propagation
@@ -28,6 +30,8 @@ class ResolvedArticle:
     column_list: list[str] | None = None  # column filter (primary key included), None = all
     row_filter: str | None = None  # PostgreSQL's deparsed form of the article's row filter
     update_mode: str = "key_changes"  # see topology.UPDATE_MODES
+    include_children: bool = False  # replicate the inheritance children's rows too
+    children: list[list[str]] | None = None  # [schema, table] of those children, resolved when applied
 
     @property
     def columns(self) -> list[Column]:
@@ -55,6 +59,13 @@ class ResolvedArticle:
         return [[names.index(c) for c in key] for key in self.table.unique_keys if set(key) <= set(names)]
 
     @property
+    def source(self) -> sql.Composable:
+        """The publisher table as the snapshot and validation read it: ``ONLY`` the table, or the
+        table with its inheritance children (projected onto its columns) when they are included."""
+        table = sql.Identifier(self.table.schema, self.table.name)
+        return table if self.include_children else sql.SQL("ONLY {}").format(table)
+
+    @property
     def destination(self) -> str:
         return f"{self.dest_schema}.{self.dest_table}"
 
@@ -74,7 +85,8 @@ class ResolvedArticle:
                 "dest_schema": self.dest_schema, "dest_table": self.dest_table,
                 "propagation": {op: p.text for op, p in self.propagation.items()},
                 "default_procs": self.default_procs, "column_list": self.column_list,
-                "row_filter": self.row_filter, "update_mode": self.update_mode}
+                "row_filter": self.row_filter, "update_mode": self.update_mode,
+                **({"include_children": True, "children": self.children or []} if self.include_children else {})}
 
     @classmethod
     def from_dict(cls, data: dict) -> "ResolvedArticle":
@@ -83,7 +95,8 @@ class ResolvedArticle:
                    {op: parse_propagation(op, text, article=data["name"])
                     for op, text in data["propagation"].items()},
                    dict(data["default_procs"]), data.get("column_list"), data.get("row_filter"),
-                   data.get("update_mode", "key_changes"))
+                   data.get("update_mode", "key_changes"), bool(data.get("include_children", False)),
+                   data.get("children"))
 
 
 def definition_hash(articles: list["ResolvedArticle"]) -> str:
@@ -104,7 +117,8 @@ def resolve_articles(publication: Publication, tables: dict[str, TableInfo]) -> 
                  for op in _PREFIX}
         out.append(ResolvedArticle(publication.name, art.name, tables[art.name], art.dest_schema,
                                    art.dest_table, _propagation(art), procs,
-                                   _column_list(art, tables[art.name]), None, art.updates_as_delete_insert))
+                                   _column_list(art, tables[art.name]), None, art.updates_as_delete_insert,
+                                   art.include_children))
     return out
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import psycopg
 
@@ -52,6 +54,21 @@ class TableInfo:
                    list(data["primary_key"]), [list(u) for u in data.get("unique_keys", [])])
 
 
+@contextmanager
+def catalog_search_path(conn: psycopg.Connection) -> Iterator[None]:
+    """Run catalog reads with ``search_path = pg_catalog``: format_type() (and pg_get_expr())
+    qualify every name that is not visible on the search_path, so under this setting every type
+    outside pg_catalog comes out schema-qualified (``public.mood``, ``other.color``) and means
+    the same at every server.  The session's setting is restored afterwards."""
+    previous = conn.execute("SELECT pg_catalog.current_setting('search_path')").fetchone()[0]
+    conn.execute("SELECT pg_catalog.set_config('search_path', 'pg_catalog', false)")
+    try:
+        yield
+    finally:
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.INERROR:  # else rollback restores it
+            conn.execute("SELECT pg_catalog.set_config('search_path', %s, false)", (previous,))
+
+
 def load_table(conn: psycopg.Connection, schema: str, table: str) -> TableInfo:
     """Read a table's definition; unknown tables and tables without a primary key are errors."""
     row = conn.execute(
@@ -68,16 +85,18 @@ def load_table(conn: psycopg.Connection, schema: str, table: str) -> TableInfo:
     if relkind != "r":
         raise TopologyError(f"{schema}.{table} is not an ordinary table (relkind {relkind!r}); only "
                             f"tables can be published")
-    columns = [Column(name, typ, notnull, typoid) for name, typ, notnull, typoid in conn.execute(
-        "SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull, a.atttypid "
-        "FROM pg_catalog.pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0 "
-        "AND NOT a.attisdropped AND a.attgenerated = '' ORDER BY a.attnum", (oid,))]
+    with catalog_search_path(conn):
+        columns = [Column(name, typ, notnull, typoid) for name, typ, notnull, typoid in conn.execute(
+            "SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull, a.atttypid "
+            "FROM pg_catalog.pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0 "
+            "AND NOT a.attisdropped AND a.attgenerated = '' ORDER BY a.attnum", (oid,))]
     primary_key: list[str] = []
     unique_keys: list[list[str]] = []
     for is_primary, cols in conn.execute(
+            # the key columns only: INCLUDE columns follow the first indnkeyatts entries of indkey
             "SELECT i.indisprimary, ARRAY(SELECT a.attname FROM unnest(i.indkey) WITH ORDINALITY "
             "AS k(attnum, ord) JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid "
-            "AND a.attnum = k.attnum ORDER BY k.ord) "
+            "AND a.attnum = k.attnum WHERE k.ord <= i.indnkeyatts ORDER BY k.ord) "
             "FROM pg_catalog.pg_index i WHERE i.indrelid = %s AND i.indisunique "
             "AND i.indpred IS NULL AND i.indexprs IS NULL ORDER BY i.indisprimary DESC, i.indexrelid",
             (oid,)):

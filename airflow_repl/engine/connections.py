@@ -172,8 +172,14 @@ def to_uri(conninfo: str) -> str:
 
 #: Session settings of every agent connection.  Values travel between servers in PostgreSQL's
 #: text form, which depends on these; pinning them makes that form the same everywhere.
+#: ``client_encoding``: every text (query results, COPY, and the pgoutput messages the Log Reader
+#: decodes) reaches us in UTF8 whatever the database's encoding; the server converts.
+#: ``search_path``: an unqualified name means the same at every server (built-ins first, then
+#: public); the engine's own SQL qualifies everything else, and catalog reads of types use
+#: pg_catalog alone (see catalog.catalog_search_path) so scripted types are always qualified.
 SESSION_SETTINGS = {"DateStyle": "ISO", "IntervalStyle": "postgres", "extra_float_digits": "3",
-                    "TimeZone": "UTC", "bytea_output": "hex", "standard_conforming_strings": "on"}
+                    "TimeZone": "UTC", "bytea_output": "hex", "standard_conforming_strings": "on",
+                    "client_encoding": "UTF8", "search_path": "pg_catalog,public"}
 
 
 def with_session_settings(conninfo: str) -> str:

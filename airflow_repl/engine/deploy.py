@@ -33,12 +33,37 @@ def resolve_publication(pub_conn: psycopg.Connection, publication: Publication) 
 
 
 def _table_spec(art: ResolvedArticle, row_filter: str | None) -> sql.Composable:
-    table = sql.Identifier(art.table.schema, art.table.name)
+    # ONLY: a parent's inheritance children are published only when the article includes them
+    # (then PostgreSQL adds each of them to the publication, with the parent's row filter)
+    table = art.source
     if row_filter is None:
         return table
     # The predicate passed check_predicate (balanced parentheses, no ';', no comments), so it
     # cannot leave its parentheses; PostgreSQL parses and validates it here.
     return sql.SQL("{} WHERE ({})").format(table, sql.SQL(row_filter))
+
+
+def resolve_children(pub_conn: psycopg.Connection, publication: Publication,
+                     articles: list[ResolvedArticle]) -> None:
+    """The inheritance descendants of every article that includes its children, from pg_inherits
+    as it is now (a child created later joins when the topology is applied again).  A table
+    cannot be both an article and a child included by another article."""
+    sources = {(a.table.schema, a.table.name): a.name for a in articles}
+    for art in articles:
+        if not art.include_children:
+            art.children = None
+            continue
+        art.children = [[s, t] for s, t in pub_conn.execute(
+            "WITH RECURSIVE d(oid) AS (SELECT inhrelid FROM pg_catalog.pg_inherits WHERE inhparent = %s "
+            "UNION SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN d ON i.inhparent = d.oid) "
+            "SELECT n.nspname, c.relname FROM d JOIN pg_catalog.pg_class c ON c.oid = d.oid "
+            "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace ORDER BY 1, 2", (art.table.oid,))]
+        for schema, table in art.children:
+            if (schema, table) in sources:
+                raise TopologyError(
+                    f"table {schema}.{table} is published by article {sources[(schema, table)]!r} and is also an "
+                    f"inheritance child of {art.table.qualified}, whose article {art.name!r} includes its "
+                    f"children (include_children: true) in publication {publication.name!r}: remove one of them")
 
 
 def prepare_publisher(pub_conn: psycopg.Connection, publication: Publication,
@@ -48,13 +73,16 @@ def prepare_publisher(pub_conn: psycopg.Connection, publication: Publication,
     filters are validated by PostgreSQL here; their deparsed form is stored on the articles."""
     pgpub = naming.pg_publication(publication.name)
     filters = {a.name: a.row_filter for a in publication.articles}
+    resolve_children(pub_conn, publication, articles)
     with pub_conn.transaction():
         for art in articles:
-            ident = pub_conn.execute("SELECT relreplident FROM pg_catalog.pg_class WHERE oid = %s",
-                                     (art.table.oid,)).fetchone()[0]
-            if ident != "f":
-                pub_conn.execute(sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(
-                    sql.Identifier(art.table.schema, art.table.name)))
+            for schema, table in [(art.table.schema, art.table.name), *(art.children or [])]:
+                ident = pub_conn.execute(
+                    "SELECT c.relreplident FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
+                    "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s", (schema, table)).fetchone()[0]
+                if ident != "f":
+                    pub_conn.execute(sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(
+                        sql.Identifier(schema, table)))
         exists = pub_conn.execute("SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = %s",
                                   (pgpub,)).fetchone()
         pub_conn.execute("SET LOCAL standard_conforming_strings = on")  # the quoting check_predicate assumes

@@ -208,7 +208,7 @@ class _Applier:
         st = self.stmt(cmd)
         if st is None:
             return False
-        cur.execute(st.query, st.params_of(cmd))
+        st.execute(cur, cmd)
         return True
 
     def describe(self, cmd: Command) -> str:

@@ -37,6 +37,7 @@ AGENT = "logreader"
 class _RelMap:
     article: ResolvedArticle
     positions: list[int]  # relation column index for each article column
+    child: bool = False  # an inheritance child of the article's table (include_children)
 
 
 class _TxnWriter:
@@ -141,10 +142,22 @@ class _TxnWriter:
                     copy.write_row(row)
 
 
+def relation_articles(articles: list[ResolvedArticle]) -> dict[tuple[str, str], ResolvedArticle]:
+    """(schema, table) of every published relation -> its article.  pgoutput names a change by
+    the table it happened in, so an article that includes its inheritance children (the child
+    set resolved when the topology was applied) is found under each child's name as well."""
+    out = {(a.table.schema, a.table.name): a for a in articles}
+    for art in articles:
+        for schema, table in art.children or []:
+            out[(schema, table)] = art
+    return out
+
+
 def _map_relation(rel: pgoutput.Relation, articles: dict[tuple[str, str], ResolvedArticle]) -> _RelMap | None:
     art = articles.get((rel.namespace, rel.name))
     if art is None:
         return None
+    is_child = (rel.namespace, rel.name) != (art.table.schema, art.table.name)
     if rel.replica_identity != "f":
         raise ReplError(
             f"table {art.table.qualified} (article {art.name!r}) was changed without REPLICA IDENTITY FULL, so "
@@ -155,7 +168,30 @@ def _map_relation(rel: pgoutput.Relation, articles: dict[tuple[str, str], Resolv
         raise ReplError(
             f"article {art.name!r} ({art.table.qualified}) no longer has column(s) {missing} at the "
             f"publisher; schema changes must go through airflow-repl's schema change operator")
-    return _RelMap(art, [rel.columns.index(c) for c in art.column_names])
+    # a child's columns are the parent's (by name, in any order) plus its own, which are dropped
+    return _RelMap(art, [rel.columns.index(c) for c in art.column_names], is_child)
+
+
+def _truncated_articles(relmaps: list[_RelMap | None]) -> list[str]:
+    """The articles one TRUNCATE empties.  An article that includes its inheritance children is
+    emptied only when its table and every child were truncated together (TRUNCATE without
+    ONLY); any other part cannot be replicated: the subscriber table holds all their rows."""
+    tables: dict[str, set[bool]] = {}  # article -> kinds of relations truncated (child or not)
+    counts: dict[str, int] = {}
+    by_name: dict[str, ResolvedArticle] = {}
+    for m in relmaps:
+        if m is not None:
+            by_name[m.article.name] = m.article
+            tables.setdefault(m.article.name, set()).add(m.child)
+            counts[m.article.name] = counts.get(m.article.name, 0) + 1
+    for name, art in by_name.items():
+        if art.include_children and (False not in tables[name] or counts[name] != 1 + len(art.children or [])):
+            raise ReplError(
+                f"a TRUNCATE of only part of {art.table.qualified} and its inheritance children cannot be "
+                f"replicated to article {name!r}, which includes its children (the subscriber table holds "
+                f"their rows together): drop the publication's slot and run the Snapshot Agent with reinitialize "
+                f"for every subscription; delete rows instead of truncating part of the hierarchy")
+    return sorted(by_name)
 
 
 def _image(values: list, positions: list[int]) -> list:
@@ -192,7 +228,7 @@ def run_log_reader(topology: Topology, publication: str, *, batch_changes: int =
         dist = run.connect(topology.distributor.require("distributor"), "distributor")
         pub = run.connect(topology.publisher.require("publisher"), "publisher")
         run.step = "the publication check"
-        articles = {(a.table.schema, a.table.name): a for a in distdb.load_articles(dist, publication)}
+        articles = relation_articles(distdb.load_articles(dist, publication))
         slot = distdb.slot_name(dist, publication)
         run.lock(dist)
         row = pub.execute("SELECT confirmed_flush_lsn FROM pg_catalog.pg_replication_slots "
@@ -246,10 +282,8 @@ def run_log_reader(topology: Topology, publication: str, *, batch_changes: int =
                             writer.row_change(relmap.article.name, _commands(msg, relmap))
                     elif isinstance(msg, pgoutput.Truncate):
                         if not skip:
-                            for relid in msg.relids:
-                                relmap = relmaps.get(relid)
-                                if relmap is not None:
-                                    writer.row_change(relmap.article.name, [Command("T", relmap.article.name)])
+                            for name in _truncated_articles([relmaps.get(r) for r in msg.relids]):
+                                writer.row_change(name, [Command("T", name)])
                     elif isinstance(msg, pgoutput.Commit):
                         last_end = msg.end_lsn
                         if not skip:

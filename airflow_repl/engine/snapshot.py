@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from psycopg import sql
 
-from . import callsyntax, connections, deploy, distdb, procedures
+from . import callsyntax, connections, deploy, distdb, pgexec, procedures
 from .agentrun import AgentRun
 from .articles import ResolvedArticle, definition_hash
 from .errors import ReplError
@@ -79,32 +79,42 @@ def arrow_schema(article: ResolvedArticle) -> pa.Schema:
 
 
 # ---------------------------------------------------------------------- partitions
+# Key ranges exist on the publisher side only: they are planned and read inside the same
+# exported snapshot, under the publisher's own ordering.  The subscriber never evaluates a
+# range (its collation may order the keys differently): each file loads exactly once thanks to
+# the ledger below, so no step depends on two servers ordering keys alike.
 def _key_tuple(article: ResolvedArticle) -> sql.Composable:
     return sql.SQL("({})").format(sql.SQL(", ").join(sql.Identifier(c) for c in article.primary_key))
 
 
-def _key_params(article: ResolvedArticle) -> sql.Composable:
+def _key_values(article: ResolvedArticle, values: list) -> sql.Composable:
+    # literals, not parameters: a statement embedding identifiers is never scanned for placeholders
     types = [article.table.column(c).type for c in article.primary_key]
-    return sql.SQL("({})").format(sql.SQL(", ").join(sql.SQL("%s::" + t) for t in types))
+    return sql.SQL("({})").format(sql.SQL(", ").join(
+        sql.SQL("{}::" + t).format(sql.Literal(v)) for v, t in zip(values, types)))
+
+
+def _filter(article: ResolvedArticle) -> sql.Composable:
+    """The article's row filter (PostgreSQL's own deparsed, validated form), or true."""
+    return sql.SQL("({})").format(sql.SQL(article.row_filter)) if article.row_filter else sql.SQL("true")
 
 
 def plan_partitions(conn: psycopg.Connection, article: ResolvedArticle, max_parts: int) -> list[dict]:
     """Key ranges of roughly equal size, computed inside the exported snapshot."""
-    table = sql.Identifier(article.table.schema, article.table.name)
-    where = sql.SQL(" WHERE ({})").format(sql.SQL(article.row_filter.replace("%", "%%"))) \
-        if article.row_filter else sql.SQL("")
-    rows = conn.execute(sql.SQL("SELECT count(*) FROM {}{}").format(table, where), ()).fetchone()[0]
+    rows = pgexec.execute(conn, sql.SQL("SELECT count(*) FROM {} WHERE {}").format(
+        article.source, _filter(article))).fetchone()[0]
     parts = max(1, min(max_parts, math.ceil(rows / ROWS_PER_PARTITION)))
     bounds: list[list[str]] = []
     if parts > 1:
         step = math.ceil(rows / parts)
         pk = [sql.Identifier(c) for c in article.primary_key]
-        bounds = [list(r) for r in conn.execute(sql.SQL(
+        bounds = [list(r) for r in pgexec.execute(conn, sql.SQL(
             "SELECT {keys} FROM (SELECT {keys_text}, row_number() OVER (ORDER BY {order}) AS rn "
-            "FROM {t}{where}) s WHERE rn %% %s = 1 AND rn > 1 ORDER BY rn").format(
+            "FROM {t} WHERE {where}) s WHERE rn % {step} = 1 AND rn > 1 ORDER BY rn").format(
                 keys=sql.SQL(", ").join(pk),
                 keys_text=sql.SQL(", ").join(sql.SQL("{}::text AS {}").format(c, c) for c in pk),
-                order=sql.SQL(", ").join(pk), t=table, where=where), (step,))]
+                order=sql.SQL(", ").join(pk), t=article.source, where=_filter(article),
+                step=sql.Literal(step)))]
     edges = [None, *bounds, None]
     return [{"article": article.to_dict(), "index": i, "lower": edges[i], "upper": edges[i + 1],
              "estimated_rows": rows} for i in range(len(edges) - 1)]
@@ -119,14 +129,9 @@ def _folder_name(article: str) -> str:
 def read_partition(conninfo: str, snapshot_name: str, folder: str, task: dict) -> dict:
     """Executor side: read one key range inside the exported snapshot into a Parquet file."""
     article = ResolvedArticle.from_dict(task["article"])
-    range_sql, params = _range_condition(article, task["lower"], task["upper"])
-    where = [range_sql]
-    if article.row_filter:  # PostgreSQL's own deparsed, validated form of the article's filter
-        # (escape '%': the query is sent with bound parameters)
-        where.append(sql.SQL("({})").format(sql.SQL(article.row_filter.replace("%", "%%"))))
-    query = sql.SQL("SELECT {} FROM {} WHERE {}").format(
-        _select_list(article), sql.Identifier(article.table.schema, article.table.name),
-        sql.SQL(" AND ").join(where))
+    query = sql.SQL("SELECT {} FROM {} WHERE {} AND {}").format(
+        _select_list(article), article.source, _range_condition(article, task["lower"], task["upper"]),
+        _filter(article))
     rel = Path("data") / _folder_name(article.name) / f"part-{task['index']:05d}.parquet"
     path = Path(folder) / rel
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -136,7 +141,7 @@ def read_partition(conninfo: str, snapshot_name: str, folder: str, task: dict) -
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)))
         with conn.cursor(name="airflow_repl_snapshot") as cur, pq.ParquetWriter(str(path), schema) as writer:
-            cur.execute(query, params)
+            cur.execute(query)  # no parameters: the text is sent as it is
             while batch := cur.fetchmany(FETCH_ROWS):
                 columns = list(zip(*batch))
                 writer.write_batch(pa.record_batch(
@@ -146,33 +151,48 @@ def read_partition(conninfo: str, snapshot_name: str, folder: str, task: dict) -
     return {"article": article.name, "path": str(rel), "rows": rows, "lower": task["lower"], "upper": task["upper"]}
 
 
-def _range_condition(article: ResolvedArticle, lower, upper) -> tuple[sql.Composable, list]:
-    where, params = [], []
+def _range_condition(article: ResolvedArticle, lower, upper) -> sql.Composable:
+    where = []
     if lower is not None:
-        where.append(sql.SQL("{} >= {}").format(_key_tuple(article), _key_params(article)))
-        params += lower
+        where.append(sql.SQL("{} >= {}").format(_key_tuple(article), _key_values(article, lower)))
     if upper is not None:
-        where.append(sql.SQL("{} < {}").format(_key_tuple(article), _key_params(article)))
-        params += upper
-    return (sql.SQL(" AND ").join(where) if where else sql.SQL("true")), params
+        where.append(sql.SQL("{} < {}").format(_key_tuple(article), _key_values(article, upper)))
+    return sql.SQL(" AND ").join(where) if where else sql.SQL("true")
 
 
-def load_file(conninfo: str, folder: str, article_data: dict, file: dict) -> int:
-    """Executor side: bulk-load one Parquet file into the subscriber table with COPY.  The
-    file's key range is emptied first in the same transaction, so a retried Spark task (or a
-    re-run) loads its rows exactly once."""
+#: The subscriber's ledger of loaded snapshot files: a file's row is inserted in the transaction
+#: that COPYs the file, so a retried or repeated load (Spark task retry, speculative task, re-run)
+#: finds it and loads nothing.
+LEDGER_DDL = """
+CREATE TABLE IF NOT EXISTS airflow_repl.snapshot_files (
+    publication  text NOT NULL,
+    snapshot_id  text NOT NULL,
+    path         text NOT NULL,
+    rows         bigint NOT NULL,
+    loaded_at    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (publication, snapshot_id, path)
+);
+"""
+
+
+def load_file(conninfo: str, folder: str, article_data: dict, file: dict, snapshot_id: str) -> int:
+    """Executor side: bulk-load one Parquet file into the subscriber table with COPY, exactly
+    once: the file is entered in the subscriber's ledger in the same transaction (a concurrent
+    attempt waits for it, then finds the entry).  Returns the rows loaded by this call."""
     article = ResolvedArticle.from_dict(article_data)
     rel_path = file["path"]
-    table = pq.ParquetFile(str(Path(folder) / rel_path))
     copy_sql = sql.SQL("COPY {} ({}) FROM STDIN").format(
         sql.Identifier(article.dest_schema, article.dest_table),
         sql.SQL(", ").join(sql.Identifier(c) for c in article.column_names))
     rows = 0
-    range_sql, range_params = _range_condition(article, file.get("lower"), file.get("upper"))
     with connections.connect(conninfo, "subscriber") as conn:
         conn.execute("SET session_replication_role = replica")
-        conn.execute(sql.SQL("DELETE FROM {} WHERE {}").format(
-            sql.Identifier(article.dest_schema, article.dest_table), range_sql), range_params)
+        first = conn.execute(
+            "INSERT INTO airflow_repl.snapshot_files (publication, snapshot_id, path, rows) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT DO NOTHING RETURNING 1", (article.publication, snapshot_id, rel_path, file["rows"])).fetchone()
+        if first is None:
+            return 0  # loaded already
+        table = pq.ParquetFile(str(Path(folder) / rel_path))
         with conn.cursor() as cur, cur.copy(copy_sql) as copy:
             for batch in table.iter_batches(batch_size=FETCH_ROWS):
                 columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
@@ -377,12 +397,14 @@ def initialize_subscriptions(topology: Topology, publication: str, articles: lis
         with connect(name, conninfo) as sub:
             _check_custom_procedures(sub, articles, name)  # before anything is dropped
             sub.execute(distdb.SUBSCRIBER_DDL)
+            sub.execute(LEDGER_DDL)
             sub.execute("DELETE FROM airflow_repl.subscription_state WHERE publication = %s", (publication,))
+            sub.execute("DELETE FROM airflow_repl.snapshot_files WHERE publication = %s", (publication,))
             sub.execute(schema_sql)
             if procs_sql.strip():
                 sub.execute(procs_sql)
     by_name = {a.name: a.to_dict() for a in articles}
-    folder_s = str(folder)
+    folder_s, snapshot_id = str(folder), manifest["snapshot_id"]
     tasks = [(name, conninfos[name], f, art["name"]) for name in subscribers
              for art in manifest["articles"] for f in art["files"]]
     if tasks:
@@ -392,7 +414,7 @@ def initialize_subscriptions(topology: Topology, publication: str, articles: lis
         elif run is not None:
             run.step = f"the data load of subscribers {', '.join(subscribers)}"
         spark.sparkContext.parallelize(tasks, len(tasks)).map(
-            lambda t: load_file(t[1], folder_s, by_name[t[3]], t[2])).collect()
+            lambda t: load_file(t[1], folder_s, by_name[t[3]], t[2], snapshot_id)).collect()
     if run is not None:
         run.spark_role = None
     for name, conninfo in conninfos.items():

@@ -1,0 +1,36 @@
+"""Running statements whose text embeds identifiers, without psycopg's placeholder scanning.
+
+psycopg scans a query's text for ``%s`` / ``%%`` whenever parameters are passed, even an empty
+tuple; a table or column named ``a%s`` or ``50%`` then breaks the statement (``query has 1
+placeholders but 0 parameters``) or, worse, shifts its parameters.  Statements built by the
+engine therefore follow one rule: **text is never scanned**.  They go through :func:`execute`,
+which uses PostgreSQL's own ``$n`` placeholders (a raw cursor) when there are parameters and
+passes ``params=None`` when there are none.  Values that are part of a composed statement
+without parameters are embedded with :class:`psycopg.sql.Literal`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import psycopg
+from psycopg import sql
+
+Query = str | bytes | sql.Composable
+
+
+def execute(target: psycopg.Connection | psycopg.Cursor, query: Query,
+            params: Sequence[Any] | None = None) -> psycopg.Cursor:
+    """Execute ``query`` on a connection or on the connection of a cursor.  Placeholders are
+    ``$1``, ``$2``, ... and the text itself is sent as it is."""
+    if isinstance(target, psycopg.RawCursor):
+        cur: psycopg.Cursor = target
+    else:
+        conn = target if isinstance(target, psycopg.Connection) else target.connection
+        cur = psycopg.RawCursor(conn)
+    return cur.execute(query, list(params) if params else None)
+
+
+def dollar(i: int) -> str:
+    """The ``i``-th (1-based) native placeholder."""
+    return f"${i}"
