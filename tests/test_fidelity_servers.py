@@ -228,3 +228,50 @@ def test_percent_quotes_spaces_dots_and_case_in_names(env, spark, monkeypatch, s
     env.run(env.sub, f"UPDATE {big} SET \"a.b\" = 'x' WHERE \"Id%s\" = 41")
     report = validation.compare(topo, "p", "sub1")
     assert [d["key"] for r in report for d in r.get("differences", [])] == ["(41)"]
+
+
+# ---------------------------------------------------------------------- pure logic (no server)
+def _article(name: str, include_children: bool, children: list[list[str]] | None = None):
+    from airflow_repl.engine import topology as topology_mod
+    from airflow_repl.engine.articles import resolve_articles
+    from airflow_repl.engine.catalog import Column, TableInfo
+    pub = topology_mod.Publication("p", [topology_mod.Article(name, "public", name, "public", name,
+                                                              include_children=include_children)])
+    table = TableInfo("public", name, 1, [Column("id", "integer", True, 23), Column("v", "text", False, 25)], ["id"])
+    art = resolve_articles(pub, {name: table})[0]
+    art.children = children
+    return art
+
+
+def test_children_map_to_their_article_and_partial_truncates_are_refused():
+    only, fam = _article("only_t", False), _article("fam", True, [["public", "fam_1"], ["s", "fam_2"]])
+    rel = logreader.relation_articles([only, fam])
+    assert rel == {("public", "only_t"): only, ("public", "fam"): fam, ("public", "fam_1"): fam, ("s", "fam_2"): fam}
+    assert fam.source.as_string(None) == '"public"."fam"' and only.source.as_string(None) == 'ONLY "public"."only_t"'
+    own, c1, c2 = (logreader._RelMap(fam, [0, 1], child) for child in (False, True, True))
+    assert logreader._truncated_articles([own, c1, c2, logreader._RelMap(only, [0, 1]), None]) == ["fam", "only_t"]
+    for part in ([own], [c1], [c1, c2], [own, c2]):
+        with pytest.raises(ReplError, match="TRUNCATE of only part of public.fam"):
+            logreader._truncated_articles(part)
+    # the definition (and so the subscription fingerprint) carries the children only when included
+    assert "children" not in only.to_dict() and fam.to_dict()["children"] == [["public", "fam_1"], ["s", "fam_2"]]
+    from airflow_repl.engine.articles import ResolvedArticle
+    assert ResolvedArticle.from_dict(fam.to_dict()).children == fam.children
+
+
+def test_include_children_must_be_a_boolean():
+    from airflow_repl.engine import topology as topology_mod
+    data = {"publisher": "postgresql://u@h/a", "distributor": "postgresql://u@h/b",
+            "publications": [{"name": "p", "articles": [{"table": "t", "include_children": True}]}]}
+    assert topology_mod.from_dict(data).publication("p").articles[0].include_children is True
+    data["publications"][0]["articles"][0]["include_children"] = "yes"
+    with pytest.raises(TopologyError, match=r"include_children of article 't' must be true or false, not 'yes'"):
+        topology_mod.from_dict(data)
+
+
+def test_report_lists_the_keys_that_differ():
+    report = [{"article": "a", "publisher_rows": 2, "subscriber_rows": 1, "publisher_checksum": "x" * 32,
+               "subscriber_checksum": "y" * 32, "match": False,
+               "differences": [{"key": "(1)", "difference": "missing at the subscriber"}]}]
+    lines = validation.format_report(report).splitlines()
+    assert lines[1].endswith("NO") and lines[2] == "    key (1): missing at the subscriber"
