@@ -160,7 +160,7 @@ def _map_relation(rel: pgoutput.Relation, articles: dict[tuple[str, str], Resolv
     is_child = (rel.namespace, rel.name) != (art.table.schema, art.table.name)
     if rel.replica_identity != "f":
         raise ReplError(
-            f"table {art.table.qualified} (article {art.name!r}) was changed without REPLICA IDENTITY FULL, so "
+            f"table {rel.namespace}.{rel.name} (article {art.name!r}) was changed without REPLICA IDENTITY FULL, so "
             f"these changes carry incomplete before images and cannot be replicated exactly: restore it with "
             f"'airflow-repl apply', then drop the publication's slot and run the Snapshot Agent with reinitialize")
     missing = [c for c in art.column_names if c not in rel.columns]
@@ -176,22 +176,20 @@ def _truncated_articles(relmaps: list[_RelMap | None]) -> list[str]:
     """The articles one TRUNCATE empties.  An article that includes its inheritance children is
     emptied only when its table and every child were truncated together (TRUNCATE without
     ONLY); any other part cannot be replicated: the subscriber table holds all their rows."""
-    tables: dict[str, set[bool]] = {}  # article -> kinds of relations truncated (child or not)
-    counts: dict[str, int] = {}
-    by_name: dict[str, ResolvedArticle] = {}
+    hits: dict[str, list[_RelMap]] = {}
     for m in relmaps:
         if m is not None:
-            by_name[m.article.name] = m.article
-            tables.setdefault(m.article.name, set()).add(m.child)
-            counts[m.article.name] = counts.get(m.article.name, 0) + 1
-    for name, art in by_name.items():
-        if art.include_children and (False not in tables[name] or counts[name] != 1 + len(art.children or [])):
+            hits.setdefault(m.article.name, []).append(m)
+    for name, maps in hits.items():
+        art = maps[0].article
+        children = sum(m.child for m in maps)
+        if art.include_children and (len(maps) - children != 1 or children != len(art.children or [])):
             raise ReplError(
                 f"a TRUNCATE of only part of {art.table.qualified} and its inheritance children cannot be "
                 f"replicated to article {name!r}, which includes its children (the subscriber table holds "
                 f"their rows together): drop the publication's slot and run the Snapshot Agent with reinitialize "
                 f"for every subscription; delete rows instead of truncating part of the hierarchy")
-    return sorted(by_name)
+    return sorted(hits)
 
 
 def _image(values: list, positions: list[int]) -> list:

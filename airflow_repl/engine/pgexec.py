@@ -25,7 +25,7 @@ def execute(target: psycopg.Connection | psycopg.Cursor, query: Query,
     ``$1``, ``$2``, ... and the text itself is sent as it is."""
     if isinstance(target, psycopg.RawCursor):
         cur: psycopg.Cursor = target
-    else:
+    else:  # a new cursor object is cheap next to a round trip, and holds no server resource
         conn = target if isinstance(target, psycopg.Connection) else target.connection
         cur = psycopg.RawCursor(conn)
     return cur.execute(query, list(params) if params else None)
