@@ -34,7 +34,7 @@ from datetime import datetime, timezone
 
 import psycopg
 
-from . import apply, connections, distdb, pgoutput
+from . import apply, connections, distdb, pgexec, pgoutput
 from .agentrun import AgentRun
 from .articles import ResolvedArticle, definition_hash
 from .commands import DELETE, INSERT, UPDATE, Command
@@ -241,7 +241,7 @@ class _Stream(threading.Thread):
 def _apply_pipelined(conn: psycopg.Connection, applier: _Applier, commands: Iterable[Command],
                      stop: threading.Event | None = None) -> int:
     """Execute commands on one connection in a pipeline; returns how many were executed."""
-    cur = conn.cursor()
+    cur = pgexec.cursor(conn)
     n = 0
     with conn.pipeline() as p:
         for cmd in commands:
@@ -477,7 +477,7 @@ class _Delivery:
         """One stream, one command at a time, a savepoint per transaction: skips the
         transactions failing with a skippable error, stops at any other error."""
         sub = self.subs[0]
-        cur = sub.cursor()
+        cur = pgexec.cursor(sub)
         out = _Outcome()
         current = None
         failed_txn = None
