@@ -275,3 +275,14 @@ def test_report_lists_the_keys_that_differ():
                "differences": [{"key": "(1)", "difference": "missing at the subscriber"}]}]
     lines = validation.format_report(report).splitlines()
     assert lines[1].endswith("NO") and lines[2] == "    key (1): missing at the subscriber"
+
+
+def test_a_subscriber_missing_snapshot_rows_is_not_activated(env):
+    env.run(env.pub, "CREATE TABLE t (id int PRIMARY KEY)")
+    env.run(env.sub, "CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1), (2)")
+    art = deploy.apply_topology(env.topology(["t"]), ["p"])["p"][0]
+    with psycopg.connect(env.sub) as sub:
+        snapshot._check_loaded_rows(sub, [art], {"articles": [{"name": "t", "rows": 2}]}, "sub1")
+        with pytest.raises(ReplError, match=r"subscriber 'sub1' holds 2 rows in public.t after loading the snapshot "
+                                            r"of article 't', which has 3: the subscription was not activated"):
+            snapshot._check_loaded_rows(sub, [art], {"articles": [{"name": "t", "rows": 3}]}, "sub1")

@@ -419,6 +419,7 @@ def initialize_subscriptions(topology: Topology, publication: str, articles: lis
         run.spark_role = None
     for name, conninfo in conninfos.items():
         with connect(name, conninfo) as sub:
+            _check_loaded_rows(sub, articles, manifest, name)
             for art in articles:
                 sub.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(art.dest_schema, art.dest_table)))
             sub.execute("INSERT INTO airflow_repl.subscription_state (publication, snapshot_id, xact_seqno) "
@@ -431,6 +432,22 @@ def initialize_subscriptions(topology: Topology, publication: str, articles: lis
                       publication, name))
         dist.commit()
     return {"load_seconds": round(time.monotonic() - started, 3)}
+
+
+def _check_loaded_rows(sub: psycopg.Connection, articles: list[ResolvedArticle], manifest: dict,
+                       subscriber: str) -> None:
+    """Every article's subscriber table holds exactly the snapshot's rows, or the subscription
+    is not activated (it stays 'initializing')."""
+    expected = {a["name"]: a["rows"] for a in manifest["articles"]}
+    for art in articles:
+        rows = sub.execute(sql.SQL("SELECT count(*) FROM {}").format(
+            sql.Identifier(art.dest_schema, art.dest_table))).fetchone()[0]
+        if rows != expected[art.name]:
+            raise ReplError(
+                f"subscriber {subscriber!r} holds {rows} rows in {art.destination} after loading the snapshot of "
+                f"article {art.name!r}, which has {expected[art.name]}: the subscription was not activated; "
+                f"check the subscriber table for triggers or rules that change rows, then run the Snapshot Agent "
+                f"with reinitialize for it")
 
 
 def _check_custom_procedures(sub: psycopg.Connection, articles: list[ResolvedArticle], subscriber: str) -> None:
