@@ -286,3 +286,12 @@ def test_a_subscriber_missing_snapshot_rows_is_not_activated(env):
         with pytest.raises(ReplError, match=r"subscriber 'sub1' holds 2 rows in public.t after loading the snapshot "
                                             r"of article 't', which has 3: the subscription was not activated"):
             snapshot._check_loaded_rows(sub, [art], {"articles": [{"name": "t", "rows": 3}]}, "sub1")
+
+
+def test_a_character_the_subscriber_encoding_cannot_hold_is_named(env, spark):
+    recreate(env, "sub1", LATIN1)
+    env.run(env.pub, "CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t VALUES (1, 'fits: é'), (2, '€')")
+    with pytest.raises(Exception, match=r"encoding LATIN1\) cannot store a character of article 't' \(public.t\): "
+                                        r"character with byte sequence 0xe2 0x82 0xac"):
+        snapshot.run_snapshot(env.topology(["t"]), "p", spark)
+    assert env.rows(env.dist, "SELECT status FROM airflow_repl.subscriptions") == [("initializing",)]

@@ -193,12 +193,19 @@ def load_file(conninfo: str, folder: str, article_data: dict, file: dict, snapsh
         if first is None:
             return 0  # loaded already
         table = pq.ParquetFile(str(Path(folder) / rel_path))
-        with conn.cursor() as cur, cur.copy(copy_sql) as copy:
-            for batch in table.iter_batches(batch_size=FETCH_ROWS):
-                columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
-                for row in zip(*columns):
-                    copy.write_row(row)
-                rows += batch.num_rows
+        try:
+            with conn.cursor() as cur, cur.copy(copy_sql) as copy:
+                for batch in table.iter_batches(batch_size=FETCH_ROWS):
+                    columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
+                    for row in zip(*columns):
+                        copy.write_row(row)
+                    rows += batch.num_rows
+        except psycopg.errors.UntranslatableCharacter as exc:
+            raise ReplError(
+                f"the subscriber database {conn.info.dbname!r} (encoding {conn.info.parameter_status('server_encoding')}) "
+                f"cannot store a character of article {article.name!r} ({article.destination}): "
+                f"{exc.diag.message_primary}. Use a subscriber database whose encoding holds the publisher's "
+                f"characters (UTF8 holds them all)") from None
     return rows
 
 
