@@ -235,8 +235,8 @@ def _article(name: str, include_children: bool, children: list[list[str]] | None
     from airflow_repl.engine import topology as topology_mod
     from airflow_repl.engine.articles import resolve_articles
     from airflow_repl.engine.catalog import Column, TableInfo
-    pub = topology_mod.Publication("p", [topology_mod.Article(name, "public", name, "public", name,
-                                                              include_children=include_children)])
+    pub = topology_mod.Publication(name="p", articles=[topology_mod.Article(table=name,
+                                                                            include_children=include_children)])
     table = TableInfo("public", name, 1, [Column("id", "integer", True, 23), Column("v", "text", False, 25)], ["id"])
     art = resolve_articles(pub, {name: table})[0]
     art.children = children
@@ -265,7 +265,7 @@ def test_include_children_must_be_a_boolean():
             "publications": [{"name": "p", "articles": [{"table": "t", "include_children": True}]}]}
     assert topology_mod.from_dict(data).publication("p").articles[0].include_children is True
     data["publications"][0]["articles"][0]["include_children"] = "yes"
-    with pytest.raises(TopologyError, match=r"include_children of article 't' must be true or false, not 'yes'"):
+    with pytest.raises(TopologyError, match=r"articles\[0\]\.include_children: expected true or false"):
         topology_mod.from_dict(data)
 
 
