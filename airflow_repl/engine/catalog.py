@@ -25,6 +25,8 @@ class TableInfo:
     columns: list[Column]
     primary_key: list[str]
     unique_keys: list[list[str]] = field(default_factory=list)
+    #: primary-key and unique constraints declared DEFERRABLE: (key columns, INITIALLY DEFERRED)
+    deferrable_keys: list[tuple[list[str], bool]] = field(default_factory=list)
 
     @property
     def qualified(self) -> str:
@@ -41,15 +43,27 @@ class TableInfo:
         raise TopologyError(f"table {self.qualified} has no column {name!r}; its columns are: "
                             f"{', '.join(self.column_names)}")
 
+    def deferral(self, key: list[str]) -> str:
+        """The constraint clause that makes ``key`` as deferrable as at the publisher ("" when
+        it is not deferrable)."""
+        for columns, initially_deferred in self.deferrable_keys:
+            if columns == key:
+                return "DEFERRABLE INITIALLY DEFERRED" if initially_deferred else "DEFERRABLE"
+        return ""
+
     def to_dict(self) -> dict:
-        return {"schema": self.schema, "name": self.name, "oid": self.oid,
+        data = {"schema": self.schema, "name": self.name, "oid": self.oid,
                 "columns": [c.__dict__ for c in self.columns],
                 "primary_key": self.primary_key, "unique_keys": self.unique_keys}
+        if self.deferrable_keys:  # absent otherwise: definitions stored before it keep their hash
+            data["deferrable_keys"] = [[list(cols), deferred] for cols, deferred in self.deferrable_keys]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> "TableInfo":
         return cls(data["schema"], data["name"], data["oid"], [Column(**c) for c in data["columns"]],
-                   list(data["primary_key"]), [list(u) for u in data.get("unique_keys", [])])
+                   list(data["primary_key"]), [list(u) for u in data.get("unique_keys", [])],
+                   [(list(cols), bool(deferred)) for cols, deferred in data.get("deferrable_keys", [])])
 
 
 def load_table(conn: psycopg.Connection, schema: str, table: str) -> TableInfo:
@@ -90,4 +104,13 @@ def load_table(conn: psycopg.Connection, schema: str, table: str) -> TableInfo:
             f"table {schema}.{table} has no primary key; transactional replication needs one to find "
             f"rows at subscribers. Add one (ALTER TABLE {schema}.{table} ADD PRIMARY KEY (...)) or "
             f"remove the article")
-    return TableInfo(schema, table, oid, columns, primary_key, unique_keys)
+    return TableInfo(schema, table, oid, columns, primary_key, unique_keys, _deferrable_keys(conn, oid))
+
+
+def _deferrable_keys(conn: psycopg.Connection, oid: int) -> list[tuple[list[str], bool]]:
+    """The table's DEFERRABLE primary-key and unique constraints: (key columns, INITIALLY DEFERRED)."""
+    return [(list(cols), deferred) for cols, deferred in conn.execute(
+        "SELECT ARRAY(SELECT a.attname FROM unnest(c.conkey) WITH ORDINALITY AS k(attnum, ord) "
+        "JOIN pg_catalog.pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum ORDER BY k.ord), "
+        "c.condeferred FROM pg_catalog.pg_constraint c "
+        "WHERE c.conrelid = %s AND c.contype IN ('p', 'u') AND c.condeferrable ORDER BY c.oid", (oid,))]

@@ -55,14 +55,19 @@ FETCH_ROWS = 10_000
 def schema_script(article: ResolvedArticle) -> str:
     """DROP + CREATE of the subscriber table (SQL Server's pre-creation command 'drop')."""
     cols = [f"    {ident(c.name)} {c.type}{' NOT NULL' if c.not_null else ''}" for c in article.columns]
-    cols.append(f"    PRIMARY KEY ({', '.join(ident(c) for c in article.primary_key)})")
+    cols.append(_key_clause("PRIMARY KEY", article.primary_key, article.table.deferral(article.primary_key)))
     for key in article.table.unique_keys:
         if set(key) <= set(article.column_names):
-            cols.append(f"    UNIQUE ({', '.join(ident(c) for c in key)})")
+            cols.append(_key_clause("UNIQUE", key, article.table.deferral(key)))
     table = qualified(article.dest_schema, article.dest_table)
     return (f"CREATE SCHEMA IF NOT EXISTS {ident(article.dest_schema)};\n"
             f"DROP TABLE IF EXISTS {table} CASCADE;\n"
             f"CREATE TABLE {table} (\n" + ",\n".join(cols) + "\n);\n")
+
+
+def _key_clause(kind: str, key: list[str], deferral: str) -> str:
+    """A PRIMARY KEY / UNIQUE table constraint, as deferrable as at the publisher."""
+    return f"    {kind} ({', '.join(ident(c) for c in key)}){' ' + deferral if deferral else ''}"
 
 
 def _select_list(article: ResolvedArticle) -> sql.Composable:
