@@ -15,7 +15,7 @@ from airflow_repl.engine import callsyntax, deploy, distribution, logreader, pro
 from airflow_repl.engine.articles import resolve_articles
 from airflow_repl.engine.catalog import Column, TableInfo
 from airflow_repl.engine.commands import DELETE, INSERT, Command
-from airflow_repl.engine.errors import TopologyError
+from airflow_repl.engine.errors import ReplError, TopologyError
 from airflow_repl.engine.topology import from_dict
 from test_agents import assert_in_sync, cycle
 
@@ -273,3 +273,89 @@ def test_deferrable_keys_are_scripted_deferrable(env):
     assert 'UNIQUE ("u") DEFERRABLE INITIALLY DEFERRED' in script
     assert "DEFERRABLE" not in snapshot.schema_script(n)
     assert "deferrable_keys" not in n.to_dict()["table"]  # unchanged definitions keep their hash
+
+
+# ---------------------------------------------------------------- 4. user types at the subscriber
+TYPES_DDL = """
+CREATE SCHEMA other;
+CREATE TYPE other.color AS ENUM ('red', 'green', 'blue');
+CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
+CREATE COLLATION other.ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+CREATE COLLATION bytewise (provider = libc, locale = 'C');
+CREATE DOMAIN posint AS integer DEFAULT 1 NOT NULL CONSTRAINT positive CHECK (VALUE > 0);
+CREATE DOMAIN warm AS other.color CHECK (VALUE <> 'blue');
+CREATE DOMAIN code AS text COLLATE bytewise CHECK (length(VALUE) < 10);
+CREATE TYPE other.pt AS (x integer, c other.color, label text COLLATE "C", w warm);
+CREATE TYPE other.floatrange AS RANGE (subtype = float8, subtype_diff = float8mi);
+CREATE TABLE t (id int PRIMARY KEY, m mood, ms mood[], c other.color, w warm, p other.pt, ps other.pt[],
+    n text COLLATE other.ci, b text COLLATE bytewise, r other.floatrange, k posint, cd code, cs other.color[],
+    plain text);
+INSERT INTO t VALUES
+    (1, 'sad', '{sad,happy}', 'red', 'green', '(1,blue,"a b",red)', ARRAY['(2,red,x,green)'::other.pt, NULL],
+     'Straße', 'B', '[1.5,2)', 5, 'abc', '{red,NULL,blue}', 'x'),
+    (2, NULL, '{}', NULL, NULL, NULL, NULL, NULL, NULL, 'empty', 1, NULL, NULL, NULL);
+"""
+TYPE_ROWS = "SELECT t::text FROM t ORDER BY id"
+
+
+def test_user_types_domains_enums_composites_and_collations_replicate(env, spark):
+    env.run(env.pub, TYPES_DDL)
+    # identical objects already at the subscriber are accepted and kept
+    env.run(env.sub, "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy'); CREATE SCHEMA other; "
+                     "CREATE COLLATION other.ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false)")
+    mood_oid = env.rows(env.sub, "SELECT 'mood'::regtype::oid")[0][0]
+    topo = env.topology(["t"])
+    summary = snapshot.run_snapshot(topo, "p", spark)
+    schema_sql = (snapshot.Path(summary["folder"]) / "schema.sql").read_text()
+    def at(text: str) -> int:
+        return schema_sql.index(text)
+    # what an object uses comes before it, and every object before the tables
+    assert at('"other"."color" AS ENUM') < at('"public"."warm" AS other.color') < at('"other"."pt" AS (')
+    assert at('COLLATION IF NOT EXISTS "public"."bytewise"') < at('"public"."code" AS text COLLATE')
+    assert max(at("CREATE COLLATION IF NOT EXISTS \"other\".\"ci\""), at("AS RANGE"), at("posint")) < at("CREATE TABLE")
+    assert env.rows(env.sub, "SELECT 'mood'::regtype::oid")[0][0] == mood_oid
+    assert env.rows(env.sub, TYPE_ROWS) == env.rows(env.pub, TYPE_ROWS)
+    env.run(env.pub, """
+        INSERT INTO t VALUES (3, 'happy', '{ok}', 'blue', 'red', '(3,green,z,red)', '{}', 'STRASSE', 'a',
+                              '(,)', 7, 'q', '{green}', 'y');
+        UPDATE t SET m = 'ok', p.c = 'green', ms = ms || 'ok'::mood, n = 'strasse', r = '[3,4]' WHERE id = 1;
+        UPDATE t SET id = 20, w = 'green', cs = '{blue}' WHERE id = 2;
+        DELETE FROM t WHERE id = 3;""")
+    cycle(topo)
+    assert env.rows(env.sub, TYPE_ROWS) == env.rows(env.pub, TYPE_ROWS)
+    assert_in_sync(topo)
+    # the subscriber's objects are the publisher's: labels in order, domain rules, collations
+    assert env.rows(env.sub, "SELECT enum_range(NULL::other.color)::text") == [("{red,green,blue}",)]
+    with pytest.raises(psycopg.errors.CheckViolation):
+        env.run(env.sub, "SELECT 'blue'::warm")
+    assert env.rows(env.sub, "SELECT 'a' = 'A' COLLATE other.ci, 'B' < 'a' COLLATE bytewise") == [(True, True)]
+    assert env.rows(env.sub, "SELECT attname, collname FROM pg_attribute JOIN pg_collation c ON c.oid = attcollation "
+                             "WHERE attrelid = 't'::regclass AND attname IN ('n', 'b') ORDER BY 1") == [
+        ("b", "bytewise"), ("n", "ci")]
+
+
+def test_types_that_differ_at_a_subscriber_are_refused_before_anything_changes(env2, spark):
+    env = env2
+    env.run(env.pub, TYPES_DDL)
+    env.run(env.subs["sub2"], "CREATE TYPE mood AS ENUM ('sad', 'ok'); CREATE DOMAIN posint AS bigint; "
+                              "CREATE SCHEMA other; CREATE TYPE other.pt AS (x integer)")
+    topo = env.topology(["t"])
+    with pytest.raises(ReplError) as err:
+        snapshot.run_snapshot(topo, "p", spark)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith("subscriber 'sub2' cannot take the types the published columns use: ")
+    assert "enum public.mood differs (labels ['sad', 'ok'] here, ['sad', 'ok', 'happy'] at the publisher)" in message
+    assert "domain public.posint differs (base 'bigint' here, 'integer' at the publisher; " in message
+    assert "composite other.pt differs (attributes" in message
+    assert "enum other.color" not in message  # missing objects are created, not reported
+    # nothing changed at either subscriber
+    for sub in env.subs.values():
+        assert env.rows(sub, "SELECT to_regclass('public.t'), to_regnamespace('airflow_repl'), "
+                             "to_regtype('other.color'), to_regtype('warm')") == [(None, None, None, None)]
+    assert env.rows(env.subs["sub2"], "SELECT enum_range(NULL::mood)::text") == [("{sad,ok}",)]
+    # fixed at the subscriber, the snapshot goes through
+    env.run(env.subs["sub2"], "DROP TYPE mood; DROP DOMAIN posint; DROP TYPE other.pt")
+    snapshot.run_snapshot(topo, "p", spark)
+    for sub in env.subs.values():
+        assert env.rows(sub, TYPE_ROWS) == env.rows(env.pub, TYPE_ROWS)

@@ -28,8 +28,8 @@ def parameters(article: ResolvedArticle, operation: str, syntax: str) -> list[tu
     cols = article.columns
     n = len(cols)
     pk = [article.columns[i] for i in article.pk_positions]
-    all_cols = [(f"c{i + 1}", c.type) for i, c in enumerate(cols)]
-    pk_cols = [(f"pkc{j + 1}", c.type) for j, c in enumerate(pk)]
+    all_cols = [(f"c{i + 1}", c.param_type) for i, c in enumerate(cols)]
+    pk_cols = [(f"pkc{j + 1}", c.param_type) for j, c in enumerate(pk)]
     if operation == "insert":
         return all_cols
     if operation == "delete":
@@ -39,7 +39,7 @@ def parameters(article: ResolvedArticle, operation: str, syntax: str) -> list[tu
     if syntax in ("SCALL", "MCALL"):
         return all_cols + pk_cols + [("bitmap", "bytea")]
     if syntax == "XCALL":
-        return all_cols + [(f"c{n + i + 1}", c.type) for i, c in enumerate(cols)]
+        return all_cols + [(f"c{n + i + 1}", c.param_type) for i, c in enumerate(cols)]
     raise ValueError(f"unknown call syntax {syntax!r}")
 
 

@@ -15,6 +15,16 @@ class Column:
     type: str  # format_type() text, e.g. "numeric(10,2)"
     not_null: bool
     type_oid: int
+    base_type: str | None = None  # a domain's underlying base type (format_type text); None otherwise
+
+    @property
+    def param_type(self) -> str:
+        """The type values travel in as parameters: a domain's base type, so that a NULL for an
+        unchanged column (SCALL) does not meet a NOT NULL domain; the column checks the domain."""
+        return self.base_type or self.type
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if not (k == "base_type" and v is None)}
 
 
 @dataclass
@@ -53,7 +63,7 @@ class TableInfo:
 
     def to_dict(self) -> dict:
         data = {"schema": self.schema, "name": self.name, "oid": self.oid,
-                "columns": [c.__dict__ for c in self.columns],
+                "columns": [c.to_dict() for c in self.columns],
                 "primary_key": self.primary_key, "unique_keys": self.unique_keys}
         if self.deferrable_keys:  # absent otherwise: definitions stored before it keep their hash
             data["deferrable_keys"] = [[list(cols), deferred] for cols, deferred in self.deferrable_keys]
@@ -82,9 +92,11 @@ def load_table(conn: psycopg.Connection, schema: str, table: str) -> TableInfo:
     if relkind != "r":
         raise TopologyError(f"{schema}.{table} is not an ordinary table (relkind {relkind!r}); only "
                             f"tables can be published")
-    columns = [Column(name, typ, notnull, typoid) for name, typ, notnull, typoid in conn.execute(
-        "SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull, a.atttypid "
-        "FROM pg_catalog.pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0 "
+    columns = [Column(name, typ, notnull, typoid, _domain_base(conn, typoid) if is_domain else None)
+               for name, typ, notnull, typoid, is_domain in conn.execute(
+        "SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull, a.atttypid, "
+        "t.typtype = 'd' FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid "
+        "WHERE a.attrelid = %s AND a.attnum > 0 "
         "AND NOT a.attisdropped AND a.attgenerated = '' ORDER BY a.attnum", (oid,))]
     primary_key: list[str] = []
     unique_keys: list[list[str]] = []
@@ -105,6 +117,15 @@ def load_table(conn: psycopg.Connection, schema: str, table: str) -> TableInfo:
             f"rows at subscribers. Add one (ALTER TABLE {schema}.{table} ADD PRIMARY KEY (...)) or "
             f"remove the article")
     return TableInfo(schema, table, oid, columns, primary_key, unique_keys, _deferrable_keys(conn, oid))
+
+
+def _domain_base(conn: psycopg.Connection, type_oid: int) -> str:
+    """The base type under a domain (through domains over domains), as format_type() text."""
+    return conn.execute(
+        "WITH RECURSIVE d(depth, base, typmod) AS (SELECT 0, typbasetype, typtypmod FROM pg_catalog.pg_type "
+        "WHERE oid = %s UNION ALL SELECT d.depth + 1, t.typbasetype, t.typtypmod FROM d "
+        "JOIN pg_catalog.pg_type t ON t.oid = d.base WHERE t.typtype = 'd') "
+        "SELECT pg_catalog.format_type(base, typmod) FROM d ORDER BY depth DESC LIMIT 1", (type_oid,)).fetchone()[0]
 
 
 def _deferrable_keys(conn: psycopg.Connection, oid: int) -> list[tuple[list[str], bool]]:

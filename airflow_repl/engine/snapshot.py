@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from psycopg import sql
 
-from . import callsyntax, connections, deploy, distdb, procedures
+from . import callsyntax, connections, deploy, distdb, procedures, usertypes
 from .agentrun import AgentRun
 from .articles import ResolvedArticle, definition_hash
 from .errors import ReplError
@@ -52,9 +52,13 @@ FETCH_ROWS = 10_000
 
 
 # ---------------------------------------------------------------------- scripts
-def schema_script(article: ResolvedArticle) -> str:
-    """DROP + CREATE of the subscriber table (SQL Server's pre-creation command 'drop')."""
-    cols = [f"    {ident(c.name)} {c.type}{' NOT NULL' if c.not_null else ''}" for c in article.columns]
+def schema_script(article: ResolvedArticle, collations: dict[str, str] | None = None) -> str:
+    """DROP + CREATE of the subscriber table (SQL Server's pre-creation command 'drop');
+    ``collations`` maps columns to their (quoted) collation where it is not their type's default."""
+    collations = collations or {}
+    cols = [f"    {ident(c.name)} {c.type}"
+            f"{' COLLATE ' + collations[c.name] if c.name in collations else ''}{' NOT NULL' if c.not_null else ''}"
+            for c in article.columns]
     cols.append(_key_clause("PRIMARY KEY", article.primary_key, article.table.deferral(article.primary_key)))
     for key in article.table.unique_keys:
         if set(key) <= set(article.column_names):
@@ -316,6 +320,7 @@ def run_snapshot(topology: Topology, publication: str, spark, *, subscribers: li
                 planner.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 planner.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)))
                 tasks = [t for art in articles for t in plan_partitions(planner, art, parallelism)]
+                needs = usertypes.read(planner, articles)
                 planner.execute("COMMIT")
             run.spark_step("the read of the snapshot", "publisher", pub_conninfo)
             read_started = time.monotonic()
@@ -326,7 +331,8 @@ def run_snapshot(topology: Topology, publication: str, spark, *, subscribers: li
         finally:
             repl_conn.close()  # ends the exported snapshot (and drops a temporary slot)
         run.step, run.spark_role = "the writing of the snapshot folder", None
-        (folder / "schema.sql").write_text("\n".join(schema_script(a) for a in articles))
+        (folder / "schema.sql").write_text(usertypes.script(needs.objects) + "\n".join(
+            schema_script(a, needs.column_collations.get(a.name)) for a in articles))
         (folder / "procedures.sql").write_text("\n".join(procedures.article_script(a) for a in articles))
         files = {a.name: [] for a in articles}
         for r in sorted(results, key=lambda r: r["path"]):
@@ -340,6 +346,7 @@ def run_snapshot(topology: Topology, publication: str, spark, *, subscribers: li
                           "columns": [{"name": c.name, "pg_type": c.type} for c in a.columns],
                           "primary_key": a.primary_key, "files": files[a.name],
                           "rows": sum(f["rows"] for f in files[a.name])} for a in articles],
+            "user_types": [o.to_dict() for o in needs.objects],
         }
         (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
         dist.execute("INSERT INTO airflow_repl.snapshots (publication, snapshot_id, folder, consistent_lsn, "
@@ -375,6 +382,10 @@ def initialize_subscriptions(topology: Topology, publication: str, articles: lis
         run.step = f"the initialization of subscriber {name!r}"
         return run.connect(conninfo, f"subscriber {name!r}")
 
+    user_types = [usertypes.UserObject.from_dict(o) for o in manifest.get("user_types", [])]
+    for name, conninfo in conninfos.items():  # every subscriber, before any of them changes
+        with connect(name, conninfo) as sub:
+            usertypes.check(sub, user_types, name)
     for name, conninfo in conninfos.items():
         dist.execute("UPDATE airflow_repl.subscriptions SET status = 'initializing', snapshot_id = %s "
                      "WHERE publication = %s AND subscriber = %s", (manifest["snapshot_id"], publication, name))
