@@ -359,3 +359,38 @@ def test_types_that_differ_at_a_subscriber_are_refused_before_anything_changes(e
     snapshot.run_snapshot(topo, "p", spark)
     for sub in env.subs.values():
         assert env.rows(sub, TYPE_ROWS) == env.rows(env.pub, TYPE_ROWS)
+
+
+def test_cli_apply_refuses_a_too_wide_table_in_one_line(env, tmp_path, capsys):
+    import yaml
+
+    from airflow_repl import cli
+    from airflow_repl.engine.connections import to_uri
+
+    env.run(env.pub, wide_ddl("wide", 51))
+    path = tmp_path / "topology.yaml"
+    path.write_text(yaml.safe_dump({
+        "publisher": to_uri(env.pub), "distributor": to_uri(env.dist), "subscribers": {"sub1": to_uri(env.sub)},
+        "snapshot_folder": "snaps",
+        "publications": [{"name": "p", "articles": [{"table": "public.wide", "upd_cmd": "XCALL"}]}],
+        "subscriptions": [{"publication": "p", "subscriber": "sub1"}]}))
+    assert cli.main(["apply", "-t", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["airflow-repl: error: article 'wide' (public.wide, 51 replicated columns): XCALL syntax "
+                   "passes 102 parameters to the update procedure, but PostgreSQL procedures take at most 100; "
+                   "set upd_cmd to CALL or SCALL or MCALL or SQL (SQL statements have no such limit) or "
+                   "replicate fewer columns"]
+
+
+def test_user_type_script_guards_every_creation():
+    from airflow_repl.engine.usertypes import UserObject, script
+
+    objects = [UserObject("collation", "o th", "ci", {}, 'CREATE COLLATION IF NOT EXISTS "o th"."ci" (x);'),
+               UserObject("collation", "pg_catalog", "C", {}, "CREATE COLLATION ...", scripted=False),
+               UserObject("enum", "o th", "it's", {"labels": ["a"]}, 'CREATE TYPE "o th"."it\'s" AS ENUM (\'a\');'),
+               UserObject("type", "public", "citext", {}, None, hint="CREATE EXTENSION citext")]
+    text = script(objects)
+    assert text.startswith('CREATE SCHEMA IF NOT EXISTS "o th";\nCREATE COLLATION IF NOT EXISTS "o th"."ci" (x);')
+    assert "pg_catalog" not in text.replace("pg_catalog.to_regtype", "") and "citext" not in text
+    assert "IF pg_catalog.to_regtype('\"o th\".\"it''s\"') IS NULL THEN" in text
+    assert script([]) == ""
