@@ -49,6 +49,9 @@ class UserObject:
         return cls(**data)
 
 
+_Described = tuple[UserObject | None, list[int], list[int]]  # object, types and collations it uses
+
+
 @dataclass
 class Requirements:
     """What the replicated columns need: the objects in dependency order, and each column's
@@ -60,16 +63,12 @@ class Requirements:
 
 # ---------------------------------------------------------------------- reading a catalog
 class _Reader:
+    """Collects objects depth first: what an object uses is appended before the object."""
+
     def __init__(self, conn: psycopg.Connection) -> None:
         self.conn = conn
         self.seen: set[tuple[str, int]] = set()
         self.objects: list[UserObject] = []
-
-    def one(self, query: str, params: tuple) -> tuple | None:
-        return self.conn.execute(query, params).fetchone()
-
-    def all(self, query: str, params: tuple) -> list[tuple]:
-        return self.conn.execute(query, params).fetchall()
 
     # -- collations
     def collation(self, oid: int) -> None:
@@ -127,7 +126,7 @@ def describe_collation(conn: psycopg.Connection, oid: int) -> UserObject | None:
                       scripted=not builtin)
 
 
-def describe_type(conn: psycopg.Connection, oid: int) -> tuple[UserObject | None, list[int], list[int]]:
+def describe_type(conn: psycopg.Connection, oid: int) -> _Described:
     """A type as a :class:`UserObject` (None for built-in types and arrays), with the types and
     collations it uses.  Run with ``search_path = pg_catalog`` (see :func:`_catalog_path`)."""
     (schema, name, typtype, category, elem, base, relid, collation, notnull, typmod, array_handler,
@@ -169,7 +168,8 @@ def _default_collation_of(conn: psycopg.Connection, type_oid: int) -> int:
     return conn.execute("SELECT typcollation FROM pg_catalog.pg_type WHERE oid = %s", (type_oid,)).fetchone()[0]
 
 
-def _domain(conn, oid, schema, name, base, typmod, collation, notnull):
+def _domain(conn: psycopg.Connection, oid: int, schema: str, name: str, base: int, typmod: int,
+            collation: int, notnull: bool) -> _Described:
     base_text, default = conn.execute(
         "SELECT pg_catalog.format_type(%s, %s), pg_catalog.pg_get_expr(typdefaultbin, 0) "
         "FROM pg_catalog.pg_type WHERE oid = %s", (base, typmod, oid)).fetchone()
@@ -191,7 +191,7 @@ def _domain(conn, oid, schema, name, base, typmod, collation, notnull):
     return UserObject("domain", schema, name, definition, text + ";"), [base], [own_collation] if own_collation else []
 
 
-def _composite(conn, oid, schema, name, relid):
+def _composite(conn: psycopg.Connection, oid: int, schema: str, name: str, relid: int) -> _Described:
     relkind = conn.execute("SELECT relkind FROM pg_catalog.pg_class WHERE oid = %s", (relid,)).fetchone()[0]
     if relkind != "c":
         return (UserObject("type", schema, name, {"row_type_of": relkind}, None,
@@ -201,7 +201,10 @@ def _composite(conn, oid, schema, name, relid):
         "SELECT a.attname, a.atttypid, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attcollation, "
         "t.typcollation FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid "
         "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum", (relid,)).fetchall()
-    fields, types, collations, parts = [], [], [], []
+    fields: list[list] = []
+    types: list[int] = []
+    collations: list[int] = []
+    parts: list[str] = []
     for attname, typid, typ, attcoll, typcoll in attrs:
         coll = _collation_name(conn, attcoll) if attcoll and attcoll != typcoll else None
         fields.append([attname, typ, coll])
@@ -213,7 +216,7 @@ def _composite(conn, oid, schema, name, relid):
                        f"CREATE TYPE {qualified(schema, name)} AS ({', '.join(parts)});"), types, collations)
 
 
-def _range(conn, oid, schema, name):
+def _range(conn: psycopg.Connection, oid: int, schema: str, name: str) -> _Described:
     subtype, subtype_text, coll, opclass_default, opclass, canonical, subdiff, subdiff_builtin, multirange = (
         conn.execute(
             "SELECT r.rngsubtype, pg_catalog.format_type(r.rngsubtype, NULL), r.rngcollation, o.opcdefault, "
@@ -259,7 +262,7 @@ class _catalog_path:
         self.conn.execute("SELECT pg_catalog.set_config('search_path', 'pg_catalog', true)")
 
     def __exit__(self, *exc: object) -> None:
-        if not self.conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+        if self.conn.info.transaction_status != psycopg.pq.TransactionStatus.INERROR:
             self.conn.execute("SELECT pg_catalog.set_config('search_path', %s, true)", (self.old,))
 
 
@@ -313,7 +316,8 @@ def check(conn: psycopg.Connection, objects: list[UserObject], subscriber: str) 
     """Compare the objects with those at a subscriber; return the ones to create.  Raises
     ReplError listing every object that exists with another definition, or that is missing and
     cannot be scripted, with the fix.  Changes nothing."""
-    problems, missing = [], []
+    problems: list[str] = []
+    missing: list[UserObject] = []
     with conn.transaction(), _catalog_path(conn):
         for obj in objects:
             have = _find(conn, obj)
