@@ -15,7 +15,7 @@ from airflow_repl.engine import callsyntax, deploy, distribution, logreader, pro
 from airflow_repl.engine.articles import resolve_articles
 from airflow_repl.engine.catalog import Column, TableInfo
 from airflow_repl.engine.commands import DELETE, INSERT, Command
-from airflow_repl.engine.errors import ReplError, TopologyError
+from airflow_repl.engine.errors import DeliveryError, ReplError, TopologyError
 from airflow_repl.engine.topology import from_dict
 from test_agents import assert_in_sync, cycle
 
@@ -262,6 +262,14 @@ def test_key_shifts_over_equal_rows_under_every_syntax(env, spark, chunk):
     distribution.run_distribution(topo, "p", "sub1")
     assert_rows_equal(env, tables)
     assert_in_sync(topo)
+    # under the Distribution Agent's session_replication_role = replica a DEFERRABLE key is still
+    # enforced: a row the subscriber already has is a duplicate key, not a second row
+    env.run(env.sub, "INSERT INTO t_call VALUES (70, 'local')")
+    env.run(env.pub, "INSERT INTO t_call VALUES (70, 'publisher')")
+    logreader.run_log_reader(topo, "p")
+    with pytest.raises(DeliveryError, match="duplicate key"):
+        distribution.run_distribution(topo, "p", "sub1")
+    assert env.rows(env.sub, "SELECT v FROM t_call WHERE id = 70") == [("local",)]
 
 
 def test_deferrable_keys_are_scripted_deferrable(env):
@@ -271,7 +279,8 @@ def test_deferrable_keys_are_scripted_deferrable(env):
     script = snapshot.schema_script(t)
     assert 'PRIMARY KEY ("id") DEFERRABLE,' in script
     assert 'UNIQUE ("u") DEFERRABLE INITIALLY DEFERRED' in script
-    assert "DEFERRABLE" not in snapshot.schema_script(n)
+    assert "ENABLE ALWAYS TRIGGER" in script
+    assert "DEFERRABLE" not in snapshot.schema_script(n) and "TRIGGER" not in snapshot.schema_script(n)
     assert "deferrable_keys" not in n.to_dict()["table"]  # unchanged definitions keep their hash
 
 

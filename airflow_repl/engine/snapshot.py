@@ -35,7 +35,7 @@ from . import callsyntax, connections, deploy, distdb, procedures, usertypes
 from .agentrun import AgentRun
 from .articles import ResolvedArticle, definition_hash
 from .errors import ReplError
-from .sqltext import ident, qualified
+from .sqltext import dollar_quote, ident, literal, qualified
 from .topology import Topology
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,21 @@ def schema_script(article: ResolvedArticle, collations: dict[str, str] | None = 
     table = qualified(article.dest_schema, article.dest_table)
     return (f"CREATE SCHEMA IF NOT EXISTS {ident(article.dest_schema)};\n"
             f"DROP TABLE IF EXISTS {table} CASCADE;\n"
-            f"CREATE TABLE {table} (\n" + ",\n".join(cols) + "\n);\n")
+            f"CREATE TABLE {table} (\n" + ",\n".join(cols) + "\n);\n"
+            + (_enforce_deferrable_keys(table) if any("DEFERRABLE" in c for c in cols) else ""))
+
+
+def _enforce_deferrable_keys(table: str) -> str:
+    """A DEFERRABLE key is checked by an internal trigger, which, like every trigger, does not fire
+    under ``session_replication_role = replica`` (the Distribution Agent's and the loader's): a
+    duplicate key would get in silently.  Firing it ALWAYS keeps the key enforced there."""
+    body = ("DECLARE\n    trigger_name name;\nBEGIN\n"
+            "    FOR trigger_name IN SELECT t.tgname FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_constraint k "
+            f"ON k.oid = t.tgconstraint\n        WHERE t.tgrelid = {literal(table)}::regclass AND t.tgisinternal "
+            "AND k.contype IN ('p', 'u') LOOP\n"
+            f"        EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER %I', {literal(table)}::regclass, "
+            "trigger_name);\n    END LOOP;\nEND;\n")
+    return f"DO {dollar_quote(body)};\n"
 
 
 def _key_clause(kind: str, key: list[str], deferral: str) -> str:
