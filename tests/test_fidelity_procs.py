@@ -296,13 +296,15 @@ CREATE DOMAIN warm AS other.color CHECK (VALUE <> 'blue');
 CREATE DOMAIN code AS text COLLATE bytewise CHECK (length(VALUE) < 10);
 CREATE TYPE other.pt AS (x integer, c other.color, label text COLLATE "C", w warm);
 CREATE TYPE other.floatrange AS RANGE (subtype = float8, subtype_diff = float8mi);
+CREATE SCHEMA "my schema";
+CREATE TYPE "my schema"."Odd ""Ty"" pe" AS ENUM ('it''s', 'a "b"', '');
 CREATE TABLE t (id int PRIMARY KEY, m mood, ms mood[], c other.color, w warm, p other.pt, ps other.pt[],
     n text COLLATE other.ci, b text COLLATE bytewise, r other.floatrange, k posint, cd code, cs other.color[],
-    plain text);
+    plain text, odd "my schema"."Odd ""Ty"" pe");
 INSERT INTO t VALUES
     (1, 'sad', '{sad,happy}', 'red', 'green', '(1,blue,"a b",red)', ARRAY['(2,red,x,green)'::other.pt, NULL],
-     'Straße', 'B', '[1.5,2)', 5, 'abc', '{red,NULL,blue}', 'x'),
-    (2, NULL, '{}', NULL, NULL, NULL, NULL, NULL, NULL, 'empty', 1, NULL, NULL, NULL);
+     'Straße', 'B', '[1.5,2)', 5, 'abc', '{red,NULL,blue}', 'x', 'it''s'),
+    (2, NULL, '{}', NULL, NULL, NULL, NULL, NULL, NULL, 'empty', 1, NULL, NULL, NULL, '');
 """
 TYPE_ROWS = "SELECT t::text FROM t ORDER BY id"
 
@@ -326,7 +328,7 @@ def test_user_types_domains_enums_composites_and_collations_replicate(env, spark
     assert env.rows(env.sub, TYPE_ROWS) == env.rows(env.pub, TYPE_ROWS)
     env.run(env.pub, """
         INSERT INTO t VALUES (3, 'happy', '{ok}', 'blue', 'red', '(3,green,z,red)', '{}', 'STRASSE', 'a',
-                              '(,)', 7, 'q', '{green}', 'y');
+                              '(,)', 7, 'q', '{green}', 'y', 'a "b"');
         UPDATE t SET m = 'ok', p.c = 'green', ms = ms || 'ok'::mood, n = 'strasse', r = '[3,4]' WHERE id = 1;
         UPDATE t SET id = 20, w = 'green', cs = '{blue}' WHERE id = 2;
         DELETE FROM t WHERE id = 3;""")
