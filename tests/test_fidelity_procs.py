@@ -140,7 +140,7 @@ def test_one_column_more_is_refused_when_the_topology_is_applied(env, table, n, 
     assert "\n" not in message
     option = {"insert": "ins_cmd", "update": "upd_cmd", "delete": "del_cmd"}[operation]
     assert message == (
-        f"article 'wide' (public.{table}, {n} replicated columns): {syntax} syntax passes {count} parameters "
+        f"article 'wide' (public.{table}, {n} columns replicated): {syntax} syntax passes {count} parameters "
         f"to the {operation} procedure, but PostgreSQL procedures take at most 100; set {option} to {fits} "
         f"(SQL statements have no such limit) or replicate fewer columns")
     # nothing changed: no publication, replica identity untouched, nothing at the distributor
@@ -387,7 +387,7 @@ def test_cli_apply_refuses_a_too_wide_table_in_one_line(env, tmp_path, capsys):
         "subscriptions": [{"publication": "p", "subscriber": "sub1"}]}))
     assert cli.main(["apply", "-t", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["airflow-repl: error: article 'wide' (public.wide, 51 replicated columns): XCALL syntax "
+    assert err == ["airflow-repl: error: article 'wide' (public.wide, 51 columns replicated): XCALL syntax "
                    "passes 102 parameters to the update procedure, but PostgreSQL procedures take at most 100; "
                    "set upd_cmd to CALL or SCALL or MCALL or SQL (SQL statements have no such limit) or "
                    "replicate fewer columns"]

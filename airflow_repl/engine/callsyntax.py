@@ -68,7 +68,7 @@ def check_argument_limit(article: ResolvedArticle) -> None:
             continue
         fit = [s for s in ALLOWED_SYNTAX[operation] if parameter_count(operation, s, n, k) <= MAX_ARGUMENTS]
         raise TopologyError(
-            f"article {article.name!r} ({article.table.qualified}, {n} replicated columns): {prop.syntax} "
+            f"article {article.name!r} ({article.table.qualified}, {n} columns replicated): {prop.syntax} "
             f"syntax passes {count} parameters to the {operation} procedure, but PostgreSQL procedures take "
             f"at most {MAX_ARGUMENTS}; set {_OPTION[operation]} to {' or '.join([*fit, 'SQL'])} "
             f"(SQL statements have no such limit) or replicate fewer columns")
