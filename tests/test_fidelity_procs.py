@@ -405,3 +405,20 @@ def test_user_type_script_guards_every_creation():
     assert "pg_catalog" not in text.replace("pg_catalog.to_regtype", "") and "citext" not in text
     assert "IF pg_catalog.to_regtype('\"o th\".\"it''s\"') IS NULL THEN" in text
     assert script([]) == ""
+
+
+def test_a_type_from_an_extension_missing_at_the_subscriber_is_named_with_the_fix(env, spark):
+    env.run(env.pub, "CREATE EXTENSION citext; CREATE TABLE ci (id int PRIMARY KEY, name citext, names citext[]); "
+                     "INSERT INTO ci VALUES (1, 'Abc', '{X,y}')")
+    topo = env.topology(["ci"])
+    with pytest.raises(ReplError, match=r"^subscriber 'sub1' cannot take the types the published columns use: "
+                                        r"type public\.citext is missing \(CREATE EXTENSION \"citext\" WITH SCHEMA "
+                                        r"\"public\"\)\. "):
+        snapshot.run_snapshot(topo, "p", spark)
+    assert env.rows(env.sub, "SELECT to_regclass('public.ci')") == [(None,)]
+    env.run(env.sub, "CREATE EXTENSION citext")
+    snapshot.run_snapshot(topo, "p", spark)
+    env.run(env.pub, "UPDATE ci SET name = 'ABC', names = names || 'Z'::citext")
+    cycle(topo)
+    assert env.rows(env.sub, "SELECT ci::text FROM ci") == [("(1,ABC,\"{X,y,Z}\")",)]
+    assert env.rows(env.sub, "SELECT count(*) FROM ci WHERE name = 'abc'") == [(1,)]
