@@ -242,13 +242,13 @@ SCENARIOS = [
 ]
 
 
-@pytest.mark.parametrize("chunk", [5000, 2])
-def test_key_shifts_over_equal_rows_under_every_syntax(env, spark, chunk):
+@pytest.mark.parametrize("chunk, streams", [(5000, 1), (2, 3)])
+def test_key_shifts_over_equal_rows_under_every_syntax(env, spark, chunk, streams):
     tables = {**SYNTAX_ARTICLES, "t_multi": {"updates_as_delete_insert": "multi_row_key_changes"},
               "t_all": {"updates_as_delete_insert": "all", "upd_cmd": "MCALL"}}
     for t in tables:
         env.run(env.pub, DEFERRABLE_DDL.format(t=t) + SEED.format(t=t))
-    topo = env.topology([{"table": t, **opts} for t, opts in tables.items()])
+    topo = env.topology([{"table": t, **opts} for t, opts in tables.items()], subscription_streams=streams)
     snapshot.run_snapshot(topo, "p", spark)
     # the subscriber's keys are as deferrable as the publisher's
     deferral = ("SELECT c.relname, k.contype, k.condeferrable, k.condeferred FROM pg_constraint k "
