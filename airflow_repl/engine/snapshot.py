@@ -59,15 +59,15 @@ def schema_script(article: ResolvedArticle, collations: dict[str, str] | None = 
     cols = [f"    {ident(c.name)} {c.type}"
             f"{' COLLATE ' + collations[c.name] if c.name in collations else ''}{' NOT NULL' if c.not_null else ''}"
             for c in article.columns]
-    cols.append(_key_clause("PRIMARY KEY", article.primary_key, article.table.deferral(article.primary_key)))
-    for key in article.table.unique_keys:
-        if set(key) <= set(article.column_names):
-            cols.append(_key_clause("UNIQUE", key, article.table.deferral(key)))
+    keys = [("PRIMARY KEY", article.primary_key)] + [
+        ("UNIQUE", key) for key in article.table.unique_keys if set(key) <= set(article.column_names)]
+    cols += [_key_clause(kind, key, article.table.deferral(key)) for kind, key in keys]
     table = qualified(article.dest_schema, article.dest_table)
+    deferrable = any(article.table.deferral(key) for _, key in keys)
     return (f"CREATE SCHEMA IF NOT EXISTS {ident(article.dest_schema)};\n"
             f"DROP TABLE IF EXISTS {table} CASCADE;\n"
             f"CREATE TABLE {table} (\n" + ",\n".join(cols) + "\n);\n"
-            + (_enforce_deferrable_keys(table) if any("DEFERRABLE" in c for c in cols) else ""))
+            + (_enforce_deferrable_keys(table) if deferrable else ""))
 
 
 def _enforce_deferrable_keys(table: str) -> str:
