@@ -365,6 +365,9 @@ def test_types_that_differ_at_a_subscriber_are_refused_before_anything_changes(e
         assert env.rows(sub, "SELECT to_regclass('public.t'), to_regnamespace('airflow_repl'), "
                              "to_regtype('other.color'), to_regtype('warm')") == [(None, None, None, None)]
     assert env.rows(env.subs["sub2"], "SELECT enum_range(NULL::mood)::text") == [("{sad,ok}",)]
+    # refused before the snapshot was taken: no slot holds WAL for it
+    assert env.rows(env.pub, "SELECT count(*) FROM pg_replication_slots WHERE database = current_database()") \
+        == [(0,)]
     # fixed at the subscriber, the snapshot goes through
     env.run(env.subs["sub2"], "DROP TYPE mood; DROP DOMAIN posint; DROP TYPE other.pt")
     snapshot.run_snapshot(topo, "p", spark)

@@ -25,6 +25,7 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 import psycopg
 import pyarrow as pa
@@ -319,6 +320,10 @@ def run_snapshot(topology: Topology, publication: str, spark, *, subscribers: li
             summary = {"snapshot_id": None, "initialized": [], "rows": 0,
                        "message": "every subscription is already initialized; nothing to do"}
             return run.succeed(summary, message=summary["message"])
+        run.step = "the checks of the subscribers' types"
+        with run.connect(pub_conninfo, "publisher") as pub:  # refused before any slot exists
+            _check_user_types(topology, targets, usertypes.read(pub, articles).objects,
+                              lambda name, conninfo: run.connect(conninfo, f"subscriber {name!r}"))
         snapshot_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
         folder = Path(topology.snapshot_folder) / publication / snapshot_id
         folder.mkdir(parents=True, exist_ok=True)
@@ -396,10 +401,8 @@ def initialize_subscriptions(topology: Topology, publication: str, articles: lis
         run.step = f"the initialization of subscriber {name!r}"
         return run.connect(conninfo, f"subscriber {name!r}")
 
-    user_types = [usertypes.UserObject.from_dict(o) for o in manifest.get("user_types", [])]
-    for name, conninfo in conninfos.items():  # every subscriber, before any of them changes
-        with connect(name, conninfo) as sub:
-            usertypes.check(sub, user_types, name)
+    _check_user_types(topology, subscribers,  # the snapshot's own types, at every subscriber first
+                      [usertypes.UserObject.from_dict(o) for o in manifest.get("user_types", [])], connect)
     for name, conninfo in conninfos.items():
         dist.execute("UPDATE airflow_repl.subscriptions SET status = 'initializing', snapshot_id = %s "
                      "WHERE publication = %s AND subscriber = %s", (manifest["snapshot_id"], publication, name))
@@ -439,6 +442,14 @@ def initialize_subscriptions(topology: Topology, publication: str, articles: lis
                       publication, name))
         dist.commit()
     return {"load_seconds": round(time.monotonic() - started, 3)}
+
+
+def _check_user_types(topology: Topology, subscribers: list[str], objects: list[usertypes.UserObject],
+                      connect: Callable[[str, str], psycopg.Connection]) -> None:
+    """Refuse, before any of them changes, subscribers whose types differ from the publisher's."""
+    for name in subscribers:
+        with connect(name, topology.subscriber_conninfo(name)) as sub:
+            usertypes.check(sub, objects, name)
 
 
 def _check_custom_procedures(sub: psycopg.Connection, articles: list[ResolvedArticle], subscriber: str) -> None:
