@@ -11,9 +11,16 @@ from typing import Callable
 
 from .articles import ResolvedArticle
 from .commands import Command, bitmask
+from .errors import TopologyError
+from .propagation import ALLOWED_SYNTAX, OPERATIONS
 from .sqltext import ident, qualified
 
 Placeholder = Callable[[int], str]  # 1-based parameter position -> SQL text
+
+#: PostgreSQL's limit on the arguments of a function or procedure (FUNC_MAX_ARGS, the
+#: ``max_function_args`` setting; fixed when the server is built).
+MAX_ARGUMENTS = 100
+_OPTION = {"insert": "ins_cmd", "update": "upd_cmd", "delete": "del_cmd"}
 
 
 def parameters(article: ResolvedArticle, operation: str, syntax: str) -> list[tuple[str, str]]:
@@ -21,8 +28,8 @@ def parameters(article: ResolvedArticle, operation: str, syntax: str) -> list[tu
     cols = article.columns
     n = len(cols)
     pk = [article.columns[i] for i in article.pk_positions]
-    all_cols = [(f"c{i + 1}", c.type) for i, c in enumerate(cols)]
-    pk_cols = [(f"pkc{j + 1}", c.type) for j, c in enumerate(pk)]
+    all_cols = [(f"c{i + 1}", c.param_type) for i, c in enumerate(cols)]
+    pk_cols = [(f"pkc{j + 1}", c.param_type) for j, c in enumerate(pk)]
     if operation == "insert":
         return all_cols
     if operation == "delete":
@@ -32,8 +39,39 @@ def parameters(article: ResolvedArticle, operation: str, syntax: str) -> list[tu
     if syntax in ("SCALL", "MCALL"):
         return all_cols + pk_cols + [("bitmap", "bytea")]
     if syntax == "XCALL":
-        return all_cols + [(f"c{n + i + 1}", c.type) for i, c in enumerate(cols)]
+        return all_cols + [(f"c{n + i + 1}", c.param_type) for i, c in enumerate(cols)]
     raise ValueError(f"unknown call syntax {syntax!r}")
+
+
+def parameter_count(operation: str, syntax: str, columns: int, key_columns: int) -> int:
+    """How many parameters ``syntax`` passes for ``operation`` on a table of ``columns``
+    replicated columns, ``key_columns`` of them in the primary key (the lengths of
+    :func:`parameters`)."""
+    if operation == "insert":
+        return columns
+    if operation == "delete":
+        return columns if syntax == "XCALL" else key_columns
+    return {"CALL": columns + key_columns, "SCALL": columns + key_columns + 1,
+            "MCALL": columns + key_columns + 1, "XCALL": 2 * columns}[syntax]
+
+
+def check_argument_limit(article: ResolvedArticle) -> None:
+    """Refuse an article whose procedure calls would pass more than :data:`MAX_ARGUMENTS`
+    parameters, naming the syntaxes that fit (SQL statements have no such limit)."""
+    n, k = len(article.columns), len(article.primary_key)
+    for operation in OPERATIONS:
+        prop = article.propagation[operation]
+        if prop.method != "proc":
+            continue
+        count = parameter_count(operation, str(prop.syntax), n, k)
+        if count <= MAX_ARGUMENTS:
+            continue
+        fit = [s for s in ALLOWED_SYNTAX[operation] if parameter_count(operation, s, n, k) <= MAX_ARGUMENTS]
+        raise TopologyError(
+            f"article {article.name!r} ({article.table.qualified}, {n} columns replicated): {prop.syntax} "
+            f"syntax passes {count} parameters to the {operation} procedure, but PostgreSQL procedures take "
+            f"at most {MAX_ARGUMENTS}; set {_OPTION[operation]} to {' or '.join([*fit, 'SQL'])} "
+            f"(SQL statements have no such limit) or replicate fewer columns")
 
 
 def values(article: ResolvedArticle, cmd: Command, syntax: str) -> list:

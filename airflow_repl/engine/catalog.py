@@ -17,6 +17,16 @@ class Column:
     type: str  # format_type() text, e.g. "numeric(10,2)"
     not_null: bool
     type_oid: int
+    base_type: str | None = None  # a domain's underlying base type (format_type text); None otherwise
+
+    @property
+    def param_type(self) -> str:
+        """The type values travel in as parameters: a domain's base type, so that a NULL for an
+        unchanged column (SCALL) does not meet a NOT NULL domain; the column checks the domain."""
+        return self.base_type or self.type
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if not (k == "base_type" and v is None)}
 
 
 @dataclass
@@ -27,6 +37,8 @@ class TableInfo:
     columns: list[Column]
     primary_key: list[str]
     unique_keys: list[list[str]] = field(default_factory=list)
+    #: primary-key and unique constraints declared DEFERRABLE: (key columns, INITIALLY DEFERRED)
+    deferrable_keys: list[tuple[list[str], bool]] = field(default_factory=list)
 
     @property
     def qualified(self) -> str:
@@ -43,15 +55,27 @@ class TableInfo:
         raise TopologyError(f"table {self.qualified} has no column {name!r}; its columns are: "
                             f"{', '.join(self.column_names)}")
 
+    def deferral(self, key: list[str]) -> str:
+        """The constraint clause that makes ``key`` as deferrable as at the publisher ("" when
+        it is not deferrable)."""
+        for columns, initially_deferred in self.deferrable_keys:
+            if columns == key:
+                return "DEFERRABLE INITIALLY DEFERRED" if initially_deferred else "DEFERRABLE"
+        return ""
+
     def to_dict(self) -> dict:
-        return {"schema": self.schema, "name": self.name, "oid": self.oid,
-                "columns": [c.__dict__ for c in self.columns],
+        data = {"schema": self.schema, "name": self.name, "oid": self.oid,
+                "columns": [c.to_dict() for c in self.columns],
                 "primary_key": self.primary_key, "unique_keys": self.unique_keys}
+        if self.deferrable_keys:  # absent otherwise: definitions stored before it keep their hash
+            data["deferrable_keys"] = [[list(cols), deferred] for cols, deferred in self.deferrable_keys]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> "TableInfo":
         return cls(data["schema"], data["name"], data["oid"], [Column(**c) for c in data["columns"]],
-                   list(data["primary_key"]), [list(u) for u in data.get("unique_keys", [])])
+                   list(data["primary_key"]), [list(u) for u in data.get("unique_keys", [])],
+                   [(list(cols), bool(deferred)) for cols, deferred in data.get("deferrable_keys", [])])
 
 
 @contextmanager
@@ -86,10 +110,12 @@ def load_table(conn: psycopg.Connection, schema: str, table: str) -> TableInfo:
         raise TopologyError(f"{schema}.{table} is not an ordinary table (relkind {relkind!r}); only "
                             f"tables can be published")
     with catalog_search_path(conn):
-        columns = [Column(name, typ, notnull, typoid) for name, typ, notnull, typoid in conn.execute(
-            "SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull, a.atttypid "
-            "FROM pg_catalog.pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0 "
-            "AND NOT a.attisdropped AND a.attgenerated = '' ORDER BY a.attnum", (oid,))]
+        columns = [Column(name, typ, notnull, typoid, _domain_base(conn, typoid) if is_domain else None)
+                   for name, typ, notnull, typoid, is_domain in conn.execute(
+            "SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull, a.atttypid, "
+            "t.typtype = 'd' FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid "
+            "WHERE a.attrelid = %s AND a.attnum > 0 "
+            "AND NOT a.attisdropped AND a.attgenerated = '' ORDER BY a.attnum", (oid,)).fetchall()]
     primary_key: list[str] = []
     unique_keys: list[list[str]] = []
     for is_primary, cols in conn.execute(
@@ -109,4 +135,22 @@ def load_table(conn: psycopg.Connection, schema: str, table: str) -> TableInfo:
             f"table {schema}.{table} has no primary key; transactional replication needs one to find "
             f"rows at subscribers. Add one (ALTER TABLE {schema}.{table} ADD PRIMARY KEY (...)) or "
             f"remove the article")
-    return TableInfo(schema, table, oid, columns, primary_key, unique_keys)
+    return TableInfo(schema, table, oid, columns, primary_key, unique_keys, _deferrable_keys(conn, oid))
+
+
+def _domain_base(conn: psycopg.Connection, type_oid: int) -> str:
+    """The base type under a domain (through domains over domains), as format_type() text."""
+    return conn.execute(
+        "WITH RECURSIVE d(depth, base, typmod) AS (SELECT 0, typbasetype, typtypmod FROM pg_catalog.pg_type "
+        "WHERE oid = %s UNION ALL SELECT d.depth + 1, t.typbasetype, t.typtypmod FROM d "
+        "JOIN pg_catalog.pg_type t ON t.oid = d.base WHERE t.typtype = 'd') "
+        "SELECT pg_catalog.format_type(base, typmod) FROM d ORDER BY depth DESC LIMIT 1", (type_oid,)).fetchone()[0]
+
+
+def _deferrable_keys(conn: psycopg.Connection, oid: int) -> list[tuple[list[str], bool]]:
+    """The table's DEFERRABLE primary-key and unique constraints: (key columns, INITIALLY DEFERRED)."""
+    return [(list(cols), deferred) for cols, deferred in conn.execute(
+        "SELECT ARRAY(SELECT a.attname FROM unnest(c.conkey) WITH ORDINALITY AS k(attnum, ord) "
+        "JOIN pg_catalog.pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum ORDER BY k.ord), "
+        "c.condeferred FROM pg_catalog.pg_constraint c "
+        "WHERE c.conrelid = %s AND c.contype IN ('p', 'u') AND c.condeferrable ORDER BY c.oid", (oid,))]

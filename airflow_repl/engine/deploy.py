@@ -11,7 +11,7 @@ import logging
 import psycopg
 from psycopg import sql
 
-from . import catalog, connections, distdb, naming
+from . import callsyntax, catalog, connections, distdb, naming
 from .articles import ResolvedArticle, resolve_articles
 from .errors import TopologyError
 from .topology import Publication, Topology
@@ -29,7 +29,10 @@ def check_reachable(topology: Topology) -> None:
 def resolve_publication(pub_conn: psycopg.Connection, publication: Publication) -> list[ResolvedArticle]:
     tables = {a.name: catalog.load_table(pub_conn, a.source_schema, a.source_table)
               for a in publication.articles}
-    return resolve_articles(publication, tables)
+    articles = resolve_articles(publication, tables)
+    for art in articles:  # before anything changes at the publisher or the distributor
+        callsyntax.check_argument_limit(art)
+    return articles
 
 
 def _table_spec(art: ResolvedArticle, row_filter: str | None) -> sql.Composable:

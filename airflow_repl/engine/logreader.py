@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 import psycopg
@@ -46,9 +47,15 @@ class _TxnWriter:
     DELETE + INSERT pairs of consecutive key updates of one article form a *run* (typically one
     statement, such as ``SET k = k + 1`` or a swap of two keys): the run's DELETEs are written
     first and its INSERTs after them, so that applying the run never meets a transient
-    duplicate key.  A run ends at any other command, at another article, or when an UPDATE
-    touches a row version the run itself produced (a later statement of the same transaction).
-    A long run's INSERTs wait in a temporary table, not in memory.
+    duplicate key.  A run ends at any other command or at another article.
+
+    A pair whose before image equals an after image the run itself produced cancels against
+    it: that INSERT and this DELETE are both dropped and the new INSERT is kept.  Whether the
+    row is the one the run produced (a later statement updating it) or an equal row that
+    already existed (one statement shifting keys over rows equal apart from the key, possible
+    with a DEFERRABLE key), deleting and inserting the same whole row is no change, so the net
+    effect is the publisher's.  A long run's INSERTs wait in a temporary table, not in memory
+    (only a hash of each image is kept, to find a match there).
     """
 
     def __init__(self, dist: psycopg.Connection, publication: str, chunk: int) -> None:
@@ -63,27 +70,34 @@ class _TxnWriter:
         self.xact, self.xid, self.count = xact_seqno, xid, 0
         self.article_rows: dict[str, int] = {}
         self.run_article: str | None = None
-        self.run_inserts: list[Command] = []
-        self.run_images: set[tuple] = set()
-        self.staged = 0
+        self.run_inserts: list[Command | None] = []  # in memory; None = cancelled
+        self.pending: dict[tuple, list[int]] = {}  # after image -> its indexes in run_inserts
+        self.staged_hashes: Counter[int] = Counter()  # hash of each staged INSERT's image
+        self.staged = 0  # sequence number of the last staged INSERT of the run
 
     def row_change(self, article: str, commands: list[Command]) -> None:
         """Add the commands one published row change became."""
         self.article_rows[article] = self.article_rows.get(article, 0) + 1
         if len(commands) == 2 and commands[0].pair:
-            delete, insert = commands
-            if self.run_article != article or tuple(delete.old) in self.run_images:
-                self.close_run()
-                self.run_article = article
-            self.add(delete)
-            self.run_inserts.append(insert)
-            self.run_images.add(tuple(insert.new))
-            if len(self.run_inserts) >= self.chunk:
-                self._stage()
+            self._pair(article, *commands)
             return
         self.close_run()
         for cmd in commands:
             self.add(cmd)
+
+    def _pair(self, article: str, delete: Command, insert: Command) -> None:
+        before = tuple(delete.old)
+        if self.run_article != article:
+            self.close_run()
+            self.run_article = article
+        if self.pending.get(before):
+            self.run_inserts[self.pending[before].pop()] = None  # cancels against this DELETE
+        elif not self._unstage(before):
+            self.add(delete)
+        self.pending.setdefault(tuple(insert.new), []).append(len(self.run_inserts))
+        self.run_inserts.append(insert)
+        if len(self.run_inserts) >= self.chunk:
+            self._stage()
 
     def add(self, cmd: Command) -> None:
         self.count += 1
@@ -99,23 +113,40 @@ class _TxnWriter:
         with self.dist.cursor() as cur, cur.copy(
                 "COPY airflow_repl_staged (seq, article, op, data) FROM STDIN") as copy:
             for cmd in self.run_inserts:
-                self.staged += 1
-                copy.write_row((self.staged, cmd.article, cmd.op, distdb.dumps(cmd.to_json())))
-        self.run_inserts = []
+                if cmd is not None:
+                    self.staged += 1
+                    copy.write_row((self.staged, cmd.article, cmd.op, distdb.dumps(cmd.to_json())))
+                    self.staged_hashes[hash(tuple(cmd.new))] += 1
+        self.run_inserts, self.pending = [], {}
+
+    def _unstage(self, image: tuple) -> bool:
+        """Cancel a staged INSERT of ``image``; False when none was staged."""
+        key = hash(image)
+        if not self.staged_hashes[key]:
+            return False
+        cur = self.dist.execute(
+            "DELETE FROM airflow_repl_staged WHERE seq = (SELECT max(seq) FROM airflow_repl_staged "
+            "WHERE data -> 'n' = %s::jsonb)", (distdb.dumps(list(image)),))
+        if not cur.rowcount:  # only the hash was equal
+            return False
+        self.staged_hashes[key] -= 1
+        return True
 
     def close_run(self) -> None:
         if self.staged:
             self.flush()
-            self.dist.execute(
+            cur = self.dist.execute(
                 "INSERT INTO airflow_repl.commands (publication, xact_seqno, command_id, article, op, data) "
-                "SELECT %s, %s, %s + seq, article, op, data FROM airflow_repl_staged",
-                (self.publication, self.xact, self.count))
+                "SELECT %s, %s, %s + row_number() OVER (ORDER BY seq), article, op, data "
+                "FROM airflow_repl_staged", (self.publication, self.xact, self.count))
+            self.count += cur.rowcount
             self.dist.execute("TRUNCATE airflow_repl_staged")
-            self.count += self.staged
             self.staged = 0
         for cmd in self.run_inserts:
-            self.add(cmd)
-        self.run_article, self.run_inserts, self.run_images = None, [], set()
+            if cmd is not None:
+                self.add(cmd)
+        self.run_article, self.run_inserts, self.pending = None, [], {}
+        self.staged_hashes = Counter()
 
     def end(self, commit_time, end_lsn: int) -> None:
         """The transaction committed: queue its row (written with the batch)."""

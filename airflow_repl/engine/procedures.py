@@ -1,5 +1,9 @@
 """Generated subscriber procedures (``sp_MSins_`` / ``sp_MSupd_`` / ``sp_MSdel_``) as PL/pgSQL.
 
+The parameters keep SQL Server's names (``c1``.., ``pkc1``.., ``bitmap``), which may equal column
+names of the table: the body refers to parameters only by position (``$n``) and starts with
+``#variable_conflict use_column``, so a bare name in a statement is always the column.
+
 Update and delete procedures raise :data:`~airflow_repl.engine.errors.ROW_NOT_FOUND_SQLSTATE`
 (SQL Server's error 20598) when the key matched no row; the Distribution Agent relies on it.
 """
@@ -26,7 +30,7 @@ def procedure_sql(article: ResolvedArticle, operation: str) -> str | None:
     params = callsyntax.parameters(article, operation, prop.syntax)
     decl = ", ".join(f"{ident(p)} {t}" for p, t in params)
     stmt = callsyntax.statement(article, operation, prop.syntax, _dollar)
-    lines = [f"-- {prop.syntax} syntax: {', '.join(p for p, _ in params)}",
+    lines = ["#variable_conflict use_column", f"-- {prop.syntax} syntax: {', '.join(p for p, _ in params)}",
              "BEGIN", f"    {stmt};"]
     if operation != "insert":
         keys = callsyntax.key_placeholders(article, operation, prop.syntax, _dollar)

@@ -25,17 +25,18 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 import psycopg
 import pyarrow as pa
 import pyarrow.parquet as pq
 from psycopg import sql
 
-from . import callsyntax, connections, deploy, distdb, pgexec, procedures
+from . import callsyntax, connections, deploy, distdb, pgexec, procedures, usertypes
 from .agentrun import AgentRun
 from .articles import ResolvedArticle, definition_hash
 from .errors import ReplError
-from .sqltext import ident, qualified
+from .sqltext import dollar_quote, ident, literal, qualified
 from .topology import Topology
 
 log = logging.getLogger(__name__)
@@ -52,17 +53,40 @@ FETCH_ROWS = 10_000
 
 
 # ---------------------------------------------------------------------- scripts
-def schema_script(article: ResolvedArticle) -> str:
-    """DROP + CREATE of the subscriber table (SQL Server's pre-creation command 'drop')."""
-    cols = [f"    {ident(c.name)} {c.type}{' NOT NULL' if c.not_null else ''}" for c in article.columns]
-    cols.append(f"    PRIMARY KEY ({', '.join(ident(c) for c in article.primary_key)})")
-    for key in article.table.unique_keys:
-        if set(key) <= set(article.column_names):
-            cols.append(f"    UNIQUE ({', '.join(ident(c) for c in key)})")
+def schema_script(article: ResolvedArticle, collations: dict[str, str] | None = None) -> str:
+    """DROP + CREATE of the subscriber table (SQL Server's pre-creation command 'drop');
+    ``collations`` maps columns to their (quoted) collation where it is not their type's default."""
+    collations = collations or {}
+    cols = [f"    {ident(c.name)} {c.type}"
+            f"{' COLLATE ' + collations[c.name] if c.name in collations else ''}{' NOT NULL' if c.not_null else ''}"
+            for c in article.columns]
+    keys = [("PRIMARY KEY", article.primary_key)] + [
+        ("UNIQUE", key) for key in article.table.unique_keys if set(key) <= set(article.column_names)]
+    cols += [_key_clause(kind, key, article.table.deferral(key)) for kind, key in keys]
     table = qualified(article.dest_schema, article.dest_table)
+    deferrable = any(article.table.deferral(key) for _, key in keys)
     return (f"CREATE SCHEMA IF NOT EXISTS {ident(article.dest_schema)};\n"
             f"DROP TABLE IF EXISTS {table} CASCADE;\n"
-            f"CREATE TABLE {table} (\n" + ",\n".join(cols) + "\n);\n")
+            f"CREATE TABLE {table} (\n" + ",\n".join(cols) + "\n);\n"
+            + (_enforce_deferrable_keys(table) if deferrable else ""))
+
+
+def _enforce_deferrable_keys(table: str) -> str:
+    """A DEFERRABLE key is checked by an internal trigger, which, like every trigger, does not fire
+    under ``session_replication_role = replica`` (the Distribution Agent's and the loader's): a
+    duplicate key would get in silently.  Firing it ALWAYS keeps the key enforced there."""
+    body = ("DECLARE\n    trigger_name name;\nBEGIN\n"
+            "    FOR trigger_name IN SELECT t.tgname FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_constraint k "
+            f"ON k.oid = t.tgconstraint\n        WHERE t.tgrelid = {literal(table)}::regclass AND t.tgisinternal "
+            "AND k.contype IN ('p', 'u') LOOP\n"
+            f"        EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER %I', {literal(table)}::regclass, "
+            "trigger_name);\n    END LOOP;\nEND;\n")
+    return f"DO {dollar_quote(body)};\n"
+
+
+def _key_clause(kind: str, key: list[str], deferral: str) -> str:
+    """A PRIMARY KEY / UNIQUE table constraint, as deferrable as at the publisher."""
+    return f"    {kind} ({', '.join(ident(c) for c in key)}){' ' + deferral if deferral else ''}"
 
 
 def _select_list(article: ResolvedArticle) -> sql.Composable:
@@ -323,6 +347,10 @@ def run_snapshot(topology: Topology, publication: str, spark, *, subscribers: li
             summary = {"snapshot_id": None, "initialized": [], "rows": 0,
                        "message": "every subscription is already initialized; nothing to do"}
             return run.succeed(summary, message=summary["message"])
+        run.step = "the checks of the subscribers' types"
+        with run.connect(pub_conninfo, "publisher") as pub:  # refused before any slot exists
+            _check_user_types(topology, targets, usertypes.read(pub, articles).objects,
+                              lambda name, conninfo: run.connect(conninfo, f"subscriber {name!r}"))
         snapshot_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
         folder = Path(topology.snapshot_folder) / publication / snapshot_id
         folder.mkdir(parents=True, exist_ok=True)
@@ -338,6 +366,7 @@ def run_snapshot(topology: Topology, publication: str, spark, *, subscribers: li
                 planner.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 planner.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)))
                 tasks = [t for art in articles for t in plan_partitions(planner, art, parallelism)]
+                needs = usertypes.read(planner, articles)
                 planner.execute("COMMIT")
             run.spark_step("the read of the snapshot", "publisher", pub_conninfo)
             read_started = time.monotonic()
@@ -348,7 +377,8 @@ def run_snapshot(topology: Topology, publication: str, spark, *, subscribers: li
         finally:
             repl_conn.close()  # ends the exported snapshot (and drops a temporary slot)
         run.step, run.spark_role = "the writing of the snapshot folder", None
-        (folder / "schema.sql").write_text("\n".join(schema_script(a) for a in articles))
+        (folder / "schema.sql").write_text(usertypes.script(needs.objects) + "\n".join(
+            schema_script(a, needs.column_collations.get(a.name)) for a in articles))
         (folder / "procedures.sql").write_text("\n".join(procedures.article_script(a) for a in articles))
         files = {a.name: [] for a in articles}
         for r in sorted(results, key=lambda r: r["path"]):
@@ -362,6 +392,7 @@ def run_snapshot(topology: Topology, publication: str, spark, *, subscribers: li
                           "columns": [{"name": c.name, "pg_type": c.type} for c in a.columns],
                           "primary_key": a.primary_key, "files": files[a.name],
                           "rows": sum(f["rows"] for f in files[a.name])} for a in articles],
+            "user_types": [o.to_dict() for o in needs.objects],
         }
         (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
         dist.execute("INSERT INTO airflow_repl.snapshots (publication, snapshot_id, folder, consistent_lsn, "
@@ -397,6 +428,8 @@ def initialize_subscriptions(topology: Topology, publication: str, articles: lis
         run.step = f"the initialization of subscriber {name!r}"
         return run.connect(conninfo, f"subscriber {name!r}")
 
+    _check_user_types(topology, subscribers,  # the snapshot's own types, at every subscriber first
+                      [usertypes.UserObject.from_dict(o) for o in manifest.get("user_types", [])], connect)
     for name, conninfo in conninfos.items():
         dist.execute("UPDATE airflow_repl.subscriptions SET status = 'initializing', snapshot_id = %s "
                      "WHERE publication = %s AND subscriber = %s", (manifest["snapshot_id"], publication, name))
@@ -455,6 +488,14 @@ def _check_loaded_rows(sub: psycopg.Connection, articles: list[ResolvedArticle],
                 f"article {art.name!r}, which has {expected[art.name]}: the subscription was not activated; "
                 f"check the subscriber table for triggers or rules that change rows, then run the Snapshot Agent "
                 f"with reinitialize for it")
+
+
+def _check_user_types(topology: Topology, subscribers: list[str], objects: list[usertypes.UserObject],
+                      connect: Callable[[str, str], psycopg.Connection]) -> None:
+    """Refuse, before any of them changes, subscribers whose types differ from the publisher's."""
+    for name in subscribers:
+        with connect(name, topology.subscriber_conninfo(name)) as sub:
+            usertypes.check(sub, objects, name)
 
 
 def _check_custom_procedures(sub: psycopg.Connection, articles: list[ResolvedArticle], subscriber: str) -> None:

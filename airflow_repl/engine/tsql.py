@@ -25,7 +25,7 @@ _FIXED = {
 
 def tsql_type(column: Column) -> str:
     """The SQL Server type for a PostgreSQL column type (nvarchar(max) when there is no match)."""
-    t = column.type
+    t = column.param_type  # a domain is scripted as its base type
     if t in _FIXED:
         return _FIXED[t]
     if m := re.fullmatch(r"character varying\((\d+)\)", t):
