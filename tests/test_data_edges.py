@@ -25,7 +25,10 @@ import pytest
 from psycopg import sql
 
 from airflow_repl.engine import connections, deploy, distribution, logreader, snapshot
+from airflow_repl.engine.articles import resolve_articles
+from airflow_repl.engine.catalog import Column, GeneratedColumn, TableInfo
 from airflow_repl.engine.errors import ReplError, TopologyError
+from airflow_repl.engine.topology import from_dict
 
 # ---------------------------------------------------------------------- edge values
 #: one character of every Unicode plane (0-16), plus BMP specials
@@ -464,3 +467,22 @@ def test_changes_deliver_every_edge_value(world, style):
 def test_subscriber_matches_native_logical_replication(world, style):
     world.check()
     assert not world.native_diffs[style], "\n".join(world.native_diffs[style])
+
+
+# ---------------------------------------------------------------------- no server
+def test_schema_script_places_generated_columns_and_skips_those_reading_filtered_columns():
+    table = TableInfo("s", "t", 1, [Column("id", "integer", True, 23), Column("a", "integer", False, 23),
+                                    Column("b", "text", False, 25)], ["id"], [],
+                      [GeneratedColumn("g0", "integer", "(id * 2)", 1, ("id",)),
+                       GeneratedColumn("g1", "integer", "(a + 1)", 2, ("a",)),
+                       GeneratedColumn("g2", "text", "upper(b)", 3, ("b",))])
+    assert TableInfo.from_dict(table.to_dict()) == table
+
+    def script(**options) -> list[str]:
+        topo = from_dict({"publisher": "a", "distributor": "b", "publications": [
+            {"name": "p", "articles": [{"table": "s.t", **options}]}]})
+        text = snapshot.schema_script(resolve_articles(topo.publication("p"), {"t": table})[0])
+        return [line.strip().split()[0] for line in text.splitlines() if line.startswith("    ")]
+
+    assert script() == ['"id"', '"g0"', '"a"', '"g1"', '"b"', '"g2"', "PRIMARY"]
+    assert script(columns=["b"]) == ['"id"', '"g0"', '"b"', '"g2"', "PRIMARY"]  # g1 reads filtered-out a

@@ -53,8 +53,15 @@ FETCH_ROWS = 10_000
 
 # ---------------------------------------------------------------------- scripts
 def schema_script(article: ResolvedArticle) -> str:
-    """DROP + CREATE of the subscriber table (SQL Server's pre-creation command 'drop')."""
-    cols = [f"    {ident(c.name)} {c.type}{' NOT NULL' if c.not_null else ''}" for c in article.columns]
+    """DROP + CREATE of the subscriber table (SQL Server's pre-creation command 'drop').
+    Stored generated columns are created with the publisher's expression, in their place,
+    unless they read a column the article filters out."""
+    place = {c.name: i for i, c in enumerate(article.table.columns)}
+    cols = [line for _, line in sorted(
+        [((place[c.name], 1, 0), f"    {ident(c.name)} {c.type}{' NOT NULL' if c.not_null else ''}")
+         for c in article.columns] +
+        [((g.position, 0, i), f"    {ident(g.name)} {g.type} GENERATED ALWAYS AS ({g.expression}) STORED")
+         for i, g in enumerate(article.table.generated) if set(g.depends_on) <= set(article.column_names)])]
     cols.append(f"    PRIMARY KEY ({', '.join(ident(c) for c in article.primary_key)})")
     for key in article.table.unique_keys:
         if set(key) <= set(article.column_names):
