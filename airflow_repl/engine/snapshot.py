@@ -73,10 +73,16 @@ def schema_script(article: ResolvedArticle) -> str:
 
 
 def _select_list(article: ResolvedArticle) -> sql.Composable:
+    """The article's columns; those without an Arrow type as their type's output text, which is
+    what pgoutput sends for later changes and what native replication copies.  Not ``::text``:
+    a cast to text differs from the output function for some types (``xml`` keeps a default
+    XML declaration that xml_out drops; ``inet`` adds ``/32``).  ``concat`` calls the output
+    function (and NULL stays NULL through the CASE)."""
     parts = []
     for c in article.columns:
         col = sql.Identifier(c.name)
-        parts.append(col if c.type_oid in ARROW_TYPES else sql.SQL("{}::text").format(col))
+        parts.append(col if c.type_oid in ARROW_TYPES else
+                     sql.SQL("CASE WHEN {c} IS NULL THEN NULL ELSE pg_catalog.concat({c}) END").format(c=col))
     return sql.SQL(", ").join(parts)
 
 
