@@ -61,7 +61,7 @@ SCALARS = [
     ("tx", "text", [UNICODE_TEXT, ODD_TEXT, "", "NULL", "\\N", "\\.", " "]),
     ("vc", "varchar(20)", ["ab  ", "\u00e9" * 20, ""]),
     ("ch", "char(5)", ["a", "     ", "\u00e9\u00e9\u00e9\u00e9\u00e9"]),
-    ("qc", '"char"', ["a", "", "\\"]),
+    ("qc", '"char"', ["a", "", "\\", "\\377"]),
     ("nm", "name", ["x" * 63, "\u00dcml\u00e4ut"]),
     ("by", "bytea", [ALL_BYTES, "\\x", "\\x00"]),
     ("b", "boolean", ["t", "f"]),
@@ -302,14 +302,16 @@ def columns_of(conninfo: str, schema: str, table: str, *, generated: bool) -> li
             (sql.Identifier(schema, table).as_string(conn), generated))]
 
 
-def table_text(conninfo: str, schema: str, table: str, columns: list[str]) -> list[tuple]:
+def table_text(conninfo: str, schema: str, table: str, columns: list[str], *, cast: bool = False) -> list[tuple]:
     """Every row as each column's type output text, sorted: exactly what PostgreSQL prints (and
     pgoutput sends) under the agents' pinned session settings (DateStyle, IntervalStyle,
     extra_float_digits, ...).  Not ``::text``: some casts differ from the output function (an
-    XML declaration survives ``xml::text`` but not xml_out)."""
+    XML declaration survives ``xml::text`` but not xml_out); ``cast`` compares ``::text`` instead,
+    which shows such stored differences."""
+    form = sql.SQL("{}::text") if cast else sql.SQL("{}")
     with connections.connect(conninfo, "server", autocommit=True) as conn, conn.cursor() as cur:
         cur.execute(sql.SQL("SELECT {} FROM {}").format(
-            sql.SQL(", ").join(map(sql.Identifier, columns)), sql.Identifier(schema, table)))
+            sql.SQL(", ").join(form.format(sql.Identifier(c)) for c in columns), sql.Identifier(schema, table)))
         res = cur.pgresult
         assert res is not None
         rows = [tuple(None if (v := res.get_value(r, c)) is None else v.decode() for c in range(res.nfields))
@@ -376,6 +378,7 @@ def drop_native_subscription(native_conninfo: str, name: str) -> None:
 @dataclass
 class World:
     snapshot_diffs: dict[str, list[str]] = field(default_factory=dict)
+    native_snapshot_diffs: dict[str, list[str]] = field(default_factory=dict)
     change_diffs: dict[str, list[str]] = field(default_factory=dict)
     native_diffs: dict[str, list[str]] = field(default_factory=dict)
     error: BaseException | None = None
@@ -387,6 +390,8 @@ class World:
 
 
 def _compare_style(env, style: str, native: str | None) -> tuple[list[str], list[str]]:
+    """Differences of a style's subscriber tables from the publisher, and from the native
+    subscriber (when given)."""
     s = schema_name(style)
     ours, theirs = [], []
     for table in TABLES:
@@ -402,9 +407,10 @@ def _compare_style(env, style: str, native: str | None) -> tuple[list[str], list
                 theirs.append(f"{s}.{table}: column(s) {missing} missing at the subscriber, present at the "
                               f"native subscriber")
                 every = [c for c in every if c not in missing]
-            theirs += diff(f"{s}.{table} (subscriber vs native subscriber)", every,
-                           table_text(native, schema_name("default"), table, every),
-                           table_text(env.sub, s, table, every))
+            for cast in (False, True):
+                theirs += diff(f"{s}.{table} (subscriber vs native subscriber{', ::text' * cast})", every,
+                               table_text(native, schema_name("default"), table, every, cast=cast),
+                               table_text(env.sub, s, table, every, cast=cast))
     return ours, theirs
 
 
@@ -430,8 +436,9 @@ def world(sandbox, spark, tmp_path_factory):
         snapshot.run_snapshot(topo, "p", spark)
         world.seconds["snapshot"] = time.monotonic() - t0
         create_native_subscription(env.pub, native, oracle, TABLES)
+        wait_native(env.pub, native, oracle)
         for style in STYLES:
-            world.snapshot_diffs[style] = _compare_style(env, style, None)[0]
+            world.snapshot_diffs[style], world.native_snapshot_diffs[style] = _compare_style(env, style, native)
         for style in STYLES:
             make_changes(env.pub, style)
         t0 = time.monotonic()
@@ -466,7 +473,8 @@ def test_changes_deliver_every_edge_value(world, style):
 @pytest.mark.parametrize("style", STYLES)
 def test_subscriber_matches_native_logical_replication(world, style):
     world.check()
-    assert not world.native_diffs[style], "\n".join(world.native_diffs[style])
+    problems = world.native_snapshot_diffs[style] + world.native_diffs[style]
+    assert not problems, "\n".join(problems)
 
 
 # ---------------------------------------------------------------------- no server
@@ -486,3 +494,163 @@ def test_schema_script_places_generated_columns_and_skips_those_reading_filtered
 
     assert script() == ['"id"', '"g0"', '"a"', '"g1"', '"b"', '"g2"', "PRIMARY"]
     assert script(columns=["b"]) == ['"id"', '"g0"', '"b"', '"g2"', "PRIMARY"]  # g1 reads filtered-out a
+
+
+# ---------------------------------------------------------------------- one case, one database
+def small_run(env, spark, ddl: str, articles: list, changes: str, *, sub_ddl: str = "", **snapshot_options):
+    """Publisher DDL + rows, snapshot, changes, one Log Reader + Distribution cycle; returns the
+    topology."""
+    env.run(env.pub, ddl)
+    if sub_ddl:
+        env.run(env.sub, sub_ddl)
+    topo = env.topology(articles)
+    snapshot.run_snapshot(topo, "p", spark, **snapshot_options)
+    if changes:
+        env.run(env.pub, changes)
+    logreader.run_log_reader(topo, "p")
+    distribution.run_distribution(topo, "p", "sub1")
+    return topo
+
+
+def assert_same_rows(pub: str, sub: str, schema: str, table: str, dest: tuple[str, str] | None = None) -> None:
+    cols = columns_of(pub, schema, table, generated=False)
+    dschema, dtable = dest or (schema, table)
+    problems = diff(f"{schema}.{table}", cols, table_text(pub, schema, table, cols),
+                    table_text(sub, dschema, dtable, cols))
+    assert not problems, "\n".join(problems)
+
+
+def test_snapshot_key_ranges_over_edge_key_values(env, spark):
+    """Several key ranges whose bounds are odd text, infinite timestamps, NaN and -Infinity
+    floats and huge numerics: every row lands exactly once."""
+    small_run(env, spark, """
+        CREATE TABLE rk (k text, ts timestamptz, f float8, n numeric, v int,
+                         PRIMARY KEY (k, ts, f, n));
+        INSERT INTO rk SELECT (ARRAY[E'it''s', E'back\\\\slash', '%s', ' ', '', E'\\u00e9\\U0001F600', 'NULL'])[g % 7 + 1],
+            (ARRAY['infinity', '-infinity', '4713-01-01 00:00:00+00 BC', '2000-01-01'])[g % 4 + 1]::timestamptz,
+            (ARRAY['NaN', '-Infinity', '-0', '5e-324', '1e308'])[g % 5 + 1]::float8,
+            g::numeric * 1e-300 + 1e300, g FROM generate_series(1, 120000) g""",
+        ["rk"], "UPDATE rk SET v = -v WHERE v % 1000 = 0", max_partitions=4)
+    assert env.rows(env.sub, "SELECT count(*), count(DISTINCT (k, ts, f, n)) FROM rk") == [(120000, 120000)]
+    assert_same_rows(env.pub, env.sub, "public", "rk")
+
+
+@pytest.mark.xfail(strict=True, reason="needs fidprocs' fix: user types created at the subscriber")
+def test_enum_domain_composite_and_range_types(env, spark):
+    small_run(env, spark, """
+        CREATE TYPE mood AS ENUM ('sad', 'ok', 'h\u00e4ppy ''q''');
+        CREATE DOMAIN posint AS int CHECK (VALUE > 0);
+        CREATE TYPE pair AS (a int, b text);
+        CREATE TYPE floatrange AS RANGE (subtype = float8);
+        CREATE TABLE ut (id int PRIMARY KEY, m mood, ms mood[], p posint, c pair, cs pair[], r floatrange);
+        INSERT INTO ut VALUES (1, 'sad', '{ok,NULL}', 1, '(1,"x y")', ARRAY['(1,)'::pair, NULL], '[-Infinity,0)'),
+                              (2, NULL, NULL, NULL, NULL, NULL, 'empty');""",
+        ["ut"], """INSERT INTO ut VALUES (3, 'h\u00e4ppy ''q''', '{sad}', 2147483647, '(,)', '{}', '(1.5,NaN]');
+                   UPDATE ut SET m = 'ok', c = '(2,"\\\\")' WHERE id = 1; DELETE FROM ut WHERE id = 2""")
+    assert_same_rows(env.pub, env.sub, "public", "ut")
+
+
+@pytest.mark.xfail(strict=True, reason="needs fidprocs' fix: procedure parameters collide with columns c1/pkc1/bitmap")
+def test_columns_named_like_procedure_parameters(env, spark):
+    syntaxes = {"CALL": {"upd_cmd": "CALL"}, "SCALL": {}, "MCALL": {"upd_cmd": "MCALL"},
+                "XCALL": {"upd_cmd": "XCALL", "del_cmd": "XCALL"}}
+    ddl = "".join(f"CREATE TABLE {s.lower()} (id int PRIMARY KEY, c1 int, c2 text, pkc1 int, bitmap bytea); "
+                  f"INSERT INTO {s.lower()} VALUES (1, 1, 'a', 1, '\\x01'), (2, 2, 'b', 2, NULL);"
+                  for s in syntaxes)
+    changes = "".join(f"INSERT INTO {s.lower()} VALUES (3, 3, 'c', 3, '\\xff'); UPDATE {s.lower()} SET c2 = 'B', "
+                      f"bitmap = '\\x' WHERE id = 2; DELETE FROM {s.lower()} WHERE id = 1;" for s in syntaxes)
+    small_run(env, spark, ddl, [{"table": s.lower(), **o} for s, o in syntaxes.items()], changes)
+    for s in syntaxes:
+        assert_same_rows(env.pub, env.sub, "public", s.lower())
+
+
+@pytest.mark.xfail(strict=True, reason="needs fidprocs' fix: articles beyond the 100-argument limit refused at apply")
+def test_table_beyond_the_argument_limit_is_refused_when_applied(env):
+    env.run(env.pub, "CREATE TABLE w51 (id int PRIMARY KEY, " + ", ".join(f"w{i} int" for i in range(1, 51)) + ")")
+    with pytest.raises(TopologyError, match=r"w51.*51 columns.*XCALL"):
+        deploy.apply_topology(env.topology([{"table": "w51", "upd_cmd": "XCALL"}]))
+
+
+@pytest.mark.xfail(strict=True, reason="needs fidprocs' fix: deferrable keys and key shifts over equal rows")
+def test_deferrable_key_shift_over_equal_rows(env, spark):
+    small_run(env, spark, """CREATE TABLE dk (id int PRIMARY KEY DEFERRABLE, v text);
+                             INSERT INTO dk SELECT g, 'same' FROM generate_series(1, 5) g""",
+              ["dk"], "UPDATE dk SET id = id + 1")
+    assert env.rows(env.sub, "SELECT condeferrable FROM pg_constraint WHERE conrelid = 'dk'::regclass "
+                             "AND contype = 'p'") == [(True,)]
+    assert_same_rows(env.pub, env.sub, "public", "dk")
+
+
+@pytest.mark.xfail(strict=True, reason="needs fidsnap's fix: `%` in table and column names")
+def test_percent_in_names_under_procedures_and_sql(env, spark):
+    small_run(env, spark, """
+        CREATE TABLE "100% p" ("id%" int PRIMARY KEY, "a%s" text, "%(x)s" int);
+        CREATE TABLE "100% s" ("id%" int PRIMARY KEY, "a%s" text, "%(x)s" int);
+        INSERT INTO "100% p" VALUES (1, '%', 1), (2, '%%', 2); INSERT INTO "100% s" VALUES (1, '%', 1), (2, '%%', 2);""",
+        ["100% p", {"table": "100% s", "ins_cmd": "SQL", "upd_cmd": "SQL", "del_cmd": "SQL"}],
+        """INSERT INTO "100% p" VALUES (3, '%s', 3); UPDATE "100% p" SET "a%s" = '%d' WHERE "id%" = 1;
+           DELETE FROM "100% p" WHERE "id%" = 2; INSERT INTO "100% s" VALUES (3, '%s', 3);
+           UPDATE "100% s" SET "a%s" = '%d' WHERE "id%" = 1; DELETE FROM "100% s" WHERE "id%" = 2;""")
+    assert_same_rows(env.pub, env.sub, "public", "100% p")
+    assert_same_rows(env.pub, env.sub, "public", "100% s")
+
+
+@pytest.mark.xfail(strict=True, reason="needs fidsnap's fix: INCLUDE columns are not key columns")
+def test_primary_key_with_include_columns(env, spark):
+    small_run(env, spark, """CREATE TABLE inc (a int, b int, v text, PRIMARY KEY (a) INCLUDE (b));
+                             INSERT INTO inc VALUES (1, 1, 'x')""",
+              ["inc"], "INSERT INTO inc VALUES (2, NULL, 'null b'); UPDATE inc SET b = NULL WHERE a = 1")
+    assert_same_rows(env.pub, env.sub, "public", "inc")
+
+
+@pytest.mark.xfail(strict=True, reason="needs fidsnap's fix: a published parent replicates only its own rows")
+def test_inheritance_parent_alone(env, spark):
+    small_run(env, spark, """CREATE TABLE parent (id int PRIMARY KEY, v text);
+                             CREATE TABLE child (extra int) INHERITS (parent);
+                             INSERT INTO parent VALUES (1, 'parent'); INSERT INTO child VALUES (2, 'child', 0)""",
+              ["parent"], "INSERT INTO parent VALUES (3, 'p'); INSERT INTO child VALUES (4, 'c', 1); "
+                          "UPDATE child SET v = 'c2'")
+    assert env.rows(env.sub, "SELECT id FROM parent ORDER BY id") == [(1,), (3,)]
+
+
+@pytest.mark.xfail(strict=True, reason="needs fidsnap's fix: column types scripted schema-qualified")
+def test_type_found_through_the_publishers_search_path(env, spark):
+    env.run(env.pub, "CREATE SCHEMA other; CREATE TYPE other.color AS ENUM ('red', 'green')")
+    with psycopg.connect(env.pub, autocommit=True) as conn:
+        conn.execute(sql.SQL("ALTER DATABASE {} SET search_path = public, other").format(
+            sql.Identifier(conn.info.dbname)))
+    small_run(env, spark, "CREATE TABLE painted (id int PRIMARY KEY, c other.color, cs other.color[]); "
+                          "INSERT INTO painted VALUES (1, 'red', '{green}')",
+              ["painted"], "INSERT INTO painted VALUES (2, 'green', NULL)",
+              sub_ddl="CREATE SCHEMA other; CREATE TYPE other.color AS ENUM ('red', 'green')")
+    assert_same_rows(env.pub, env.sub, "public", "painted")
+
+
+def _database(sandbox, cluster: str, name: str, options: str) -> str:
+    sandbox.drop_database(cluster, name)
+    with psycopg.connect(sandbox.conninfo(cluster), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE template0 " + options).format(sql.Identifier(name)))
+    return sandbox.conninfo(cluster, name)
+
+
+@pytest.mark.xfail(strict=True, reason="needs fidsnap's fix: one key ordering for planner and loader")
+def test_subscriber_with_an_icu_collation(env, spark):
+    name = "icu_" + env.databases[0][1]
+    env.databases.append(("subscriber", name))
+    env.subs["sub1"] = env.sub = _database(env.sandbox, "subscriber", name,
+                                           "LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.utf8'")
+    small_run(env, spark, """CREATE TABLE mixed (k text PRIMARY KEY, v int);
+                             INSERT INTO mixed SELECT (ARRAY['a', 'B', 'c', 'D'])[g % 4 + 1] || g, g
+                             FROM generate_series(1, 120000) g""", ["mixed"], "", max_partitions=4)
+    assert env.rows(env.sub, "SELECT count(*) FROM mixed") == [(120000,)]
+
+
+@pytest.mark.xfail(strict=True, reason="needs fidsnap's fix: client_encoding pinned to UTF8")
+def test_latin1_publisher(env, spark):
+    name = "latin1_" + env.databases[0][1]
+    env.databases.append(("publisher", name))
+    env.pub = _database(env.sandbox, "publisher", name, "ENCODING 'LATIN1' LOCALE 'C'")
+    small_run(env, spark, "CREATE TABLE l1 (id int PRIMARY KEY, v text); INSERT INTO l1 VALUES (1, '\u00e9')",
+              ["l1"], "INSERT INTO l1 VALUES (2, '\u00e9'), (3, '\u00c3\u00a9'), (4, '\u00ff\u00a0')")
+    assert env.rows(env.sub, "SELECT v FROM l1 ORDER BY id") == [("\u00e9",), ("\u00e9",), ("\u00c3\u00a9",),
+                                                                ("\u00ff\u00a0",)]
