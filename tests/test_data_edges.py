@@ -294,28 +294,28 @@ def make_changes(conninfo: str, style: str) -> None:
 
 
 # ---------------------------------------------------------------------- comparing
-def columns_of(conninfo: str, schema: str, table: str, *, generated: bool) -> list[str]:
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        return [r[0] for r in conn.execute(
-            "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped "
-            "AND (%s OR attgenerated = '') ORDER BY attnum",
-            (sql.Identifier(schema, table).as_string(conn), generated))]
+def columns_of(conn: psycopg.Connection, schema: str, table: str, *, generated: bool) -> list[str]:
+    return [r[0] for r in conn.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped "
+        "AND (%s OR attgenerated = '') ORDER BY attnum",
+        (sql.Identifier(schema, table).as_string(conn), generated))]
 
 
-def table_text(conninfo: str, schema: str, table: str, columns: list[str], *, cast: bool = False) -> list[tuple]:
+def table_text(conn: psycopg.Connection, schema: str, table: str, columns: list[str], *,
+               cast: bool = False) -> list[tuple]:
     """Every row as each column's type output text, sorted: exactly what PostgreSQL prints (and
-    pgoutput sends) under the agents' pinned session settings (DateStyle, IntervalStyle,
-    extra_float_digits, ...).  Not ``::text``: some casts differ from the output function (an
-    XML declaration survives ``xml::text`` but not xml_out); ``cast`` compares ``::text`` instead,
-    which shows such stored differences."""
+    pgoutput sends) under the agents' pinned session settings (``conn`` comes from
+    :func:`connections.connect`).  Not ``::text``: some casts differ from the output function
+    (an XML declaration survives ``xml::text`` but not xml_out); ``cast`` compares ``::text``
+    instead, which shows such stored differences."""
     form = sql.SQL("{}::text") if cast else sql.SQL("{}")
-    with connections.connect(conninfo, "server", autocommit=True) as conn, conn.cursor() as cur:
+    with conn.cursor() as cur:
         cur.execute(sql.SQL("SELECT {} FROM {}").format(
             sql.SQL(", ").join(form.format(sql.Identifier(c)) for c in columns), sql.Identifier(schema, table)))
         res = cur.pgresult
         assert res is not None
-        rows = [tuple(None if (v := res.get_value(r, c)) is None else v.decode() for c in range(res.nfields))
-                for r in range(res.ntuples)]
+        rows = [tuple(None if (v := res.get_value(r, c)) is None else v.decode(conn.info.encoding)
+                      for c in range(res.nfields)) for r in range(res.ntuples)]
     return sorted(rows, key=lambda r: [(v is None, v or "") for v in r])
 
 
@@ -389,29 +389,36 @@ class World:
             raise AssertionError(f"the shared run failed: {self.error!r}") from self.error
 
 
-def _compare_style(env, style: str, native: str | None) -> tuple[list[str], list[str]]:
-    """Differences of a style's subscriber tables from the publisher, and from the native
-    subscriber (when given)."""
+def _compare_style(pub: psycopg.Connection, sub: psycopg.Connection, native: psycopg.Connection,
+                   style: str) -> tuple[list[str], list[str]]:
+    """Differences of a style's subscriber tables from the publisher and from the native
+    subscriber."""
     s = schema_name(style)
     ours, theirs = [], []
     for table in TABLES:
-        cols = columns_of(env.pub, s, table, generated=False)
-        pub_rows = table_text(env.pub, s, table, cols)
-        ours += diff(f"{s}.{table} (subscriber vs publisher)", cols, pub_rows, table_text(env.sub, s, table, cols))
-        if native is not None:
-            if table == "wide" and WIDE[style] != WIDE["default"]:
-                continue  # the native copy is the default style's, of another width
-            every = columns_of(env.pub, s, table, generated=True)
-            missing = [c for c in every if c not in columns_of(env.sub, s, table, generated=True)]
-            if missing:
-                theirs.append(f"{s}.{table}: column(s) {missing} missing at the subscriber, present at the "
-                              f"native subscriber")
-                every = [c for c in every if c not in missing]
-            for cast in (False, True):
-                theirs += diff(f"{s}.{table} (subscriber vs native subscriber{', ::text' * cast})", every,
-                               table_text(native, schema_name("default"), table, every, cast=cast),
-                               table_text(env.sub, s, table, every, cast=cast))
+        cols = columns_of(pub, s, table, generated=False)
+        pub_rows = table_text(pub, s, table, cols)
+        ours += diff(f"{s}.{table} (subscriber vs publisher)", cols, pub_rows, table_text(sub, s, table, cols))
+        if table == "wide" and WIDE[style] != WIDE["default"]:
+            continue  # the native copy is the default style's, of another width
+        every = columns_of(pub, s, table, generated=True)
+        missing = [c for c in every if c not in columns_of(sub, s, table, generated=True)]
+        if missing:
+            theirs.append(f"{s}.{table}: column(s) {missing} missing at the subscriber, present at the "
+                          f"native subscriber")
+            every = [c for c in every if c not in missing]
+        for cast in (False, True):
+            theirs += diff(f"{s}.{table} (subscriber vs native subscriber{', ::text' * cast})", every,
+                           table_text(native, schema_name("default"), table, every, cast=cast),
+                           table_text(sub, s, table, every, cast=cast))
     return ours, theirs
+
+
+def _compare_all(env, native: str, style: str) -> tuple[list[str], list[str]]:
+    with connections.connect(env.pub, "publisher", autocommit=True) as pub, \
+            connections.connect(env.sub, "subscriber", autocommit=True) as sub, \
+            connections.connect(native, "native subscriber", autocommit=True) as nat:
+        return _compare_style(pub, sub, nat, style)
 
 
 @pytest.fixture(scope="module")
@@ -423,33 +430,44 @@ def world(sandbox, spark, tmp_path_factory):
     native = sandbox.create_database("subscriber", native_name, recreate=True)
     oracle = f"oracle_{env.databases[0][1]}"
     world = World()
-    started = time.monotonic()
+    started = t0 = time.monotonic()
     try:
         with psycopg.connect(env.pub) as conn:
             for style in STYLES:
                 conn.execute(tables_ddl(style))
                 load_initial(conn, style)
         env.run(native, tables_ddl("default"))
+        world.seconds["load"] = time.monotonic() - t0
         topo = env.topology([{"table": f"{schema_name(style)}.{t}", "name": f"{style} {t}", **opts}
                              for style, opts in STYLES.items() for t in TABLES])
         t0 = time.monotonic()
         snapshot.run_snapshot(topo, "p", spark)
         world.seconds["snapshot"] = time.monotonic() - t0
         create_native_subscription(env.pub, native, oracle, TABLES)
+        t0 = time.monotonic()
         wait_native(env.pub, native, oracle)
+        world.seconds["native copy"] = time.monotonic() - t0
+        t0 = time.monotonic()
         for style in STYLES:
-            world.snapshot_diffs[style], world.native_snapshot_diffs[style] = _compare_style(env, style, native)
+            world.snapshot_diffs[style], world.native_snapshot_diffs[style] = _compare_all(env, native, style)
+        world.seconds["compare snapshot"] = time.monotonic() - t0
+        t0 = time.monotonic()
         for style in STYLES:
             make_changes(env.pub, style)
+        world.seconds["changes"] = time.monotonic() - t0
         t0 = time.monotonic()
         logreader.run_log_reader(topo, "p")
         distribution.run_distribution(topo, "p", "sub1")
         world.seconds["cycle"] = time.monotonic() - t0
+        t0 = time.monotonic()
         wait_native(env.pub, native, oracle)
+        world.seconds["native changes"] = time.monotonic() - t0
+        t0 = time.monotonic()
         for style in STYLES:
-            world.change_diffs[style], world.native_diffs[style] = _compare_style(env, style, native)
+            world.change_diffs[style], world.native_diffs[style] = _compare_all(env, native, style)
     except Exception as exc:  # noqa: BLE001 - reported by every test of the module
         world.error = exc
+    world.seconds["compare changes"] = time.monotonic() - t0
     world.seconds["total"] = time.monotonic() - started
     print(f"\nshared run: {world.seconds}")
     yield world
@@ -513,10 +531,12 @@ def small_run(env, spark, ddl: str, articles: list, changes: str, *, sub_ddl: st
 
 
 def assert_same_rows(pub: str, sub: str, schema: str, table: str, dest: tuple[str, str] | None = None) -> None:
-    cols = columns_of(pub, schema, table, generated=False)
     dschema, dtable = dest or (schema, table)
-    problems = diff(f"{schema}.{table}", cols, table_text(pub, schema, table, cols),
-                    table_text(sub, dschema, dtable, cols))
+    with connections.connect(pub, "publisher", autocommit=True) as p, \
+            connections.connect(sub, "subscriber", autocommit=True) as s:
+        cols = columns_of(p, schema, table, generated=False)
+        problems = diff(f"{schema}.{table}", cols, table_text(p, schema, table, cols),
+                        table_text(s, dschema, dtable, cols))
     assert not problems, "\n".join(problems)
 
 
@@ -654,3 +674,18 @@ def test_latin1_publisher(env, spark):
               ["l1"], "INSERT INTO l1 VALUES (2, '\u00e9'), (3, '\u00c3\u00a9'), (4, '\u00ff\u00a0')")
     assert env.rows(env.sub, "SELECT v FROM l1 ORDER BY id") == [("\u00e9",), ("\u00e9",), ("\u00c3\u00a9",),
                                                                 ("\u00ff\u00a0",)]
+
+
+def test_subscriber_database_settings_do_not_change_values(env, spark):
+    """A subscriber database whose defaults read text differently (xmloption = document rejects
+    XML content fragments; array_nulls = off reads NULL in an array literal as the string
+    'NULL'): the agents' sessions pin the settings, so the values arrive unchanged."""
+    with psycopg.connect(env.sub, autocommit=True) as conn:
+        conn.execute(sql.SQL("ALTER DATABASE {} SET xmloption = document; ALTER DATABASE {} SET array_nulls = off")
+                     .format(sql.Identifier(conn.info.dbname), sql.Identifier(conn.info.dbname)))
+    small_run(env, spark, """CREATE TABLE st (id int PRIMARY KEY, x xml, a text[]);
+                             INSERT INTO st VALUES (1, 'text <b/> more', '{NULL,"NULL",x}')""",
+              [{"table": "st", "ins_cmd": "CALL"}], """INSERT INTO st VALUES (2, 'a<b/>', '{NULL}');
+              UPDATE st SET x = 'c<d/>', a = '{y,NULL}' WHERE id = 1""")
+    assert_same_rows(env.pub, env.sub, "public", "st")
+    assert env.rows(env.sub, "SELECT a[1] IS NULL FROM st ORDER BY id") == [(False,), (True,)]

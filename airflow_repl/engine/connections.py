@@ -173,7 +173,8 @@ def to_uri(conninfo: str) -> str:
 #: Session settings of every agent connection.  Values travel between servers in PostgreSQL's
 #: text form, which depends on these; pinning them makes that form the same everywhere.
 SESSION_SETTINGS = {"DateStyle": "ISO", "IntervalStyle": "postgres", "extra_float_digits": "3",
-                    "TimeZone": "UTC", "bytea_output": "hex", "standard_conforming_strings": "on"}
+                    "TimeZone": "UTC", "bytea_output": "hex", "standard_conforming_strings": "on",
+                    "xmloption": "content", "array_nulls": "on"}
 
 
 def with_session_settings(conninfo: str) -> str:
