@@ -689,3 +689,18 @@ def test_subscriber_database_settings_do_not_change_values(env, spark):
               UPDATE st SET x = 'c<d/>', a = '{y,NULL}' WHERE id = 1""")
     assert_same_rows(env.pub, env.sub, "public", "st")
     assert env.rows(env.sub, "SELECT a[1] IS NULL FROM st ORDER BY id") == [(False,), (True,)]
+
+
+def test_distribution_database_in_another_encoding_is_refused_before_anything_changes(env, spark):
+    """Commands hold values as jsonb, which a LATIN1 distribution database cannot store for
+    characters outside LATIN1 (the Log Reader used to stop there, for good): such a database is
+    refused when the topology is applied, before the publisher is touched."""
+    name = "latin1d_" + env.databases[0][1]
+    env.databases.append(("publisher", name))
+    env.dist = _database(env.sandbox, "publisher", name, "ENCODING 'LATIN1' LOCALE 'C'")
+    env.run(env.pub, "CREATE TABLE u (id int PRIMARY KEY, v text)")
+    with pytest.raises(TopologyError, match=rf"distribution database '{name}' uses encoding LATIN1.*"
+                                            r"ENCODING 'UTF8'"):
+        snapshot.run_snapshot(env.topology(["u"]), "p", spark)
+    assert env.rows(env.pub, "SELECT count(*) FROM pg_publication") == [(0,)]
+    assert env.rows(env.pub, "SELECT relreplident FROM pg_class WHERE relname = 'u'") == [("d",)]
