@@ -17,6 +17,7 @@ Cases whose fix belongs to another piece of work are separate small tests marked
 
 from __future__ import annotations
 
+import struct
 import time
 from dataclasses import dataclass, field
 
@@ -24,7 +25,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from airflow_repl.engine import connections, deploy, distribution, logreader, snapshot
+from airflow_repl.engine import connections, deploy, distribution, logreader, pgoutput, snapshot
 from airflow_repl.engine.articles import resolve_articles
 from airflow_repl.engine.catalog import Column, GeneratedColumn, TableInfo
 from airflow_repl.engine.errors import ReplError, TopologyError
@@ -515,6 +516,49 @@ def test_schema_script_places_generated_columns_and_skips_those_reading_filtered
 
     assert script() == ['"id"', '"g0"', '"a"', '"g1"', '"b"', '"g2"', "PRIMARY"]
     assert script(columns=["b"]) == ['"id"', '"g0"', '"b"', '"g2"', "PRIMARY"]  # g1 reads filtered-out a
+
+
+def _tuple_data(*values) -> bytes:
+    out = struct.pack("!h", len(values))
+    for v in values:
+        if v is None:
+            out += b"n"
+        elif v is pgoutput.UNCHANGED_TOAST:
+            out += b"u"
+        else:
+            raw = v.encode()
+            out += b"t" + struct.pack("!i", len(raw)) + raw
+    return out
+
+
+def test_pgoutput_decodes_edge_text_null_and_unchanged_toast():
+    long_name = "\u00e9" * 31 + "x"  # 63 bytes
+    rel = (b"R" + struct.pack("!I", 16384) + "s p".encode() + b"\0" + long_name.encode() + b"\0" + b"f"
+           + struct.pack("!h", 3) + b"".join(b"\1" * (i == 0) + b"\0" * (i != 0) + c.encode() + b"\0"
+                                             + struct.pack("!Ii", 25, -1) for i, c in enumerate(["id", "a.b", long_name])))
+    assert pgoutput.decode(rel) == pgoutput.Relation(16384, "s p", long_name, "f", ["id", "a.b", long_name],
+                                                     [25, 25, 25])
+    update = (b"U" + struct.pack("!I", 16384) + b"O" + _tuple_data("1", "", None)
+              + b"N" + _tuple_data("1", UNICODE_TEXT + ODD_TEXT, pgoutput.UNCHANGED_TOAST))
+    assert pgoutput.decode(update) == pgoutput.Update(16384, ["1", "", None],
+                                                      ["1", UNICODE_TEXT + ODD_TEXT, pgoutput.UNCHANGED_TOAST])
+    delete = b"D" + struct.pack("!I", 7) + b"O" + _tuple_data("\\x00ff", "")
+    assert pgoutput.decode(delete) == pgoutput.Delete(7, ["\\x00ff", ""])
+    truncate = b"T" + struct.pack("!ibII", 2, 3, 7, 8)
+    assert pgoutput.decode(truncate) == pgoutput.Truncate([7, 8], True, True)
+
+
+def test_unchanged_toast_takes_the_before_image():
+    table = TableInfo("s", "t", 1, [Column("id", "integer", True, 23), Column("big", "text", False, 25),
+                                    Column("n", "integer", False, 23)], ["id"])
+    topo = from_dict({"publisher": "a", "distributor": "b", "publications": [
+        {"name": "p", "articles": [{"table": "s.t", "upd_cmd": "SCALL"}]}]})
+    art = resolve_articles(topo.publication("p"), {"t": table})[0]
+    relmap = logreader._RelMap(art, [1, 2, 0])  # the relation lists n, id, big
+    (cmd,) = logreader._commands(pgoutput.Update(1, ["5", "1", "x" * 10], ["6", "1", pgoutput.UNCHANGED_TOAST]),
+                                 relmap)
+    assert (cmd.op, cmd.old, cmd.new, cmd.changed()) == ("U", ["1", "x" * 10, "5"], ["1", "x" * 10, "6"],
+                                                         [False, False, True])
 
 
 # ---------------------------------------------------------------------- one case, one database
