@@ -443,7 +443,8 @@ def world(sandbox, spark, tmp_path_factory):
         env.run(native, tables_ddl("default"))
         world.seconds["load"] = time.monotonic() - t0
         topo = env.topology([{"table": f"{schema_name(style)}.{t}", "name": f"{style} {t}", **opts}
-                             for style, opts in STYLES.items() for t in TABLES])
+                             for style, opts in STYLES.items() for t in TABLES],
+                            subscription_streams=2)  # parallel streams bind the same values
         t0 = time.monotonic()
         snapshot.run_snapshot(topo, "p", spark)
         world.seconds["snapshot"] = time.monotonic() - t0
