@@ -29,6 +29,7 @@ from airflow_repl.engine import connections, deploy, distribution, logreader, pg
 from airflow_repl.engine.articles import resolve_articles
 from airflow_repl.engine.catalog import Column, GeneratedColumn, TableInfo
 from airflow_repl.engine.errors import ReplError, TopologyError
+from airflow_repl.engine.sqltext import ident
 from airflow_repl.engine.topology import from_dict
 
 # ---------------------------------------------------------------------- edge values
@@ -136,18 +137,14 @@ def schema_name(style: str) -> str:
 
 
 def _cols(spec) -> str:
-    return ", ".join(f"{sql_ident(c)} {t}" for c, t, _ in spec)
-
-
-def sql_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+    return ", ".join(f"{ident(c)} {t}" for c, t, _ in spec)
 
 
 def tables_ddl(style: str) -> str:
     """The tables of one style's schema (the same DDL creates the native subscriber's tables)."""
-    s = sql_ident(schema_name(style))
+    s = ident(schema_name(style))
     wide = ", ".join(f"w{i} {'integer' if i % 2 else 'text'}" for i in range(1, WIDE[style]))
-    odd = ", ".join(f"{sql_ident(c)} {'text' if i != 5 else 'int'}" for i, c in enumerate(ODD_COLUMNS))
+    odd = ", ".join(f"{ident(c)} {'text' if i != 5 else 'int'}" for i, c in enumerate(ODD_COLUMNS))
     return f"""
         CREATE SCHEMA {s};
         CREATE TABLE {s}.scalars (id int PRIMARY KEY, {_cols(SCALARS)});
@@ -162,9 +159,9 @@ def tables_ddl(style: str) -> str:
         CREATE TABLE {s}.part (region text, id int, v text, PRIMARY KEY (region, id)) PARTITION BY LIST (region);
         CREATE TABLE {s}.part_eu PARTITION OF {s}.part FOR VALUES IN ('eu');
         CREATE TABLE {s}.part_us PARTITION OF {s}.part FOR VALUES IN ('us');
-        CREATE TABLE {s}.{sql_ident(ODD_TABLE)} ({odd}, PRIMARY KEY ({sql_ident(ODD_COLUMNS[0])}));
-        CREATE TABLE {s}.{sql_ident(LONG_TABLE)} ({sql_ident(LONG_COLUMNS[0])} text PRIMARY KEY,
-                                                  {sql_ident(LONG_COLUMNS[1])} text);
+        CREATE TABLE {s}.{ident(ODD_TABLE)} ({odd}, PRIMARY KEY ({ident(ODD_COLUMNS[0])}));
+        CREATE TABLE {s}.{ident(LONG_TABLE)} ({ident(LONG_COLUMNS[0])} text PRIMARY KEY,
+                                                  {ident(LONG_COLUMNS[1])} text);
         CREATE TABLE {s}.wide (id int PRIMARY KEY, {wide});
     """
 
@@ -441,6 +438,10 @@ def world(sandbox, spark, tmp_path_factory):
                 conn.execute(tables_ddl(style))
                 load_initial(conn, style)
         env.run(native, tables_ddl("default"))
+        (toast_rel,) = env.rows(env.pub, "SELECT reltoastrelid::regclass::text FROM pg_class "
+                                         "WHERE oid = 's_default.toast'::regclass")[0]
+        chunks = env.rows(env.pub, f"SELECT count(*) FROM {toast_rel}")[0][0]  # a catalog name, not input
+        assert chunks > 1000, "the 1 MiB values must be stored out of line (TOASTed)"
         world.seconds["load"] = time.monotonic() - t0
         topo = env.topology([{"table": f"{schema_name(style)}.{t}", "name": f"{style} {t}", **opts}
                              for style, opts in STYLES.items() for t in TABLES],
