@@ -504,10 +504,10 @@ def test_subscriber_matches_native_logical_replication(world, style):
 # ---------------------------------------------------------------------- no server
 def test_schema_script_places_generated_columns_and_skips_those_reading_filtered_columns():
     table = TableInfo("s", "t", 1, [Column("id", "integer", True, 23), Column("a", "integer", False, 23),
-                                    Column("b", "text", False, 25)], ["id"], [],
-                      [GeneratedColumn("g0", "integer", "(id * 2)", 1, ("id",)),
-                       GeneratedColumn("g1", "integer", "(a + 1)", 2, ("a",)),
-                       GeneratedColumn("g2", "text", "upper(b)", 3, ("b",))])
+                                    Column("b", "text", False, 25)], ["id"],
+                      generated=[GeneratedColumn("g0", "integer", "(id * 2)", 1, ("id",)),
+                                 GeneratedColumn("g1", "integer", "(a + 1)", 2, ("a",)),
+                                 GeneratedColumn("g2", "text", "upper(b)", 3, ("b",))])
     assert TableInfo.from_dict(table.to_dict()) == table
 
     def script(**options) -> list[str]:
