@@ -136,6 +136,11 @@ def schema_name(style: str) -> str:
     return f"s_{style}"
 
 
+def article_name(style: str, table: str) -> str:
+    """'<style> <table>', cut to the 63 bytes a name may have (the long table's is exactly 63)."""
+    return f"{style} {table}".encode()[:63].decode(errors="ignore")
+
+
 def _cols(spec) -> str:
     return ", ".join(f"{ident(c)} {t}" for c, t, _ in spec)
 
@@ -443,7 +448,7 @@ def world(sandbox, spark, tmp_path_factory):
         chunks = env.rows(env.pub, f"SELECT count(*) FROM {toast_rel}")[0][0]  # a catalog name, not input
         assert chunks > 1000, "the 1 MiB values must be stored out of line (TOASTed)"
         world.seconds["load"] = time.monotonic() - t0
-        topo = env.topology([{"table": f"{schema_name(style)}.{t}", "name": f"{style} {t}", **opts}
+        topo = env.topology([{"table": f"{schema_name(style)}.{t}", "name": article_name(style, t), **opts}
                              for style, opts in STYLES.items() for t in TABLES],
                             subscription_streams=2)  # parallel streams bind the same values
         t0 = time.monotonic()
