@@ -29,6 +29,18 @@ class Column:
         return {k: v for k, v in self.__dict__.items() if not (k == "base_type" and v is None)}
 
 
+@dataclass(frozen=True)
+class GeneratedColumn:
+    """A stored generated column: not replicated (pgoutput does not send it), but created at
+    the subscriber with the same expression, which computes it there as native logical
+    replication's subscribers do."""
+    name: str
+    type: str
+    expression: str  # pg_get_expr() text
+    position: int  # how many replicated (non-generated) columns precede it in the table
+    depends_on: tuple[str, ...]  # the columns the expression reads
+
+
 @dataclass
 class TableInfo:
     schema: str
@@ -39,6 +51,7 @@ class TableInfo:
     unique_keys: list[list[str]] = field(default_factory=list)
     #: primary-key and unique constraints declared DEFERRABLE: (key columns, INITIALLY DEFERRED)
     deferrable_keys: list[tuple[list[str], bool]] = field(default_factory=list)
+    generated: list[GeneratedColumn] = field(default_factory=list)
 
     @property
     def qualified(self) -> str:
@@ -69,13 +82,17 @@ class TableInfo:
                 "primary_key": self.primary_key, "unique_keys": self.unique_keys}
         if self.deferrable_keys:  # absent otherwise: definitions stored before it keep their hash
             data["deferrable_keys"] = [[list(cols), deferred] for cols, deferred in self.deferrable_keys]
+        if self.generated:  # likewise
+            data["generated"] = [{**g.__dict__, "depends_on": list(g.depends_on)} for g in self.generated]
         return data
 
     @classmethod
     def from_dict(cls, data: dict) -> "TableInfo":
         return cls(data["schema"], data["name"], data["oid"], [Column(**c) for c in data["columns"]],
                    list(data["primary_key"]), [list(u) for u in data.get("unique_keys", [])],
-                   [(list(cols), bool(deferred)) for cols, deferred in data.get("deferrable_keys", [])])
+                   [(list(cols), bool(deferred)) for cols, deferred in data.get("deferrable_keys", [])],
+                   [GeneratedColumn(**{**g, "depends_on": tuple(g["depends_on"])})
+                    for g in data.get("generated", [])])
 
 
 @contextmanager
@@ -135,7 +152,10 @@ def load_table(conn: psycopg.Connection, schema: str, table: str) -> TableInfo:
             f"table {schema}.{table} has no primary key; transactional replication needs one to find "
             f"rows at subscribers. Add one (ALTER TABLE {schema}.{table} ADD PRIMARY KEY (...)) or "
             f"remove the article")
-    return TableInfo(schema, table, oid, columns, primary_key, unique_keys, _deferrable_keys(conn, oid))
+    with catalog_search_path(conn):
+        generated = generated_columns(conn, oid)
+    return TableInfo(schema, table, oid, columns, primary_key, unique_keys,
+                     deferrable_keys=_deferrable_keys(conn, oid), generated=generated)
 
 
 def _domain_base(conn: psycopg.Connection, type_oid: int) -> str:
@@ -154,3 +174,20 @@ def _deferrable_keys(conn: psycopg.Connection, oid: int) -> list[tuple[list[str]
         "JOIN pg_catalog.pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum ORDER BY k.ord), "
         "c.condeferred FROM pg_catalog.pg_constraint c "
         "WHERE c.conrelid = %s AND c.contype IN ('p', 'u') AND c.condeferrable ORDER BY c.oid", (oid,))]
+
+
+def generated_columns(conn: psycopg.Connection, oid: int) -> list[GeneratedColumn]:
+    """The table's stored generated columns, with their expressions and the columns they read."""
+    return [GeneratedColumn(name, typ, expr, position, tuple(deps)) for name, typ, expr, position, deps in conn.execute(
+        "SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), "
+        "pg_catalog.pg_get_expr(d.adbin, d.adrelid), "
+        "(SELECT count(*) FROM pg_catalog.pg_attribute b WHERE b.attrelid = a.attrelid AND b.attnum > 0 "
+        " AND b.attnum < a.attnum AND NOT b.attisdropped AND b.attgenerated = '')::int, "
+        "ARRAY(SELECT r.attname FROM pg_catalog.pg_depend dep JOIN pg_catalog.pg_attribute r "
+        " ON r.attrelid = dep.refobjid AND r.attnum = dep.refobjsubid "
+        " WHERE dep.classid = 'pg_catalog.pg_class'::regclass AND dep.objid = a.attrelid "
+        " AND dep.objsubid = a.attnum AND dep.refclassid = 'pg_catalog.pg_class'::regclass "
+        " AND dep.refobjid = a.attrelid AND dep.refobjsubid > 0 ORDER BY r.attnum) "
+        "FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid "
+        "AND d.adnum = a.attnum WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped "
+        "AND a.attgenerated = 's' ORDER BY a.attnum", (oid,))]

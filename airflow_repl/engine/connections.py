@@ -179,7 +179,8 @@ def to_uri(conninfo: str) -> str:
 #: pg_catalog alone (see catalog.catalog_search_path) so scripted types are always qualified.
 SESSION_SETTINGS = {"DateStyle": "ISO", "IntervalStyle": "postgres", "extra_float_digits": "3",
                     "TimeZone": "UTC", "bytea_output": "hex", "standard_conforming_strings": "on",
-                    "client_encoding": "UTF8", "search_path": "pg_catalog,public"}
+                    "client_encoding": "UTF8", "search_path": "pg_catalog,public",
+                    "xmloption": "content", "array_nulls": "on"}
 
 
 def with_session_settings(conninfo: str) -> str:

@@ -120,6 +120,8 @@ def apply_topology(topology: Topology, publications: list[str] | None = None) ->
     """Validate and deploy the topology (or some of its publications).  Returns the resolved
     articles per publication."""
     check_reachable(topology)
+    with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
+        distdb.check_encoding(dist)  # before the publisher is changed
     names = publications or list(topology.publications)
     resolved: dict[str, list[ResolvedArticle]] = {}
     with connections.connect(topology.publisher.require("publisher"), "publisher") as pub_conn:

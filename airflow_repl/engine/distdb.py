@@ -14,7 +14,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from .articles import ResolvedArticle
-from .errors import NotInitialized
+from .errors import NotInitialized, TopologyError
 
 SCHEMA = "airflow_repl"
 
@@ -135,6 +135,20 @@ BEGIN
 END
 $fn$;
 """
+
+
+def check_encoding(conn: psycopg.Connection) -> None:
+    """Commands hold replicated values as JSON (``jsonb``), which a database in another encoding
+    than UTF8 cannot store for characters outside its character set: refuse such a
+    distribution database up front, naming it and the fix."""
+    dbname, encoding = conn.execute("SELECT current_database(), pg_catalog.pg_encoding_to_char(encoding) "
+                                    "FROM pg_catalog.pg_database WHERE datname = current_database()").fetchone()
+    conn.rollback()
+    if encoding != "UTF8":
+        raise TopologyError(
+            f"the distribution database {dbname!r} uses encoding {encoding}, which cannot hold every replicated "
+            f"character: create it with ENCODING 'UTF8' (CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE "
+            f"template0) and point the topology's distributor at it")
 
 
 def ensure_schema(conn: psycopg.Connection) -> None:

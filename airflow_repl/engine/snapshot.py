@@ -55,11 +55,17 @@ FETCH_ROWS = 10_000
 # ---------------------------------------------------------------------- scripts
 def schema_script(article: ResolvedArticle, collations: dict[str, str] | None = None) -> str:
     """DROP + CREATE of the subscriber table (SQL Server's pre-creation command 'drop');
-    ``collations`` maps columns to their (quoted) collation where it is not their type's default."""
+    ``collations`` maps columns to their (quoted) collation where it is not their type's default.
+    Stored generated columns are created with the publisher's expression, in their place,
+    unless they read a column the article filters out."""
     collations = collations or {}
-    cols = [f"    {ident(c.name)} {c.type}"
-            f"{' COLLATE ' + collations[c.name] if c.name in collations else ''}{' NOT NULL' if c.not_null else ''}"
-            for c in article.columns]
+    place = {c.name: i for i, c in enumerate(article.table.columns)}
+    cols = [line for _, line in sorted(
+        [((place[c.name], 1, 0), f"    {ident(c.name)} {c.type}"
+          f"{' COLLATE ' + collations[c.name] if c.name in collations else ''}{' NOT NULL' if c.not_null else ''}")
+         for c in article.columns] +
+        [((g.position, 0, i), f"    {ident(g.name)} {g.type} GENERATED ALWAYS AS ({g.expression}) STORED")
+         for i, g in enumerate(article.table.generated) if set(g.depends_on) <= set(article.column_names)])]
     keys = [("PRIMARY KEY", article.primary_key)] + [
         ("UNIQUE", key) for key in article.table.unique_keys if set(key) <= set(article.column_names)]
     cols += [_key_clause(kind, key, article.table.deferral(key)) for kind, key in keys]
@@ -90,10 +96,16 @@ def _key_clause(kind: str, key: list[str], deferral: str) -> str:
 
 
 def _select_list(article: ResolvedArticle) -> sql.Composable:
+    """The article's columns; those without an Arrow type as their type's output text, which is
+    what pgoutput sends for later changes and what native replication copies.  Not ``::text``:
+    a cast to text differs from the output function for some types (``xml`` keeps a default
+    XML declaration that xml_out drops; ``inet`` adds ``/32``).  ``concat`` calls the output
+    function (and NULL stays NULL through the CASE)."""
     parts = []
     for c in article.columns:
         col = sql.Identifier(c.name)
-        parts.append(col if c.type_oid in ARROW_TYPES else sql.SQL("{}::text").format(col))
+        parts.append(col if c.type_oid in ARROW_TYPES else
+                     sql.SQL("CASE WHEN {c} IS NULL THEN NULL ELSE pg_catalog.concat({c}) END").format(c=col))
     return sql.SQL(", ").join(parts)
 
 
