@@ -12,7 +12,7 @@ under the agents' pinned session settings) with the publisher, and with a native
 (``CREATE SUBSCRIPTION`` in another database of the subscriber cluster) of the ``s_default``
 tables, which receive the very same changes.
 
-Cases whose fix belongs to another piece of work are separate small tests marked ``xfail``.
+Cases whose fix came with other pieces of work (user types, name collisions, argument limits, deferrable keys, `%` names, INCLUDE keys, inheritance, qualified types, collations, encodings) are separate small tests.
 """
 
 from __future__ import annotations
@@ -609,7 +609,6 @@ def test_snapshot_key_ranges_over_edge_key_values(env, spark):
     assert_same_rows(env.pub, env.sub, "public", "rk")
 
 
-@pytest.mark.xfail(strict=True, reason="needs fidprocs' fix: user types created at the subscriber")
 def test_enum_domain_composite_and_range_types(env, spark):
     small_run(env, spark, """
         CREATE TYPE mood AS ENUM ('sad', 'ok', 'h\u00e4ppy ''q''');
@@ -624,7 +623,6 @@ def test_enum_domain_composite_and_range_types(env, spark):
     assert_same_rows(env.pub, env.sub, "public", "ut")
 
 
-@pytest.mark.xfail(strict=True, reason="needs fidprocs' fix: procedure parameters collide with columns c1/pkc1/bitmap")
 def test_columns_named_like_procedure_parameters(env, spark):
     syntaxes = {"CALL": {"upd_cmd": "CALL"}, "SCALL": {}, "MCALL": {"upd_cmd": "MCALL"},
                 "XCALL": {"upd_cmd": "XCALL", "del_cmd": "XCALL"}}
@@ -638,14 +636,12 @@ def test_columns_named_like_procedure_parameters(env, spark):
         assert_same_rows(env.pub, env.sub, "public", s.lower())
 
 
-@pytest.mark.xfail(strict=True, reason="needs fidprocs' fix: articles beyond the 100-argument limit refused at apply")
 def test_table_beyond_the_argument_limit_is_refused_when_applied(env):
     env.run(env.pub, "CREATE TABLE w51 (id int PRIMARY KEY, " + ", ".join(f"w{i} int" for i in range(1, 51)) + ")")
     with pytest.raises(TopologyError, match=r"w51.*51 columns.*XCALL"):
         deploy.apply_topology(env.topology([{"table": "w51", "upd_cmd": "XCALL"}]))
 
 
-@pytest.mark.xfail(strict=True, reason="needs fidprocs' fix: deferrable keys and key shifts over equal rows")
 def test_deferrable_key_shift_over_equal_rows(env, spark):
     small_run(env, spark, """CREATE TABLE dk (id int PRIMARY KEY DEFERRABLE, v text);
                              INSERT INTO dk SELECT g, 'same' FROM generate_series(1, 5) g""",
@@ -655,7 +651,6 @@ def test_deferrable_key_shift_over_equal_rows(env, spark):
     assert_same_rows(env.pub, env.sub, "public", "dk")
 
 
-@pytest.mark.xfail(strict=True, reason="needs fidsnap's fix: `%` in table and column names")
 def test_percent_in_names_under_procedures_and_sql(env, spark):
     small_run(env, spark, """
         CREATE TABLE "100% p" ("id%" int PRIMARY KEY, "a%s" text, "%(x)s" int);
@@ -669,7 +664,6 @@ def test_percent_in_names_under_procedures_and_sql(env, spark):
     assert_same_rows(env.pub, env.sub, "public", "100% s")
 
 
-@pytest.mark.xfail(strict=True, reason="needs fidsnap's fix: INCLUDE columns are not key columns")
 def test_primary_key_with_include_columns(env, spark):
     small_run(env, spark, """CREATE TABLE inc (a int, b int, v text, PRIMARY KEY (a) INCLUDE (b));
                              INSERT INTO inc VALUES (1, 1, 'x')""",
@@ -677,7 +671,6 @@ def test_primary_key_with_include_columns(env, spark):
     assert_same_rows(env.pub, env.sub, "public", "inc")
 
 
-@pytest.mark.xfail(strict=True, reason="needs fidsnap's fix: a published parent replicates only its own rows")
 def test_inheritance_parent_alone(env, spark):
     small_run(env, spark, """CREATE TABLE parent (id int PRIMARY KEY, v text);
                              CREATE TABLE child (extra int) INHERITS (parent);
@@ -687,7 +680,6 @@ def test_inheritance_parent_alone(env, spark):
     assert env.rows(env.sub, "SELECT id FROM parent ORDER BY id") == [(1,), (3,)]
 
 
-@pytest.mark.xfail(strict=True, reason="needs fidsnap's fix: column types scripted schema-qualified")
 def test_type_found_through_the_publishers_search_path(env, spark):
     env.run(env.pub, "CREATE SCHEMA other; CREATE TYPE other.color AS ENUM ('red', 'green')")
     with psycopg.connect(env.pub, autocommit=True) as conn:
@@ -707,7 +699,6 @@ def _database(sandbox, cluster: str, name: str, options: str) -> str:
     return sandbox.conninfo(cluster, name)
 
 
-@pytest.mark.xfail(strict=True, reason="needs fidsnap's fix: one key ordering for planner and loader")
 def test_subscriber_with_an_icu_collation(env, spark):
     name = "icu_" + env.databases[0][1]
     env.databases.append(("subscriber", name))
@@ -719,7 +710,6 @@ def test_subscriber_with_an_icu_collation(env, spark):
     assert env.rows(env.sub, "SELECT count(*) FROM mixed") == [(120000,)]
 
 
-@pytest.mark.xfail(strict=True, reason="needs fidsnap's fix: client_encoding pinned to UTF8")
 def test_latin1_publisher(env, spark):
     name = "latin1_" + env.databases[0][1]
     env.databases.append(("publisher", name))
