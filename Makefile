@@ -22,6 +22,7 @@ test: install
 
 bench: install
 	$(PY) benchmarks/throughput.py
+	$(PY) benchmarks/streams.py
 
 sandbox-stop:
 	-$(VENV)/bin/airflow-repl sandbox stop
