@@ -30,6 +30,7 @@ import psycopg
 import pytest
 
 from airflow_repl.engine import snapshot
+from test_agents import count_applied_rows
 
 RUNNER = str(Path(__file__).with_name("agent_runner.py"))
 SEED = int(os.environ.get("AIRFLOW_REPL_FAULT_SEED", "8"))
@@ -156,12 +157,7 @@ def _count_row_changes(env) -> None:
             RETURN NULL; END$$;
         CREATE TRIGGER count_change AFTER INSERT OR UPDATE OR DELETE ON items
             FOR EACH ROW EXECUTE FUNCTION count_change();""")
-    env.run(env.sub, """
-        CREATE TABLE applied (op text);
-        CREATE FUNCTION count_op() RETURNS trigger LANGUAGE plpgsql AS
-            $$BEGIN INSERT INTO applied VALUES (TG_OP); RETURN NULL; END$$;
-        CREATE TRIGGER always_trigger AFTER INSERT OR UPDATE OR DELETE ON items FOR EACH ROW EXECUTE FUNCTION count_op();
-        ALTER TABLE items ENABLE ALWAYS TRIGGER always_trigger;""")
+    count_applied_rows(env)
 
 
 BOUNDARY = "0/10000000"

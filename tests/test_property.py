@@ -78,8 +78,9 @@ def _sql(table: str, step) -> tuple[str, tuple]:
 
 @pytest.fixture(scope="module")
 def world(sandbox, spark, tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:  # spread even these small batches over the streams
-        mp.setattr(distribution, "PARALLEL_MIN_COMMANDS", 2)
+    with pytest.MonkeyPatch.context() as mp:  # spread even these small batches over the streams,
+        mp.setattr(distribution, "PARALLEL_MIN_COMMANDS", 2)  # every one of them (not only when faster)
+        mp.setattr(distribution, "ADAPTIVE_STREAMS", False)
         yield from _world(sandbox, spark, tmp_path_factory)
 
 

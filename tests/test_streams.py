@@ -26,6 +26,39 @@ def _check_plan(touched, shares):
                 assert stream_of_key.setdefault(key, s) == s, f"key {key} on streams {stream_of_key[key]} and {s}"
 
 
+def test_stream_chooser_spreads_only_while_spreading_is_faster():
+    chooser = distribution.StreamChooser(probe_every=4)
+    assert chooser.may_spread()  # batch 1: try spreading
+    chooser.record(True, 1000, 2.0)  # 500 commands/s spread
+    assert not chooser.may_spread()  # batch 2: one stream, to compare
+    chooser.record(False, 1000, 1.0)  # 1000 commands/s on one stream
+    assert not chooser.may_spread()  # batch 3: one stream is faster
+    assert chooser.may_spread()  # batch 4: probe spreading again
+    chooser.record(True, 1000, 0.25)  # spread now 4000/s on average (500 + 4000) / 2 = 2250/s
+    assert chooser.rate[True] == 2250.0
+    assert chooser.may_spread() and chooser.may_spread() and chooser.may_spread()  # batches 5-7: spread wins
+    assert not chooser.may_spread()  # batch 8: probe one stream
+    chooser.record(False, 10, 0.001)  # too small a batch to count
+    assert chooser.rate[False] == 1000.0
+
+
+def test_stream_chooser_resumes_from_an_earlier_runs_rates():
+    earlier = distribution.StreamChooser()
+    earlier.record(True, 1000, 2.0)
+    earlier.record(False, 1000, 1.0)
+    later = distribution.StreamChooser(probe_every=4)
+    later.resume(earlier.rates())
+    assert later.rates() == {"spread": 500.0, "one": 1000.0}
+    assert [later.may_spread() for _ in range(4)] == [False, False, False, True]  # probes at 4 only
+
+
+def test_stream_chooser_not_adaptive_always_lets_batches_spread():
+    chooser = distribution.StreamChooser(adaptive=False)
+    chooser.record(True, 1000, 10.0)
+    chooser.record(False, 1000, 0.1)
+    assert all(chooser.may_spread() for _ in range(50))
+
+
 def test_independent_rows_are_balanced_over_the_streams():
     touched = [[("pk", i)] for i in range(300)]
     shares = plan_streams(touched, 3)
@@ -111,7 +144,8 @@ def _key_updates(env, transactions: int, per_txn: int, rows: int) -> None:
                 (rows * 10, rows // per_txn, i % (rows // per_txn)))
 
 
-def test_key_updates_with_a_unique_column_on_three_streams_never_replay(env, spark):
+def test_key_updates_with_a_unique_column_on_three_streams_never_replay(env, spark, monkeypatch):
+    monkeypatch.setattr(distribution, "ADAPTIVE_STREAMS", False)  # spread every batch, faster or not
     _make_kt(env, 2000)
     topo = env.topology(["kt"], subscription_streams=3)
     snapshot.run_snapshot(topo, "p", spark)

@@ -237,6 +237,18 @@ def finish_run(conn: psycopg.Connection, run_id: int, status: str, *, transactio
     conn.commit()
 
 
+def last_stream_rates(conn: psycopg.Connection, publication: str, subscriber: str,
+                      streams: int) -> dict[str, float]:
+    """The delivery rates (commands per second, spread over ``streams`` streams and on one) that
+    the last successful Distribution Agent run of the subscription measured, or {}."""
+    row = conn.execute(
+        "SELECT details->'stream_rates' FROM airflow_repl.agent_history WHERE agent = 'distribution' "
+        "AND publication = %s AND subscriber = %s AND status = 'succeeded' "
+        "AND (details->'stream_rates'->>'streams')::int = %s ORDER BY run_id DESC LIMIT 1",
+        (publication, subscriber, streams)).fetchone()
+    return {k: float(v) for k, v in (row[0] or {}).items() if k in ("spread", "one") and v is not None} if row else {}
+
+
 def record_error(conn: psycopg.Connection, *, run_id: int | None, agent: str, publication: str | None,
                  subscriber: str | None, message: str, xact_seqno: str | None = None,
                  command_id: int | None = None, article: str | None = None, sqlstate: str | None = None,

@@ -58,6 +58,49 @@ PARALLEL_MIN_GAIN = 1.5
 #: Larger batches (a single huge transaction) are applied on one stream without planning, so
 #: that the agent's memory stays bounded.
 PLAN_MAX_COMMANDS = 200_000
+#: Several streams pay only where the subscriber and this client have cores to spare.  With
+#: ADAPTIVE_STREAMS the agent times its spread batches and its one-stream batches (commands per
+#: second) and spreads only while spreading is at least as fast; every STREAM_PROBE_EVERY-th
+#: batch tries the other way again, so a change of load is noticed.  A run starts from the rates
+#: the previous successful run of the subscription measured (kept in its history details).
+ADAPTIVE_STREAMS = True
+STREAM_PROBE_EVERY = 16
+
+
+class StreamChooser:
+    """Decides, batch by batch, whether a batch may be spread over the streams, from the
+    delivery rates measured so far in this run (a pure object: unit-tested without a server)."""
+
+    def __init__(self, adaptive: bool = True, probe_every: int = STREAM_PROBE_EVERY) -> None:
+        self.adaptive, self.probe_every = adaptive, probe_every
+        self.rate: dict[bool, float | None] = {True: None, False: None}
+        self.batches = 0
+
+    def may_spread(self) -> bool:
+        """Whether the next batch may be spread (the planner may still keep it on one stream)."""
+        self.batches += 1
+        if not self.adaptive or self.rate[True] is None:
+            return True  # first try spreading
+        if self.rate[False] is None:
+            return False  # then one stream, to compare
+        best = self.rate[True] >= self.rate[False]
+        return (not best) if self.batches % self.probe_every == 0 else best
+
+    def resume(self, rates: dict[str, float]) -> None:
+        """Start from the rates an earlier run measured (:meth:`rates`)."""
+        self.rate[True], self.rate[False] = rates.get("spread"), rates.get("one")
+
+    def rates(self) -> dict[str, float | None]:
+        """The measured rates, for the next run: commands per second spread and on one stream."""
+        return {"spread": self.rate[True], "one": self.rate[False]}
+
+    def record(self, spread: bool, commands: int, seconds: float) -> None:
+        """A batch of ``commands`` took ``seconds`` (spread over streams, or on one stream)."""
+        if commands < PARALLEL_MIN_COMMANDS or seconds <= 0:
+            return  # too small to say anything about rates
+        rate = commands / seconds
+        old = self.rate[spread]
+        self.rate[spread] = rate if old is None else (old + rate) / 2
 
 #: SQL: the next transactions after a watermark.  Orders and compares the pg_lsn column of the
 #: table (qualified: a bare ``xact_seqno`` would bind to the text output column and sort as
@@ -366,6 +409,7 @@ class _Delivery:
         self.until, self.size, self.threshold, self.n, self.skip = until, size, threshold, streams, skip
         self.totals = {"transactions": 0, "commands": 0, "commits": 0, "retries": 0, "skipped": 0,
                        "parallel_batches": 0, "last_xact_seqno": None}
+        self.chooser = StreamChooser(adaptive=ADAPTIVE_STREAMS)
 
     def connect(self, run: AgentRun) -> None:
         conninfo = self.topology.subscriber_conninfo(self.subscriber)
@@ -412,10 +456,10 @@ class _Delivery:
                     log.debug("could not roll back a stream of subscriber %r: %r", self.subscriber, exc)
 
     # ------------------------------------------------------------------ fast paths
-    def _plan(self, applier: _Applier, rows, txns: dict[str, _Txn]) -> list[Iterable[Command]]:
+    def _plan(self, applier: _Applier, rows, txns: dict[str, _Txn], may_spread: bool) -> list[Iterable[Command]]:
         """The batch's commands per stream (a single share: apply on one stream).  One stream
         reads the commands as it applies them; several need the whole batch planned first."""
-        if self.n == 1 or sum(t.count for t in txns.values()) > PLAN_MAX_COMMANDS:
+        if self.n == 1 or not may_spread or sum(t.count for t in txns.values()) > PLAN_MAX_COMMANDS:
             return [(cmd for _, _, cmd in applier.commands(rows, txns))]
         cmds = [cmd for _, _, cmd in applier.commands(rows, txns)]
         plan = plan_streams([applier.touched(c) for c in cmds], self.n, min_commands=PARALLEL_MIN_COMMANDS,
@@ -531,7 +575,9 @@ class _Delivery:
             by_xact = {t.xact: t for t in txns}
             rows = _command_rows(dist, self.publication, first, last)
             try:
-                shares = self._plan(applier, rows, by_xact)
+                may_spread = self.n > 1 and self.chooser.may_spread()
+                started = time.monotonic()
+                shares = self._plan(applier, rows, by_xact, may_spread)
                 if len(shares) == 1:
                     n = _apply_pipelined(sub0, applier, shares[0])
                     _set_watermark(sub0, self.publication, last, len(txns))
@@ -540,6 +586,8 @@ class _Delivery:
                     n = self._apply_streams(applier, shares)
                     self._commit_streams(last, len(txns), len(shares))
                     self.totals["parallel_batches"] += 1
+                if self.n > 1 and may_spread == (len(shares) > 1):  # a batch planned but kept whole says nothing
+                    self.chooser.record(may_spread, n, time.monotonic() - started)
                 self._delivered(dist, last, len(txns), n)
                 continue
             except psycopg.Error as exc:
@@ -622,6 +670,8 @@ def run_distribution(topology: Topology, publication: str, subscriber: str, *,
             raise ReplError(f"the articles of publication {publication!r} changed since subscriber {subscriber!r} "
                             f"was initialized: run the Snapshot Agent with reinitialize for it")
         applier = _Applier({a.name: a for a in articles})
+        if delivery.n > 1:  # start from what the last run learnt about spreading here
+            delivery.chooser.resume(distdb.last_stream_rates(dist, publication, subscriber, delivery.n))
         dist.commit()
         run.cleanups.append(delivery.rollback_all)
         delivery.connect(run)
@@ -633,6 +683,8 @@ def run_distribution(topology: Topology, publication: str, subscriber: str, *,
         delivery.run(dist, run.run_id, applier)
         totals = delivery.totals
         totals["seconds"] = round(time.monotonic() - started, 3)
+        if delivery.n > 1:
+            totals["stream_rates"] = {"streams": delivery.n, **delivery.chooser.rates()}
         run.succeed(totals, transactions=totals["transactions"], commands=totals["commands"])
         log.info("distribution %s -> %s: %s transactions, %s commands in %.1fs", publication, subscriber,
                  totals["transactions"], totals["commands"], totals["seconds"])

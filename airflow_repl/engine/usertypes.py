@@ -21,6 +21,7 @@ from typing import Any
 import psycopg
 
 from .articles import ResolvedArticle
+from .catalog import catalog_search_path
 from .errors import ReplError
 from .sqltext import dollar_quote, ident, literal, qualified
 
@@ -128,7 +129,7 @@ def describe_collation(conn: psycopg.Connection, oid: int) -> UserObject | None:
 
 def describe_type(conn: psycopg.Connection, oid: int) -> _Described:
     """A type as a :class:`UserObject` (None for built-in types and arrays), with the types and
-    collations it uses.  Run with ``search_path = pg_catalog`` (see :func:`_catalog_path`)."""
+    collations it uses.  Run with ``search_path = pg_catalog`` (see :func:`~airflow_repl.engine.catalog.catalog_search_path`)."""
     (schema, name, typtype, category, elem, base, relid, collation, notnull, typmod, array_handler,
      extension) = conn.execute(
         "SELECT n.nspname, t.typname, t.typtype, t.typcategory, t.typelem, t.typbasetype, t.typrelid, "
@@ -250,28 +251,12 @@ def _range(conn: psycopg.Connection, oid: int, schema: str, name: str) -> _Descr
             [subtype], [own_coll] if own_coll else [])
 
 
-class _catalog_path:
-    """Within the current transaction, ``search_path = pg_catalog`` (restored on exit), so that
-    format_type() and friends qualify every name outside pg_catalog."""
-
-    def __init__(self, conn: psycopg.Connection) -> None:
-        self.conn = conn
-
-    def __enter__(self) -> None:
-        self.old = self.conn.execute("SELECT pg_catalog.current_setting('search_path')").fetchone()[0]
-        self.conn.execute("SELECT pg_catalog.set_config('search_path', 'pg_catalog', true)")
-
-    def __exit__(self, *exc: object) -> None:
-        if self.conn.info.transaction_status != psycopg.pq.TransactionStatus.INERROR:
-            self.conn.execute("SELECT pg_catalog.set_config('search_path', %s, true)", (self.old,))
-
-
 def read(conn: psycopg.Connection, articles: list[ResolvedArticle]) -> Requirements:
     """What the articles' replicated columns need, read from the publisher's catalog (run inside
     a transaction, e.g. the snapshot's)."""
     reader = _Reader(conn)
     req = Requirements()
-    with _catalog_path(conn):
+    with catalog_search_path(conn):
         for art in articles:
             wanted = set(art.column_names)
             for attname, typid, attcoll, typcoll in conn.execute(
@@ -318,7 +303,7 @@ def check(conn: psycopg.Connection, objects: list[UserObject], subscriber: str) 
     cannot be scripted, with the fix.  Changes nothing."""
     problems: list[str] = []
     missing: list[UserObject] = []
-    with conn.transaction(), _catalog_path(conn):
+    with conn.transaction(), catalog_search_path(conn):
         for obj in objects:
             have = _find(conn, obj)
             if have is None:
