@@ -1,8 +1,9 @@
 """The distribution database: topology metadata, replicated transactions and commands, agent
 history and errors.  Its schema is created idempotently by :func:`ensure_schema`.
 
-Subscribers hold one small table of their own (:data:`SUBSCRIBER_DDL`): the watermark of the last
-transaction applied, committed in the same transaction as the applied changes.
+Subscribers hold two small tables of their own (:data:`SUBSCRIBER_DDL`): the watermark of the last
+transaction applied, committed in the same transaction as the applied changes, and the ledger of
+the snapshot files loaded there.
 """
 
 from __future__ import annotations
@@ -125,6 +126,17 @@ CREATE TABLE IF NOT EXISTS airflow_repl.subscription_state (
     xact_seqno      pg_lsn NOT NULL,
     transactions    bigint NOT NULL DEFAULT 0,
     updated_at      timestamptz NOT NULL DEFAULT now()
+);
+-- The ledger of loaded snapshot files: a file's row is inserted in the transaction that COPYs
+-- the file, so a retried or repeated load (Spark task retry, speculative task, re-run) finds it
+-- and loads nothing.
+CREATE TABLE IF NOT EXISTS airflow_repl.snapshot_files (
+    publication  text NOT NULL,
+    snapshot_id  text NOT NULL,
+    path         text NOT NULL,
+    rows         bigint NOT NULL,
+    loaded_at    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (publication, snapshot_id, path)
 );
 CREATE OR REPLACE FUNCTION airflow_repl.row_not_found(what text, key_names text, key_values text)
 RETURNS void LANGUAGE plpgsql AS $fn$

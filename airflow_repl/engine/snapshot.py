@@ -196,21 +196,6 @@ def _range_condition(article: ResolvedArticle, lower, upper) -> sql.Composable:
     return sql.SQL(" AND ").join(where) if where else sql.SQL("true")
 
 
-#: The subscriber's ledger of loaded snapshot files: a file's row is inserted in the transaction
-#: that COPYs the file, so a retried or repeated load (Spark task retry, speculative task, re-run)
-#: finds it and loads nothing.
-LEDGER_DDL = """
-CREATE TABLE IF NOT EXISTS airflow_repl.snapshot_files (
-    publication  text NOT NULL,
-    snapshot_id  text NOT NULL,
-    path         text NOT NULL,
-    rows         bigint NOT NULL,
-    loaded_at    timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (publication, snapshot_id, path)
-);
-"""
-
-
 def load_file(conninfo: str, folder: str, article_data: dict, file: dict, snapshot_id: str) -> int:
     """Executor side: bulk-load one Parquet file into the subscriber table with COPY, exactly
     once: the file is entered in the subscriber's ledger in the same transaction (a concurrent
@@ -449,7 +434,6 @@ def initialize_subscriptions(topology: Topology, publication: str, articles: lis
         with connect(name, conninfo) as sub:
             _check_custom_procedures(sub, articles, name)  # before anything is dropped
             sub.execute(distdb.SUBSCRIBER_DDL)
-            sub.execute(LEDGER_DDL)
             sub.execute("DELETE FROM airflow_repl.subscription_state WHERE publication = %s", (publication,))
             sub.execute("DELETE FROM airflow_repl.snapshot_files WHERE publication = %s", (publication,))
             sub.execute(schema_sql)
