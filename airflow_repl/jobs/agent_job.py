@@ -42,6 +42,8 @@ def _snapshot(topo: Topology, publication: str, *, subscribers: list[str] | None
               reinitialize: bool, spark) -> tuple[dict, Any]:
     from airflow_repl.jobs.session import spark_session
 
+    for name in subscribers or []:  # an unknown subscriber is refused before Spark starts (seconds)
+        topo.subscription(publication, name)
     spark = spark or spark_session(f"airflow-repl-snapshot-{publication}")
     return snapshot.run_snapshot(topo, publication, spark, subscribers=subscribers,
                                  reinitialize=reinitialize), spark
