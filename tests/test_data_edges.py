@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import psycopg
@@ -436,49 +438,51 @@ def world(sandbox, spark, tmp_path_factory):
     native = sandbox.create_database("subscriber", native_name, recreate=True)
     oracle = f"oracle_{env.databases[0][1]}"
     world = World()
-    started = t0 = time.monotonic()
+    started = time.monotonic()
+
+    @contextmanager
+    def timed(step: str) -> Iterator[None]:
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            world.seconds[step] = time.monotonic() - t0
+
     try:
-        with psycopg.connect(env.pub) as conn:
-            for style in STYLES:
-                conn.execute(tables_ddl(style))
-                load_initial(conn, style)
-        env.run(native, tables_ddl("default"))
-        (toast_rel,) = env.rows(env.pub, "SELECT reltoastrelid::regclass::text FROM pg_class "
-                                         "WHERE oid = 's_default.toast'::regclass")[0]
-        chunks = env.rows(env.pub, f"SELECT count(*) FROM {toast_rel}")[0][0]  # a catalog name, not input
-        assert chunks > 1000, "the 1 MiB values must be stored out of line (TOASTed)"
-        world.seconds["load"] = time.monotonic() - t0
+        with timed("load"):
+            with psycopg.connect(env.pub) as conn:
+                for style in STYLES:
+                    conn.execute(tables_ddl(style))
+                    load_initial(conn, style)
+            env.run(native, tables_ddl("default"))
+            (toast_rel,) = env.rows(env.pub, "SELECT reltoastrelid::regclass::text FROM pg_class "
+                                             "WHERE oid = 's_default.toast'::regclass")[0]
+            chunks = env.rows(env.pub, f"SELECT count(*) FROM {toast_rel}")[0][0]  # a catalog name, not input
+            assert chunks > 1000, "the 1 MiB values must be stored out of line (TOASTed)"
         topo = env.topology([{"table": f"{schema_name(style)}.{t}", "name": article_name(style, t), **opts}
                              for style, opts in STYLES.items() for t in TABLES],
                             subscription_streams=2)  # parallel streams bind the same values
-        t0 = time.monotonic()
-        snapshot.run_snapshot(topo, "p", spark)
-        world.seconds["snapshot"] = time.monotonic() - t0
+        with timed("snapshot"):
+            snapshot.run_snapshot(topo, "p", spark)
         create_native_subscription(env.pub, native, oracle, TABLES)
-        t0 = time.monotonic()
-        wait_native(env.pub, native, oracle)
-        world.seconds["native copy"] = time.monotonic() - t0
-        t0 = time.monotonic()
-        for style in STYLES:
-            world.snapshot_diffs[style], world.native_snapshot_diffs[style] = _compare_all(env, native, style)
-        world.seconds["compare snapshot"] = time.monotonic() - t0
-        t0 = time.monotonic()
-        for style in STYLES:
-            make_changes(env.pub, style)
-        world.seconds["changes"] = time.monotonic() - t0
-        t0 = time.monotonic()
-        logreader.run_log_reader(topo, "p")
-        distribution.run_distribution(topo, "p", "sub1")
-        world.seconds["cycle"] = time.monotonic() - t0
-        t0 = time.monotonic()
-        wait_native(env.pub, native, oracle)
-        world.seconds["native changes"] = time.monotonic() - t0
-        t0 = time.monotonic()
-        for style in STYLES:
-            world.change_diffs[style], world.native_diffs[style] = _compare_all(env, native, style)
+        with timed("native copy"):
+            wait_native(env.pub, native, oracle)
+        with timed("compare snapshot"):
+            for style in STYLES:
+                world.snapshot_diffs[style], world.native_snapshot_diffs[style] = _compare_all(env, native, style)
+        with timed("changes"):
+            for style in STYLES:
+                make_changes(env.pub, style)
+        with timed("cycle"):
+            logreader.run_log_reader(topo, "p")
+            distribution.run_distribution(topo, "p", "sub1")
+        with timed("native changes"):
+            wait_native(env.pub, native, oracle)
+        with timed("compare changes"):
+            for style in STYLES:
+                world.change_diffs[style], world.native_diffs[style] = _compare_all(env, native, style)
     except Exception as exc:  # noqa: BLE001 - reported by every test of the module
         world.error = exc
-    world.seconds["compare changes"] = time.monotonic() - t0
     world.seconds["total"] = time.monotonic() - started
     print(f"\nshared run: {world.seconds}")
     yield world
