@@ -13,15 +13,19 @@ import sys
 import traceback
 from typing import NoReturn
 
-from airflow_repl.engine import connections, deploy, procedures, topology, tsql, validation
-from airflow_repl.engine.agentrun import as_engine_error
+from airflow_repl.engine.agents.lifecycle import as_engine_error
+from airflow_repl.engine.codegen import procedures, tsql_script
 from airflow_repl.engine.errors import INTERNAL_EXIT_CODE, ReplError
+from airflow_repl.engine.model import topology
+from airflow_repl.engine.postgres import connections
+from airflow_repl.engine.provisioning import deploy
+from airflow_repl.engine.subscriber import validation
 
 PROG = "airflow-repl"
 
 
 def _load(args) -> topology.Topology:
-    return topology.load(args.topology).resolve()
+    return connections.resolve_topology(topology.load(args.topology))
 
 
 def _publication(topo: topology.Topology, name: str | None) -> str:
@@ -42,7 +46,7 @@ def _subscribers(topo: topology.Topology, publication: str, names: list[str] | N
 
 
 def _cmd_agent(args) -> dict:
-    from airflow_repl.engine.distribution import parse_until
+    from airflow_repl.engine.agents.distribution_agent import parse_until
     from airflow_repl.jobs.agent_job import run_agent
 
     until = getattr(args, "until", None)
@@ -79,7 +83,7 @@ def _cmd_script_procs(args) -> None:
     pub = _publication(topo, args.publication)
     with connections.connect(topo.publisher.require("publisher"), "publisher") as conn:
         articles = deploy.resolve_publication(conn, topo.publication(pub))
-    script = tsql.article_script if args.dialect == "tsql" else procedures.article_script
+    script = tsql_script.article_script if args.dialect == "tsql" else procedures.article_script
     for art in articles:
         print(f"-- article {art.name}: {art.table.qualified} -> {art.destination}")
         print(script(art))
@@ -87,7 +91,7 @@ def _cmd_script_procs(args) -> None:
 
 
 def _cmd_sandbox(args) -> dict | None:
-    from airflow_repl.engine.sandbox import Sandbox
+    from airflow_repl.sandbox import Sandbox
 
     sb = Sandbox(args.root)
     if args.action == "start":

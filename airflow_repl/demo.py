@@ -29,7 +29,7 @@ def _say(msg: str) -> None:
 
 def prepare_environment(root: Path, conninfos: dict[str, str], airflow_home: Path | None = None) -> None:
     """Airflow home, connections and Spark settings for running the example DAGs."""
-    from airflow_repl.engine.connections import to_uri
+    from airflow_repl.engine.postgres.connections import to_uri
 
     home = airflow_home or root / "airflow"
     home.mkdir(parents=True, exist_ok=True)
@@ -108,8 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
 
     from airflow_repl import demo_workload
-    from airflow_repl.engine import topology, validation
-    from airflow_repl.engine.sandbox import Sandbox
+    from airflow_repl.engine.model import topology
+    from airflow_repl.engine.postgres import connections
+    from airflow_repl.engine.subscriber import validation
+    from airflow_repl.sandbox import Sandbox
 
     _say(f"starting the PostgreSQL sandbox in {root}")
     sb = Sandbox(root)
@@ -136,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     _say(f"workload stopped after {committed} transactions; final replication cycle")
     run_dag(scheduled, current_interval_start(datetime.now(timezone.utc)) + timedelta(minutes=10 * (args.cycles + 1)))
 
-    topo = topology.load(DAGS / "demo_topology.yaml").resolve()
+    topo = connections.resolve_topology(topology.load(DAGS / "demo_topology.yaml"))
     report = validation.compare(topo, "shop", "reporting")
     _say("publisher vs subscriber")
     print(validation.format_report(report))

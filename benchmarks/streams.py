@@ -20,10 +20,12 @@ import time
 
 import psycopg
 
-from airflow_repl.engine import distribution, logreader, snapshot, topology, validation
-from airflow_repl.engine.connections import to_uri
-from airflow_repl.engine.sandbox import Sandbox
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
+from airflow_repl.engine.model import topology
+from airflow_repl.engine.postgres.connections import resolve_topology, to_uri
+from airflow_repl.engine.subscriber import validation
 from airflow_repl.jobs.session import spark_session
+from airflow_repl.sandbox import Sandbox
 
 SUBSCRIBERS = {"one": 1, "three": 3}
 
@@ -56,23 +58,23 @@ def main(argv: list[str] | None = None) -> int:
         with psycopg.connect(pub, autocommit=True) as conn:
             conn.execute("CREATE TABLE kt (id bigint PRIMARY KEY, code text NOT NULL UNIQUE, v int)")
             conn.execute("INSERT INTO kt SELECT g, 'c' || g, 0 FROM generate_series(1, %s) g", (args.rows,))
-        topo = topology.from_dict({
+        topo = resolve_topology(topology.from_dict({
             "publisher": to_uri(pub), "distributor": to_uri(dist),
             "subscribers": {name: to_uri(ci) for name, ci in subs.items()},
             "snapshot_folder": f"{root}/snapshots",
             "publications": [{"name": "bench", "articles": ["public.kt"]}],
             "subscriptions": [{"publication": "bench", "subscriber": name, "subscription_streams": n,
                                "commit_batch_size": 100, "commit_batch_threshold": 1000}
-                              for name, n in SUBSCRIBERS.items()]})
-        snapshot.run_snapshot(topo, "bench", spark)
+                              for name, n in SUBSCRIBERS.items()]}))
+        snapshot_agent.run_snapshot(topo, "bench", spark)
         for r in range(args.rounds):
             key_updates(pub, args.rows, args.transactions, args.per_transaction, r)
-            read = logreader.run_log_reader(topo, "bench")
+            read = log_reader_agent.run_log_reader(topo, "bench")
             order = list(SUBSCRIBERS) if r % 2 == 0 else list(reversed(SUBSCRIBERS))
             result: dict = {"commands": read["commands"]}
             for name in order:
                 t0 = time.monotonic()
-                delivered = distribution.run_distribution(topo, "bench", name)
+                delivered = distribution_agent.run_distribution(topo, "bench", name)
                 result[name] = {"seconds": round(time.monotonic() - t0, 3), "retries": delivered["retries"],
                                 "parallel_batches": delivered.get("parallel_batches", 0)}
             result["ratio"] = round(result["three"]["seconds"] / result["one"]["seconds"], 3)

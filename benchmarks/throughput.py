@@ -16,10 +16,12 @@ import time
 
 import psycopg
 
-from airflow_repl.engine import distribution, logreader, snapshot, topology, validation
-from airflow_repl.engine.connections import to_uri
-from airflow_repl.engine.sandbox import Sandbox
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
+from airflow_repl.engine.model import topology
+from airflow_repl.engine.postgres.connections import resolve_topology, to_uri
+from airflow_repl.engine.subscriber import validation
 from airflow_repl.jobs.session import spark_session
+from airflow_repl.sandbox import Sandbox
 
 METHODS = {
     "CALL": {"upd_cmd": "CALL"},
@@ -64,17 +66,17 @@ def main(argv=None) -> int:
                              "at timestamptz DEFAULT now())")
                 conn.execute("INSERT INTO bench (id, qty, price, note) SELECT g, g %% 7, g * 0.5, md5(g::text) "
                              "FROM generate_series(1, %s) g", (args.rows,))
-            topo = topology.from_dict({
+            topo = resolve_topology(topology.from_dict({
                 "publisher": to_uri(pub), "distributor": to_uri(dist), "subscribers": {"s": to_uri(sub)},
                 "snapshot_folder": f"{root}/snapshots",
                 "publications": [{"name": "bench", "articles": [{"table": "bench", **options}]}],
                 "subscriptions": [{"publication": "bench", "subscriber": "s", "commit_batch_size": 50,
-                                   "commit_batch_threshold": 5000}]})
-            snap = snapshot.run_snapshot(topo, "bench", spark)
+                                   "commit_batch_threshold": 5000}]}))
+            snap = snapshot_agent.run_snapshot(topo, "bench", spark)
             workload(pub, args.rows, args.transactions)
-            read = logreader.run_log_reader(topo, "bench")
+            read = log_reader_agent.run_log_reader(topo, "bench")
             t0 = time.monotonic()
-            delivered = distribution.run_distribution(topo, "bench", "s")
+            delivered = distribution_agent.run_distribution(topo, "bench", "s")
             seconds = time.monotonic() - t0
             ok = all(r["match"] for r in validation.compare(topo, "bench", "s"))
             results[method] = {"commands": delivered["commands"], "seconds": round(seconds, 2),

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pendulum
 from airflow.sdk import DAG
+from repl_common import PUBLICATION, SPARK_CONN_ID, TOPOLOGY
 
 from airflow_repl.operators.agents import DistributionAgentOperator, LogReaderAgentOperator, SnapshotAgentOperator
-from repl_common import PUBLICATION, SPARK_CONN_ID, TOPOLOGY
 
 with DAG(
     dag_id="airflow_repl_initial_sync",

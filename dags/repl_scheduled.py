@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pendulum
 from airflow.sdk import DAG, CronDataIntervalTimetable
+from repl_common import PUBLICATION, SPARK_CONN_ID, TOPOLOGY
 
 from airflow_repl.operators.agents import DistributionAgentOperator, LogReaderAgentOperator
-from repl_common import PUBLICATION, SPARK_CONN_ID, TOPOLOGY
 
 with DAG(
     dag_id="airflow_repl_scheduled",

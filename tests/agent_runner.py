@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from airflow_repl.cli import report_error
-from airflow_repl.engine import distribution, logreader
-from airflow_repl.engine.topology import from_dict
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent
+from airflow_repl.engine.model.topology import from_dict
 
 
 def main() -> int:
@@ -20,9 +20,9 @@ def main() -> int:
     topo = from_dict(spec)
     try:
         if agent == "logreader":
-            result = logreader.run_log_reader(topo, "p", **kwargs)
+            result = log_reader_agent.run_log_reader(topo, "p", **kwargs)
         else:
-            result = distribution.run_distribution(topo, "p", "sub1", **kwargs)
+            result = distribution_agent.run_distribution(topo, "p", "sub1", **kwargs)
     except Exception as exc:  # noqa: BLE001 - like the CLI: one line and the class's exit code
         return report_error(exc)
     print(json.dumps(result, default=str), flush=True)

@@ -14,10 +14,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from airflow_repl.engine import topology as topology_mod
-from airflow_repl.engine.connections import to_uri
-from airflow_repl.engine.pgoutput import lsn_to_int
-from airflow_repl.engine.sandbox import Sandbox
+from airflow_repl.engine.model import topology as topology_mod
+from airflow_repl.engine.postgres.connections import resolve_topology, to_uri
+from airflow_repl.engine.postgres.lsn import lsn_to_int
+from airflow_repl.sandbox import Sandbox
 
 _counter = itertools.count(1)
 
@@ -51,6 +51,11 @@ def spark():
     session.stop()
 
 
+
+def _resolved(data: dict) -> topology_mod.Topology:
+    """A topology from its dictionary form with every server resolved (the tests use URIs)."""
+    return resolve_topology(topology_mod.from_dict(data))
+
 class Env:
     """A fresh publisher, distribution and subscriber database for one test.
 
@@ -73,7 +78,7 @@ class Env:
         self.sandbox = sandbox
 
     def topology(self, articles: list, *, publication: str = "p", **sub_options) -> topology_mod.Topology:
-        return topology_mod.from_dict({
+        return _resolved({
             "publisher": to_uri(self.pub), "distributor": to_uri(self.dist),
             "subscribers": {name: to_uri(ci) for name, ci in self.subs.items()},
             "snapshot_folder": str(self.tmp_path / "snapshots"),

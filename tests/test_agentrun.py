@@ -7,10 +7,10 @@ import psycopg
 import pytest
 
 from airflow_repl.cli import report_error
-from airflow_repl.engine import agentrun
-from airflow_repl.engine.connections import redact
-from airflow_repl.engine.distribution import parse_until
+from airflow_repl.engine.agents import lifecycle
+from airflow_repl.engine.agents.distribution_agent import parse_until
 from airflow_repl.engine.errors import AgentBusy, ConnectionLost, NotInitialized, ReplError
+from airflow_repl.engine.postgres.connections import redact
 from airflow_repl.jobs.agent_job import AGENTS, failure
 
 
@@ -26,7 +26,7 @@ from airflow_repl.jobs.agent_job import AGENTS, failure
     (ValueError("x"), False),
 ])
 def test_which_errors_are_lost_connections(exc, lost):
-    assert agentrun.is_connection_loss(exc) is lost
+    assert lifecycle.is_connection_loss(exc) is lost
 
 
 def test_the_last_engine_error_in_a_spark_traceback_is_the_one_raised():
@@ -34,17 +34,17 @@ def test_the_last_engine_error_in_a_spark_traceback_is_the_one_raised():
             "psycopg.errors.AdminShutdown: terminating connection\n\nDuring handling of the above exception ...\n"
             "airflow_repl.engine.errors.ConnectionLost: lost connection to the subscriber 'sub1' (127.0.0.1:5) "
             "during delivery; the run is recorded as failed; run it again\n\tat org.apache.spark...")
-    err = agentrun.engine_error_in(text)
+    err = lifecycle.engine_error_in(text)
     assert isinstance(err, ConnectionLost) and err.retryable
     assert str(err) == ("lost connection to the subscriber 'sub1' (127.0.0.1:5) during delivery; the run is "
                         "recorded as failed; run it again")
-    assert agentrun.engine_error_in("java.lang.OutOfMemoryError") is None
-    assert agentrun.engine_error_in("airflow_repl.engine.errors.NoSuchError: x") is None
+    assert lifecycle.engine_error_in("java.lang.OutOfMemoryError") is None
+    assert lifecycle.engine_error_in("airflow_repl.engine.errors.NoSuchError: x") is None
 
 
 def test_host_port_never_carries_the_password():
-    assert agentrun.host_port("host=db.example port=6543 user=u password=s3cret dbname=d") == "db.example:6543"
-    assert agentrun.host_port("dbname=d") == "localhost:5432"
+    assert lifecycle.host_port("host=db.example port=6543 user=u password=s3cret dbname=d") == "db.example:6543"
+    assert lifecycle.host_port("dbname=d") == "localhost:5432"
 
 
 def test_redact_hides_passwords_of_connection_strings_and_uris():

@@ -17,8 +17,9 @@ import psycopg
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_repl.engine import distribution, logreader, snapshot, validation
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
 from airflow_repl.engine.errors import ROW_NOT_FOUND_SQLSTATE, DeliveryError, NotInitialized, ReplError
+from airflow_repl.engine.subscriber import validation
 from airflow_repl.jobs.agent_job import run_agent
 
 RUNNER = str(Path(__file__).with_name("agent_runner.py"))
@@ -31,8 +32,8 @@ def assert_in_sync(topo, subscriber="sub1"):
 
 
 def cycle(topo, subscriber="sub1"):
-    read = logreader.run_log_reader(topo, "p")
-    delivered = distribution.run_distribution(topo, "p", subscriber)
+    read = log_reader_agent.run_log_reader(topo, "p")
+    delivered = distribution_agent.run_distribution(topo, "p", subscriber)
     return read, delivered
 
 
@@ -84,7 +85,7 @@ def snapshotted_items(env, spark, rows, **sub_options):
     subscriber; returns the topology."""
     make_items(env, rows)
     topo = env.topology(["public.items"], **sub_options)
-    snapshot.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark)
     return topo
 
 
@@ -95,7 +96,7 @@ def test_snapshot_during_concurrent_writes_loses_and_doubles_nothing(env, spark)
     writer.start()
     time.sleep(0.3)
     t0 = time.monotonic()
-    summary = snapshot.run_snapshot(topo, "p", spark, max_partitions=4)
+    summary = snapshot_agent.run_snapshot(topo, "p", spark, max_partitions=4)
     t1 = time.monotonic()
     time.sleep(0.3)
     writer.stop_event.set()
@@ -120,14 +121,14 @@ def test_snapshot_during_concurrent_writes_loses_and_doubles_nothing(env, spark)
 
 def test_snapshot_rerun_is_a_no_op_and_reinitialize_rebuilds(env, spark):
     topo = snapshotted_items(env, spark, 500)
-    again = snapshot.run_snapshot(topo, "p", spark)
+    again = snapshot_agent.run_snapshot(topo, "p", spark)
     assert again["initialized"] == [] and again["snapshot_id"] is None
     env.run(env.sub, "DELETE FROM items WHERE id < 100")  # damage the copy
     env.run(env.pub, "UPDATE items SET grp = 42 WHERE id = 7")
-    logreader.run_log_reader(topo, "p")
-    rebuilt = snapshot.run_snapshot(topo, "p", spark, reinitialize=True)
+    log_reader_agent.run_log_reader(topo, "p")
+    rebuilt = snapshot_agent.run_snapshot(topo, "p", spark, reinitialize=True)
     assert rebuilt["initialized"] == ["sub1"]
-    distribution.run_distribution(topo, "p", "sub1")  # the update is older than the new snapshot: skipped
+    distribution_agent.run_distribution(topo, "p", "sub1")  # the update is older than the new snapshot: skipped
     assert_in_sync(topo)
 
 
@@ -142,7 +143,7 @@ def test_key_updates_deletes_and_types_replicate(env, spark):
          repeat('big', 5000)),
         (2, 'b', NULL, NULL, '-Infinity', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)''')
     topo = env.topology([{"table": 'Odd Schema.Mixed "Case" Table'}])
-    snapshot.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark)
     assert_in_sync(topo)
     table = '"Odd Schema"."Mixed ""Case"" Table"'
     env.run(env.pub, f"UPDATE {table} SET \"select\" = 'upd', n = n * 2 WHERE k1 = 1")  # big is unchanged TOAST
@@ -164,9 +165,9 @@ def test_row_not_found_stops_delivery_and_names_the_command(env, spark):
     env.run(env.sub, "DELETE FROM items WHERE id = 5")  # the subscriber lost a row
     env.run(env.pub, "UPDATE items SET payload = 'changed' WHERE id = 5")
     env.run(env.pub, "UPDATE items SET payload = 'later' WHERE id = 6")
-    logreader.run_log_reader(topo, "p")
+    log_reader_agent.run_log_reader(topo, "p")
     with pytest.raises(DeliveryError) as err:
-        distribution.run_distribution(topo, "p", "sub1", commit_batch_size=100)
+        distribution_agent.run_distribution(topo, "p", "sub1", commit_batch_size=100)
     message = str(err.value)
     assert "update on article 'items' (public.items) key (id=5)" in message
     assert "row not found at the subscriber" in message and "reinitialize" in message
@@ -184,7 +185,7 @@ def test_row_not_found_stops_delivery_and_names_the_command(env, spark):
     env.run(env.sub, "UPDATE items SET (payload, amount, at) = (%s, %s, %s) WHERE id = 5",
             env.rows(env.pub, "SELECT md5('5'), amount, at FROM items WHERE id = 5")[0])
     env.run(env.sub, "UPDATE items SET at = (SELECT at FROM items WHERE id = 5) WHERE id = 5")
-    distribution.run_distribution(topo, "p", "sub1")
+    distribution_agent.run_distribution(topo, "p", "sub1")
     assert env.rows(env.sub, "SELECT id, payload FROM items WHERE id IN (1, 5, 6) ORDER BY id") == [
         (1, "first"), (5, "changed"), (6, "later")]
 
@@ -193,9 +194,9 @@ def test_agents_refuse_uninitialized_publication_and_subscription(env, spark):
     make_items(env, 10)
     topo = env.topology(["public.items"])
     with pytest.raises(NotInitialized, match="run the Snapshot Agent"):
-        logreader.run_log_reader(topo, "p")
+        log_reader_agent.run_log_reader(topo, "p")
     with pytest.raises(NotInitialized, match="run the Snapshot Agent"):
-        distribution.run_distribution(topo, "p", "sub1")
+        distribution_agent.run_distribution(topo, "p", "sub1")
 
 
 def test_user_triggers_do_not_fire_and_always_triggers_count_each_command_once(env, spark):
@@ -239,7 +240,7 @@ def test_distribution_killed_mid_batch_rerun_applies_everything_exactly_once(env
     count_applied_rows(env)
     for i in range(200):  # 200 transactions x 25 updates = 5000 commands
         env.run(env.pub, "UPDATE items SET grp = grp + 1, payload = payload || 'x' WHERE id %% 200 = %s", (i,))
-    read = logreader.run_log_reader(topo, "p")
+    read = log_reader_agent.run_log_reader(topo, "p")
     assert (read["transactions"], read["commands"]) == (200, 5000)
     proc = subprocess.Popen([sys.executable, RUNNER, "distribution", _spec_file(topo, tmp_path)])
     state = lambda: env.rows(env.sub, "SELECT transactions FROM airflow_repl.subscription_state")[0][0]  # noqa: E731
@@ -249,7 +250,7 @@ def test_distribution_killed_mid_batch_rerun_applies_everything_exactly_once(env
     assert 8 <= partial < 200
     # applied rows and watermark moved together: every committed batch is complete, nothing more
     assert env.rows(env.sub, "SELECT count(*) FROM applied")[0][0] == partial * 25
-    distribution.run_distribution(topo, "p", "sub1")
+    distribution_agent.run_distribution(topo, "p", "sub1")
     assert state() == 200
     assert env.rows(env.sub, "SELECT count(*) FROM applied")[0][0] == 5000
     assert_in_sync(topo)
@@ -265,23 +266,23 @@ def test_log_reader_killed_mid_run_rerun_loses_and_duplicates_nothing(env, spark
     killed = _kill_when(proc, lambda: count() >= 20)
     stored = count()
     assert killed and 20 <= stored < 300
-    again = logreader.run_log_reader(topo, "p", batch_changes=200)
+    again = log_reader_agent.run_log_reader(topo, "p", batch_changes=200)
     assert again["transactions"] == 300 - stored  # exactly the rest: nothing lost, nothing stored twice
     assert count() == 300
     assert env.rows(env.dist, "SELECT count(*), count(DISTINCT (xact_seqno, command_id)) FROM airflow_repl.commands") \
         == [(2000, 2000)]
-    assert logreader.run_log_reader(topo, "p")["transactions"] == 0  # nothing left, nothing repeated
-    distribution.run_distribution(topo, "p", "sub1")
+    assert log_reader_agent.run_log_reader(topo, "p")["transactions"] == 0  # nothing left, nothing repeated
+    distribution_agent.run_distribution(topo, "p", "sub1")
     assert_in_sync(topo)
 
 
 def test_large_transaction_is_stored_atomically_in_chunks(env, spark):
     topo = snapshotted_items(env, spark, 10)
     env.run(env.pub, "INSERT INTO items (id, grp, payload) SELECT g, 1, 'bulk' FROM generate_series(100, 30099) g")
-    read = logreader.run_log_reader(topo, "p", batch_changes=1000, chunk=700)
+    read = log_reader_agent.run_log_reader(topo, "p", batch_changes=1000, chunk=700)
     assert (read["transactions"], read["commands"]) == (1, 30000)
     assert env.rows(env.dist, "SELECT command_count FROM airflow_repl.transactions") == [(30000,)]
-    distribution.run_distribution(topo, "p", "sub1", commit_batch_threshold=10)
+    distribution_agent.run_distribution(topo, "p", "sub1", commit_batch_threshold=10)
     assert_in_sync(topo)
 
 
@@ -291,14 +292,14 @@ def test_point_in_time_delivery_stops_at_until(env, spark):
     cut = env.rows(env.pub, "SELECT clock_timestamp()")[0][0]
     time.sleep(0.05)
     env.run(env.pub, "UPDATE items SET payload = 'two' WHERE id = 2")
-    logreader.run_log_reader(topo, "p")
-    first = distribution.run_distribution(topo, "p", "sub1", until=cut.isoformat())
+    log_reader_agent.run_log_reader(topo, "p")
+    first = distribution_agent.run_distribution(topo, "p", "sub1", until=cut.isoformat())
     assert first["transactions"] == 1
     assert env.rows(env.sub, "SELECT id, payload FROM items WHERE id IN (1, 2) ORDER BY id") == [
         (1, "one"), (2, env.rows(env.pub, "SELECT md5('2')")[0][0])]
     naive_utc = cut.astimezone(timezone.utc).replace(tzinfo=None).isoformat()  # no offset: read as UTC
-    assert distribution.run_distribution(topo, "p", "sub1", until=naive_utc)["transactions"] == 0
-    assert distribution.run_distribution(topo, "p", "sub1")["transactions"] == 1
+    assert distribution_agent.run_distribution(topo, "p", "sub1", until=naive_utc)["transactions"] == 0
+    assert distribution_agent.run_distribution(topo, "p", "sub1")["transactions"] == 1
     assert_in_sync(topo)
 
 
@@ -306,12 +307,12 @@ def test_slot_moves_past_unpublished_work_so_the_publisher_keeps_no_wal_for_it(e
     make_items(env, 10)
     env.run(env.pub, "CREATE TABLE not_published (id int, pad text)")
     topo = env.topology(["public.items"])
-    snapshot.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark)
     env.run(env.pub, "INSERT INTO not_published SELECT g, repeat('x', 500) FROM generate_series(1, 20000) g")
     after_writes = env.rows(env.pub, "SELECT pg_current_wal_flush_lsn()")[0][0]
     slot_lsn = "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE database = current_database()"
     assert env.rows(env.pub, slot_lsn)[0][0] < after_writes
-    assert logreader.run_log_reader(topo, "p")["transactions"] == 0
+    assert log_reader_agent.run_log_reader(topo, "p")["transactions"] == 0
     assert env.rows(env.pub, slot_lsn)[0][0] >= after_writes
     env.run(env.pub, "UPDATE items SET grp = 99 WHERE id = 1")  # published work after that still flows
     read, delivered = cycle(topo)
@@ -349,7 +350,7 @@ def test_multi_stream_agent_killed_repeatedly_applies_everything_exactly_once(en
     count_applied_rows(env)
     for i in range(300):  # 300 transactions x 10 updates
         env.run(env.pub, "UPDATE items SET grp = grp + 1 WHERE id %% 300 = %s", (i,))
-    logreader.run_log_reader(topo, "p")
+    log_reader_agent.run_log_reader(topo, "p")
     spec = _spec_file(topo, tmp_path)
     state = lambda: env.rows(env.sub, "SELECT transactions FROM airflow_repl.subscription_state")[0][0]  # noqa: E731
     rng = random.Random(3)
@@ -374,10 +375,10 @@ def test_multi_stream_agent_killed_repeatedly_applies_everything_exactly_once(en
     # its own, and even a small last batch is spread, so that it too commits through two-phase commit
     for i in range(16):
         env.run(env.pub, "UPDATE items SET grp = grp + 1 WHERE id %% 300 = %s", (i,))
-    logreader.run_log_reader(topo, "p")
-    monkeypatch.setattr(distribution, "PARALLEL_MIN_COMMANDS", 2)
-    monkeypatch.setattr(distribution, "ADAPTIVE_STREAMS", False)  # spread even if an earlier run found it slower
-    result = distribution.run_distribution(topo, "p", "sub1", subscription_streams=3, commit_batch_size=8)
+    log_reader_agent.run_log_reader(topo, "p")
+    monkeypatch.setattr(distribution_agent, "PARALLEL_MIN_COMMANDS", 2)
+    monkeypatch.setattr(distribution_agent, "ADAPTIVE_STREAMS", False)  # spread even if an earlier run found it slower
+    result = distribution_agent.run_distribution(topo, "p", "sub1", subscription_streams=3, commit_batch_size=8)
     assert state() == 316
     assert env.rows(env.sub, "SELECT count(*) FROM applied")[0][0] == 3160
     assert env.rows(env.sub, "SELECT count(*) FROM pg_prepared_xacts") == [(0,)]
@@ -406,7 +407,7 @@ def test_recovery_of_prepared_stream_transactions(env, spark):
         conn.execute("INSERT INTO marks VALUES ('other', 0)")
         conn.execute("PREPARE TRANSACTION 'airflow_repl|q|v|0/1|0|2'")
     with psycopg.connect(env.sub) as conn:
-        assert distribution.recover_prepared(conn, "p") == 8
+        assert distribution_agent.recover_prepared(conn, "p") == 8
     assert env.rows(env.sub, "SELECT batch, count(*) FROM marks GROUP BY batch ORDER BY batch") == [
         ("x", 2), ("z", 3)]
     assert env.rows(env.sub, "SELECT gid FROM pg_prepared_xacts") == [("airflow_repl|q|v|0/1|0|2",)]
@@ -417,8 +418,8 @@ def test_a_second_distribution_agent_is_refused_while_one_runs(env, spark):
     with psycopg.connect(env.sub, autocommit=True) as other:  # what a running agent holds
         other.execute("SELECT pg_advisory_lock(hashtext('airflow_repl.distribution.p'))")
         with pytest.raises(Exception, match="another Distribution Agent is delivering publication 'p'"):
-            distribution.run_distribution(topo, "p", "sub1")
-    assert distribution.run_distribution(topo, "p", "sub1")["transactions"] == 0
+            distribution_agent.run_distribution(topo, "p", "sub1")
+    assert distribution_agent.run_distribution(topo, "p", "sub1")["transactions"] == 0
 
 
 def test_a_lost_slot_is_never_silently_recreated(env, spark):
@@ -428,10 +429,10 @@ def test_a_lost_slot_is_never_silently_recreated(env, spark):
                      "WHERE database = current_database()")
     env.run(env.pub, "UPDATE items SET grp = -5 WHERE id <= 10")  # lost: no slot saw it
     with pytest.raises(NotInitialized, match="if the slot was dropped, its subscriptions must be reinitialized"):
-        logreader.run_log_reader(topo, "p")
+        log_reader_agent.run_log_reader(topo, "p")
     with pytest.raises(ReplError, match=r"slot .* is missing at the publisher .* reinitialize for every subscription"):
-        snapshot.run_snapshot(topo, "p", spark)
-    snapshot.run_snapshot(topo, "p", spark, reinitialize=True)
+        snapshot_agent.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark, reinitialize=True)
     env.run(env.pub, "UPDATE items SET grp = -6 WHERE id <= 5")
     cycle(topo)
     assert_in_sync(topo)
@@ -449,7 +450,7 @@ def test_values_survive_different_session_settings_on_each_server(env, spark):
     env.run(env.pub, "INSERT INTO v VALUES (1, '2024-01-02', '2024-01-02 03:04:05.678', '2024-01-02 03:04:05+02', "
                      "'-1 day +02:03:04', 0.1::float8 + 0.2::float8)")
     topo = env.topology(["v"])
-    snapshot.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark)
     env.run(env.pub, "INSERT INTO v VALUES (2, '2024-12-31', '1999-02-03 00:00:01', '2024-07-08 09:10:11-05', "
                      "'1 year -2 months 3 days -04:05:06', 1e-300)")
     cycle(topo)
@@ -468,21 +469,21 @@ def test_lost_replica_identity_full_stops_the_log_reader_with_the_fix(env, spark
     env.run(env.pub, "ALTER TABLE items REPLICA IDENTITY DEFAULT")
     env.run(env.pub, "DELETE FROM items WHERE id = 1")
     with pytest.raises(ReplError, match=r"table public.items .* without REPLICA IDENTITY FULL.*'airflow-repl apply'"):
-        logreader.run_log_reader(topo, "p")
+        log_reader_agent.run_log_reader(topo, "p")
     assert env.rows(env.dist, "SELECT count(*) FROM airflow_repl.commands") == [(0,)]
 
 
 def test_changing_articles_of_a_live_publication_requires_reinitializing(env, spark):
     make_items(env, 20)
     env.run(env.pub, "CREATE TABLE extra (id int PRIMARY KEY)")
-    snapshot.run_snapshot(env.topology(["public.items"]), "p", spark)
+    snapshot_agent.run_snapshot(env.topology(["public.items"]), "p", spark)
     bigger = env.topology(["public.items", "public.extra"])
     with pytest.raises(ReplError, match=r"articles of publication 'p' changed since subscriber\(s\) sub1 were "
                                         r"initialized: run the Snapshot Agent with reinitialize"):
-        snapshot.run_snapshot(bigger, "p", spark)
+        snapshot_agent.run_snapshot(bigger, "p", spark)
     with pytest.raises(ReplError, match="changed since subscriber 'sub1' was initialized"):
-        distribution.run_distribution(bigger, "p", "sub1")
-    snapshot.run_snapshot(bigger, "p", spark, reinitialize=True)
+        distribution_agent.run_distribution(bigger, "p", "sub1")
+    snapshot_agent.run_snapshot(bigger, "p", spark, reinitialize=True)
     env.run(env.pub, "INSERT INTO extra VALUES (1); UPDATE items SET grp = 0 WHERE id = 3")
     cycle(bigger)
     assert_in_sync(bigger)

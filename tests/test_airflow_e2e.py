@@ -11,12 +11,13 @@ from datetime import datetime, timedelta, timezone
 
 import pendulum
 import pytest
+from conftest import AIRFLOW_HOME
 from psycopg.conninfo import conninfo_to_dict
 
 from airflow_repl import demo, demo_workload
-from airflow_repl.engine import topology, validation
-
-from conftest import AIRFLOW_HOME
+from airflow_repl.engine.model import topology
+from airflow_repl.engine.postgres import connections
+from airflow_repl.engine.subscriber import validation
 
 pytestmark = pytest.mark.e2e
 
@@ -89,7 +90,7 @@ def test_example_dags_replicate_through_spark_submit(airflow_env, capfd):
     # (some workload transactions change no row, e.g. an update of a deleted order)
     assert 0 < read["transactions"] <= committed, (read, committed)
     assert delivered["transactions"] == read["transactions"], (delivered, read, dr.data_interval_end)
-    topo = topology.load(demo.DAGS / "demo_topology.yaml").resolve()
+    topo = connections.resolve_topology(topology.load(demo.DAGS / "demo_topology.yaml"))
     report = validation.compare(topo, "shop", "reporting")
     assert all(r["match"] for r in report), validation.format_report(report)
     # the password reached the jobs, but never a command line or a log line

@@ -24,7 +24,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from airflow_repl import cli
-from airflow_repl.engine.connections import to_uri
+from airflow_repl.engine.postgres.connections import to_uri
 
 
 # ---------------------------------------------------------------------- shared helpers

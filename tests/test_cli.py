@@ -7,7 +7,7 @@ import json
 import yaml
 
 from airflow_repl import cli
-from airflow_repl.engine.connections import to_uri
+from airflow_repl.engine.postgres.connections import to_uri
 
 
 def _topology_file(env, tmp_path):

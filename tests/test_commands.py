@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_repl.engine import callsyntax, naming, procedures
-from airflow_repl.engine.articles import resolve_articles
-from airflow_repl.engine.catalog import Column, TableInfo
-from airflow_repl.engine.commands import Command, bitmask, update_commands
-from airflow_repl.engine.topology import from_dict
+from airflow_repl.engine.articles.commands import Command, bitmask, update_commands
+from airflow_repl.engine.articles.resolved import resolve_articles
+from airflow_repl.engine.codegen import call_syntax, procedures
+from airflow_repl.engine.model import naming
+from airflow_repl.engine.model.topology import from_dict
+from airflow_repl.engine.postgres.catalog import Column, TableInfo
 
 
 def vendor_article(**options):
@@ -56,17 +57,17 @@ def test_parameter_layouts_of_every_call_syntax():
     old = ["1", "A1", "Acme", "1", "t", "t", None, "2026-01-01 00:00:00"]
     new = ["1", "A1", "Acme 2", "2", "t", "t", None, "2026-01-01 00:00:00"]
     upd = Command("U", "Vendor", old=old, new=new)
-    assert callsyntax.values(art, Command("I", "Vendor", new=new), "CALL") == new
-    assert callsyntax.values(art, upd, "CALL") == new + ["1"]
-    assert callsyntax.values(art, upd, "SCALL") == [None, None, "Acme 2", "2", None, None, None, None, "1",
+    assert call_syntax.values(art, Command("I", "Vendor", new=new), "CALL") == new
+    assert call_syntax.values(art, upd, "CALL") == new + ["1"]
+    assert call_syntax.values(art, upd, "SCALL") == [None, None, "Acme 2", "2", None, None, None, None, "1",
                                                     bytes([0b1100])]
-    assert callsyntax.values(art, upd, "MCALL") == new + ["1", bytes([0b1100])]
-    assert callsyntax.values(art, upd, "XCALL") == old + new
-    assert callsyntax.values(art, Command("D", "Vendor", old=old), "CALL") == ["1"]
-    assert callsyntax.values(art, Command("D", "Vendor", old=old), "XCALL") == old
-    names = [p for p, _ in callsyntax.parameters(art, "update", "SCALL")]
+    assert call_syntax.values(art, upd, "MCALL") == new + ["1", bytes([0b1100])]
+    assert call_syntax.values(art, upd, "XCALL") == old + new
+    assert call_syntax.values(art, Command("D", "Vendor", old=old), "CALL") == ["1"]
+    assert call_syntax.values(art, Command("D", "Vendor", old=old), "XCALL") == old
+    names = [p for p, _ in call_syntax.parameters(art, "update", "SCALL")]
     assert names == [f"c{i}" for i in range(1, 9)] + ["pkc1", "bitmap"]
-    assert [p for p, _ in callsyntax.parameters(art, "update", "XCALL")] == [f"c{i}" for i in range(1, 17)]
+    assert [p for p, _ in call_syntax.parameters(art, "update", "XCALL")] == [f"c{i}" for i in range(1, 17)]
 
 
 def test_generated_procedures_match_the_seed_structure():
@@ -121,5 +122,5 @@ def test_every_update_syntax_yields_as_many_values_as_parameters(syntax):
     old = ["1", "A1", "Acme", "1", "t", "t", None, "2026-01-01 00:00:00"]
     new = list(old)
     new[6] = "http://x"
-    params = callsyntax.parameters(art, "update", syntax)
-    assert len(callsyntax.values(art, Command("U", "Vendor", old=old, new=new), syntax)) == len(params)
+    params = call_syntax.parameters(art, "update", syntax)
+    assert len(call_syntax.values(art, Command("U", "Vendor", old=old, new=new), syntax)) == len(params)

@@ -27,12 +27,14 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from airflow_repl.engine import connections, deploy, distribution, logreader, pgoutput, snapshot
-from airflow_repl.engine.articles import resolve_articles
-from airflow_repl.engine.catalog import Column, GeneratedColumn, TableInfo
-from airflow_repl.engine.errors import ReplError, TopologyError
-from airflow_repl.engine.sqltext import ident
-from airflow_repl.engine.topology import from_dict
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
+from airflow_repl.engine.articles.resolved import resolve_articles
+from airflow_repl.engine.errors import TopologyError
+from airflow_repl.engine.model.topology import from_dict
+from airflow_repl.engine.postgres import connections, pgoutput
+from airflow_repl.engine.postgres.catalog import Column, GeneratedColumn, TableInfo
+from airflow_repl.engine.postgres.quoting import ident
+from airflow_repl.engine.provisioning import deploy
 
 # ---------------------------------------------------------------------- edge values
 #: one character of every Unicode plane (0-16), plus BMP specials
@@ -463,7 +465,7 @@ def world(sandbox, spark, tmp_path_factory):
                              for style, opts in STYLES.items() for t in TABLES],
                             subscription_streams=2)  # parallel streams bind the same values
         with timed("snapshot"):
-            snapshot.run_snapshot(topo, "p", spark)
+            snapshot_agent.run_snapshot(topo, "p", spark)
         create_native_subscription(env.pub, native, oracle, TABLES)
         with timed("native copy"):
             wait_native(env.pub, native, oracle)
@@ -474,8 +476,8 @@ def world(sandbox, spark, tmp_path_factory):
             for style in STYLES:
                 make_changes(env.pub, style)
         with timed("cycle"):
-            logreader.run_log_reader(topo, "p")
-            distribution.run_distribution(topo, "p", "sub1")
+            log_reader_agent.run_log_reader(topo, "p")
+            distribution_agent.run_distribution(topo, "p", "sub1")
         with timed("native changes"):
             wait_native(env.pub, native, oracle)
         with timed("compare changes"):
@@ -522,7 +524,7 @@ def test_schema_script_places_generated_columns_and_skips_those_reading_filtered
     def script(**options) -> list[str]:
         topo = from_dict({"publisher": "a", "distributor": "b", "publications": [
             {"name": "p", "articles": [{"table": "s.t", **options}]}]})
-        text = snapshot.schema_script(resolve_articles(topo.publication("p"), {"t": table})[0])
+        text = snapshot_agent.schema_script(resolve_articles(topo.publication("p"), {"t": table})[0])
         return [line.strip().split()[0] for line in text.splitlines() if line.startswith("    ")]
 
     assert script() == ['"id"', '"g0"', '"a"', '"g1"', '"b"', '"g2"', "PRIMARY"]
@@ -565,8 +567,8 @@ def test_unchanged_toast_takes_the_before_image():
     topo = from_dict({"publisher": "a", "distributor": "b", "publications": [
         {"name": "p", "articles": [{"table": "s.t", "upd_cmd": "SCALL"}]}]})
     art = resolve_articles(topo.publication("p"), {"t": table})[0]
-    relmap = logreader._RelMap(art, [1, 2, 0])  # the relation lists n, id, big
-    (cmd,) = logreader._commands(pgoutput.Update(1, ["5", "1", "x" * 10], ["6", "1", pgoutput.UNCHANGED_TOAST]),
+    relmap = log_reader_agent._RelMap(art, [1, 2, 0])  # the relation lists n, id, big
+    (cmd,) = log_reader_agent._commands(pgoutput.Update(1, ["5", "1", "x" * 10], ["6", "1", pgoutput.UNCHANGED_TOAST]),
                                  relmap)
     assert (cmd.op, cmd.old, cmd.new, cmd.changed()) == ("U", ["1", "x" * 10, "5"], ["1", "x" * 10, "6"],
                                                          [False, False, True])
@@ -580,11 +582,11 @@ def small_run(env, spark, ddl: str, articles: list, changes: str, *, sub_ddl: st
     if sub_ddl:
         env.run(env.sub, sub_ddl)
     topo = env.topology(articles)
-    snapshot.run_snapshot(topo, "p", spark, **snapshot_options)
+    snapshot_agent.run_snapshot(topo, "p", spark, **snapshot_options)
     if changes:
         env.run(env.pub, changes)
-    logreader.run_log_reader(topo, "p")
-    distribution.run_distribution(topo, "p", "sub1")
+    log_reader_agent.run_log_reader(topo, "p")
+    distribution_agent.run_distribution(topo, "p", "sub1")
     return topo
 
 
@@ -749,6 +751,6 @@ def test_distribution_database_in_another_encoding_is_refused_before_anything_ch
     env.run(env.pub, "CREATE TABLE u (id int PRIMARY KEY, v text)")
     with pytest.raises(TopologyError, match=rf"distribution database '{name}' uses encoding LATIN1.*"
                                             r"ENCODING 'UTF8'"):
-        snapshot.run_snapshot(env.topology(["u"]), "p", spark)
+        snapshot_agent.run_snapshot(env.topology(["u"]), "p", spark)
     assert env.rows(env.pub, "SELECT count(*) FROM pg_publication") == [(0,)]
     assert env.rows(env.pub, "SELECT relreplident FROM pg_class WHERE relname = 'u'") == [("d",)]

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import psycopg
 import pytest
-
-from airflow_repl.engine import snapshot
 from test_agents import count_applied_rows
+
+from airflow_repl.engine.agents import snapshot_agent
 
 RUNNER = str(Path(__file__).with_name("agent_runner.py"))
 SEED = int(os.environ.get("AIRFLOW_REPL_FAULT_SEED", "8"))
@@ -172,7 +172,7 @@ def test_agents_killed_and_servers_crashed_at_random_lose_and_double_nothing(str
     env.run(env.pub, "CREATE TABLE items (id bigint PRIMARY KEY, grp int NOT NULL, payload text)")
     env.run(env.pub, "INSERT INTO items SELECT g, g % 7, md5(g::text) FROM generate_series(1, 2000) g")
     topo = env.topology(["public.items"], subscription_streams=streams, commit_batch_size=5)
-    snapshot.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark)
     _count_row_changes(env)
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(topo.to_dict(with_secrets=True)))
@@ -254,7 +254,7 @@ def test_a_server_going_away_mid_run_is_one_line_and_the_run_is_recorded(role, e
     env.run(env.pub, "CREATE TABLE items (id bigint PRIMARY KEY, grp int NOT NULL, payload text)")
     env.run(env.pub, "INSERT INTO items SELECT g, 0, 'x' FROM generate_series(1, 100) g")
     topo = env.topology(["public.items"], commit_batch_size=1)
-    snapshot.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark)
     _count_row_changes(env)
     env.run(env.sub, "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS "
                      "$$BEGIN PERFORM pg_sleep(0.02); RETURN NULL; END$$; "

@@ -10,14 +10,16 @@ import re
 
 import psycopg
 import pytest
-
-from airflow_repl.engine import callsyntax, deploy, distribution, logreader, procedures, snapshot, tsql
-from airflow_repl.engine.articles import resolve_articles
-from airflow_repl.engine.catalog import Column, TableInfo
-from airflow_repl.engine.commands import DELETE, INSERT, Command
-from airflow_repl.engine.errors import DeliveryError, ReplError, TopologyError
-from airflow_repl.engine.topology import from_dict
 from test_agents import assert_in_sync, cycle
+
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
+from airflow_repl.engine.articles.commands import DELETE, INSERT, Command
+from airflow_repl.engine.articles.resolved import resolve_articles
+from airflow_repl.engine.codegen import call_syntax, procedures, tsql_script
+from airflow_repl.engine.errors import DeliveryError, ReplError, TopologyError
+from airflow_repl.engine.model.topology import from_dict
+from airflow_repl.engine.postgres.catalog import Column, TableInfo
+from airflow_repl.engine.provisioning import deploy
 
 SYNTAX_ARTICLES = {  # article table -> propagation options: every call syntax, and SQL statements
     "t_call": {"upd_cmd": "CALL"},
@@ -51,7 +53,7 @@ def test_columns_named_like_procedure_parameters_under_every_syntax(env, spark):
         env.run(env.pub, f'INSERT INTO "{t}" SELECT g, g * 10, \'v\' || g, \'b\' || g, g, g, \'k\', g, \'x\' '
                          f'FROM generate_series(1, 5) g')
     topo = env.topology([{"table": t, **opts} for t, opts in SYNTAX_ARTICLES.items()])
-    snapshot.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark)
     for t in SYNTAX_ARTICLES:
         env.run(env.pub, f"""
             INSERT INTO "{t}" VALUES (6, 60, 'v6', 'b6', 6, 6, 'k', 6, 'x');
@@ -77,7 +79,7 @@ def test_procedure_bodies_reference_parameters_by_position_only(env):
             statement = body.split("BEGIN")[1].split(";")[0]
             assert not re.search(r"(?<![\"$\w])(c\d+|pkc\d+|bitmap)\b", statement), (upd, op, statement)
         # T-SQL keeps @parameters and [columns] apart
-        script = tsql.article_script(art)
+        script = tsql_script.article_script(art)
         if upd == "SCALL":
             assert "where [c1] = @pkc1 and [pkc1] = @pkc2" in script
             assert "[bitmap] = case substring(@bitmap,1,1) & 8 when 8 then @c4 else [bitmap] end" in script
@@ -106,7 +108,7 @@ def test_widest_table_of_each_syntax_replicates_end_to_end(env, spark):
     for table, n, _ in WIDEST:
         env.run(env.pub, wide_ddl(table, n))
     topo = env.topology([{"table": t, **opts} for t, _, opts in WIDEST])
-    summary = snapshot.run_snapshot(topo, "p", spark)
+    summary = snapshot_agent.run_snapshot(topo, "p", spark)
     assert summary["rows"] == 10 * len(WIDEST)
     for table, n, _ in WIDEST:
         env.run(env.pub, f"""
@@ -162,13 +164,13 @@ def test_parameter_count_is_the_length_of_each_layout(n, key):
     for op, syntaxes in {"insert": ["CALL"], "update": ["CALL", "SCALL", "MCALL", "XCALL"],
                          "delete": ["CALL", "XCALL"]}.items():
         for syntax in syntaxes:
-            assert callsyntax.parameter_count(op, syntax, n, key) == len(callsyntax.parameters(art, op, syntax))
+            assert call_syntax.parameter_count(op, syntax, n, key) == len(call_syntax.parameters(art, op, syntax))
 
 
 # ---------------------------------------------------------------- 3. deferrable keys and key shifts
 def _run(pairs: list[tuple[list, list]], chunk: int = 1000) -> list[tuple[str, list]]:
     """What the Log Reader stores for a sequence of key updates (old, new) of one article."""
-    writer = logreader._TxnWriter(None, "p", chunk)  # no staging below `chunk` pairs: no server
+    writer = log_reader_agent._TxnWriter(None, "p", chunk)  # no staging below `chunk` pairs: no server
     writer.begin("0/1")
     for old, new in pairs:
         writer.row_change("a", [Command(DELETE, "a", old=old, pair=True), Command(INSERT, "a", new=new, pair=True)])
@@ -249,7 +251,7 @@ def test_key_shifts_over_equal_rows_under_every_syntax(env, spark, chunk, stream
     for t in tables:
         env.run(env.pub, DEFERRABLE_DDL.format(t=t) + SEED.format(t=t))
     topo = env.topology([{"table": t, **opts} for t, opts in tables.items()], subscription_streams=streams)
-    snapshot.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark)
     # the subscriber's keys are as deferrable as the publisher's
     deferral = ("SELECT c.relname, k.contype, k.condeferrable, k.condeferred FROM pg_constraint k "
                 "JOIN pg_class c ON c.oid = k.conrelid WHERE c.relname LIKE 't\\_%' ORDER BY 1, 2")
@@ -258,17 +260,17 @@ def test_key_shifts_over_equal_rows_under_every_syntax(env, spark, chunk, stream
     for scenario in SCENARIOS:
         for t in tables:
             env.run(env.pub, "BEGIN; " + scenario.format(t=t) + "; COMMIT")
-    logreader.run_log_reader(topo, "p", chunk=chunk)
-    distribution.run_distribution(topo, "p", "sub1")
+    log_reader_agent.run_log_reader(topo, "p", chunk=chunk)
+    distribution_agent.run_distribution(topo, "p", "sub1")
     assert_rows_equal(env, tables)
     assert_in_sync(topo)
     # under the Distribution Agent's session_replication_role = replica a DEFERRABLE key is still
     # enforced: a row the subscriber already has is a duplicate key, not a second row
     env.run(env.sub, "INSERT INTO t_call VALUES (70, 'local')")
     env.run(env.pub, "INSERT INTO t_call VALUES (70, 'publisher')")
-    logreader.run_log_reader(topo, "p")
+    log_reader_agent.run_log_reader(topo, "p")
     with pytest.raises(DeliveryError, match="duplicate key"):
-        distribution.run_distribution(topo, "p", "sub1")
+        distribution_agent.run_distribution(topo, "p", "sub1")
     assert env.rows(env.sub, "SELECT v FROM t_call WHERE id = 70") == [("local",)]
 
 
@@ -276,11 +278,11 @@ def test_deferrable_keys_are_scripted_deferrable(env):
     env.run(env.pub, DEFERRABLE_DDL.format(t="t") + 'CREATE TABLE "n" (id int PRIMARY KEY, u int UNIQUE)')
     with psycopg.connect(env.pub, autocommit=True) as conn:
         t, n = deploy.resolve_publication(conn, env.topology(["t", "n"]).publication("p"))
-    script = snapshot.schema_script(t)
+    script = snapshot_agent.schema_script(t)
     assert 'PRIMARY KEY ("id") DEFERRABLE,' in script
     assert 'UNIQUE ("u") DEFERRABLE INITIALLY DEFERRED' in script
     assert "ENABLE ALWAYS TRIGGER" in script
-    assert "DEFERRABLE" not in snapshot.schema_script(n) and "TRIGGER" not in snapshot.schema_script(n)
+    assert "DEFERRABLE" not in snapshot_agent.schema_script(n) and "TRIGGER" not in snapshot_agent.schema_script(n)
     assert "deferrable_keys" not in n.to_dict()["table"]  # unchanged definitions keep their hash
 
 
@@ -316,8 +318,8 @@ def test_user_types_domains_enums_composites_and_collations_replicate(env, spark
                      "CREATE COLLATION other.ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false)")
     mood_oid = env.rows(env.sub, "SELECT 'mood'::regtype::oid")[0][0]
     topo = env.topology(["t"])
-    summary = snapshot.run_snapshot(topo, "p", spark)
-    schema_sql = (snapshot.Path(summary["folder"]) / "schema.sql").read_text()
+    summary = snapshot_agent.run_snapshot(topo, "p", spark)
+    schema_sql = (snapshot_agent.Path(summary["folder"]) / "schema.sql").read_text()
     def at(text: str) -> int:
         return schema_sql.index(text)
     # what an object uses comes before it, and every object before the tables
@@ -352,7 +354,7 @@ def test_types_that_differ_at_a_subscriber_are_refused_before_anything_changes(e
                               "CREATE SCHEMA other; CREATE TYPE other.pt AS (x integer)")
     topo = env.topology(["t"])
     with pytest.raises(ReplError) as err:
-        snapshot.run_snapshot(topo, "p", spark)
+        snapshot_agent.run_snapshot(topo, "p", spark)
     message = str(err.value)
     assert "\n" not in message
     assert message.startswith("subscriber 'sub2' cannot take the types the published columns use: ")
@@ -370,7 +372,7 @@ def test_types_that_differ_at_a_subscriber_are_refused_before_anything_changes(e
         == [(0,)]
     # fixed at the subscriber, the snapshot goes through
     env.run(env.subs["sub2"], "DROP TYPE mood; DROP DOMAIN posint; DROP TYPE other.pt")
-    snapshot.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark)
     for sub in env.subs.values():
         assert env.rows(sub, TYPE_ROWS) == env.rows(env.pub, TYPE_ROWS)
 
@@ -379,7 +381,7 @@ def test_cli_apply_refuses_a_too_wide_table_in_one_line(env, tmp_path, capsys):
     import yaml
 
     from airflow_repl import cli
-    from airflow_repl.engine.connections import to_uri
+    from airflow_repl.engine.postgres.connections import to_uri
 
     env.run(env.pub, wide_ddl("wide", 51))
     path = tmp_path / "topology.yaml"
@@ -397,7 +399,7 @@ def test_cli_apply_refuses_a_too_wide_table_in_one_line(env, tmp_path, capsys):
 
 
 def test_user_type_script_guards_every_creation():
-    from airflow_repl.engine.usertypes import UserObject, script
+    from airflow_repl.engine.codegen.user_types import UserObject, script
 
     objects = [UserObject("collation", "o th", "ci", {}, 'CREATE COLLATION IF NOT EXISTS "o th"."ci" (x);'),
                UserObject("collation", "pg_catalog", "C", {}, "CREATE COLLATION ...", scripted=False),
@@ -417,10 +419,10 @@ def test_a_type_from_an_extension_missing_at_the_subscriber_is_named_with_the_fi
     with pytest.raises(ReplError, match=r"^subscriber 'sub1' cannot take the types the published columns use: "
                                         r"type public\.citext is missing \(CREATE EXTENSION \"citext\" WITH SCHEMA "
                                         r"\"public\"\)\. "):
-        snapshot.run_snapshot(topo, "p", spark)
+        snapshot_agent.run_snapshot(topo, "p", spark)
     assert env.rows(env.sub, "SELECT to_regclass('public.ci')") == [(None,)]
     env.run(env.sub, "CREATE EXTENSION citext")
-    snapshot.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark)
     env.run(env.pub, "UPDATE ci SET name = 'ABC', names = names || 'Z'::citext")
     cycle(topo)
     assert env.rows(env.sub, "SELECT ci::text FROM ci") == [("(1,ABC,\"{X,y,Z}\")",)]

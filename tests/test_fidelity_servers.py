@@ -11,10 +11,13 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg import sql
-
-from airflow_repl.engine import catalog, deploy, distribution, logreader, snapshot, validation
-from airflow_repl.engine.errors import ReplError, TopologyError
 from test_agents import assert_in_sync, cycle
+
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
+from airflow_repl.engine.errors import ReplError, TopologyError
+from airflow_repl.engine.postgres import catalog
+from airflow_repl.engine.provisioning import deploy
+from airflow_repl.engine.subscriber import validation
 
 ICU = "LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C' ENCODING 'UTF8'"
 LATIN1 = "ENCODING 'LATIN1' LOCALE 'C'"
@@ -49,9 +52,9 @@ def test_icu_subscriber_gets_every_row_and_validate_matches(env, spark, monkeypa
     env.run(env.pub, "CREATE TABLE words (k text PRIMARY KEY, n int, v text); "
                      "INSERT INTO words SELECT CASE WHEN g % 2 = 0 THEN 'K' ELSE 'k' END || lpad(g::text, 6, '0'), "
                      "g, 'row ' || g FROM generate_series(1, 20000) g")
-    monkeypatch.setattr(snapshot, "ROWS_PER_PARTITION", 2000)
+    monkeypatch.setattr(snapshot_agent, "ROWS_PER_PARTITION", 2000)
     topo = env.topology(["words"])
-    summary = snapshot.run_snapshot(topo, "p", spark, max_partitions=4)
+    summary = snapshot_agent.run_snapshot(topo, "p", spark, max_partitions=4)
     assert summary["partitions"] == 4 and summary["rows"] == 20000
     assert sub_rows(env, "SELECT count(*), count(DISTINCT k) FROM words") == [(20000, 20000)]
     assert sub_rows(env, "SELECT count(*) FROM airflow_repl.snapshot_files") == [(4,)]
@@ -59,7 +62,7 @@ def test_icu_subscriber_gets_every_row_and_validate_matches(env, spark, monkeypa
     manifest = json.loads((Path(summary["folder"]) / "manifest.json").read_text())
     art = deploy.apply_topology(topo, ["p"])["p"][0]
     for f in manifest["articles"][0]["files"]:
-        assert snapshot.load_file(env.sub, summary["folder"], art.to_dict(), f, summary["snapshot_id"]) == 0
+        assert snapshot_agent.load_file(env.sub, summary["folder"], art.to_dict(), f, summary["snapshot_id"]) == 0
     assert sub_rows(env, "SELECT count(*) FROM words") == [(20000,)]
     assert_in_sync(topo)  # same values, different orderings: a match
     env.run(env.pub, "UPDATE words SET v = v || '!' WHERE n % 1000 = 0; DELETE FROM words WHERE n % 999 = 0; "
@@ -87,17 +90,17 @@ def test_latin1_publisher_to_utf8_icu_and_latin1_subscribers(env2, spark):
     env.run(env.pub, "INSERT INTO t VALUES (%s, %s), (%s, %s), (%s, %s)",
             ("é", "café", "Ã©", "looks like mojibake", "ÿ", "ÿ"))
     topo = env.topology(["t"])
-    snapshot.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark)
     # after the snapshot: through the Log Reader (pgoutput text in the publisher's encoding)
     with psycopg.connect(env.pub) as conn:  # one transaction
         conn.execute("INSERT INTO t VALUES (%s, %s), (%s, %s)", ("Ã©2", "Ã©", "è", "é"))
         conn.execute("UPDATE t SET v = %s WHERE k = %s", ("naïve", "é"))
         conn.execute("DELETE FROM t WHERE k = %s", ("ÿ",))
-    logreader.run_log_reader(topo, "p")
+    log_reader_agent.run_log_reader(topo, "p")
     expected = sorted(env.rows(env.pub, "SELECT k, v FROM t"))
     assert ("Ã©2", "Ã©") in expected and ("è", "é") in expected
     for subscriber in ("sub1", "sub2"):
-        distribution.run_distribution(topo, "p", subscriber)
+        distribution_agent.run_distribution(topo, "p", subscriber)
         assert sorted(sub_rows(env, "SELECT k, v FROM t", subscriber)) == expected
         assert_in_sync(topo, subscriber)  # UTF8/LATIN1 and C/ICU pairs: the same values match
 
@@ -113,7 +116,7 @@ def test_publisher_search_path_does_not_change_scripted_types(env, spark):
     env.run(env.sub, "CREATE SCHEMA other; CREATE TYPE other.color AS ENUM ('red', 'green'); "
                      "CREATE TYPE public.mood AS ENUM ('ok', 'meh')")
     topo = env.topology([{"table": "paint", "row_filter": "id <> 3"}])
-    summary = snapshot.run_snapshot(topo, "p", spark)
+    summary = snapshot_agent.run_snapshot(topo, "p", spark)
     script = (Path(summary["folder"]) / "schema.sql").read_text()
     assert '"c" other.color' in script and '"m" public.mood' in script and '"cs" other.color[]' in script
     env.run(env.pub, "INSERT INTO paint VALUES (3, 'green', 'ok', NULL), (4, 'red', 'meh', '{green}'); "
@@ -144,7 +147,7 @@ def test_inheritance_parent_only_or_with_children_never_a_mix(env, spark):
     for p in ("only_t", "all_t"):
         env.run(env.pub, INHERITANCE.format(p=p))
     topo = env.topology(["only_t", {"table": "all_t", "include_children": True}])
-    snapshot.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark)
     assert sub_rows(env, "SELECT id FROM only_t ORDER BY id") == [(1,), (2,), (3,)]
     assert sub_rows(env, "SELECT id FROM all_t ORDER BY id") == [(i,) for i in (1, 2, 3, 11, 12, 13, 21, 22)]
     assert_in_sync(topo)
@@ -164,7 +167,7 @@ def test_inheritance_parent_only_or_with_children_never_a_mix(env, spark):
     # truncating part of an included hierarchy cannot be replicated exactly: refused, named
     env.run(env.pub, "TRUNCATE all_t_c1")
     with pytest.raises(ReplError, match=r"TRUNCATE of only part of public.all_t .* article 'all_t', which includes"):
-        logreader.run_log_reader(topo, "p")
+        log_reader_agent.run_log_reader(topo, "p")
 
 
 def test_a_child_cannot_be_an_article_and_an_included_child(env):
@@ -183,7 +186,7 @@ def test_include_columns_are_not_key_columns(env, spark):
         info = catalog.load_table(conn, "public", "inc")
     assert (info.primary_key, info.unique_keys) == (["a"], [["c"]])
     topo = env.topology(["inc"])
-    snapshot.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark)
     assert sorted(r[0] for r in sub_rows(env, "SELECT pg_get_constraintdef(oid) FROM pg_constraint "
                                               "WHERE conrelid = 'inc'::regclass")) == ["PRIMARY KEY (a)", "UNIQUE (c)"]
     env.run(env.pub, "INSERT INTO inc VALUES (3, NULL, 'three', NULL); UPDATE inc SET b = NULL, d = 5 WHERE a = 1")
@@ -207,11 +210,11 @@ INSERT INTO "Odd %s Schema"."Pct%s SQL" SELECT g, '%%' || g, g FROM generate_ser
 @pytest.mark.parametrize("style", ["CALL", "SQL"])
 def test_percent_quotes_spaces_dots_and_case_in_names(env, spark, monkeypatch, style):
     env.run(env.pub, ODD_DDL)
-    monkeypatch.setattr(snapshot, "ROWS_PER_PARTITION", 10)  # several key ranges
+    monkeypatch.setattr(snapshot_agent, "ROWS_PER_PARTITION", 10)  # several key ranges
     prop = {} if style == "CALL" else {"ins_cmd": "SQL", "upd_cmd": "SQL", "del_cmd": "SQL"}
     topo = env.topology([{"table": 'Odd %s Schema.Pct%% "T" 50%', **prop},
                          {"table": "Odd %s Schema.Pct%s SQL", "row_filter": '"Mixed Case" % 3 <> 1', **prop}])
-    summary = snapshot.run_snapshot(topo, "p", spark, max_partitions=3)
+    summary = snapshot_agent.run_snapshot(topo, "p", spark, max_partitions=3)
     assert summary["partitions"] == 6
     big = '"Odd %s Schema"."Pct%% ""T"" 50%"'
     small = '"Odd %s Schema"."Pct%s SQL"'
@@ -232,9 +235,9 @@ def test_percent_quotes_spaces_dots_and_case_in_names(env, spark, monkeypatch, s
 
 # ---------------------------------------------------------------------- pure logic (no server)
 def _article(name: str, include_children: bool, children: list[list[str]] | None = None):
-    from airflow_repl.engine import topology as topology_mod
-    from airflow_repl.engine.articles import resolve_articles
-    from airflow_repl.engine.catalog import Column, TableInfo
+    from airflow_repl.engine.articles.resolved import resolve_articles
+    from airflow_repl.engine.model import topology as topology_mod
+    from airflow_repl.engine.postgres.catalog import Column, TableInfo
     pub = topology_mod.Publication(name="p", articles=[topology_mod.Article(table=name,
                                                                             include_children=include_children)])
     table = TableInfo("public", name, 1, [Column("id", "integer", True, 23), Column("v", "text", False, 25)], ["id"])
@@ -245,22 +248,22 @@ def _article(name: str, include_children: bool, children: list[list[str]] | None
 
 def test_children_map_to_their_article_and_partial_truncates_are_refused():
     only, fam = _article("only_t", False), _article("fam", True, [["public", "fam_1"], ["s", "fam_2"]])
-    rel = logreader.relation_articles([only, fam])
+    rel = log_reader_agent.relation_articles([only, fam])
     assert rel == {("public", "only_t"): only, ("public", "fam"): fam, ("public", "fam_1"): fam, ("s", "fam_2"): fam}
     assert fam.source.as_string(None) == '"public"."fam"' and only.source.as_string(None) == 'ONLY "public"."only_t"'
-    own, c1, c2 = (logreader._RelMap(fam, [0, 1], child) for child in (False, True, True))
-    assert logreader._truncated_articles([own, c1, c2, logreader._RelMap(only, [0, 1]), None]) == ["fam", "only_t"]
+    own, c1, c2 = (log_reader_agent._RelMap(fam, [0, 1], child) for child in (False, True, True))
+    assert log_reader_agent._truncated_articles([own, c1, c2, log_reader_agent._RelMap(only, [0, 1]), None]) == ["fam", "only_t"]
     for part in ([own], [c1], [c1, c2], [own, c2]):
         with pytest.raises(ReplError, match="TRUNCATE of only part of public.fam"):
-            logreader._truncated_articles(part)
+            log_reader_agent._truncated_articles(part)
     # the definition (and so the subscription fingerprint) carries the children only when included
     assert "children" not in only.to_dict() and fam.to_dict()["children"] == [["public", "fam_1"], ["s", "fam_2"]]
-    from airflow_repl.engine.articles import ResolvedArticle
+    from airflow_repl.engine.articles.resolved import ResolvedArticle
     assert ResolvedArticle.from_dict(fam.to_dict()).children == fam.children
 
 
 def test_include_children_must_be_a_boolean():
-    from airflow_repl.engine import topology as topology_mod
+    from airflow_repl.engine.model import topology as topology_mod
     data = {"publisher": "postgresql://u@h/a", "distributor": "postgresql://u@h/b",
             "publications": [{"name": "p", "articles": [{"table": "t", "include_children": True}]}]}
     assert topology_mod.from_dict(data).publication("p").articles[0].include_children is True
@@ -282,10 +285,10 @@ def test_a_subscriber_missing_snapshot_rows_is_not_activated(env):
     env.run(env.sub, "CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1), (2)")
     art = deploy.apply_topology(env.topology(["t"]), ["p"])["p"][0]
     with psycopg.connect(env.sub) as sub:
-        snapshot._check_loaded_rows(sub, [art], {"articles": [{"name": "t", "rows": 2}]}, "sub1")
+        snapshot_agent._check_loaded_rows(sub, [art], {"articles": [{"name": "t", "rows": 2}]}, "sub1")
         with pytest.raises(ReplError, match=r"subscriber 'sub1' holds 2 rows in public.t after loading the snapshot "
                                             r"of article 't', which has 3: the subscription was not activated"):
-            snapshot._check_loaded_rows(sub, [art], {"articles": [{"name": "t", "rows": 3}]}, "sub1")
+            snapshot_agent._check_loaded_rows(sub, [art], {"articles": [{"name": "t", "rows": 3}]}, "sub1")
 
 
 def test_a_character_the_subscriber_encoding_cannot_hold_is_named(env, spark):
@@ -293,5 +296,5 @@ def test_a_character_the_subscriber_encoding_cannot_hold_is_named(env, spark):
     env.run(env.pub, "CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t VALUES (1, 'fits: é'), (2, '€')")
     with pytest.raises(Exception, match=r"encoding LATIN1\) cannot store a character of article 't' \(public.t\): "
                                         r"character with byte sequence 0xe2 0x82 0xac"):
-        snapshot.run_snapshot(env.topology(["t"]), "p", spark)
+        snapshot_agent.run_snapshot(env.topology(["t"]), "p", spark)
     assert env.rows(env.dist, "SELECT status FROM airflow_repl.subscriptions") == [("initializing",)]

@@ -11,11 +11,12 @@ import time
 
 import psycopg
 import pytest
-
-from airflow_repl.engine import distdb, distribution, logreader, snapshot
-from airflow_repl.engine.pgoutput import int_to_lsn, lsn_to_int
-from airflow_repl.engine.sandbox import wal_file_name
 from conftest import WAL_BOUNDARIES, Env
+
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
+from airflow_repl.engine.postgres.lsn import int_to_lsn, lsn_to_int
+from airflow_repl.engine.state import distdb
+from airflow_repl.sandbox import wal_file_name
 
 
 # ---------------------------------------------------------------------- no server
@@ -56,11 +57,11 @@ def test_batch_query_reads_the_primary_key_index_in_order_without_sorting(env):
                      "command_count) SELECT 'p', ('0/0'::pg_lsn + g * 65536), g, now(), '0/0', 1 "
                      "FROM generate_series(1, 20000) g")
         conn.execute("ANALYZE airflow_repl.transactions")
-        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + distribution.BATCH_QUERY, ("p", "0/F000000", 100)))
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + distribution_agent.BATCH_QUERY, ("p", "0/F000000", 100)))
         assert "Index Scan using transactions_pkey" in plan and "Sort" not in plan, plan
-        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + distribution.COMMANDS_QUERY, ("p", "0/1", "0/2")))
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + distribution_agent.COMMANDS_QUERY, ("p", "0/1", "0/2")))
         assert "Sort" not in plan, plan
-        xacts = [r[0] for r in conn.execute(distribution.BATCH_QUERY, ("p", "0/FFE0000", 4))]
+        xacts = [r[0] for r in conn.execute(distribution_agent.BATCH_QUERY, ("p", "0/FFE0000", 4))]
         assert xacts == ["0/FFF0000", "0/10000000", "0/10010000", "0/10020000"]
 
 
@@ -134,7 +135,7 @@ def test_backlog_across_lsn_boundary_is_delivered_in_order(wal_env, spark, bound
                      "CREATE TABLE t2 (a text, b int, note text, PRIMARY KEY (a, b))")
     env.run(env.pub, "INSERT INTO t SELECT g, g, 'row ' || g FROM generate_series(1, %s) g", (ROWS,))
     topo = env.topology(["t", "t2"], commit_batch_size=4)
-    snap = snapshot.run_snapshot(topo, "p", spark)
+    snap = snapshot_agent.run_snapshot(topo, "p", spark)
     limit = lsn_to_int(boundary)
     assert lsn_to_int(snap["consistent_lsn"]) < limit
     _workload(env, 0, 10)  # before the boundary
@@ -146,7 +147,7 @@ def test_backlog_across_lsn_boundary_is_delivered_in_order(wal_env, spark, bound
     time.sleep(0.02)
     _workload(env, 16, 6)
 
-    read = logreader.run_log_reader(topo, "p", batch_changes=100)
+    read = log_reader_agent.run_log_reader(topo, "p", batch_changes=100)
     assert read["transactions"] == 22 and read["batches"] > 2
     lsns = [r[0] for r in env.rows(env.dist, "SELECT xact_seqno::text FROM airflow_repl.transactions")]
     below = [x for x in lsns if lsn_to_int(x) < limit]
@@ -155,8 +156,8 @@ def test_backlog_across_lsn_boundary_is_delivered_in_order(wal_env, spark, bound
     assert env.rows(env.dist, "SELECT read_xact_seqno::text FROM airflow_repl.logreader_state") == [(newest,)]
 
     final = _table_rows(env.pub)
-    one = distribution.run_distribution(topo, "p", "sub1", subscription_streams=1)
-    three = distribution.run_distribution(topo, "p", "sub2", subscription_streams=3, commit_batch_size=8)
+    one = distribution_agent.run_distribution(topo, "p", "sub1", subscription_streams=1)
+    three = distribution_agent.run_distribution(topo, "p", "sub2", subscription_streams=3, commit_batch_size=8)
     for result in (one, three):
         assert (result["transactions"], result["retries"], result["last_xact_seqno"]) == (22, 0, newest)
     assert three["parallel_batches"] > 0  # the three-stream run did spread batches
@@ -164,10 +165,10 @@ def test_backlog_across_lsn_boundary_is_delivered_in_order(wal_env, spark, bound
     _assert_rows_equal(final, env.subs["sub2"], "three streams")
 
     for name, streams in (("sub3", 1), ("sub4", 3)):
-        partial = distribution.run_distribution(topo, "p", name, until=cut, subscription_streams=streams)
+        partial = distribution_agent.run_distribution(topo, "p", name, until=cut, subscription_streams=streams)
         assert partial["transactions"] == 16
         _assert_rows_equal(at_cut, env.subs[name], f"until, {streams} stream(s)")
-        assert distribution.run_distribution(topo, "p", name, subscription_streams=streams)["transactions"] == 6
+        assert distribution_agent.run_distribution(topo, "p", name, subscription_streams=streams)["transactions"] == 6
         _assert_rows_equal(final, env.subs[name], f"after until, {streams} stream(s)")
 
     for name in env.subs:
@@ -177,7 +178,7 @@ def test_backlog_across_lsn_boundary_is_delivered_in_order(wal_env, spark, bound
         (newest,)]
 
     _workload(env, 22, 3)  # and the next runs keep delivering
-    assert logreader.run_log_reader(topo, "p")["transactions"] == 3
+    assert log_reader_agent.run_log_reader(topo, "p")["transactions"] == 3
     for name in env.subs:
-        assert distribution.run_distribution(topo, "p", name, subscription_streams=3)["transactions"] == 3
+        assert distribution_agent.run_distribution(topo, "p", name, subscription_streams=3)["transactions"] == 3
         _assert_rows_equal(_table_rows(env.pub), env.subs[name], f"{name}, second round")

@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from airflow_repl import cli
-from airflow_repl.engine.connections import to_uri
 from airflow_repl.engine.errors import ConnectionLost
+from airflow_repl.engine.postgres.connections import to_uri
 from airflow_repl.jobs import agent_job
 
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 import re
 
 import pytest
-
-from airflow_repl.engine import deploy, distribution, logreader, snapshot, tsql
-from airflow_repl.engine.errors import ReplError, TopologyError
 from test_agents import assert_in_sync, cycle
+
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
+from airflow_repl.engine.codegen import tsql_script
+from airflow_repl.engine.errors import ReplError, TopologyError
+from airflow_repl.engine.provisioning import deploy
 
 VENDOR_DDL = """
 CREATE SCHEMA "Purchasing";
@@ -90,7 +92,7 @@ def _lines(text: str) -> list[str]:
 def vendor_env(env, spark, **options):
     env.run(env.pub, VENDOR_DDL)
     topo = env.topology([{"table": "Purchasing.Vendor", **options}])
-    snapshot.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark)
     return topo
 
 
@@ -98,7 +100,7 @@ def test_vendor_tsql_script_has_the_seed_structure(env):
     env.run(env.pub, VENDOR_DDL)
     topo = env.topology(["Purchasing.Vendor"])
     (art,) = deploy.apply_topology(topo)["p"]
-    assert _lines(tsql.article_script(art)) == _lines(SEED_TSQL)
+    assert _lines(tsql_script.article_script(art)) == _lines(SEED_TSQL)
 
 
 def test_vendor_default_procedures_are_created_and_called(env, spark):
@@ -149,7 +151,7 @@ def test_xcall_custom_procedures_receive_before_and_after_images(env, spark):
     # the snapshot drops and recreates acct at the subscriber; the procedures stay
     topo = env.topology([{"table": "public.acct", "upd_cmd": "XCALL public.upd_acct",
                           "del_cmd": "XCALL public.del_acct"}])
-    snapshot.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark)
     env.run(env.pub, "UPDATE acct SET balance = balance + 5 WHERE id = 1; DELETE FROM acct WHERE id = 2")
     cycle(topo)
     assert env.rows(env.sub, "SELECT * FROM audit ORDER BY what DESC") == [
@@ -168,7 +170,7 @@ def test_mcall_custom_procedure_receives_the_bitmask(env, spark):
         CREATE PROCEDURE upd_t(id int, a text, b text, c text, pk int, mask bytea) LANGUAGE plpgsql AS
         $$BEGIN UPDATE t SET a = $2, b = $3, c = $4 WHERE t.id = pk; INSERT INTO masks VALUES (mask); END$$;""")
     topo = env.topology([{"table": "t", "upd_cmd": "MCALL upd_t"}])
-    snapshot.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark)
     env.run(env.pub, "UPDATE t SET c = 'z', a = 'y' WHERE id = 1")
     cycle(topo)
     assert env.rows(env.sub, "SELECT m FROM masks") == [(bytes([0b1010]),)]  # columns 2 and 4
@@ -180,13 +182,13 @@ def test_missing_custom_procedure_is_named_and_nothing_is_lost(env, spark):
     topo = env.topology([{"table": "t", "ins_cmd": "CALL custom.ins_t"}])
     with pytest.raises(ReplError, match=r"custom procedure custom.ins_t .*insert command of article 't'.*"
                                         r"does not exist at subscriber 'sub1'"):
-        snapshot.run_snapshot(topo, "p", spark)
+        snapshot_agent.run_snapshot(topo, "p", spark)
     # checked before anything changed: nothing deployed, no subscription left initializing
     assert env.rows(env.dist, "SELECT to_regclass('airflow_repl.subscriptions')") == [(None,)]
     env.run(env.pub, "INSERT INTO t VALUES (2, 'written meanwhile')")
     env.run(env.sub, "CREATE SCHEMA custom; CREATE PROCEDURE custom.ins_t(i int, v text) LANGUAGE plpgsql "
                      "AS $$BEGIN INSERT INTO t VALUES (i, v); END$$")
-    snapshot.run_snapshot(topo, "p", spark)  # the subscription is initialized on the next run
+    snapshot_agent.run_snapshot(topo, "p", spark)  # the subscription is initialized on the next run
     env.run(env.pub, "INSERT INTO t VALUES (3, 'after')")
     cycle(topo)
     assert_in_sync(topo)
@@ -199,7 +201,7 @@ def test_custom_procedure_with_the_wrong_parameters_is_rejected_before_anything_
     topo = env.topology([{"table": "t", "upd_cmd": "XCALL upd_t"}])
     with pytest.raises(ReplError, match=r"custom procedure public.upd_t .* takes 2 parameter\(s\), but XCALL syntax "
                                         r"passes 4: c1 integer, c2 text, c3 integer, c4 text"):
-        snapshot.run_snapshot(topo, "p", spark)
+        snapshot_agent.run_snapshot(topo, "p", spark)
     assert env.rows(env.sub, "SELECT * FROM t") == [(9, "mine", "l")]  # the subscriber table is untouched
 
 
@@ -207,7 +209,7 @@ def test_sql_statements_and_none(env, spark):
     env.run(env.pub, "CREATE TABLE t (id int PRIMARY KEY, v text, n int)")
     env.run(env.pub, "INSERT INTO t SELECT g, 'v' || g, g FROM generate_series(1, 10) g")
     topo = env.topology([{"table": "t", "ins_cmd": "SQL", "upd_cmd": "SQL", "del_cmd": "NONE"}])
-    snapshot.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark)
     assert env.rows(env.sub, "SELECT count(*) FROM pg_proc WHERE proname LIKE 'sp_MS%'") == [(0,)]
     env.run(env.pub, "INSERT INTO t VALUES (11, 'new', 11); UPDATE t SET v = 'upd' WHERE id = 2; "
                      "DELETE FROM t WHERE id IN (3, 4)")
@@ -218,9 +220,9 @@ def test_sql_statements_and_none(env, spark):
     # a SQL-statement update that finds no row raises the same row-not-found error
     env.run(env.sub, "DELETE FROM t WHERE id = 5")
     env.run(env.pub, "UPDATE t SET v = 'gone' WHERE id = 5")
-    logreader.run_log_reader(topo, "p")
+    log_reader_agent.run_log_reader(topo, "p")
     with pytest.raises(ReplError, match=r"update on article 't' \(public.t\) key \(id=5\).*row not found"):
-        distribution.run_distribution(topo, "p", "sub1")
+        distribution_agent.run_distribution(topo, "p", "sub1")
 
 
 # ---------------------------------------------------------------------- TABLE1 (KB 238254)
@@ -231,28 +233,28 @@ TABLE1 = "CREATE TABLE table1 (col1 int PRIMARY KEY, col2 int, col3 varchar(30))
 def test_table1_key_update_is_a_delete_insert_pair(env, spark):
     env.run(env.pub, TABLE1)
     topo = env.topology(["table1"])
-    snapshot.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark)
     env.run(env.pub, "UPDATE table1 SET col1 = 3 WHERE col3 = 'Dallas'")
-    logreader.run_log_reader(topo, "p")
+    log_reader_agent.run_log_reader(topo, "p")
     assert env.rows(env.dist, "SELECT op, data->'o', data->'n' FROM airflow_repl.commands ORDER BY command_id") == [
         ("D", ["1", "1", "Dallas"], None), ("I", None, ["3", "1", "Dallas"])]
-    distribution.run_distribution(topo, "p", "sub1")
+    distribution_agent.run_distribution(topo, "p", "sub1")
     assert env.rows(env.sub, "SELECT * FROM table1 ORDER BY col1") == [(2, 2, "Austin"), (3, 1, "Dallas")]
 
 
 def test_table1_dallas_filter_transitions(env, spark):
     env.run(env.pub, TABLE1)
     topo = env.topology([{"table": "table1", "row_filter": "col3 = 'Dallas'"}])
-    snap = snapshot.run_snapshot(topo, "p", spark)
+    snap = snapshot_agent.run_snapshot(topo, "p", spark)
     assert snap["rows"] == 1
     assert env.rows(env.sub, "SELECT * FROM table1") == [(1, 1, "Dallas")]
 
     def commands():
-        logreader.run_log_reader(topo, "p")
+        log_reader_agent.run_log_reader(topo, "p")
         rows = env.rows(env.dist, "SELECT op FROM airflow_repl.commands WHERE xact_seqno > "
                                   "coalesce((SELECT max(delivered_xact_seqno) FROM airflow_repl.subscriptions), "
                                   "'0/0') ORDER BY xact_seqno, command_id")
-        distribution.run_distribution(topo, "p", "sub1")
+        distribution_agent.run_distribution(topo, "p", "sub1")
         return [r[0] for r in rows]
 
     env.run(env.pub, "UPDATE table1 SET col1 = 3 WHERE col3 = 'Dallas'")
@@ -295,13 +297,13 @@ def test_column_filter_keeps_the_key_and_follows_filtered_ordinals(env, spark):
     env.run(env.pub, "CREATE TABLE wide (a text, id int PRIMARY KEY, b text, secret text, c text)")
     env.run(env.pub, "INSERT INTO wide VALUES ('a', 1, 'b', 's', 'c')")
     topo = env.topology([{"table": "wide", "columns": ["a", "c", "b"]}])
-    snapshot.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark)
     assert env.rows(env.sub, "SELECT column_name FROM information_schema.columns WHERE table_name = 'wide' "
                              "ORDER BY ordinal_position") == [("a",), ("id",), ("b",), ("c",)]
     env.run(env.pub, "UPDATE wide SET c = 'C', secret = 'S2' WHERE id = 1")
-    logreader.run_log_reader(topo, "p")
+    log_reader_agent.run_log_reader(topo, "p")
     assert env.rows(env.dist, "SELECT data->'n' FROM airflow_repl.commands") == [(["a", "1", "b", "C"],)]
-    distribution.run_distribution(topo, "p", "sub1")
+    distribution_agent.run_distribution(topo, "p", "sub1")
     assert_in_sync(topo)
     with pytest.raises(TopologyError, match=r"column filter of article 'wide'.*no column 'nope'"):
         deploy.apply_topology(env.topology([{"table": "wide", "columns": ["a", "nope"]}]))
@@ -313,7 +315,7 @@ def test_multi_row_key_updates_and_swaps_apply_without_uniqueness_errors(env, sp
         CREATE TABLE k (id int PRIMARY KEY DEFERRABLE, code text UNIQUE DEFERRABLE, v text);
         INSERT INTO k SELECT g, 'c' || g, 'v' || g FROM generate_series(1, 50) g;""")
     topo = env.topology(["k"])
-    snapshot.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark)
     env.run(env.pub, "UPDATE k SET id = id + 1")  # every key moves onto the next one
     env.run(env.pub, "UPDATE k SET id = CASE id WHEN 2 THEN 3 WHEN 3 THEN 2 END WHERE id IN (2, 3)")  # swap
     env.run(env.pub, "UPDATE k SET code = CASE code WHEN 'c5' THEN 'c6' ELSE 'c5' END "
@@ -331,7 +333,7 @@ def test_every_update_as_pair_and_single_row_key_updates_as_update(env, spark):
         CREATE TABLE b (id int PRIMARY KEY, v text); INSERT INTO b SELECT g, 'x' FROM generate_series(1, 5) g;""")
     topo = env.topology([{"table": "a", "updates_as_delete_insert": "all"},
                          {"table": "b", "updates_as_delete_insert": "multi_row_key_changes"}])
-    snapshot.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark)
     env.run(env.sub, """
         CREATE TABLE ops (tbl text, op text);
         CREATE FUNCTION rec() RETURNS trigger LANGUAGE plpgsql AS
@@ -353,16 +355,16 @@ def test_every_update_as_pair_and_single_row_key_updates_as_update(env, spark):
 def test_commit_batch_size_and_threshold(env, spark):
     env.run(env.pub, "CREATE TABLE t (id int PRIMARY KEY, v int); INSERT INTO t SELECT g, 0 FROM generate_series(1, 100) g")
     topo = env.topology(["t"], commit_batch_size=4, commit_batch_threshold=1000)
-    snapshot.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark)
     for i in range(10):
         env.run(env.pub, "UPDATE t SET v = v + 1 WHERE id <= %s", (1 + i,))
-    logreader.run_log_reader(topo, "p")
-    assert distribution.run_distribution(topo, "p", "sub1")["commits"] == 3  # 4 + 4 + 2 transactions
+    log_reader_agent.run_log_reader(topo, "p")
+    assert distribution_agent.run_distribution(topo, "p", "sub1")["commits"] == 3  # 4 + 4 + 2 transactions
     env.run(env.pub, "UPDATE t SET v = 5 WHERE id <= 30")  # 30 commands
     env.run(env.pub, "UPDATE t SET v = 6 WHERE id <= 30")
     env.run(env.pub, "UPDATE t SET v = 7 WHERE id <= 30")
-    logreader.run_log_reader(topo, "p")
-    result = distribution.run_distribution(topo, "p", "sub1", commit_batch_threshold=50)
+    log_reader_agent.run_log_reader(topo, "p")
+    result = distribution_agent.run_distribution(topo, "p", "sub1", commit_batch_threshold=50)
     assert (result["transactions"], result["commits"]) == (3, 3)  # a batch closes before 50 commands
     assert_in_sync(topo)
 
@@ -375,13 +377,13 @@ def test_streams_seed_case_stays_on_one_stream(env, spark):
                      "INSERT INTO s SELECT g, 'filler' FROM generate_series(100, 299) g")
     topo = env.topology([{"table": "s", "updates_as_delete_insert": "multi_row_key_changes", "upd_cmd": "CALL"}],
                         subscription_streams=2)
-    snapshot.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark)
     env.run(env.pub, "UPDATE s SET pk = 2 WHERE pk = 1")
     env.run(env.pub, "UPDATE s SET pk = 3000 WHERE pk = 2")
     env.run(env.pub, "UPDATE s SET v = 'still' WHERE pk = 50")
     env.run(env.pub, "UPDATE s SET v = 'spread' WHERE pk BETWEEN 100 AND 299")
-    logreader.run_log_reader(topo, "p")
-    result = distribution.run_distribution(topo, "p", "sub1")
+    log_reader_agent.run_log_reader(topo, "p")
+    result = distribution_agent.run_distribution(topo, "p", "sub1")
     assert (result["retries"], result["transactions"], result["skipped"], result["parallel_batches"]) == (0, 4, 0, 1)
     assert env.rows(env.sub, "SELECT * FROM s WHERE v <> 'spread' ORDER BY pk") == [(50, "still"), (3000, "row")]
     assert env.rows(env.sub, "SELECT count(*) FROM s WHERE v = 'spread'") == [(200,)]
@@ -391,11 +393,11 @@ def test_streams_seed_case_stays_on_one_stream(env, spark):
 def test_streams_spread_a_batch_and_commit_it_atomically(env, spark):
     env.run(env.pub, "CREATE TABLE t (id int PRIMARY KEY, v int); INSERT INTO t SELECT g, 0 FROM generate_series(1, 2000) g")
     topo = env.topology(["t"], subscription_streams=3, commit_batch_size=5)
-    snapshot.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark)
     for i in range(20):
         env.run(env.pub, "UPDATE t SET v = v + 1 WHERE id %% 20 = %s", (i,))
-    logreader.run_log_reader(topo, "p")
-    result = distribution.run_distribution(topo, "p", "sub1")
+    log_reader_agent.run_log_reader(topo, "p")
+    result = distribution_agent.run_distribution(topo, "p", "sub1")
     assert (result["transactions"], result["commands"], result["commits"], result["retries"]) == (20, 2000, 4, 0)
     assert result["parallel_batches"] >= 1  # the first batch is spread (later ones only while that is faster)
     assert env.rows(env.sub, "SELECT transactions FROM airflow_repl.subscription_state") == [(20,)]
@@ -405,7 +407,7 @@ def test_streams_spread_a_batch_and_commit_it_atomically(env, spark):
 def test_skip_errors_skip_only_the_failing_transaction(env, spark):
     env.run(env.pub, "CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t SELECT g, 'v' FROM generate_series(1, 10) g")
     topo = env.topology(["t"], skip_errors=["row_not_found", "2627"])
-    snapshot.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark)
     env.run(env.sub, "DELETE FROM t WHERE id = 3; INSERT INTO t VALUES (20, 'local')")
     env.run(env.pub, "UPDATE t SET v = 'a' WHERE id = 1")
     env.run(env.pub, "BEGIN; UPDATE t SET v = 'b' WHERE id = 2; UPDATE t SET v = 'c' WHERE id = 3; COMMIT")

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+from conftest import Env
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from airflow_repl.engine import distribution, logreader, snapshot, validation
-from conftest import Env
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
+from airflow_repl.engine.subscriber import validation
 
 TABLES = {  # table -> article options
     "t_call": {"upd_cmd": "CALL"},
@@ -79,8 +80,8 @@ def _sql(table: str, step) -> tuple[str, tuple]:
 @pytest.fixture(scope="module")
 def world(sandbox, spark, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:  # spread even these small batches over the streams,
-        mp.setattr(distribution, "PARALLEL_MIN_COMMANDS", 2)  # every one of them (not only when faster)
-        mp.setattr(distribution, "ADAPTIVE_STREAMS", False)
+        mp.setattr(distribution_agent, "PARALLEL_MIN_COMMANDS", 2)  # every one of them (not only when faster)
+        mp.setattr(distribution_agent, "ADAPTIVE_STREAMS", False)
         yield from _world(sandbox, spark, tmp_path_factory)
 
 
@@ -92,7 +93,7 @@ def _world(sandbox, spark, tmp_path_factory):
     env.run(env.sub, CUSTOM)
     topo = env.topology([{"table": t, **o} for t, o in TABLES.items()], subscription_streams=2,
                         commit_batch_size=3)
-    snapshot.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark)
     yield env, topo
     env.drop()
 
@@ -117,8 +118,8 @@ def test_any_transaction_mix_leaves_subscribers_equal(world, txns):
                             conn.execute(*_sql(table, step))
                 except (psycopg.errors.UniqueViolation, psycopg.errors.NumericValueOutOfRange):
                     pass  # the publisher refused it as a whole; nothing to replicate
-    logreader.run_log_reader(topo, "p")
-    distribution.run_distribution(topo, "p", "sub1")
+    log_reader_agent.run_log_reader(topo, "p")
+    distribution_agent.run_distribution(topo, "p", "sub1")
     report = validation.compare(topo, "p", "sub1")
     assert all(r["match"] for r in report), validation.format_report(report)
 

@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from airflow_repl.engine import distribution, logreader, snapshot
-from airflow_repl.engine.articles import ResolvedArticle
-from airflow_repl.engine.commands import DELETE, INSERT, UPDATE, Command
-from airflow_repl.engine.distribution import _Applier, plan_streams
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
+from airflow_repl.engine.agents.distribution_agent import _Applier, plan_streams
+from airflow_repl.engine.articles.commands import DELETE, INSERT, UPDATE, Command
+from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import ReplError
 
 
@@ -27,7 +27,7 @@ def _check_plan(touched, shares):
 
 
 def test_stream_chooser_spreads_only_while_spreading_is_faster():
-    chooser = distribution.StreamChooser(probe_every=4)
+    chooser = distribution_agent.StreamChooser(probe_every=4)
     assert chooser.may_spread()  # batch 1: try spreading
     chooser.record(True, 1000, 2.0)  # 500 commands/s spread
     assert not chooser.may_spread()  # batch 2: one stream, to compare
@@ -43,17 +43,17 @@ def test_stream_chooser_spreads_only_while_spreading_is_faster():
 
 
 def test_stream_chooser_resumes_from_an_earlier_runs_rates():
-    earlier = distribution.StreamChooser()
+    earlier = distribution_agent.StreamChooser()
     earlier.record(True, 1000, 2.0)
     earlier.record(False, 1000, 1.0)
-    later = distribution.StreamChooser(probe_every=4)
+    later = distribution_agent.StreamChooser(probe_every=4)
     later.resume(earlier.rates())
     assert later.rates() == {"spread": 500.0, "one": 1000.0}
     assert [later.may_spread() for _ in range(4)] == [False, False, False, True]  # probes at 4 only
 
 
 def test_stream_chooser_not_adaptive_always_lets_batches_spread():
-    chooser = distribution.StreamChooser(adaptive=False)
+    chooser = distribution_agent.StreamChooser(adaptive=False)
     chooser.record(True, 1000, 10.0)
     chooser.record(False, 1000, 0.1)
     assert all(chooser.may_spread() for _ in range(50))
@@ -145,14 +145,14 @@ def _key_updates(env, transactions: int, per_txn: int, rows: int) -> None:
 
 
 def test_key_updates_with_a_unique_column_on_three_streams_never_replay(env, spark, monkeypatch):
-    monkeypatch.setattr(distribution, "ADAPTIVE_STREAMS", False)  # spread every batch, faster or not
+    monkeypatch.setattr(distribution_agent, "ADAPTIVE_STREAMS", False)  # spread every batch, faster or not
     _make_kt(env, 2000)
     topo = env.topology(["kt"], subscription_streams=3)
-    snapshot.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark)
     _key_updates(env, transactions=40, per_txn=50, rows=2000)
-    read = logreader.run_log_reader(topo, "p")
+    read = log_reader_agent.run_log_reader(topo, "p")
     assert (read["transactions"], read["commands"]) == (40, 4000)
-    result = distribution.run_distribution(topo, "p", "sub1")
+    result = distribution_agent.run_distribution(topo, "p", "sub1")
     assert (result["transactions"], result["commands"], result["retries"]) == (40, 4000, 0)
     assert result["parallel_batches"] == result["commits"] >= 4  # every batch spread over the streams
     assert env.rows(env.sub, "SELECT id, code, v FROM kt ORDER BY id") == \
@@ -166,9 +166,9 @@ def test_key_updates_with_a_unique_column_on_three_streams_never_replay(env, spa
 def test_more_streams_than_the_subscriber_allows_are_refused_up_front(env, spark):
     _make_kt(env, 100)
     topo = env.topology(["kt"], subscription_streams=64)  # the topology allows 1-64
-    snapshot.run_snapshot(topo, "p", spark)
+    snapshot_agent.run_snapshot(topo, "p", spark)
     _key_updates(env, transactions=5, per_txn=10, rows=100)
-    logreader.run_log_reader(topo, "p")
+    log_reader_agent.run_log_reader(topo, "p")
 
     def state():
         return (env.rows(env.sub, "SELECT id, code, v FROM kt ORDER BY id"),
@@ -179,7 +179,7 @@ def test_more_streams_than_the_subscriber_allows_are_refused_up_front(env, spark
 
     before = state()
     with pytest.raises(ReplError) as info:
-        distribution.run_distribution(topo, "p", "sub1")
+        distribution_agent.run_distribution(topo, "p", "sub1")
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith("subscription_streams = 64 is more than subscriber 'sub1' can serve: it allows 20 (")
@@ -188,6 +188,6 @@ def test_more_streams_than_the_subscriber_allows_are_refused_up_front(env, spark
                             "or raise those settings at the subscriber")
     assert state() == before
     # within the limit, the same backlog is delivered
-    assert distribution.run_distribution(topo, "p", "sub1", subscription_streams=20)["transactions"] == 5
+    assert distribution_agent.run_distribution(topo, "p", "sub1", subscription_streams=20)["transactions"] == 5
     assert env.rows(env.sub, "SELECT id, code, v FROM kt ORDER BY id") == \
         env.rows(env.pub, "SELECT id, code, v FROM kt ORDER BY id")

@@ -6,8 +6,10 @@ import socket
 
 import pytest
 
-from airflow_repl.engine import deploy, topology
 from airflow_repl.engine.errors import ConnectionFailed, TopologyError
+from airflow_repl.engine.model import topology
+from airflow_repl.engine.postgres import connections
+from airflow_repl.engine.provisioning import deploy
 
 
 def _topo(**over):
@@ -59,7 +61,7 @@ def test_uri_passwords_never_show(tmp_path):
 def test_malformed_uri_error_does_not_quote_the_password():
     topo = topology.from_dict(_topo(publisher="postgresql://repl:s%zzecret@db.example:5433/shop"))
     with pytest.raises(TopologyError, match="connection URI for db.example is malformed") as err:
-        topo.publisher.require("publisher")
+        connections.resolve_topology(topo)
     assert "zzecret" not in str(err.value) and "zzecret" not in repr(topo)
 
 

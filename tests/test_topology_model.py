@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_repl.engine import naming, topology, yamlsource
 from airflow_repl.engine.errors import TopologyError
-from airflow_repl.engine.propagation import parse_propagation
+from airflow_repl.engine.model import naming, topology, yaml_source
+from airflow_repl.engine.model.propagation import parse_propagation
+from airflow_repl.engine.postgres import connections
 
 
 def _data(**over):
@@ -235,7 +236,7 @@ def test_first_problem_by_position_and_a_count_of_the_rest(tmp_path):
 
 # ---------------------------------------------------------------------- the YAML reader
 def test_positions_of_values_keys_and_missing_keys():
-    src = yamlsource.parse("a:\n  b: [1, {c: 2}]\n  d:\n    - x\n", "f.yaml")
+    src = yaml_source.parse("a:\n  b: [1, {c: 2}]\n  d:\n    - x\n", "f.yaml")
     assert src.data == {"a": {"b": [1, {"c": 2}], "d": ["x"]}}
     assert str(src.position(("a", "b", 1, "c"))) == "2:14"
     assert str(src.position(("a", "b", 1, "c"), key=True)) == "2:11"
@@ -247,15 +248,15 @@ def test_positions_of_values_keys_and_missing_keys():
 def test_duplicate_keys_name_both_lines_at_any_depth():
     with pytest.raises(TopologyError, match=r"^topology file f.yaml:3:3: a: duplicate key 'b' \(also at line 2, "
                                             r"column 3\); YAML would keep only the last one"):
-        yamlsource.parse("a:\n  b: 1\n  b: 2\n", "f.yaml")
+        yaml_source.parse("a:\n  b: 1\n  b: 2\n", "f.yaml")
     with pytest.raises(TopologyError, match=r"f.yaml:1:12: x\[0\]: duplicate key 'k'"):
-        yamlsource.parse("x: [{k: 1, k: 1}]\n", "f.yaml")
+        yaml_source.parse("x: [{k: 1, k: 1}]\n", "f.yaml")
     with pytest.raises(TopologyError, match="duplicate key True"):  # yes and on are the same boolean key
-        yamlsource.parse("yes: 1\non: 2\n", "f.yaml")
+        yaml_source.parse("yes: 1\non: 2\n", "f.yaml")
 
 
 def test_merge_keys_may_be_overridden_without_a_duplicate_error():
-    src = yamlsource.parse("base: &b {x: 1, y: [a]}\nc:\n  <<: *b\n  y:\n    - b\n", "f.yaml")
+    src = yaml_source.parse("base: &b {x: 1, y: [a]}\nc:\n  <<: *b\n  y:\n    - b\n", "f.yaml")
     assert src.data["c"] == {"x": 1, "y": ["b"]}
     assert str(src.position(("c", "y"))) == "5:5" and str(src.position(("c", "y", 0))) == "5:7"
     assert str(src.position(("c", "x"))) == "1:14"  # merged from the anchor
@@ -263,7 +264,7 @@ def test_merge_keys_may_be_overridden_without_a_duplicate_error():
 
 def test_yaml_errors_are_one_line_with_position_and_no_file_text():
     with pytest.raises(TopologyError) as err:
-        yamlsource.parse("publisher: postgresql://u:s3cret@h/db: x\n", "f.yaml")
+        yaml_source.parse("publisher: postgresql://u:s3cret@h/db: x\n", "f.yaml")
     assert str(err.value) == "topology file f.yaml:1:38: invalid YAML: mapping values are not allowed here; " \
                              "fix the YAML syntax there"
 
@@ -272,20 +273,20 @@ def test_alias_bombs_and_deep_nesting_are_refused():
     bomb = "a: &a [x,x,x,x,x,x,x,x,x,x]\n" + "".join(
         f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n" for p, n in zip("abcde", "bcdef"))
     with pytest.raises(TopologyError, match="more than 100000 values"):
-        yamlsource.parse(bomb, "f.yaml")
+        yaml_source.parse(bomb, "f.yaml")
     with pytest.raises(TopologyError, match="nest more than 64 levels"):
-        yamlsource.parse("a: " + "[" * 70 + "]" * 70 + "\n", "f.yaml")
+        yaml_source.parse("a: " + "[" * 70 + "]" * 70 + "\n", "f.yaml")
 
 
 def test_recursive_alias_is_a_validation_error_not_a_crash():
-    message = _error(yamlsource.parse("a: &a [*a]\n", "f.yaml").data | {"publisher": "a"})
+    message = _error(yaml_source.parse("a: &a [*a]\n", "f.yaml").data | {"publisher": "a"})
     assert "(top level): required key 'distributor' is missing" in message
 
 
 def test_file_problems(tmp_path):
     def error(path) -> str:
         with pytest.raises(TopologyError) as err:
-            yamlsource.read(path)
+            yaml_source.read(path)
         return str(err.value)
 
     assert error(tmp_path / "nope.yaml") == f"topology file {tmp_path}/nope.yaml does not exist: check the path"
@@ -295,7 +296,7 @@ def test_file_problems(tmp_path):
     assert error(bad) == f"topology file {bad}:2: is not UTF-8 text (byte 0xe9 at offset 11); save the file as UTF-8"
     bom = tmp_path / "bom.yaml"
     bom.write_bytes("\ufeffa: é\n".encode())
-    assert yamlsource.read(bom).data == {"a": "é"}
+    assert yaml_source.read(bom).data == {"a": "é"}
     empty = tmp_path / "empty.yaml"
     empty.write_text("  \n")
     assert error(empty).endswith("is empty: write the topology's publisher, distributor, subscribers, "
@@ -306,7 +307,7 @@ def test_file_problems(tmp_path):
     ((), "(top level)"), (("a",), "a"), (("a", 0, "b"), "a[0].b"), (("s", "Bad-Name"), "s['Bad-Name']"),
 ])
 def test_format_loc(loc, text):
-    assert yamlsource.format_loc(loc) == text
+    assert yaml_source.format_loc(loc) == text
 
 
 def test_keys_must_be_names_and_names_must_be_strings():
@@ -323,4 +324,4 @@ def test_resolution_errors_name_the_server(monkeypatch):
     topo = topology.from_dict(_data(subscribers={"s1": "nope_conn"}))
     with pytest.raises(TopologyError, match=r"^subscribers\.s1: connection id 'nope_conn' is not defined: set the "
                                             r"environment variable AIRFLOW_CONN_NOPE_CONN"):
-        topo.resolve(lambda ref: "host=h" if ref != "nope_conn" else topology.connections.env_resolver(ref))
+        topo.resolve(lambda ref: "host=h" if ref != "nope_conn" else connections.env_resolver(ref))

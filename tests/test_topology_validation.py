@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+from conftest import Env
 
 from airflow_repl import cli
-from airflow_repl.engine.connections import to_uri
-from conftest import Env
+from airflow_repl.engine.postgres.connections import to_uri
 
 # The base topology; its line numbers matter (the cases name them).
 BASE = """\

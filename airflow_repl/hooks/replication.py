@@ -8,8 +8,9 @@ from pathlib import Path
 
 from airflow.sdk import BaseHook
 
-from airflow_repl.engine import connections, topology
 from airflow_repl.engine.errors import TopologyError
+from airflow_repl.engine.model import topology
+from airflow_repl.engine.postgres import connections
 
 
 class ReplicationHook(BaseHook):
@@ -39,7 +40,7 @@ class ReplicationHook(BaseHook):
                                                conn.schema, conn.extra_dejson)
 
     def get_topology(self) -> topology.Topology:
-        return topology.load(self.topology_path).resolve(self.resolve_connection)
+        return connections.resolve_topology(topology.load(self.topology_path), self.resolve_connection)
 
     @staticmethod
     def write_spec(topo: topology.Topology, directory: str | Path) -> Path:

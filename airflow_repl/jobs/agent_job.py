@@ -25,9 +25,10 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from airflow_repl.engine import agentrun, connections, distribution, logreader, snapshot
+from airflow_repl.engine.agents import distribution_agent, lifecycle, log_reader_agent, snapshot_agent
 from airflow_repl.engine.errors import INTERNAL_EXIT_CODE, ReplError
-from airflow_repl.engine.topology import Topology, from_dict
+from airflow_repl.engine.model.topology import Topology, from_dict
+from airflow_repl.engine.postgres import connections
 
 log = logging.getLogger("airflow_repl.job")
 
@@ -35,7 +36,7 @@ log = logging.getLogger("airflow_repl.job")
 def _deliver_one(spec: dict, publication: str, subscriber: str, until: str | None) -> dict:
     """Executor side: one subscription's delivery (several run in parallel as Spark tasks)."""
     topo = from_dict(spec)
-    return {"subscriber": subscriber, **distribution.run_distribution(topo, publication, subscriber, until=until)}
+    return {"subscriber": subscriber, **distribution_agent.run_distribution(topo, publication, subscriber, until=until)}
 
 
 def _snapshot(topo: Topology, publication: str, *, subscribers: list[str] | None, until: str | None,
@@ -45,13 +46,13 @@ def _snapshot(topo: Topology, publication: str, *, subscribers: list[str] | None
     for name in subscribers or []:  # an unknown subscriber is refused before Spark starts (seconds)
         topo.subscription(publication, name)
     spark = spark or spark_session(f"airflow-repl-snapshot-{publication}")
-    return snapshot.run_snapshot(topo, publication, spark, subscribers=subscribers,
+    return snapshot_agent.run_snapshot(topo, publication, spark, subscribers=subscribers,
                                  reinitialize=reinitialize), spark
 
 
 def _logreader(topo: Topology, publication: str, *, subscribers: list[str] | None, until: str | None,
                reinitialize: bool, spark) -> tuple[dict, Any]:
-    return logreader.run_log_reader(topo, publication), spark
+    return log_reader_agent.run_log_reader(topo, publication), spark
 
 
 def _distribution(topo: Topology, publication: str, *, subscribers: list[str] | None, until: str | None,
@@ -62,7 +63,7 @@ def _distribution(topo: Topology, publication: str, *, subscribers: list[str] | 
     for name in names:
         topo.subscription(publication, name)  # unknown subscription -> error before any delivery
     if len(names) <= 1:
-        results = [{"subscriber": n, **distribution.run_distribution(topo, publication, n, until=until)}
+        results = [{"subscriber": n, **distribution_agent.run_distribution(topo, publication, n, until=until)}
                    for n in names]
     else:
         spark = spark or spark_session(f"airflow-repl-distribution-{publication}")
@@ -71,7 +72,7 @@ def _distribution(topo: Topology, publication: str, *, subscribers: list[str] | 
             results = spark.sparkContext.parallelize(names, len(names)).map(
                 lambda n: _deliver_one(spec, publication, n, until)).collect()
         except Exception as exc:  # a subscription's failure, wrapped by Spark: report the agent's own error
-            unwrapped = agentrun.unwrap_spark_error(exc)
+            unwrapped = lifecycle.unwrap_spark_error(exc)
             if unwrapped is exc:
                 raise
             raise unwrapped from None
@@ -91,7 +92,7 @@ def run_agent(agent: str, topo: Topology, publication: str, *, subscribers: list
         raise ReplError(f"unknown agent {agent!r}; choose one of {', '.join(AGENTS)}")
     topo.publication(publication)  # unknown publication -> clear error
     if until is not None:
-        distribution.parse_until(until)  # a bad time -> clear error before anything runs
+        distribution_agent.parse_until(until)  # a bad time -> clear error before anything runs
     result, spark = AGENTS[agent](topo, publication, subscribers=subscribers, until=until,
                                   reinitialize=reinitialize, spark=spark)
     if spark is not None:
@@ -101,7 +102,7 @@ def run_agent(agent: str, topo: Topology, publication: str, *, subscribers: list
 
 def failure(exc: BaseException) -> dict:
     """The result-file outcome of a failed run (one line of message, no password)."""
-    exc = agentrun.as_engine_error(exc) if isinstance(exc, Exception) else exc
+    exc = lifecycle.as_engine_error(exc) if isinstance(exc, Exception) else exc
     if isinstance(exc, ReplError):
         return {"status": "failed", "error_class": type(exc).__name__, "exit_code": exc.exit_code,
                 "retryable": exc.retryable, "message": connections.redact(str(exc))}

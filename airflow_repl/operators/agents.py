@@ -21,8 +21,8 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_repl.hooks.replication import ReplicationHook
 from airflow_repl.engine.errors import ReplError
+from airflow_repl.hooks.replication import ReplicationHook
 from airflow_repl.jobs import agent_job
 from airflow_repl.jobs.agent_job import failure
 

@@ -16,9 +16,10 @@ import hashlib
 import psycopg
 from psycopg import sql
 
-from . import connections, distdb, pgexec
-from .articles import ResolvedArticle
-from .topology import Topology
+from airflow_repl.engine.articles.resolved import ResolvedArticle
+from airflow_repl.engine.model.topology import Topology
+from airflow_repl.engine.postgres import connections, raw_sql
+from airflow_repl.engine.state import distdb
 
 #: Buckets the keys are hashed into when looking for the keys that differ (16^BUCKET_DIGITS).
 BUCKET_DIGITS = 3
@@ -54,7 +55,7 @@ def table_checksum(conn: psycopg.Connection, relation: sql.Composable, columns: 
                    row_filter: str | None = None) -> tuple[int, str]:
     """(row count, order- and encoding-independent checksum) of ``columns`` of ``relation``,
     limited to the rows passing ``row_filter`` (an article's filter, in PostgreSQL's deparsed form)."""
-    count, s1, s2 = pgexec.execute(conn, sql.SQL("SELECT count(*), {} FROM {}").format(
+    count, s1, s2 = raw_sql.execute(conn, sql.SQL("SELECT count(*), {} FROM {}").format(
         _row_hash_sums(columns), _source(relation, row_filter))).fetchone()
     return int(count), _digest(count, s1, s2)
 
@@ -62,7 +63,7 @@ def table_checksum(conn: psycopg.Connection, relation: sql.Composable, columns: 
 def _buckets(conn: psycopg.Connection, relation: sql.Composable, columns: list[str], key: list[str],
              row_filter: str | None) -> dict[str, tuple]:
     bucket = sql.SQL("left({}, {})").format(_utf8_md5(_key_text(key)), sql.Literal(BUCKET_DIGITS))
-    return {b: tuple(rest) for b, *rest in pgexec.execute(conn, sql.SQL(
+    return {b: tuple(rest) for b, *rest in raw_sql.execute(conn, sql.SQL(
         "SELECT {b} AS bucket, count(*), {sums} FROM {src} GROUP BY 1").format(
             b=bucket, sums=_row_hash_sums(columns), src=_source(relation, row_filter)))}
 
@@ -74,7 +75,7 @@ def _rows_in(conn: psycopg.Connection, relation: sql.Composable, columns: list[s
         _utf8_md5(_key_text(key)), sql.Literal(BUCKET_DIGITS), sql.Literal(buckets))
     where = sql.SQL(" AND ").join([sql.SQL("({})").format(sql.SQL(row_filter)), cond]) if row_filter else cond
     row = _utf8_md5(sql.SQL("ROW({})").format(sql.SQL(", ").join(sql.Identifier(c) for c in columns)))
-    return dict(pgexec.execute(conn, sql.SQL("SELECT {}, {} FROM {} WHERE {}").format(
+    return dict(raw_sql.execute(conn, sql.SQL("SELECT {}, {} FROM {} WHERE {}").format(
         _key_text(key), row, relation, where)).fetchall())
 
 

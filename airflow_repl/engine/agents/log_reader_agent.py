@@ -23,12 +23,14 @@ from dataclasses import dataclass
 
 import psycopg
 
-from . import connections, distdb, naming, pgoutput
-from .articles import ResolvedArticle
-from .commands import DELETE, INSERT, Command, update_commands
-from .agentrun import AgentRun
-from .errors import NotInitialized, ReplError
-from .topology import Topology
+from airflow_repl.engine.agents.lifecycle import AgentRun
+from airflow_repl.engine.articles.commands import DELETE, INSERT, Command, update_commands
+from airflow_repl.engine.articles.resolved import ResolvedArticle
+from airflow_repl.engine.errors import NotInitialized, ReplError
+from airflow_repl.engine.model import naming
+from airflow_repl.engine.model.topology import Topology
+from airflow_repl.engine.postgres import lsn, pgoutput
+from airflow_repl.engine.state import distdb
 
 log = logging.getLogger(__name__)
 AGENT = "logreader"
@@ -152,7 +154,7 @@ class _TxnWriter:
         """The transaction committed: queue its row (written with the batch)."""
         self.close_run()
         self.transactions.append((self.publication, self.xact, self.xid, commit_time,
-                                  pgoutput.int_to_lsn(end_lsn), self.count, distdb.dumps(self.article_rows)))
+                                  lsn.int_to_lsn(end_lsn), self.count, distdb.dumps(self.article_rows)))
 
     def flush_batch(self) -> None:
         """Write everything queued (commands, then their transactions) into the open
@@ -271,7 +273,7 @@ def run_log_reader(topology: Topology, publication: str, *, batch_changes: int =
         run.counts = totals
         state = dist.execute("SELECT read_xact_seqno FROM airflow_repl.logreader_state WHERE publication = %s",
                              (publication,)).fetchone()
-        read_upto = pgoutput.lsn_to_int(state[0]) if state and state[0] else 0
+        read_upto = lsn.lsn_to_int(state[0]) if state and state[0] else 0
         dist.commit()
         writer = _TxnWriter(dist, publication, chunk)
         # A run reads what was committed before it started: with a live workload it finishes
@@ -298,7 +300,7 @@ def run_log_reader(topology: Topology, publication: str, *, batch_changes: int =
                 for (data,) in cur:
                     msg = pgoutput.decode(data)
                     if isinstance(msg, pgoutput.Begin):
-                        xact = pgoutput.int_to_lsn(msg.final_lsn)
+                        xact = lsn.int_to_lsn(msg.final_lsn)
                         skip = msg.final_lsn <= read_upto and dist.execute(
                             "SELECT 1 FROM airflow_repl.transactions WHERE publication = %s AND "
                             "xact_seqno = %s", (publication, xact)).fetchone() is not None
@@ -338,11 +340,11 @@ def run_log_reader(topology: Topology, publication: str, *, batch_changes: int =
                     "INSERT INTO airflow_repl.logreader_state (publication, read_xact_seqno, read_end_lsn) "
                     "VALUES (%s, %s, %s) ON CONFLICT (publication) DO UPDATE SET "
                     "read_xact_seqno = excluded.read_xact_seqno, read_end_lsn = excluded.read_end_lsn, "
-                    "updated_at = now()", (publication, last_commit, pgoutput.int_to_lsn(last_end)))
+                    "updated_at = now()", (publication, last_commit, lsn.int_to_lsn(last_end)))
                 totals["last_xact_seqno"] = last_commit
             dist.commit()  # durable at the distributor ...
             pub.execute("SELECT pg_catalog.pg_replication_slot_advance(%s, %s)",  # ... then advance
-                        (slot, pgoutput.int_to_lsn(last_end)))
+                        (slot, lsn.int_to_lsn(last_end)))
             pub.commit()
             totals["transactions"] += n_txn
             totals["batches"] += 1

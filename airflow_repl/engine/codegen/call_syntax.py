@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .articles import ResolvedArticle
-from .commands import Command, bitmask
-from .errors import TopologyError
-from .propagation import ALLOWED_SYNTAX, OPERATIONS
-from .sqltext import ident, qualified
+from airflow_repl.engine.articles.commands import Command, bitmask
+from airflow_repl.engine.articles.resolved import ResolvedArticle
+from airflow_repl.engine.errors import TopologyError
+from airflow_repl.engine.model.propagation import ALLOWED_SYNTAX, OPERATIONS
+from airflow_repl.engine.postgres.quoting import ident, qualified
 
 Placeholder = Callable[[int], str]  # 1-based parameter position -> SQL text
 

@@ -20,10 +20,10 @@ from typing import Any
 
 import psycopg
 
-from .articles import ResolvedArticle
-from .catalog import catalog_search_path
-from .errors import ReplError
-from .sqltext import dollar_quote, ident, literal, qualified
+from airflow_repl.engine.articles.resolved import ResolvedArticle
+from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.postgres.catalog import catalog_search_path
+from airflow_repl.engine.postgres.quoting import dollar_quote, ident, literal, qualified
 
 _BUILTIN_SCHEMAS = ("pg_catalog", "information_schema")
 
@@ -129,7 +129,7 @@ def describe_collation(conn: psycopg.Connection, oid: int) -> UserObject | None:
 
 def describe_type(conn: psycopg.Connection, oid: int) -> _Described:
     """A type as a :class:`UserObject` (None for built-in types and arrays), with the types and
-    collations it uses.  Run with ``search_path = pg_catalog`` (see :func:`~airflow_repl.engine.catalog.catalog_search_path`)."""
+    collations it uses.  Run with ``search_path = pg_catalog`` (see :func:`~airflow_repl.engine.postgres.catalog.catalog_search_path`)."""
     (schema, name, typtype, category, elem, base, relid, collation, notnull, typmod, array_handler,
      extension) = conn.execute(
         "SELECT n.nspname, t.typname, t.typtype, t.typcategory, t.typelem, t.typbasetype, t.typrelid, "

@@ -11,10 +11,13 @@ import logging
 import psycopg
 from psycopg import sql
 
-from . import callsyntax, catalog, connections, distdb, naming
-from .articles import ResolvedArticle, resolve_articles
-from .errors import TopologyError
-from .topology import Publication, Topology
+from airflow_repl.engine.articles.resolved import ResolvedArticle, resolve_articles
+from airflow_repl.engine.codegen import call_syntax
+from airflow_repl.engine.errors import TopologyError
+from airflow_repl.engine.model import naming
+from airflow_repl.engine.model.topology import Publication, Topology
+from airflow_repl.engine.postgres import catalog, connections
+from airflow_repl.engine.state import distdb
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +34,7 @@ def resolve_publication(pub_conn: psycopg.Connection, publication: Publication) 
               for a in publication.articles}
     articles = resolve_articles(publication, tables)
     for art in articles:  # before anything changes at the publisher or the distributor
-        callsyntax.check_argument_limit(art)
+        call_syntax.check_argument_limit(art)
     return articles
 
 

@@ -17,7 +17,7 @@ from typing import Any, Union
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from .errors import TopologyError
+from airflow_repl.engine.errors import TopologyError
 
 #: A path into the data: mapping keys and list indexes (pydantic's ``loc`` has the same form).
 Loc = tuple[Union[str, int], ...]

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
-from . import naming
-from .catalog import Column, TableInfo
-from .propagation import Propagation, parse_propagation
-from .topology import Article, Publication
+from airflow_repl.engine.model import naming
+from airflow_repl.engine.model.propagation import Propagation, parse_propagation
+from airflow_repl.engine.model.topology import Article, Publication
+from airflow_repl.engine.postgres.catalog import Column, TableInfo
 
 _PREFIX = {"insert": "ins", "update": "upd", "delete": "del"}
 

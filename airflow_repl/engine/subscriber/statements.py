@@ -8,9 +8,10 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from . import callsyntax, pgexec
-from .articles import ResolvedArticle
-from .commands import Command
+from airflow_repl.engine.articles.commands import Command
+from airflow_repl.engine.articles.resolved import ResolvedArticle
+from airflow_repl.engine.codegen import call_syntax
+from airflow_repl.engine.postgres import raw_sql
 
 _OPS = {"I": "insert", "U": "update", "D": "delete"}
 
@@ -24,7 +25,7 @@ class Statement:
     params_of: object  # Callable[[Command], list]
 
     def execute(self, cur: psycopg.Cursor, cmd: Command) -> None:
-        pgexec.execute(cur, self.query, self.params_of(cmd))
+        raw_sql.execute(cur, self.query, self.params_of(cmd))
 
 
 def _typed(ph: str, type_text: str) -> sql.Composable:
@@ -44,15 +45,15 @@ def statement(article: ResolvedArticle, op: str) -> Statement | None:
         return None
     if prop.method == "proc":
         schema, name = article.procedure(operation)
-        params = callsyntax.parameters(article, operation, prop.syntax)
-        args = sql.SQL(", ").join(_typed(pgexec.dollar(i + 1), t) for i, (_, t) in enumerate(params))
+        params = call_syntax.parameters(article, operation, prop.syntax)
+        args = sql.SQL(", ").join(_typed(raw_sql.dollar(i + 1), t) for i, (_, t) in enumerate(params))
         syntax = prop.syntax
         return Statement(sql.SQL("CALL {}({})").format(sql.Identifier(schema, name), args),
-                         lambda cmd: callsyntax.values(article, cmd, syntax))
+                         lambda cmd: call_syntax.values(article, cmd, syntax))
     # SQL statements: the CALL-syntax statement with typed placeholders; a server-side check
     # raises the row-not-found error like the generated procedures do.
-    params = callsyntax.parameters(article, operation, "CALL")
-    body = callsyntax.statement(article, operation, "CALL", lambda i: f"${i}::{params[i - 1][1]}")
+    params = call_syntax.parameters(article, operation, "CALL")
+    body = call_syntax.statement(article, operation, "CALL", lambda i: f"${i}::{params[i - 1][1]}")
     if operation == "insert":
         text = body
     else:
@@ -62,7 +63,7 @@ def statement(article: ResolvedArticle, op: str) -> Statement | None:
     names = ", ".join(article.primary_key)
 
     def params_of(cmd: Command, _op=operation) -> list:
-        values = callsyntax.values(article, cmd, "CALL")
+        values = call_syntax.values(article, cmd, "CALL")
         if _op == "insert":
             return values
         return values + [f"{_op} of {article.destination}", names,

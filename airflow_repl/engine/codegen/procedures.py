@@ -10,10 +10,10 @@ Update and delete procedures raise :data:`~airflow_repl.engine.errors.ROW_NOT_FO
 
 from __future__ import annotations
 
-from . import callsyntax
-from .articles import ResolvedArticle
-from .errors import ROW_NOT_FOUND_SQLSTATE
-from .sqltext import dollar_quote, ident, literal, qualified
+from airflow_repl.engine.articles.resolved import ResolvedArticle
+from airflow_repl.engine.codegen import call_syntax
+from airflow_repl.engine.errors import ROW_NOT_FOUND_SQLSTATE
+from airflow_repl.engine.postgres.quoting import dollar_quote, ident, literal, qualified
 
 
 def _dollar(i: int) -> str:
@@ -27,13 +27,13 @@ def procedure_sql(article: ResolvedArticle, operation: str) -> str | None:
     if prop.method != "proc" or prop.custom:
         return None
     schema, name = article.procedure(operation)
-    params = callsyntax.parameters(article, operation, prop.syntax)
+    params = call_syntax.parameters(article, operation, prop.syntax)
     decl = ", ".join(f"{ident(p)} {t}" for p, t in params)
-    stmt = callsyntax.statement(article, operation, prop.syntax, _dollar)
+    stmt = call_syntax.statement(article, operation, prop.syntax, _dollar)
     lines = ["#variable_conflict use_column", f"-- {prop.syntax} syntax: {', '.join(p for p, _ in params)}",
              "BEGIN", f"    {stmt};"]
     if operation != "insert":
-        keys = callsyntax.key_placeholders(article, operation, prop.syntax, _dollar)
+        keys = call_syntax.key_placeholders(article, operation, prop.syntax, _dollar)
         key_names = ", ".join(article.primary_key)
         key_values = ", ".join(f"{k}::text" for k in keys)
         lines += [

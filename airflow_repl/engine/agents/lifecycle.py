@@ -38,8 +38,10 @@ from typing import Any, Callable
 import psycopg
 from psycopg import conninfo as pg_conninfo
 
-from . import connections, distdb, errors
-from .errors import AgentBusy, ConnectionLost, DeliveryError, ReplError
+from airflow_repl.engine import errors
+from airflow_repl.engine.errors import AgentBusy, ConnectionLost, DeliveryError, ReplError
+from airflow_repl.engine.postgres import connections
+from airflow_repl.engine.state import distdb
 
 log = logging.getLogger(__name__)
 

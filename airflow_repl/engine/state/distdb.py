@@ -14,8 +14,8 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from .articles import ResolvedArticle
-from .errors import NotInitialized, TopologyError
+from airflow_repl.engine.articles.resolved import ResolvedArticle
+from airflow_repl.engine.errors import NotInitialized, TopologyError
 
 SCHEMA = "airflow_repl"
 

@@ -8,7 +8,7 @@ from typing import Iterator
 
 import psycopg
 
-from .errors import TopologyError
+from airflow_repl.engine.errors import TopologyError
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ YAML path and, for a file, its line and column::
 
 Only static checks happen here.  Checks that need the publisher's catalog (unknown table or
 column, missing primary key) happen when the topology is applied, in
-:mod:`airflow_repl.engine.deploy`.
+:mod:`airflow_repl.engine.provisioning.deploy`.
 """
 
 from __future__ import annotations
@@ -23,17 +23,27 @@ import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Callable, ClassVar, Literal, Union, get_args, get_origin
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
-from pydantic import (AfterValidator, AliasChoices, BaseModel, ConfigDict, Field, InstanceOf, ValidationError,
-                      ValidationInfo, field_validator, model_validator)
+from pydantic import (
+    AfterValidator,
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    InstanceOf,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
-from . import connections, naming, yamlsource
-from .errors import TopologyError
-from .predicate import check_predicate
-from .propagation import Propagation, parse_propagation
-from .yamlsource import Loc, Source, format_loc
+from airflow_repl.engine.errors import TopologyError
+from airflow_repl.engine.model import naming, yaml_source
+from airflow_repl.engine.model.propagation import Propagation, parse_propagation
+from airflow_repl.engine.model.row_filters import check_predicate
+from airflow_repl.engine.model.yaml_source import Loc, Source, format_loc
 
 #: PostgreSQL's identifier limit (NAMEDATALEN - 1), in bytes of the database encoding (UTF-8).
 MAX_IDENTIFIER_BYTES = 63
@@ -139,10 +149,19 @@ class _Model(BaseModel):
 
 
 # ---------------------------------------------------------------------- servers
+#: Turns a server reference (connection id or URI) into a libpq connection string; the model
+#: never connects, so the PostgreSQL layer supplies it (``connections.resolve_topology``).
+Resolver = Callable[[str], str]
+
+
+def is_uri(ref: str) -> bool:
+    return "://" in ref
+
+
 def _check_reference(ref: str) -> str:
     """A connection id (Airflow's rule) or a URI of a supported scheme; never quotes the value,
     which may carry a password."""
-    if connections.is_uri(ref):
+    if is_uri(ref):
         try:
             scheme = urlsplit(ref).scheme
         except ValueError:
@@ -187,17 +206,22 @@ class Endpoint(_Model):
 
     @property
     def display(self) -> str:
-        """The reference without any password a URI may carry."""
-        if not connections.is_uri(self.ref):
+        """The reference without any password a URI may carry (``user@host:port/dbname``)."""
+        if not is_uri(self.ref):
             return self.ref
         try:
-            return connections.describe(connections.resolve(self.ref))
-        except Exception:  # noqa: BLE001 - an unsupported URI is reported elsewhere
+            uri = urlsplit(self.ref)
+            user, host, port = unquote(uri.username or ""), uri.hostname or "localhost", uri.port or 5432
+        except ValueError:
             return "<uri>"
+        return f"{user}@{host}:{port}/{unquote(uri.path.lstrip('/'))}".lstrip("@")
 
     def require(self, role: str) -> str:
+        """The resolved connection string; the topology must have been resolved first
+        (:meth:`Topology.resolve`, or ``connections.resolve_topology``)."""
         if self.conninfo is None:
-            self.conninfo = connections.resolve(self.ref)
+            raise TopologyError(f"{role}: the server {self.display} has not been resolved to a connection string: "
+                                f"resolve the topology before connecting")
         return self.conninfo
 
 
@@ -481,7 +505,7 @@ class Topology:
         return self.subscribers[name].require(f"subscriber {name}")
 
     # ------------------------------------------------------------------ resolution
-    def resolve(self, resolver: connections.Resolver | None = None) -> "Topology":
+    def resolve(self, resolver: Resolver) -> "Topology":
         """Resolve every connection reference to a connection string (in place); an error names
         the server's role (``subscribers.reporting: connection id ... is not defined ...``)."""
         servers: dict[Loc, Endpoint] = {("publisher",): self.publisher, ("distributor",): self.distributor,
@@ -489,7 +513,7 @@ class Topology:
         for loc, endpoint in servers.items():
             if endpoint.conninfo is None:
                 try:
-                    endpoint.conninfo = connections.resolve(endpoint.ref, resolver)
+                    endpoint.conninfo = resolver(endpoint.ref)
                 except TopologyError as exc:
                     where = f"{self.origins[loc]}: " if loc in self.origins else ""
                     raise TopologyError(f"{where}{format_loc(loc)}: {exc}") from exc.__cause__
@@ -499,7 +523,7 @@ class Topology:
     def to_dict(self, *, with_secrets: bool = False) -> dict[str, Any]:
         def ep(e: Endpoint) -> Any:
             if with_secrets:
-                return {"ref": e.ref, "conninfo": e.require(e.ref)}
+                return {"ref": e.ref, "conninfo": e.conninfo}
             return e.display
 
         return {
@@ -709,7 +733,7 @@ def load(path: str | Path) -> Topology:
     """Load a topology YAML file.  ``snapshot_folder`` may use ``${VAR:-default}``; a relative
     one is relative to the file."""
     path = Path(path)
-    source = yamlsource.read(path)
+    source = yaml_source.read(path)
     topo = _validate(source.data, source)
     topo.origins = {loc: source.where(loc) for loc in
                     [("publisher",), ("distributor",), *(("subscribers", k) for k in topo.subscribers)]}

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from .articles import ResolvedArticle
+from airflow_repl.engine.articles.resolved import ResolvedArticle
 
 INSERT, UPDATE, DELETE = "I", "U", "D"
 

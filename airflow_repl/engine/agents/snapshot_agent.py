@@ -32,12 +32,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from psycopg import sql
 
-from . import callsyntax, connections, deploy, distdb, pgexec, procedures, usertypes
-from .agentrun import AgentRun
-from .articles import ResolvedArticle, definition_hash
-from .errors import ReplError
-from .sqltext import dollar_quote, ident, literal, qualified
-from .topology import Topology
+from airflow_repl.engine.agents.lifecycle import AgentRun
+from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
+from airflow_repl.engine.codegen import call_syntax, procedures, user_types
+from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.model.topology import Topology
+from airflow_repl.engine.postgres import connections, raw_sql
+from airflow_repl.engine.postgres.quoting import dollar_quote, ident, literal, qualified
+from airflow_repl.engine.provisioning import deploy
+from airflow_repl.engine.state import distdb
 
 log = logging.getLogger(__name__)
 AGENT = "snapshot"
@@ -137,14 +140,14 @@ def _filter(article: ResolvedArticle) -> sql.Composable:
 
 def plan_partitions(conn: psycopg.Connection, article: ResolvedArticle, max_parts: int) -> list[dict]:
     """Key ranges of roughly equal size, computed inside the exported snapshot."""
-    rows = pgexec.execute(conn, sql.SQL("SELECT count(*) FROM {} WHERE {}").format(
+    rows = raw_sql.execute(conn, sql.SQL("SELECT count(*) FROM {} WHERE {}").format(
         article.source, _filter(article))).fetchone()[0]
     parts = max(1, min(max_parts, math.ceil(rows / ROWS_PER_PARTITION)))
     bounds: list[list[str]] = []
     if parts > 1:
         step = math.ceil(rows / parts)
         pk = [sql.Identifier(c) for c in article.primary_key]
-        bounds = [list(r) for r in pgexec.execute(conn, sql.SQL(
+        bounds = [list(r) for r in raw_sql.execute(conn, sql.SQL(
             "SELECT {keys} FROM (SELECT {keys_text}, row_number() OVER (ORDER BY {order}) AS rn "
             "FROM {t} WHERE {where}) s WHERE rn % {step} = 1 AND rn > 1 ORDER BY rn").format(
                 keys=sql.SQL(", ").join(pk),
@@ -346,7 +349,7 @@ def run_snapshot(topology: Topology, publication: str, spark, *, subscribers: li
             return run.succeed(summary, message=summary["message"])
         run.step = "the checks of the subscribers' types"
         with run.connect(pub_conninfo, "publisher") as pub:  # refused before any slot exists
-            _check_user_types(topology, targets, usertypes.read(pub, articles).objects,
+            _check_user_types(topology, targets, user_types.read(pub, articles).objects,
                               lambda name, conninfo: run.connect(conninfo, f"subscriber {name!r}"))
         snapshot_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
         folder = Path(topology.snapshot_folder) / publication / snapshot_id
@@ -363,7 +366,7 @@ def run_snapshot(topology: Topology, publication: str, spark, *, subscribers: li
                 planner.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 planner.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)))
                 tasks = [t for art in articles for t in plan_partitions(planner, art, parallelism)]
-                needs = usertypes.read(planner, articles)
+                needs = user_types.read(planner, articles)
                 planner.execute("COMMIT")
             run.spark_step("the read of the snapshot", "publisher", pub_conninfo)
             read_started = time.monotonic()
@@ -374,7 +377,7 @@ def run_snapshot(topology: Topology, publication: str, spark, *, subscribers: li
         finally:
             repl_conn.close()  # ends the exported snapshot (and drops a temporary slot)
         run.step, run.spark_role = "the writing of the snapshot folder", None
-        (folder / "schema.sql").write_text(usertypes.script(needs.objects) + "\n".join(
+        (folder / "schema.sql").write_text(user_types.script(needs.objects) + "\n".join(
             schema_script(a, needs.column_collations.get(a.name)) for a in articles))
         (folder / "procedures.sql").write_text("\n".join(procedures.article_script(a) for a in articles))
         files = {a.name: [] for a in articles}
@@ -426,7 +429,7 @@ def initialize_subscriptions(topology: Topology, publication: str, articles: lis
         return run.connect(conninfo, f"subscriber {name!r}")
 
     _check_user_types(topology, subscribers,  # the snapshot's own types, at every subscriber first
-                      [usertypes.UserObject.from_dict(o) for o in manifest.get("user_types", [])], connect)
+                      [user_types.UserObject.from_dict(o) for o in manifest.get("user_types", [])], connect)
     for name, conninfo in conninfos.items():
         dist.execute("UPDATE airflow_repl.subscriptions SET status = 'initializing', snapshot_id = %s "
                      "WHERE publication = %s AND subscriber = %s", (manifest["snapshot_id"], publication, name))
@@ -486,12 +489,12 @@ def _check_loaded_rows(sub: psycopg.Connection, articles: list[ResolvedArticle],
                 f"with reinitialize for it")
 
 
-def _check_user_types(topology: Topology, subscribers: list[str], objects: list[usertypes.UserObject],
+def _check_user_types(topology: Topology, subscribers: list[str], objects: list[user_types.UserObject],
                       connect: Callable[[str, str], psycopg.Connection]) -> None:
     """Refuse, before any of them changes, subscribers whose types differ from the publisher's."""
     for name in subscribers:
         with connect(name, topology.subscriber_conninfo(name)) as sub:
-            usertypes.check(sub, objects, name)
+            user_types.check(sub, objects, name)
 
 
 def _check_custom_procedures(sub: psycopg.Connection, articles: list[ResolvedArticle], subscriber: str) -> None:
@@ -499,7 +502,7 @@ def _check_custom_procedures(sub: psycopg.Connection, articles: list[ResolvedArt
         for op, prop in art.propagation.items():
             if prop.method == "proc" and prop.custom:
                 schema, name = art.procedure(op)
-                params = callsyntax.parameters(art, op, prop.syntax)
+                params = call_syntax.parameters(art, op, prop.syntax)
                 counts = [r[0] for r in sub.execute(
                     "SELECT p.pronargs FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n "
                     "ON n.oid = p.pronamespace WHERE n.nspname = %s AND p.proname = %s AND p.prokind = 'p'",

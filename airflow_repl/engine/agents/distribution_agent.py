@@ -18,7 +18,7 @@ stream, transaction by transaction; that replay also implements ``skip_errors`` 
 failing command.
 
 Positions (``xact_seqno``) are ``pg_lsn`` values: SQL orders and compares the column itself,
-never its text, and Python compares them as integers (:func:`pgoutput.lsn_to_int`).
+never its text, and Python compares them as integers (:func:`lsn.lsn_to_int`).
 """
 
 from __future__ import annotations
@@ -34,12 +34,14 @@ from datetime import datetime, timezone
 
 import psycopg
 
-from . import apply, connections, distdb, pgexec, pgoutput
-from .agentrun import AgentRun
-from .articles import ResolvedArticle, definition_hash
-from .commands import DELETE, INSERT, UPDATE, Command
-from .errors import ROW_NOT_FOUND_SQLSTATE, AgentBusy, DeliveryError, NotInitialized, ReplError
-from .topology import SKIPPABLE_ERRORS, Topology
+from airflow_repl.engine.agents.lifecycle import AgentRun
+from airflow_repl.engine.articles.commands import DELETE, INSERT, UPDATE, Command
+from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
+from airflow_repl.engine.errors import ROW_NOT_FOUND_SQLSTATE, AgentBusy, DeliveryError, NotInitialized, ReplError
+from airflow_repl.engine.model.topology import SKIPPABLE_ERRORS, Topology
+from airflow_repl.engine.postgres import lsn, raw_sql
+from airflow_repl.engine.state import distdb
+from airflow_repl.engine.subscriber import statements
 
 log = logging.getLogger(__name__)
 AGENT = "distribution"
@@ -194,14 +196,14 @@ def _key_constraints(art: ResolvedArticle) -> list[tuple[tuple, list[int]]]:
 class _Applier:
     def __init__(self, articles: dict[str, ResolvedArticle]) -> None:
         self.articles = articles
-        self._stmts: dict[tuple[str, str], apply.Statement | None] = {}
+        self._stmts: dict[tuple[str, str], statements.Statement | None] = {}
         self._constraints: dict[str, list[tuple[tuple, list[int]]]] = {}
 
-    def stmt(self, cmd: Command) -> apply.Statement | None:
+    def stmt(self, cmd: Command) -> statements.Statement | None:
         key = (cmd.article, cmd.op)
         if key not in self._stmts:
             art = self.articles.get(cmd.article)
-            self._stmts[key] = apply.statement(art, cmd.op) if art is not None else None
+            self._stmts[key] = statements.statement(art, cmd.op) if art is not None else None
         return self._stmts[key]
 
     def commands(self, rows, txns: dict[str, _Txn]):
@@ -255,7 +257,7 @@ class _Applier:
         return True
 
     def describe(self, cmd: Command) -> str:
-        return apply.describe_command(self.articles.get(cmd.article), cmd)
+        return statements.describe_command(self.articles.get(cmd.article), cmd)
 
 
 class _Stream(threading.Thread):
@@ -284,7 +286,7 @@ class _Stream(threading.Thread):
 def _apply_pipelined(conn: psycopg.Connection, applier: _Applier, commands: Iterable[Command],
                      stop: threading.Event | None = None) -> int:
     """Execute commands on one connection in a pipeline; returns how many were executed."""
-    cur = pgexec.cursor(conn)
+    cur = raw_sql.cursor(conn)
     n = 0
     with conn.pipeline() as p:
         for cmd in commands:
@@ -359,7 +361,7 @@ def recover_prepared(sub: psycopg.Connection, publication: str) -> int:
     row = sub.execute("SELECT xact_seqno::text FROM airflow_repl.subscription_state WHERE publication = %s",
                       (publication,)).fetchone() if gids else None
     sub.rollback()
-    watermark = pgoutput.lsn_to_int(row[0]) if row else -1
+    watermark = lsn.lsn_to_int(row[0]) if row else -1
     batches: dict[tuple[str, str], list[tuple[int, int, str]]] = {}
     for gid in gids:
         _, _, batch, last, stream, total = gid.split("|")
@@ -369,7 +371,7 @@ def recover_prepared(sub: psycopg.Connection, publication: str) -> int:
         for (_, last), members in batches.items():
             streams = {m[0] for m in members}
             total = members[0][1]
-            commit = watermark >= pgoutput.lsn_to_int(last) or len(streams) == total
+            commit = watermark >= lsn.lsn_to_int(last) or len(streams) == total
             for _, _, gid in sorted(members, reverse=True):
                 sub.execute(psycopg.sql.SQL("COMMIT PREPARED {}" if commit else "ROLLBACK PREPARED {}").format(
                     psycopg.sql.Literal(gid)))
@@ -521,7 +523,7 @@ class _Delivery:
         """One stream, one command at a time, a savepoint per transaction: skips the
         transactions failing with a skippable error, stops at any other error."""
         sub = self.subs[0]
-        cur = pgexec.cursor(sub)
+        cur = raw_sql.cursor(sub)
         out = _Outcome()
         current = None
         failed_txn = None
@@ -600,7 +602,7 @@ class _Delivery:
             dist.rollback()
             self.totals["retries"] += 1
             now = _lock_watermark(sub0, self.publication, self.subscriber)
-            if pgoutput.lsn_to_int(now) != pgoutput.lsn_to_int(watermark):  # never re-apply
+            if lsn.lsn_to_int(now) != lsn.lsn_to_int(watermark):  # never re-apply
                 raise ReplError(f"the watermark of subscriber {self.subscriber!r} moved while a batch failed; "
                                 f"run the Distribution Agent again")
             outcome = self._replay(applier, _command_rows(dist, self.publication, first, last), by_xact)

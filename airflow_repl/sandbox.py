@@ -23,8 +23,8 @@ import psycopg
 from psycopg import conninfo as pg_conninfo
 from psycopg import sql
 
-from .errors import ReplError
-from .pgoutput import int_to_lsn, lsn_to_int
+from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.postgres.lsn import int_to_lsn, lsn_to_int
 
 RUN_AS = "airflowrepl"
 SETTINGS = {

@@ -20,13 +20,12 @@ from urllib.parse import quote, unquote, urlsplit
 import psycopg
 from psycopg import conninfo as pg_conninfo
 
-from .errors import ConnectionFailed, TopologyError
+from airflow_repl.engine.errors import ConnectionFailed, TopologyError
+from airflow_repl.engine.model.topology import Topology, is_uri
 
 Resolver = Callable[[str], str]
 
 
-def is_uri(ref: str) -> bool:
-    return "://" in ref
 
 
 def conninfo_from_parts(host: str | None, port: int | None, login: str | None, password: str | None,
@@ -147,6 +146,12 @@ def resolve(ref: str, resolver: Resolver | None = None) -> str:
     if is_uri(ref):
         return _uri_to_conninfo(ref)
     return (resolver or env_resolver)(ref)
+
+
+def resolve_topology(topology: Topology, lookup: Resolver | None = None) -> Topology:
+    """Resolve every server of ``topology`` (in place): URIs directly, connection ids through
+    ``lookup`` (default: the ``AIRFLOW_CONN_<ID>`` environment variables)."""
+    return topology.resolve(lambda ref: resolve(ref, lookup))
 
 
 def describe(conninfo: str) -> str:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 
-from .articles import ResolvedArticle
-from .catalog import Column
+from airflow_repl.engine.articles.resolved import ResolvedArticle
+from airflow_repl.engine.postgres.catalog import Column
 
 _FIXED = {
     "smallint": "smallint", "integer": "int", "bigint": "bigint", "boolean": "bit", "real": "real",

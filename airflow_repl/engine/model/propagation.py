@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .errors import TopologyError
+from airflow_repl.engine.errors import TopologyError
 
 OPERATIONS = ("insert", "update", "delete")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import TopologyError
+from airflow_repl.engine.errors import TopologyError
 
 _DOLLAR = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
 

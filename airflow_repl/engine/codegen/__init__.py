@@ -1,0 +1,9 @@
+"""Text the engine generates: SQL procedures, the parameter lists of each call syntax, the
+T-SQL-style script a subscriber can run, and the DDL of user-defined types.
+
+Owns: ``call_syntax`` (CALL / SCALL / MCALL / XCALL / SQL parameter lists), ``procedures``
+(the default insert, update and delete procedures), ``tsql_script`` (``airflow-repl script``)
+and ``user_types`` (enums, domains, composites, ranges and collations a subscriber needs).
+
+May import: ``errors``, ``model``, ``postgres`` and ``articles``.
+"""

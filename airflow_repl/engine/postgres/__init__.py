@@ -1,0 +1,9 @@
+"""PostgreSQL access: everything that knows how to talk to a server.
+
+Owns: connections and their session settings (``connections``), identifier and literal
+quoting (``quoting``), raw ``$n`` statements (``raw_sql``), catalog reads of tables, keys and
+columns (``catalog``), WAL positions (``lsn``) and the pgoutput protocol decoder (``pgoutput``).
+
+May import: :mod:`airflow_repl.engine.errors`, :mod:`airflow_repl.engine.model` and psycopg.
+Nothing here knows about articles, agents or the distribution database.
+"""
