@@ -24,11 +24,7 @@ def get_provider_info() -> dict:
                 "tags": ["software"],
             }
         ],
-        "hooks": [
-            {"integration-name": "airflow-repl", "python-modules": ["airflow_repl.hooks.replication"]}
-        ],
-        "operators": [
-            {"integration-name": "airflow-repl", "python-modules": ["airflow_repl.operators.agents"]}
-        ],
+        "hooks": [{"integration-name": "airflow-repl", "python-modules": ["airflow_repl.hooks.replication"]}],
+        "operators": [{"integration-name": "airflow-repl", "python-modules": ["airflow_repl.operators.agents"]}],
         "sensors": [],
     }

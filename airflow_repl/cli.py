@@ -34,8 +34,9 @@ def _publication(topo: topology.Topology, name: str | None) -> str:
         return name
     if len(topo.publications) == 1:
         return next(iter(topo.publications))
-    raise ReplError(f"the topology has several publications ({', '.join(topo.publications)}): "
-                    f"choose one with --publication")
+    raise ReplError(
+        f"the topology has several publications ({', '.join(topo.publications)}): choose one with --publication"
+    )
 
 
 def _subscribers(topo: topology.Topology, publication: str, names: list[str] | None) -> list[str]:
@@ -56,8 +57,14 @@ def _cmd_agent(args) -> dict:
     publication = _publication(topo, args.publication)
     if args.subscriber:
         _subscribers(topo, publication, args.subscriber)
-    return run_agent(args.command, topo, publication, subscribers=args.subscriber, until=until,
-                     reinitialize=getattr(args, "reinitialize", False))
+    return run_agent(
+        args.command,
+        topo,
+        publication,
+        subscribers=args.subscriber,
+        until=until,
+        reinitialize=getattr(args, "reinitialize", False),
+    )
 
 
 def _cmd_apply(args) -> dict:
@@ -116,8 +123,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         where = self.prog.removeprefix(PROG).strip()
-        print(f"{PROG}: error: {where + ': ' if where else ''}{message} (see '{self.prog} --help')",
-              file=sys.stderr)
+        print(f"{PROG}: error: {where + ': ' if where else ''}{message} (see '{self.prog} --help')", file=sys.stderr)
         sys.exit(ReplError.exit_code)
 
 
@@ -137,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reinitialize", action="store_true", help="re-initialize active subscriptions too")
     p.set_defaults(func=_cmd_agent)
     with_topology(sub.add_parser("logreader", help="run the Log Reader Agent")).set_defaults(
-        func=_cmd_agent, subscriber=None)
+        func=_cmd_agent, subscriber=None
+    )
     p = with_topology(sub.add_parser("distribution", help="run the Distribution Agent"))
     p.add_argument("--subscriber", action="append")
     p.add_argument("--until", help="deliver transactions committed up to this ISO-8601 time")
@@ -146,8 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--subscriber", action="append")
     p.set_defaults(func=_cmd_validate)
     p = with_topology(sub.add_parser("script-procs", help="print the generated procedures"))
-    p.add_argument("--dialect", choices=["postgresql", "tsql"], default="postgresql",
-                   help="tsql scripts the procedures for SQL Server subscribers (script only)")
+    p.add_argument(
+        "--dialect",
+        choices=["postgresql", "tsql"],
+        default="postgresql",
+        help="tsql scripts the procedures for SQL Server subscribers (script only)",
+    )
     p.set_defaults(func=_cmd_script_procs)
     p = sub.add_parser("sandbox", help="the embedded PostgreSQL sandbox")
     p.add_argument("action", choices=["start", "stop", "status", "destroy"])
@@ -174,8 +185,11 @@ def report_error(exc: BaseException, verbose: bool = False) -> int:
     if verbose:
         traceback.print_exception(exc, file=sys.stderr)
     detail = connections.redact(" ".join(str(exc).split())) or "no message"
-    print(f"{PROG}: error: internal error ({type(exc).__name__}): {detail}; this is a bug, please report "
-          f"it; run with -v for the traceback", file=sys.stderr)
+    print(
+        f"{PROG}: error: internal error ({type(exc).__name__}): {detail}; this is a bug, please report "
+        f"it; run with -v for the traceback",
+        file=sys.stderr,
+    )
     return INTERNAL_EXIT_CODE
 
 
@@ -184,15 +198,18 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help, or a usage error already printed as one line
         return exc.code if isinstance(exc.code, int) else ReplError.exit_code
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         result = args.func(args)
     except KeyboardInterrupt:
-        print(f"{PROG}: error: interrupted; an agent stopped this way is recorded as abandoned by its next run",
-              file=sys.stderr)
+        print(
+            f"{PROG}: error: interrupted; an agent stopped this way is recorded as abandoned by its next run",
+            file=sys.stderr,
+        )
         return 130
-    except Exception as exc:  # noqa: BLE001 - every failure is one line and an exit code
+    except Exception as exc:
         return report_error(exc, args.verbose)
     if result is not None:
         print(json.dumps(result, indent=2, default=str))

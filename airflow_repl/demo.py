@@ -33,18 +33,20 @@ def prepare_environment(root: Path, conninfos: dict[str, str], airflow_home: Pat
 
     home = airflow_home or root / "airflow"
     home.mkdir(parents=True, exist_ok=True)
-    os.environ.update({
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
-        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
-        "AIRFLOW_CONN_REPL_PUBLISHER": to_uri(conninfos["publisher"]),
-        "AIRFLOW_CONN_REPL_DISTRIBUTOR": to_uri(conninfos["distributor"]),
-        "AIRFLOW_CONN_REPL_SUBSCRIBER": to_uri(conninfos["subscriber"]),
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-        "AIRFLOW_REPL_SNAPSHOT_FOLDER": str(root / "snapshots"),
-        "PYSPARK_PYTHON": sys.executable,
-    })
+    os.environ.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+            "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+            "AIRFLOW_CONN_REPL_PUBLISHER": to_uri(conninfos["publisher"]),
+            "AIRFLOW_CONN_REPL_DISTRIBUTOR": to_uri(conninfos["distributor"]),
+            "AIRFLOW_CONN_REPL_SUBSCRIBER": to_uri(conninfos["subscriber"]),
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            "AIRFLOW_REPL_SNAPSHOT_FOLDER": str(root / "snapshots"),
+            "PYSPARK_PYTHON": sys.executable,
+        }
+    )
     os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
     bindir = str(Path(sys.executable).parent)
     if bindir not in os.environ.get("PATH", "").split(os.pathsep):
@@ -54,8 +56,12 @@ def prepare_environment(root: Path, conninfos: dict[str, str], airflow_home: Pat
 
 
 def migrate_airflow_db() -> None:
-    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 def load_dag(filename: str):
@@ -86,17 +92,25 @@ def throughput(dist_conninfo: str) -> dict:
     with psycopg.connect(dist_conninfo) as conn:
         snap = conn.execute(
             "SELECT sum(rows_copied), sum((details->>'read_seconds')::float) FROM airflow_repl.agent_history "
-            "WHERE agent = 'snapshot' AND status = 'succeeded' AND rows_copied > 0").fetchone()
+            "WHERE agent = 'snapshot' AND status = 'succeeded' AND rows_copied > 0"
+        ).fetchone()
         dist = conn.execute(
             "SELECT sum(commands), sum((details->>'seconds')::float) FROM airflow_repl.agent_history "
-            "WHERE agent = 'distribution' AND status = 'succeeded'").fetchone()
+            "WHERE agent = 'distribution' AND status = 'succeeded'"
+        ).fetchone()
         lr = conn.execute(
             "SELECT sum(commands), sum((details->>'seconds')::float) FROM airflow_repl.agent_history "
-            "WHERE agent = 'logreader' AND status = 'succeeded'").fetchone()
+            "WHERE agent = 'logreader' AND status = 'succeeded'"
+        ).fetchone()
     rate = lambda n, s: round(float(n or 0) / float(s), 1) if s else 0.0  # noqa: E731
-    return {"rows_snapshotted": int(snap[0] or 0), "snapshot_rows_per_s": rate(*snap),
-            "commands_read": int(lr[0] or 0), "log_reader_commands_per_s": rate(*lr),
-            "commands_delivered": int(dist[0] or 0), "delivered_commands_per_s": rate(*dist)}
+    return {
+        "rows_snapshotted": int(snap[0] or 0),
+        "snapshot_rows_per_s": rate(*snap),
+        "commands_read": int(lr[0] or 0),
+        "log_reader_commands_per_s": rate(*lr),
+        "commands_delivered": int(dist[0] or 0),
+        "delivered_commands_per_s": rate(*dist),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,9 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     _say(f"starting the PostgreSQL sandbox in {root}")
     sb = Sandbox(root)
     sb.start()
-    conninfos = {"publisher": sb.create_database("publisher", "shop", recreate=True),
-                 "distributor": sb.create_database("publisher", "distribution", recreate=True),
-                 "subscriber": sb.create_database("subscriber", "shop_copy", recreate=True)}
+    conninfos = {
+        "publisher": sb.create_database("publisher", "shop", recreate=True),
+        "distributor": sb.create_database("publisher", "distribution", recreate=True),
+        "subscriber": sb.create_database("subscriber", "shop_copy", recreate=True),
+    }
     demo_workload.create(conninfos["publisher"])
     prepare_environment(root, conninfos)
     _say("migrating the Airflow metadata database")

@@ -84,7 +84,7 @@ class Workload:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="demo-workload", daemon=True)
 
-    def start(self) -> "Workload":
+    def start(self) -> Workload:
         self._thread.start()
         return self
 
@@ -102,8 +102,9 @@ class Workload:
         with psycopg.connect(self.conninfo) as conn:
             next_order = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM orders").fetchone()[0]
             conn.commit()
-            while (not self._stop.is_set() and (limit is None or self.committed < limit)
-                   and len(self.errors) < MAX_ERRORS):  # a broken database ends the run, not a loop
+            while (
+                not self._stop.is_set() and (limit is None or self.committed < limit) and len(self.errors) < MAX_ERRORS
+            ):  # a broken database ends the run, not a loop
                 try:
                     with conn.transaction():
                         next_order = self._one(conn, next_order)
@@ -119,34 +120,49 @@ class Workload:
         kind = r.random()
         if kind < 0.35:  # a new order with lines
             cust = conn.execute("SELECT id FROM customers ORDER BY random() LIMIT 1").fetchone()[0]
-            conn.execute("INSERT INTO orders (id, customer_id, status, ordered_at, total) "
-                         "VALUES (%s, %s, 'new', now(), 0)", (next_order, cust))
+            conn.execute(
+                "INSERT INTO orders (id, customer_id, status, ordered_at, total) VALUES (%s, %s, 'new', now(), 0)",
+                (next_order, cust),
+            )
             for line in range(1, r.randint(1, 4) + 1):
-                conn.execute("INSERT INTO order_lines (order_id, line_no, sku, qty, price) "
-                             "SELECT %s, %s, sku, %s, price FROM products ORDER BY random() LIMIT 1",
-                             (next_order, line, r.randint(1, 9)))
-            conn.execute("UPDATE orders SET total = (SELECT sum(qty * price) FROM order_lines "
-                          "WHERE order_id = %s) WHERE id = %s", (next_order, next_order))
+                conn.execute(
+                    "INSERT INTO order_lines (order_id, line_no, sku, qty, price) "
+                    "SELECT %s, %s, sku, %s, price FROM products ORDER BY random() LIMIT 1",
+                    (next_order, line, r.randint(1, 9)),
+                )
+            conn.execute(
+                "UPDATE orders SET total = (SELECT sum(qty * price) FROM order_lines "
+                "WHERE order_id = %s) WHERE id = %s",
+                (next_order, next_order),
+            )
             return next_order + 1
         if kind < 0.60:  # status changes (non-key update)
-            conn.execute("UPDATE orders SET status = %s, note = %s WHERE id = %s",
-                         (r.choice(["paid", "shipped", "closed"]), r.choice([None, "rush", "gift"]),
-                          r.randint(1, next_order)))
+            conn.execute(
+                "UPDATE orders SET status = %s, note = %s WHERE id = %s",
+                (r.choice(["paid", "shipped", "closed"]), r.choice([None, "rush", "gift"]), r.randint(1, next_order)),
+            )
         elif kind < 0.75:  # customer moves; sometimes a new e-mail (unique key -> DELETE/INSERT)
             cid = r.randint(1, 20000)
             if r.random() < 0.5:
-                conn.execute("UPDATE customers SET city = %s WHERE id = %s",
-                             (r.choice(["Lisbon", "Porto", "Dallas", "New York", "Oslo"]), cid))
+                conn.execute(
+                    "UPDATE customers SET city = %s WHERE id = %s",
+                    (r.choice(["Lisbon", "Porto", "Dallas", "New York", "Oslo"]), cid),
+                )
             else:
-                conn.execute("UPDATE customers SET email = %s WHERE id = %s",
-                             (f"c{cid}.{r.randint(1, 10**9)}@example.com", cid))
+                conn.execute(
+                    "UPDATE customers SET email = %s WHERE id = %s", (f"c{cid}.{r.randint(1, 10**9)}@example.com", cid)
+                )
         elif kind < 0.85:  # price change
-            conn.execute("UPDATE products SET price = price + 1, attrs = attrs || '{\"sale\": true}' "
-                         "WHERE sku = (SELECT sku FROM products ORDER BY random() LIMIT 1)")
+            conn.execute(
+                "UPDATE products SET price = price + 1, attrs = attrs || '{\"sale\": true}' "
+                "WHERE sku = (SELECT sku FROM products ORDER BY random() LIMIT 1)"
+            )
         elif kind < 0.90:  # renamed SKU: primary-key update that cascades to order lines
-            conn.execute("UPDATE products SET sku = sku || '-R' || %s "
-                         "WHERE sku = (SELECT sku FROM products ORDER BY random() LIMIT 1)",
-                         (r.randint(1, 10**6),))
+            conn.execute(
+                "UPDATE products SET sku = sku || '-R' || %s "
+                "WHERE sku = (SELECT sku FROM products ORDER BY random() LIMIT 1)",
+                (r.randint(1, 10**6),),
+            )
         else:  # cancelled order: delete cascades to its lines
             conn.execute("DELETE FROM orders WHERE id = %s", (r.randint(1, next_order),))
         return next_order

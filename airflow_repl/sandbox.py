@@ -64,16 +64,17 @@ def find_bindir() -> Path:
     /usr/lib/postgresql/*/bin, or the one on PATH."""
     env = os.environ.get("AIRFLOW_REPL_PG_BINDIR")
     candidates = [env] if env else []
-    candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]),
-                         reverse=True)
+    candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]), reverse=True)
     which = shutil.which("initdb")
     if which:
         candidates.append(str(Path(which).resolve().parent))
     for c in candidates:
         if c and (Path(c) / "initdb").exists() and (Path(c) / "pg_ctl").exists():
             return Path(c)
-    raise ReplError("PostgreSQL server binaries (initdb, pg_ctl) were not found: install them "
-                    "(Debian: apt-get install postgresql) or set AIRFLOW_REPL_PG_BINDIR")
+    raise ReplError(
+        "PostgreSQL server binaries (initdb, pg_ctl) were not found: install them "
+        "(Debian: apt-get install postgresql) or set AIRFLOW_REPL_PG_BINDIR"
+    )
 
 
 def _free_port() -> int:
@@ -97,8 +98,9 @@ class Sandbox:
         try:
             pwd.getpwnam(RUN_AS)
         except KeyError:
-            subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", RUN_AS],
-                           check=True)
+            subprocess.run(
+                ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", RUN_AS], check=True
+            )
 
     def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         cmd = [str(self.bindir / args[0]), *args[1:]]
@@ -134,8 +136,12 @@ class Sandbox:
         return base
 
     def _reachable(self, path: Path) -> bool:
-        return subprocess.run(["runuser", "-u", RUN_AS, "--", "test", "-x", str(path)], cwd="/",
-                              capture_output=True).returncode == 0
+        return (
+            subprocess.run(
+                ["runuser", "-u", RUN_AS, "--", "test", "-x", str(path)], cwd="/", capture_output=True
+            ).returncode
+            == 0
+        )
 
     def _datadir(self, name: str) -> Path:
         return self._pg_base() / name
@@ -168,8 +174,9 @@ class Sandbox:
     def _start_cluster(self, name: str) -> None:
         datadir = self._datadir(name)
         if self._run("pg_ctl", "-D", str(datadir), "status", check=False).returncode != 0:
-            res = self._run("pg_ctl", "-D", str(datadir), "-l", str(datadir / "server.log"), "-w",
-                            "-t", "60", "start", check=False)
+            res = self._run(
+                "pg_ctl", "-D", str(datadir), "-l", str(datadir / "server.log"), "-w", "-t", "60", "start", check=False
+            )
             if res.returncode != 0:
                 log_tail = (datadir / "server.log").read_text()[-2000:] if (datadir / "server.log").exists() else ""
                 raise ReplError(f"sandbox cluster {name!r} did not start: {res.stderr.strip()}\n{log_tail}")
@@ -211,8 +218,9 @@ class Sandbox:
         state = self._state()
         port = state["ports"].get(name) or _free_port()
         state["ports"][name] = port
-        state.setdefault("wal_clusters", {})[name] = int_to_lsn(lsn_to_int(wal_start) if isinstance(wal_start, str)
-                                                                else wal_start)
+        state.setdefault("wal_clusters", {})[name] = int_to_lsn(
+            lsn_to_int(wal_start) if isinstance(wal_start, str) else wal_start
+        )
         self._save(state)
         self._configure(datadir, port, WAL_CLUSTER_SETTINGS)
         self._start_cluster(name)
@@ -250,9 +258,22 @@ class Sandbox:
         os.chmod(pwfile, 0o600)
         self._chown(pwfile)
         try:
-            res = self._run("initdb", "-D", str(datadir), "-U", "postgres", f"--pwfile={pwfile}",
-                            "--auth-host=scram-sha-256", "--auth-local=trust", "-E", "UTF8",
-                            "--no-locale", "--no-sync", *extra, check=False)
+            res = self._run(
+                "initdb",
+                "-D",
+                str(datadir),
+                "-U",
+                "postgres",
+                f"--pwfile={pwfile}",
+                "--auth-host=scram-sha-256",
+                "--auth-local=trust",
+                "-E",
+                "UTF8",
+                "--no-locale",
+                "--no-sync",
+                *extra,
+                check=False,
+            )
             if res.returncode != 0:
                 raise ReplError(f"initdb failed for {datadir}: {res.stderr.strip()}")
         finally:
@@ -294,17 +315,18 @@ class Sandbox:
     # ------------------------------------------------------------------ access
     def conninfo(self, cluster: str, dbname: str = "postgres") -> str:
         state = self._state()
-        return pg_conninfo.make_conninfo(host="127.0.0.1", port=state["ports"][cluster], user="postgres",
-                                         password=state["password"], dbname=dbname)
+        return pg_conninfo.make_conninfo(
+            host="127.0.0.1", port=state["ports"][cluster], user="postgres", password=state["password"], dbname=dbname
+        )
 
     def drop_database(self, cluster: str, dbname: str) -> None:
         """Drop a database and the replication slots that live in it."""
         with psycopg.connect(self.conninfo(cluster), autocommit=True) as conn:
-            for (slot,) in conn.execute("SELECT slot_name FROM pg_replication_slots WHERE database = %s",
-                                        (dbname,)).fetchall():
+            for (slot,) in conn.execute(
+                "SELECT slot_name FROM pg_replication_slots WHERE database = %s", (dbname,)
+            ).fetchall():
                 conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-            gids = [r[0] for r in conn.execute("SELECT gid FROM pg_prepared_xacts WHERE database = %s",
-                                               (dbname,))]
+            gids = [r[0] for r in conn.execute("SELECT gid FROM pg_prepared_xacts WHERE database = %s", (dbname,))]
             if gids:  # prepared transactions can only be finished from their own database
                 with psycopg.connect(self.conninfo(cluster, dbname), autocommit=True) as own:
                     for gid in gids:

@@ -34,8 +34,10 @@ def key_updates(conninfo: str, rows: int, transactions: int, per_txn: int, round
     groups = rows // per_txn
     with psycopg.connect(conninfo, autocommit=True) as conn:
         for i in range(transactions):
-            conn.execute("UPDATE kt SET id = id + %s, v = v + 1 WHERE id %% %s = %s",
-                         (rows * 10 * (round_ + 1), groups, i % groups))
+            conn.execute(
+                "UPDATE kt SET id = id + %s, v = v + 1 WHERE id %% %s = %s",
+                (rows * 10 * (round_ + 1), groups, i % groups),
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,14 +60,27 @@ def main(argv: list[str] | None = None) -> int:
         with psycopg.connect(pub, autocommit=True) as conn:
             conn.execute("CREATE TABLE kt (id bigint PRIMARY KEY, code text NOT NULL UNIQUE, v int)")
             conn.execute("INSERT INTO kt SELECT g, 'c' || g, 0 FROM generate_series(1, %s) g", (args.rows,))
-        topo = resolve_topology(topology.from_dict({
-            "publisher": to_uri(pub), "distributor": to_uri(dist),
-            "subscribers": {name: to_uri(ci) for name, ci in subs.items()},
-            "snapshot_folder": f"{root}/snapshots",
-            "publications": [{"name": "bench", "articles": ["public.kt"]}],
-            "subscriptions": [{"publication": "bench", "subscriber": name, "subscription_streams": n,
-                               "commit_batch_size": 100, "commit_batch_threshold": 1000}
-                              for name, n in SUBSCRIBERS.items()]}))
+        topo = resolve_topology(
+            topology.from_dict(
+                {
+                    "publisher": to_uri(pub),
+                    "distributor": to_uri(dist),
+                    "subscribers": {name: to_uri(ci) for name, ci in subs.items()},
+                    "snapshot_folder": f"{root}/snapshots",
+                    "publications": [{"name": "bench", "articles": ["public.kt"]}],
+                    "subscriptions": [
+                        {
+                            "publication": "bench",
+                            "subscriber": name,
+                            "subscription_streams": n,
+                            "commit_batch_size": 100,
+                            "commit_batch_threshold": 1000,
+                        }
+                        for name, n in SUBSCRIBERS.items()
+                    ],
+                }
+            )
+        )
         snapshot_agent.run_snapshot(topo, "bench", spark)
         for r in range(args.rounds):
             key_updates(pub, args.rows, args.transactions, args.per_transaction, r)
@@ -75,19 +90,29 @@ def main(argv: list[str] | None = None) -> int:
             for name in order:
                 t0 = time.monotonic()
                 delivered = distribution_agent.run_distribution(topo, "bench", name)
-                result[name] = {"seconds": round(time.monotonic() - t0, 3), "retries": delivered["retries"],
-                                "parallel_batches": delivered.get("parallel_batches", 0)}
+                result[name] = {
+                    "seconds": round(time.monotonic() - t0, 3),
+                    "retries": delivered["retries"],
+                    "parallel_batches": delivered.get("parallel_batches", 0),
+                }
             result["ratio"] = round(result["three"]["seconds"] / result["one"]["seconds"], 3)
             rounds.append(result)
-            print(f"round {r + 1}: {read['commands']} commands; 1 stream {result['one']['seconds']:.2f}s, "
-                  f"3 streams {result['three']['seconds']:.2f}s ({result['three']['parallel_batches']} batches "
-                  f"spread, {result['three']['retries']} replays); ratio {result['ratio']}", flush=True)
+            print(
+                f"round {r + 1}: {read['commands']} commands; 1 stream {result['one']['seconds']:.2f}s, "
+                f"3 streams {result['three']['seconds']:.2f}s ({result['three']['parallel_batches']} batches "
+                f"spread, {result['three']['retries']} replays); ratio {result['ratio']}",
+                flush=True,
+            )
         in_sync = all(r["match"] for name in SUBSCRIBERS for r in validation.compare(topo, "bench", name))
     finally:
         spark.stop()
         sb.destroy()
-    summary = {"rounds": rounds, "median_ratio_3_to_1": statistics.median(r["ratio"] for r in rounds),
-               "replays": sum(r["three"]["retries"] for r in rounds), "in_sync": in_sync}
+    summary = {
+        "rounds": rounds,
+        "median_ratio_3_to_1": statistics.median(r["ratio"] for r in rounds),
+        "replays": sum(r["three"]["retries"] for r in rounds),
+        "in_sync": in_sync,
+    }
     print(json.dumps(summary, indent=2))
     return 0 if in_sync and summary["replays"] == 0 else 1
 

@@ -21,10 +21,13 @@ with DAG(
     catchup=False,
     tags=["airflow-repl", "example"],
 ) as dag:
-    snapshot = SnapshotAgentOperator(task_id="snapshot", topology=TOPOLOGY, publication=PUBLICATION,
-                                     conn_id=SPARK_CONN_ID)
-    log_reader = LogReaderAgentOperator(task_id="log_reader", topology=TOPOLOGY, publication=PUBLICATION,
-                                        conn_id=SPARK_CONN_ID)
-    distribution = DistributionAgentOperator(task_id="distribution", topology=TOPOLOGY,
-                                             publication=PUBLICATION, conn_id=SPARK_CONN_ID)
+    snapshot = SnapshotAgentOperator(
+        task_id="snapshot", topology=TOPOLOGY, publication=PUBLICATION, conn_id=SPARK_CONN_ID
+    )
+    log_reader = LogReaderAgentOperator(
+        task_id="log_reader", topology=TOPOLOGY, publication=PUBLICATION, conn_id=SPARK_CONN_ID
+    )
+    distribution = DistributionAgentOperator(
+        task_id="distribution", topology=TOPOLOGY, publication=PUBLICATION, conn_id=SPARK_CONN_ID
+    )
     snapshot >> log_reader >> distribution

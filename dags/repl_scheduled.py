@@ -20,9 +20,14 @@ with DAG(
     max_active_runs=1,
     tags=["airflow-repl", "example"],
 ) as dag:
-    log_reader = LogReaderAgentOperator(task_id="log_reader", topology=TOPOLOGY, publication=PUBLICATION,
-                                        conn_id=SPARK_CONN_ID)
-    distribution = DistributionAgentOperator(task_id="distribution", topology=TOPOLOGY,
-                                             publication=PUBLICATION, until="{{ data_interval_end }}",
-                                             conn_id=SPARK_CONN_ID)
+    log_reader = LogReaderAgentOperator(
+        task_id="log_reader", topology=TOPOLOGY, publication=PUBLICATION, conn_id=SPARK_CONN_ID
+    )
+    distribution = DistributionAgentOperator(
+        task_id="distribution",
+        topology=TOPOLOGY,
+        publication=PUBLICATION,
+        until="{{ data_interval_end }}",
+        conn_id=SPARK_CONN_ID,
+    )
     log_reader >> distribution

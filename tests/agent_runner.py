@@ -23,7 +23,7 @@ def main() -> int:
             result = log_reader_agent.run_log_reader(topo, "p", **kwargs)
         else:
             result = distribution_agent.run_distribution(topo, "p", "sub1", **kwargs)
-    except Exception as exc:  # noqa: BLE001 - like the CLI: one line and the class's exit code
+    except Exception as exc:
         return report_error(exc)
     print(json.dumps(result, default=str), flush=True)
     return 0

@@ -51,10 +51,10 @@ def spark():
     session.stop()
 
 
-
 def _resolved(data: dict) -> topology_mod.Topology:
     """A topology from its dictionary form with every server resolved (the tests use URIs)."""
     return resolve_topology(topology_mod.from_dict(data))
+
 
 class Env:
     """A fresh publisher, distribution and subscriber database for one test.
@@ -63,29 +63,43 @@ class Env:
     "publisher", or a cluster of the ``wal_cluster`` fixture), the subscribers in "subscriber".
     """
 
-    def __init__(self, sandbox: Sandbox, tmp_path: Path, n_subscribers: int = 1, *,
-                 publisher_cluster: str = "publisher", boundary: str | None = None) -> None:
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        tmp_path: Path,
+        n_subscribers: int = 1,
+        *,
+        publisher_cluster: str = "publisher",
+        boundary: str | None = None,
+    ) -> None:
         n = next(_counter)
         self.publisher_cluster, self.boundary = publisher_cluster, boundary
         self.databases = [(publisher_cluster, f"pub_{n}"), (publisher_cluster, f"dist_{n}")] + [
-            ("subscriber", f"sub_{n}_{i}") for i in range(1, n_subscribers + 1)]
+            ("subscriber", f"sub_{n}_{i}") for i in range(1, n_subscribers + 1)
+        ]
         self.pub = sandbox.create_database(publisher_cluster, f"pub_{n}", recreate=True)
         self.dist = sandbox.create_database(publisher_cluster, f"dist_{n}", recreate=True)
-        self.subs = {f"sub{i}": sandbox.create_database("subscriber", f"sub_{n}_{i}", recreate=True)
-                     for i in range(1, n_subscribers + 1)}
+        self.subs = {
+            f"sub{i}": sandbox.create_database("subscriber", f"sub_{n}_{i}", recreate=True)
+            for i in range(1, n_subscribers + 1)
+        }
         self.sub = self.subs["sub1"]
         self.tmp_path = tmp_path
         self.sandbox = sandbox
 
     def topology(self, articles: list, *, publication: str = "p", **sub_options) -> topology_mod.Topology:
-        return _resolved({
-            "publisher": to_uri(self.pub), "distributor": to_uri(self.dist),
-            "subscribers": {name: to_uri(ci) for name, ci in self.subs.items()},
-            "snapshot_folder": str(self.tmp_path / "snapshots"),
-            "publications": [{"name": publication, "articles": articles}],
-            "subscriptions": [{"publication": publication, "subscriber": name, **sub_options}
-                              for name in self.subs],
-        })
+        return _resolved(
+            {
+                "publisher": to_uri(self.pub),
+                "distributor": to_uri(self.dist),
+                "subscribers": {name: to_uri(ci) for name, ci in self.subs.items()},
+                "snapshot_folder": str(self.tmp_path / "snapshots"),
+                "publications": [{"name": publication, "articles": articles}],
+                "subscriptions": [
+                    {"publication": publication, "subscriber": name, **sub_options} for name in self.subs
+                ],
+            }
+        )
 
     @staticmethod
     def run(conninfo: str, sql: str, params=None) -> None:
@@ -96,7 +110,6 @@ class Env:
     def rows(conninfo: str, sql: str, params=None) -> list[tuple]:
         with psycopg.connect(conninfo, autocommit=True) as conn:
             return conn.execute(sql, params).fetchall()
-
 
     def wal_position(self) -> str:
         """The publisher cluster's current WAL insert position."""
@@ -165,8 +178,13 @@ def wal_env(sandbox, wal_cluster, tmp_path):
     made: list[Env] = []
 
     def make(boundary: str, n_subscribers: int = 1) -> Env:
-        e = Env(sandbox, tmp_path / f"wal{len(made)}", n_subscribers, publisher_cluster=wal_cluster(boundary),
-                boundary=boundary)
+        e = Env(
+            sandbox,
+            tmp_path / f"wal{len(made)}",
+            n_subscribers,
+            publisher_cluster=wal_cluster(boundary),
+            boundary=boundary,
+        )
         made.append(e)
         return e
 

@@ -14,30 +14,37 @@ from airflow_repl.engine.postgres.connections import redact
 from airflow_repl.jobs.agent_job import AGENTS, failure
 
 
-@pytest.mark.parametrize("exc, lost", [
-    (psycopg.errors.AdminShutdown("terminating connection due to administrator command"), True),
-    (psycopg.errors.CrashShutdown("terminating connection because of crash of another server process"), True),
-    (psycopg.errors.CannotConnectNow("the database system is starting up"), True),
-    (psycopg.OperationalError("server closed the connection unexpectedly"), True),  # no SQLSTATE
-    (psycopg.InterfaceError("the connection is closed"), True),
-    (psycopg.errors.LockNotAvailable("could not obtain lock"), False),
-    (psycopg.errors.TooManyConnections("sorry, too many clients already"), False),
-    (psycopg.errors.UniqueViolation("duplicate key"), False),
-    (ValueError("x"), False),
-])
+@pytest.mark.parametrize(
+    "exc, lost",
+    [
+        (psycopg.errors.AdminShutdown("terminating connection due to administrator command"), True),
+        (psycopg.errors.CrashShutdown("terminating connection because of crash of another server process"), True),
+        (psycopg.errors.CannotConnectNow("the database system is starting up"), True),
+        (psycopg.OperationalError("server closed the connection unexpectedly"), True),  # no SQLSTATE
+        (psycopg.InterfaceError("the connection is closed"), True),
+        (psycopg.errors.LockNotAvailable("could not obtain lock"), False),
+        (psycopg.errors.TooManyConnections("sorry, too many clients already"), False),
+        (psycopg.errors.UniqueViolation("duplicate key"), False),
+        (ValueError("x"), False),
+    ],
+)
 def test_which_errors_are_lost_connections(exc, lost):
     assert lifecycle.is_connection_loss(exc) is lost
 
 
 def test_the_last_engine_error_in_a_spark_traceback_is_the_one_raised():
-    text = ("org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
-            "psycopg.errors.AdminShutdown: terminating connection\n\nDuring handling of the above exception ...\n"
-            "airflow_repl.engine.errors.ConnectionLost: lost connection to the subscriber 'sub1' (127.0.0.1:5) "
-            "during delivery; the run is recorded as failed; run it again\n\tat org.apache.spark...")
+    text = (
+        "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+        "psycopg.errors.AdminShutdown: terminating connection\n\nDuring handling of the above exception ...\n"
+        "airflow_repl.engine.errors.ConnectionLost: lost connection to the subscriber 'sub1' (127.0.0.1:5) "
+        "during delivery; the run is recorded as failed; run it again\n\tat org.apache.spark..."
+    )
     err = lifecycle.engine_error_in(text)
     assert isinstance(err, ConnectionLost) and err.retryable
-    assert str(err) == ("lost connection to the subscriber 'sub1' (127.0.0.1:5) during delivery; the run is "
-                        "recorded as failed; run it again")
+    assert str(err) == (
+        "lost connection to the subscriber 'sub1' (127.0.0.1:5) during delivery; the run is "
+        "recorded as failed; run it again"
+    )
     assert lifecycle.engine_error_in("java.lang.OutOfMemoryError") is None
     assert lifecycle.engine_error_in("airflow_repl.engine.errors.NoSuchError: x") is None
 
@@ -73,13 +80,16 @@ def test_the_traceback_of_an_internal_error_shows_only_with_verbose(capsys):
         assert "Traceback" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("exc, code, retryable", [
-    (NotInitialized("subscriber 'sub1' has no snapshot"), 3, False),
-    (AgentBusy("another Log Reader Agent is running"), 5, True),
-    (ReplError("bad"), 2, False),
-    (psycopg.errors.AdminShutdown("terminating connection"), 5, True),
-    (RuntimeError("boom"), 1, False),
-])
+@pytest.mark.parametrize(
+    "exc, code, retryable",
+    [
+        (NotInitialized("subscriber 'sub1' has no snapshot"), 3, False),
+        (AgentBusy("another Log Reader Agent is running"), 5, True),
+        (ReplError("bad"), 2, False),
+        (psycopg.errors.AdminShutdown("terminating connection"), 5, True),
+        (RuntimeError("boom"), 1, False),
+    ],
+)
 def test_result_file_outcome_per_error_class(exc, code, retryable):
     outcome = failure(exc)
     assert outcome["status"] == "failed" and outcome["exit_code"] == code and outcome["retryable"] is retryable

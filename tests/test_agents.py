@@ -53,8 +53,9 @@ class Writer(threading.Thread):
             while not self.stop_event.is_set():
                 i += 1
                 with conn.transaction():
-                    conn.execute("INSERT INTO items (id, grp, payload) VALUES (%s, %s, %s)",
-                                 (1_000_000 + i, i % 10, f"new {i}"))
+                    conn.execute(
+                        "INSERT INTO items (id, grp, payload) VALUES (%s, %s, %s)", (1_000_000 + i, i % 10, f"new {i}")
+                    )
                     conn.execute("UPDATE items SET payload = payload || '+' WHERE id = %s", (1 + (i * 37) % 50000,))
                     conn.execute("UPDATE items SET id = id + 2000000 WHERE id = %s", (1 + (i * 101) % 50000,))
                     conn.execute("DELETE FROM items WHERE id = %s", (1 + (i * 53) % 50000,))
@@ -65,19 +66,28 @@ class Writer(threading.Thread):
 def count_applied_rows(env):
     """An ENABLE ALWAYS trigger at the subscriber (it fires under session_replication_role =
     replica) that records every row the agents apply, in table ``applied``."""
-    env.run(env.sub, """
+    env.run(
+        env.sub,
+        """
         CREATE TABLE applied (op text);
         CREATE FUNCTION count_op() RETURNS trigger LANGUAGE plpgsql AS
             $$BEGIN INSERT INTO applied VALUES (TG_OP); RETURN NULL; END$$;
         CREATE TRIGGER always_trigger AFTER INSERT OR UPDATE OR DELETE ON items FOR EACH ROW EXECUTE FUNCTION count_op();
-        ALTER TABLE items ENABLE ALWAYS TRIGGER always_trigger;""")
+        ALTER TABLE items ENABLE ALWAYS TRIGGER always_trigger;""",
+    )
 
 
 def make_items(env, rows=60000):
-    env.run(env.pub, "CREATE TABLE items (id bigint PRIMARY KEY, grp int NOT NULL, payload text, "
-                     "amount numeric(12,3) DEFAULT 1.5, at timestamptz DEFAULT now())")
-    env.run(env.pub, "INSERT INTO items (id, grp, payload) SELECT g, g %% 10, md5(g::text) "
-                     "FROM generate_series(1, %s) g", (rows,))
+    env.run(
+        env.pub,
+        "CREATE TABLE items (id bigint PRIMARY KEY, grp int NOT NULL, payload text, "
+        "amount numeric(12,3) DEFAULT 1.5, at timestamptz DEFAULT now())",
+    )
+    env.run(
+        env.pub,
+        "INSERT INTO items (id, grp, payload) SELECT g, g %% 10, md5(g::text) FROM generate_series(1, %s) g",
+        (rows,),
+    )
 
 
 def snapshotted_items(env, spark, rows, **sub_options):
@@ -134,14 +144,20 @@ def test_snapshot_rerun_is_a_no_op_and_reinitialize_rebuilds(env, spark):
 
 def test_key_updates_deletes_and_types_replicate(env, spark):
     env.run(env.pub, 'CREATE SCHEMA "Odd Schema"')
-    env.run(env.pub, '''CREATE TABLE "Odd Schema"."Mixed ""Case"" Table" (
+    env.run(
+        env.pub,
+        """CREATE TABLE "Odd Schema"."Mixed ""Case"" Table" (
         k1 int, k2 text, "select" text, n numeric, f float8, r real, b boolean, d date, ts timestamptz,
-        iv interval, j jsonb, arr int[], by bytea, u uuid, big text, PRIMARY KEY (k1, k2))''')
-    env.run(env.pub, '''INSERT INTO "Odd Schema"."Mixed ""Case"" Table" VALUES
+        iv interval, j jsonb, arr int[], by bytea, u uuid, big text, PRIMARY KEY (k1, k2))""",
+    )
+    env.run(
+        env.pub,
+        """INSERT INTO "Odd Schema"."Mixed ""Case"" Table" VALUES
         (1, 'a', 'it''s', 1.000000000000000000001, 'NaN', 1.5, true, '2024-02-29', '2024-01-01 10:00+02',
          '1 day 2 hours', '{"a": [1, null, "x"]}', '{1,2,NULL}', '\\x00ff', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11',
          repeat('big', 5000)),
-        (2, 'b', NULL, NULL, '-Infinity', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)''')
+        (2, 'b', NULL, NULL, '-Infinity', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)""",
+    )
     topo = env.topology([{"table": 'Odd Schema.Mixed "Case" Table'}])
     snapshot_agent.run_snapshot(topo, "p", spark)
     assert_in_sync(topo)
@@ -155,8 +171,10 @@ def test_key_updates_deletes_and_types_replicate(env, spark):
     ops = env.rows(env.dist, "SELECT op, count(*) FROM airflow_repl.commands GROUP BY op ORDER BY op")
     assert dict(ops) == {"D": 5, "I": 5, "U": 1}
     assert_in_sync(topo)
-    assert env.rows(env.sub, f"SELECT k1, k2, \"select\", length(big) FROM {table} ORDER BY k1") == [
-        (11, "a", "upd", 15000), (12, "z", None, None)]
+    assert env.rows(env.sub, f'SELECT k1, k2, "select", length(big) FROM {table} ORDER BY k1') == [
+        (11, "a", "upd", 15000),
+        (12, "z", None, None),
+    ]
 
 
 def test_row_not_found_stops_delivery_and_names_the_command(env, spark):
@@ -174,20 +192,29 @@ def test_row_not_found_stops_delivery_and_names_the_command(env, spark):
     assert err.value.sqlstate == ROW_NOT_FOUND_SQLSTATE
     # the transaction before the failing one committed, nothing from the failing one on did
     assert env.rows(env.sub, "SELECT id, payload FROM items WHERE id IN (1, 6) ORDER BY id") == [
-        (1, "first"), (6, env.rows(env.pub, "SELECT md5('6')")[0][0])]
+        (1, "first"),
+        (6, env.rows(env.pub, "SELECT md5('6')")[0][0]),
+    ]
     assert env.rows(env.sub, "SELECT transactions FROM airflow_repl.subscription_state") == [(1,)]
     errors = env.rows(env.dist, "SELECT article, sqlstate, command_id, message FROM airflow_repl.errors")
     assert len(errors) == 1 and errors[0][:3] == ("items", ROW_NOT_FOUND_SQLSTATE, 1)
     assert env.rows(env.dist, "SELECT status FROM airflow_repl.agent_history WHERE agent = 'distribution'") == [
-        ("failed",)]
+        ("failed",)
+    ]
     # repair the subscriber and re-run: everything applies once, in order
     env.run(env.sub, "INSERT INTO items (id, grp, payload, amount, at) SELECT 5, 5, 'x', 1.5, now()")
-    env.run(env.sub, "UPDATE items SET (payload, amount, at) = (%s, %s, %s) WHERE id = 5",
-            env.rows(env.pub, "SELECT md5('5'), amount, at FROM items WHERE id = 5")[0])
+    env.run(
+        env.sub,
+        "UPDATE items SET (payload, amount, at) = (%s, %s, %s) WHERE id = 5",
+        env.rows(env.pub, "SELECT md5('5'), amount, at FROM items WHERE id = 5")[0],
+    )
     env.run(env.sub, "UPDATE items SET at = (SELECT at FROM items WHERE id = 5) WHERE id = 5")
     distribution_agent.run_distribution(topo, "p", "sub1")
     assert env.rows(env.sub, "SELECT id, payload FROM items WHERE id IN (1, 5, 6) ORDER BY id") == [
-        (1, "first"), (5, "changed"), (6, "later")]
+        (1, "first"),
+        (5, "changed"),
+        (6, "later"),
+    ]
 
 
 def test_agents_refuse_uninitialized_publication_and_subscription(env, spark):
@@ -201,11 +228,14 @@ def test_agents_refuse_uninitialized_publication_and_subscription(env, spark):
 
 def test_user_triggers_do_not_fire_and_always_triggers_count_each_command_once(env, spark):
     topo = snapshotted_items(env, spark, 1000, commit_batch_size=3)
-    env.run(env.sub, """
+    env.run(
+        env.sub,
+        """
         CREATE TABLE audit (op text);
         CREATE FUNCTION log_op() RETURNS trigger LANGUAGE plpgsql AS
             $$BEGIN INSERT INTO audit VALUES (TG_OP); RETURN NULL; END$$;
-        CREATE TRIGGER user_trigger AFTER INSERT OR UPDATE OR DELETE ON items FOR EACH ROW EXECUTE FUNCTION log_op();""")
+        CREATE TRIGGER user_trigger AFTER INSERT OR UPDATE OR DELETE ON items FOR EACH ROW EXECUTE FUNCTION log_op();""",
+    )
     count_applied_rows(env)
     for i in range(20):
         env.run(env.pub, "UPDATE items SET grp = grp + 1 WHERE id %% 20 = %s", (i,))
@@ -261,16 +291,18 @@ def test_log_reader_killed_mid_run_rerun_loses_and_duplicates_nothing(env, spark
     for i in range(300):
         env.run(env.pub, "UPDATE items SET grp = grp + 1 WHERE id %% 300 = %s", (i,))
     count = lambda: env.rows(env.dist, "SELECT count(*) FROM airflow_repl.transactions")[0][0]  # noqa: E731
-    proc = subprocess.Popen([sys.executable, RUNNER, "logreader", _spec_file(topo, tmp_path),
-                             json.dumps({"batch_changes": 200})])
+    proc = subprocess.Popen(
+        [sys.executable, RUNNER, "logreader", _spec_file(topo, tmp_path), json.dumps({"batch_changes": 200})]
+    )
     killed = _kill_when(proc, lambda: count() >= 20)
     stored = count()
     assert killed and 20 <= stored < 300
     again = log_reader_agent.run_log_reader(topo, "p", batch_changes=200)
     assert again["transactions"] == 300 - stored  # exactly the rest: nothing lost, nothing stored twice
     assert count() == 300
-    assert env.rows(env.dist, "SELECT count(*), count(DISTINCT (xact_seqno, command_id)) FROM airflow_repl.commands") \
-        == [(2000, 2000)]
+    assert env.rows(
+        env.dist, "SELECT count(*), count(DISTINCT (xact_seqno, command_id)) FROM airflow_repl.commands"
+    ) == [(2000, 2000)]
     assert log_reader_agent.run_log_reader(topo, "p")["transactions"] == 0  # nothing left, nothing repeated
     distribution_agent.run_distribution(topo, "p", "sub1")
     assert_in_sync(topo)
@@ -296,7 +328,9 @@ def test_point_in_time_delivery_stops_at_until(env, spark):
     first = distribution_agent.run_distribution(topo, "p", "sub1", until=cut.isoformat())
     assert first["transactions"] == 1
     assert env.rows(env.sub, "SELECT id, payload FROM items WHERE id IN (1, 2) ORDER BY id") == [
-        (1, "one"), (2, env.rows(env.pub, "SELECT md5('2')")[0][0])]
+        (1, "one"),
+        (2, env.rows(env.pub, "SELECT md5('2')")[0][0]),
+    ]
     naive_utc = cut.astimezone(timezone.utc).replace(tzinfo=None).isoformat()  # no offset: read as UTC
     assert distribution_agent.run_distribution(topo, "p", "sub1", until=naive_utc)["transactions"] == 0
     assert distribution_agent.run_distribution(topo, "p", "sub1")["transactions"] == 1
@@ -357,8 +391,16 @@ def test_multi_stream_agent_killed_repeatedly_applies_everything_exactly_once(en
     kills = 0
     for _ in range(6):
         before = state()
-        proc = subprocess.Popen([sys.executable, RUNNER, "distribution", spec,
-                                 json.dumps({"subscription_streams": 3, "commit_batch_size": 8})])
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                RUNNER,
+                "distribution",
+                spec,
+                json.dumps({"subscription_streams": 3, "commit_batch_size": 8}),
+            ]
+        )
+
         def progressed() -> bool:  # once a batch committed, let the agent run on a random moment more
             if state() <= before:
                 return False
@@ -394,8 +436,12 @@ def test_recovery_of_prepared_stream_transactions(env, spark):
     topo = snapshotted_items(env, spark, 10)
     env.run(env.sub, "UPDATE airflow_repl.subscription_state SET xact_seqno = '0/5000'")
     env.run(env.sub, "CREATE TABLE marks (batch text, stream int)")
-    plan = {"x": ("0/5000", [1, 2], 3), "z": ("0/6000", [0, 1, 2], 3), "y": ("0/6000", [0, 1], 3),
-            "w": ("0/7000", [1], 3)}
+    plan = {
+        "x": ("0/5000", [1, 2], 3),
+        "z": ("0/6000", [0, 1, 2], 3),
+        "y": ("0/6000", [0, 1], 3),
+        "w": ("0/7000", [1], 3),
+    }
     for batch, (last, streams, total) in plan.items():
         for s in streams:
             with psycopg.connect(env.sub, autocommit=True) as conn:
@@ -408,8 +454,7 @@ def test_recovery_of_prepared_stream_transactions(env, spark):
         conn.execute("PREPARE TRANSACTION 'airflow_repl|q|v|0/1|0|2'")
     with psycopg.connect(env.sub) as conn:
         assert distribution_agent.recover_prepared(conn, "p") == 8
-    assert env.rows(env.sub, "SELECT batch, count(*) FROM marks GROUP BY batch ORDER BY batch") == [
-        ("x", 2), ("z", 3)]
+    assert env.rows(env.sub, "SELECT batch, count(*) FROM marks GROUP BY batch ORDER BY batch") == [("x", 2), ("z", 3)]
     assert env.rows(env.sub, "SELECT gid FROM pg_prepared_xacts") == [("airflow_repl|q|v|0/1|0|2",)]
 
 
@@ -425,8 +470,10 @@ def test_a_second_distribution_agent_is_refused_while_one_runs(env, spark):
 def test_a_lost_slot_is_never_silently_recreated(env, spark):
     topo = snapshotted_items(env, spark, 100)
     cycle(topo)
-    env.run(env.pub, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                     "WHERE database = current_database()")
+    env.run(
+        env.pub,
+        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = current_database()",
+    )
     env.run(env.pub, "UPDATE items SET grp = -5 WHERE id <= 10")  # lost: no slot saw it
     with pytest.raises(NotInitialized, match="if the slot was dropped, its subscriptions must be reinitialized"):
         log_reader_agent.run_log_reader(topo, "p")
@@ -447,12 +494,18 @@ def test_values_survive_different_session_settings_on_each_server(env, spark):
         env.run(db, f"ALTER DATABASE {name} SET extra_float_digits = -3")
         env.run(db, f"ALTER DATABASE {name} SET TimeZone = 'Asia/Kolkata'")
     env.run(env.pub, "CREATE TABLE v (id int PRIMARY KEY, d date, ts timestamp, tz timestamptz, iv interval, f float8)")
-    env.run(env.pub, "INSERT INTO v VALUES (1, '2024-01-02', '2024-01-02 03:04:05.678', '2024-01-02 03:04:05+02', "
-                     "'-1 day +02:03:04', 0.1::float8 + 0.2::float8)")
+    env.run(
+        env.pub,
+        "INSERT INTO v VALUES (1, '2024-01-02', '2024-01-02 03:04:05.678', '2024-01-02 03:04:05+02', "
+        "'-1 day +02:03:04', 0.1::float8 + 0.2::float8)",
+    )
     topo = env.topology(["v"])
     snapshot_agent.run_snapshot(topo, "p", spark)
-    env.run(env.pub, "INSERT INTO v VALUES (2, '2024-12-31', '1999-02-03 00:00:01', '2024-07-08 09:10:11-05', "
-                     "'1 year -2 months 3 days -04:05:06', 1e-300)")
+    env.run(
+        env.pub,
+        "INSERT INTO v VALUES (2, '2024-12-31', '1999-02-03 00:00:01', '2024-07-08 09:10:11-05', "
+        "'1 year -2 months 3 days -04:05:06', 1e-300)",
+    )
     cycle(topo)
     assert_in_sync(topo)
     fmt = "SELECT id, d::text, ts::text, (tz AT TIME ZONE 'UTC')::text, iv = %s::interval, f FROM v ORDER BY id"
@@ -478,8 +531,11 @@ def test_changing_articles_of_a_live_publication_requires_reinitializing(env, sp
     env.run(env.pub, "CREATE TABLE extra (id int PRIMARY KEY)")
     snapshot_agent.run_snapshot(env.topology(["public.items"]), "p", spark)
     bigger = env.topology(["public.items", "public.extra"])
-    with pytest.raises(ReplError, match=r"articles of publication 'p' changed since subscriber\(s\) sub1 were "
-                                        r"initialized: run the Snapshot Agent with reinitialize"):
+    with pytest.raises(
+        ReplError,
+        match=r"articles of publication 'p' changed since subscriber\(s\) sub1 were "
+        r"initialized: run the Snapshot Agent with reinitialize",
+    ):
         snapshot_agent.run_snapshot(bigger, "p", spark)
     with pytest.raises(ReplError, match="changed since subscriber 'sub1' was initialized"):
         distribution_agent.run_distribution(bigger, "p", "sub1")

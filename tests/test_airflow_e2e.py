@@ -25,9 +25,11 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def airflow_env(sandbox, tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e")
-    conninfos = {"publisher": sandbox.create_database("publisher", "e2e_shop", recreate=True),
-                 "distributor": sandbox.create_database("publisher", "e2e_dist", recreate=True),
-                 "subscriber": sandbox.create_database("subscriber", "e2e_copy", recreate=True)}
+    conninfos = {
+        "publisher": sandbox.create_database("publisher", "e2e_shop", recreate=True),
+        "distributor": sandbox.create_database("publisher", "e2e_dist", recreate=True),
+        "subscriber": sandbox.create_database("subscriber", "e2e_copy", recreate=True),
+    }
     demo_workload.create(conninfos["publisher"], customers=2000, products=200, orders=3000)
     demo.prepare_environment(root, conninfos, airflow_home=AIRFLOW_HOME)
     demo.migrate_airflow_db()
@@ -36,8 +38,10 @@ def airflow_env(sandbox, tmp_path_factory):
 
 def _xcom(task_id: str, dag_id: str) -> dict:
     with sqlite3.connect(AIRFLOW_HOME / "airflow.db") as db:
-        rows = db.execute("SELECT value FROM xcom WHERE dag_id = ? AND task_id = ? AND key = 'return_value' "
-                          "ORDER BY timestamp DESC", (dag_id, task_id)).fetchall()
+        rows = db.execute(
+            "SELECT value FROM xcom WHERE dag_id = ? AND task_id = ? AND key = 'return_value' ORDER BY timestamp DESC",
+            (dag_id, task_id),
+        ).fetchall()
     assert rows, f"no XCom return value for {dag_id}.{task_id}"
     value = rows[0][0]
     value = json.loads(value if isinstance(value, str) else value.decode())
@@ -54,16 +58,23 @@ def _why_not_success(dr, capfd, dist_conninfo: str) -> str:
         lines += [f"  task {ti.task_id}: {getattr(ti.state, 'value', ti.state)}" for ti in dr.get_task_instances()]
         with psycopg.connect(dist_conninfo) as conn:
             if conn.execute("SELECT to_regclass('airflow_repl.agent_history')").fetchone()[0]:
-                lines += [f"  agent run {r}" for r in conn.execute(
-                    "SELECT agent, status, message FROM airflow_repl.agent_history ORDER BY run_id")]
+                lines += [
+                    f"  agent run {r}"
+                    for r in conn.execute(
+                        "SELECT agent, status, message FROM airflow_repl.agent_history ORDER BY run_id"
+                    )
+                ]
     except Exception as exc:  # the explanation must never hide the failure it explains
         lines.append(f"  (could not read the task states or agent history: {exc!r})")
     out, err = capfd.readouterr()
     sys.stdout.write(out)
     sys.stderr.write(err)
-    keep = [ln for ln in (out + err).splitlines()
-            if any(w in ln for w in ("Error", "ERROR", "Traceback", "Exception", "error:", "FAILED", "failed"))
-            and " INFO " not in ln]
+    keep = [
+        ln
+        for ln in (out + err).splitlines()
+        if any(w in ln for w in ("Error", "ERROR", "Traceback", "Exception", "error:", "FAILED", "failed"))
+        and " INFO " not in ln
+    ]
     return "\n".join(lines + keep[-40:])
 
 
@@ -105,8 +116,12 @@ def test_example_dags_replicate_through_spark_submit(airflow_env, capfd):
 def test_missing_spark_connection_fails_clearly_instead_of_yarn(airflow_env):
     from airflow_repl.operators.agents import LogReaderAgentOperator, MissingSparkConnection
 
-    op = LogReaderAgentOperator(task_id="log_reader", topology=str(demo.DAGS / "demo_topology.yaml"),
-                                publication="shop", conn_id="no_such_spark")
+    op = LogReaderAgentOperator(
+        task_id="log_reader",
+        topology=str(demo.DAGS / "demo_topology.yaml"),
+        publication="shop",
+        conn_id="no_such_spark",
+    )
     with pytest.raises(MissingSparkConnection, match="Spark connection 'no_such_spark' is not defined.*YARN"):
         op.execute({})
     assert op._hook is None  # nothing was submitted
@@ -121,14 +136,17 @@ def test_unknown_topology_connection_names_the_connection(airflow_env, tmp_path)
     bad.write_text((demo.DAGS / "demo_topology.yaml").read_text().replace("repl_publisher", "no_such_pg"))
     op = LogReaderAgentOperator(task_id="log_reader", topology=str(bad), publication="shop")
     # a bad topology fails the task without retries, with the one-line message
-    with pytest.raises(AirflowFailException, match="Airflow connection 'no_such_pg' named in the topology is not defined"):
+    with pytest.raises(
+        AirflowFailException, match="Airflow connection 'no_such_pg' named in the topology is not defined"
+    ):
         op.execute({})
 
 
 def test_provider_is_registered_with_airflow(airflow_env):
-    out = subprocess.run([sys.executable, "-m", "airflow", "providers", "list", "-o", "json"],
-                         capture_output=True, text=True, check=True).stdout
-    packages = {p["package_name"] for p in json.loads(out[out.index("["):])}
+    out = subprocess.run(
+        [sys.executable, "-m", "airflow", "providers", "list", "-o", "json"], capture_output=True, text=True, check=True
+    ).stdout
+    packages = {p["package_name"] for p in json.loads(out[out.index("[") :])}
     assert "airflow-repl" in packages
 
 
@@ -139,8 +157,12 @@ def test_spark_log_level_defaults_to_warn_and_user_conf_wins():
     assert quiet._spark_conf()["spark.log.level"] == "WARN"
     chatty = DistributionAgentOperator(task_id="d2", topology="t.yaml", publication="p", spark_log_level="INFO")
     assert chatty._spark_conf()["spark.log.level"] == "INFO"
-    mine = DistributionAgentOperator(task_id="d3", topology="t.yaml", publication="p",
-                                     conf={"spark.log.level": "ERROR", "spark.sql.shuffle.partitions": "4"})
+    mine = DistributionAgentOperator(
+        task_id="d3",
+        topology="t.yaml",
+        publication="p",
+        conf={"spark.log.level": "ERROR", "spark.sql.shuffle.partitions": "4"},
+    )
     conf = mine._spark_conf()
     assert conf["spark.log.level"] == "ERROR" and conf["spark.sql.shuffle.partitions"] == "4"
     assert conf["spark.pyspark.python"] == sys.executable

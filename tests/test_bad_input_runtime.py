@@ -13,9 +13,9 @@ import contextlib
 import hashlib
 import os
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import psycopg
 import pytest
@@ -36,27 +36,41 @@ def database_state(conninfo: str) -> dict[str, str]:
         tables = conn.execute(
             "SELECT table_schema, table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE' "
             "AND table_schema NOT IN ('pg_catalog', 'information_schema') AND table_schema NOT LIKE 'pg_temp%' "
-            "ORDER BY 1, 2").fetchall()
+            "ORDER BY 1, 2"
+        ).fetchall()
         for schema, table in tables:
             rows = conn.execute(sql.SQL("SELECT t::text FROM {} t").format(sql.Identifier(schema, table))).fetchall()
             out[f"table {schema}.{table}"] = hashlib.md5("\n".join(sorted(r[0] for r in rows)).encode()).hexdigest()
-        out["publications"] = repr(conn.execute(
-            "SELECT p.pubname, array(SELECT tablename FROM pg_publication_tables t WHERE t.pubname = p.pubname "
-            "ORDER BY 1) FROM pg_publication p ORDER BY 1").fetchall())
-        out["slots"] = repr(conn.execute("SELECT slot_name, temporary FROM pg_replication_slots "
-                                         "WHERE database = current_database() ORDER BY 1").fetchall())
-        out["prepared"] = repr(conn.execute("SELECT gid FROM pg_prepared_xacts "
-                                            "WHERE database = current_database() ORDER BY 1").fetchall())
-        out["functions"] = repr(conn.execute(
-            "SELECT n.nspname, p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-            "WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2").fetchall())
+        out["publications"] = repr(
+            conn.execute(
+                "SELECT p.pubname, array(SELECT tablename FROM pg_publication_tables t WHERE t.pubname = p.pubname "
+                "ORDER BY 1) FROM pg_publication p ORDER BY 1"
+            ).fetchall()
+        )
+        out["slots"] = repr(
+            conn.execute(
+                "SELECT slot_name, temporary FROM pg_replication_slots WHERE database = current_database() ORDER BY 1"
+            ).fetchall()
+        )
+        out["prepared"] = repr(
+            conn.execute("SELECT gid FROM pg_prepared_xacts WHERE database = current_database() ORDER BY 1").fetchall()
+        )
+        out["functions"] = repr(
+            conn.execute(
+                "SELECT n.nspname, p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+                "WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2"
+            ).fetchall()
+        )
     return out
 
 
 def world_state(env) -> dict[str, dict[str, str]]:
     """The state of the test's publisher, distribution and subscriber databases."""
-    return {"publisher": database_state(env.pub), "distributor": database_state(env.dist),
-            "subscriber": database_state(env.sub)}
+    return {
+        "publisher": database_state(env.pub),
+        "distributor": database_state(env.dist),
+        "subscriber": database_state(env.sub),
+    }
 
 
 def assert_one_error_line(err: str, out: str, *fragments: str) -> str:
@@ -75,12 +89,19 @@ class World:
 
     def __init__(self, env, tmp_path: Path) -> None:
         self.env, self.tmp_path = env, tmp_path
-        env.run(env.pub, "CREATE TABLE orders (id int PRIMARY KEY, v text); "
-                         "INSERT INTO orders SELECT g, 'v' FROM generate_series(1, 20) g")
-        self.doc = {"publisher": to_uri(env.pub), "distributor": to_uri(env.dist),
-                    "subscribers": {"sub1": to_uri(env.sub)}, "snapshot_folder": str(tmp_path / "snaps"),
-                    "publications": [{"name": "p", "articles": [{"table": "public.orders"}]}],
-                    "subscriptions": [{"publication": "p", "subscriber": "sub1"}]}
+        env.run(
+            env.pub,
+            "CREATE TABLE orders (id int PRIMARY KEY, v text); "
+            "INSERT INTO orders SELECT g, 'v' FROM generate_series(1, 20) g",
+        )
+        self.doc = {
+            "publisher": to_uri(env.pub),
+            "distributor": to_uri(env.dist),
+            "subscribers": {"sub1": to_uri(env.sub)},
+            "snapshot_folder": str(tmp_path / "snaps"),
+            "publications": [{"name": "p", "articles": [{"table": "public.orders"}]}],
+            "subscriptions": [{"publication": "p", "subscriber": "sub1"}],
+        }
         self.password = conninfo_to_dict(env.pub)["password"]
         self.secrets = [self.password]
         self.cleanups: list[Callable[[], None]] = []
@@ -136,6 +157,7 @@ def _unreachable(role: str, command: str) -> Callable[[World], list[str]]:
         base = w.env.sub if role == "subscriber" else w.env.pub
         w.with_endpoint(role, w.uri_with(base, port=str(_closed_port())))
         return [command, "-t", w.topology]
+
     return arrange
 
 
@@ -145,19 +167,27 @@ def _wrong_password(role: str, command: str) -> Callable[[World], list[str]]:
         w.secrets.append("Wr0ng-S3cret-pw")
         w.with_endpoint(role, w.uri_with(base, password="Wr0ng-S3cret-pw"))
         return [command, "-t", w.topology]
+
     return arrange
 
 
 def _conn_env(value: str) -> Callable[[World], list[str]]:
     """The publisher named by Airflow connection id repl_pub, defined by AIRFLOW_CONN_REPL_PUB."""
+
     def arrange(w: World) -> list[str]:
         value_ = value.replace("PASSWORD", w.password)
         old = os.environ.get("AIRFLOW_CONN_REPL_PUB")
         os.environ["AIRFLOW_CONN_REPL_PUB"] = value_
-        w.cleanups.append(lambda: os.environ.pop("AIRFLOW_CONN_REPL_PUB") if old is None
-                          else os.environ.__setitem__("AIRFLOW_CONN_REPL_PUB", old))
+        w.cleanups.append(
+            lambda: (
+                os.environ.pop("AIRFLOW_CONN_REPL_PUB")
+                if old is None
+                else os.environ.__setitem__("AIRFLOW_CONN_REPL_PUB", old)
+            )
+        )
         w.with_endpoint("publisher", "repl_pub")
         return ["snapshot", "-t", w.topology]
+
     return arrange
 
 
@@ -170,8 +200,9 @@ def _folder(kind: str) -> Callable[[World], list[str]]:
             ro = w.tmp_path / "read-only"
             ro.mkdir()
             if os.geteuid() == 0:  # root writes through permissions: use a read-only file system
-                res = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)],
-                                     capture_output=True)
+                res = subprocess.run(
+                    ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], capture_output=True
+                )
                 if res.returncode != 0:
                     pytest.skip("cannot mount a read-only file system here")
                 w.cleanups.append(lambda: subprocess.run(["umount", str(ro)], check=True))
@@ -179,6 +210,7 @@ def _folder(kind: str) -> Callable[[World], list[str]]:
                 ro.chmod(0o555)
             w.doc["snapshot_folder"] = str(ro)
         return ["snapshot", "-t", w.topology]
+
     return arrange
 
 
@@ -189,6 +221,7 @@ def _custom_proc(create: str | None) -> Callable[[World], list[str]]:
         if create:
             w.env.run(w.env.sub, create)
         return ["snapshot", "-t", w.topology]
+
     return arrange
 
 
@@ -196,6 +229,7 @@ def _endpoint(role: str, ref: str, command: str) -> Callable[[World], list[str]]
     def arrange(w: World) -> list[str]:
         w.with_endpoint(role, ref)
         return [command, "-t", w.topology]
+
     return arrange
 
 
@@ -204,73 +238,222 @@ def _argv(*argv: str) -> Callable[[World], list[str]]:
 
 
 CASES = [
-    Case("publisher-unreachable", "fresh", _unreachable("publisher", "snapshot"), 5,
-         ("cannot connect to the publisher", "127.0.0.1:")),
-    Case("subscriber-unreachable", "applied", _unreachable("subscriber", "distribution"), 5,
-         ("cannot connect to the subscriber 'sub1'",)),
-    Case("distributor-unreachable", "fresh", _unreachable("distributor", "logreader"), 5,
-         ("cannot connect to the distributor",)),
-    Case("unknown-host", "fresh", _endpoint("publisher", "postgresql://postgres@no-such-host.invalid:5432/db",
-                                            "apply"), 5, ("cannot connect to the publisher", "no-such-host.invalid")),
-    Case("publisher-wrong-password", "fresh", _wrong_password("publisher", "apply"), 5,
-         ("cannot connect to the publisher", "password authentication failed")),
-    Case("subscriber-wrong-password", "applied", _wrong_password("subscriber", "distribution"), 5,
-         ("cannot connect to the subscriber 'sub1'", "password authentication failed")),
-    Case("logreader-before-anything", "fresh", _argv("logreader", "-t", "TOPOLOGY"), 3,
-         ("publication 'p' is not deployed", "run the Snapshot Agent")),
-    Case("distribution-before-anything", "fresh", _argv("distribution", "-t", "TOPOLOGY"), 3,
-         ("publication 'p' is not deployed",)),
-    Case("logreader-before-snapshot", "applied", _argv("logreader", "-t", "TOPOLOGY"), 3,
-         ("has no replication slot", "run the Snapshot Agent first")),
-    Case("distribution-before-snapshot", "applied", _argv("distribution", "-t", "TOPOLOGY"), 3,
-         ("subscriber 'sub1' has no snapshot of publication 'p'",)),
-    Case("validate-before-snapshot", "fresh", _argv("validate", "-t", "TOPOLOGY"), 3,
-         ("publication 'p' is not deployed",)),
-    Case("until-not-a-date", "applied", _argv("distribution", "-t", "TOPOLOGY", "--until", "not-a-date"), 2,
-         ("--until 'not-a-date' is not an ISO-8601 time",)),
-    Case("until-month-13", "applied", _argv("distribution", "-t", "TOPOLOGY", "--until", "2026-13-01T00:00"), 2,
-         ("--until '2026-13-01T00:00'",)),
-    Case("snapshot-unknown-subscriber", "applied", _argv("snapshot", "-t", "TOPOLOGY", "--subscriber", "nope"), 2,
-         ("subscriber 'nope'",)),
-    Case("distribution-unknown-subscriber", "applied",
-         _argv("distribution", "-t", "TOPOLOGY", "--subscriber", "nope"), 2, ("subscriber 'nope'",)),
-    Case("validate-unknown-subscriber", "applied", _argv("validate", "-t", "TOPOLOGY", "--subscriber", "nope"), 2,
-         ("subscriber 'nope'",)),
-    Case("unknown-publication", "fresh", _argv("snapshot", "-t", "TOPOLOGY", "-p", "nope"), 2,
-         ("unknown publication 'nope'",)),
+    Case(
+        "publisher-unreachable",
+        "fresh",
+        _unreachable("publisher", "snapshot"),
+        5,
+        ("cannot connect to the publisher", "127.0.0.1:"),
+    ),
+    Case(
+        "subscriber-unreachable",
+        "applied",
+        _unreachable("subscriber", "distribution"),
+        5,
+        ("cannot connect to the subscriber 'sub1'",),
+    ),
+    Case(
+        "distributor-unreachable",
+        "fresh",
+        _unreachable("distributor", "logreader"),
+        5,
+        ("cannot connect to the distributor",),
+    ),
+    Case(
+        "unknown-host",
+        "fresh",
+        _endpoint("publisher", "postgresql://postgres@no-such-host.invalid:5432/db", "apply"),
+        5,
+        ("cannot connect to the publisher", "no-such-host.invalid"),
+    ),
+    Case(
+        "publisher-wrong-password",
+        "fresh",
+        _wrong_password("publisher", "apply"),
+        5,
+        ("cannot connect to the publisher", "password authentication failed"),
+    ),
+    Case(
+        "subscriber-wrong-password",
+        "applied",
+        _wrong_password("subscriber", "distribution"),
+        5,
+        ("cannot connect to the subscriber 'sub1'", "password authentication failed"),
+    ),
+    Case(
+        "logreader-before-anything",
+        "fresh",
+        _argv("logreader", "-t", "TOPOLOGY"),
+        3,
+        ("publication 'p' is not deployed", "run the Snapshot Agent"),
+    ),
+    Case(
+        "distribution-before-anything",
+        "fresh",
+        _argv("distribution", "-t", "TOPOLOGY"),
+        3,
+        ("publication 'p' is not deployed",),
+    ),
+    Case(
+        "logreader-before-snapshot",
+        "applied",
+        _argv("logreader", "-t", "TOPOLOGY"),
+        3,
+        ("has no replication slot", "run the Snapshot Agent first"),
+    ),
+    Case(
+        "distribution-before-snapshot",
+        "applied",
+        _argv("distribution", "-t", "TOPOLOGY"),
+        3,
+        ("subscriber 'sub1' has no snapshot of publication 'p'",),
+    ),
+    Case(
+        "validate-before-snapshot",
+        "fresh",
+        _argv("validate", "-t", "TOPOLOGY"),
+        3,
+        ("publication 'p' is not deployed",),
+    ),
+    Case(
+        "until-not-a-date",
+        "applied",
+        _argv("distribution", "-t", "TOPOLOGY", "--until", "not-a-date"),
+        2,
+        ("--until 'not-a-date' is not an ISO-8601 time",),
+    ),
+    Case(
+        "until-month-13",
+        "applied",
+        _argv("distribution", "-t", "TOPOLOGY", "--until", "2026-13-01T00:00"),
+        2,
+        ("--until '2026-13-01T00:00'",),
+    ),
+    Case(
+        "snapshot-unknown-subscriber",
+        "applied",
+        _argv("snapshot", "-t", "TOPOLOGY", "--subscriber", "nope"),
+        2,
+        ("subscriber 'nope'",),
+    ),
+    Case(
+        "distribution-unknown-subscriber",
+        "applied",
+        _argv("distribution", "-t", "TOPOLOGY", "--subscriber", "nope"),
+        2,
+        ("subscriber 'nope'",),
+    ),
+    Case(
+        "validate-unknown-subscriber",
+        "applied",
+        _argv("validate", "-t", "TOPOLOGY", "--subscriber", "nope"),
+        2,
+        ("subscriber 'nope'",),
+    ),
+    Case(
+        "unknown-publication",
+        "fresh",
+        _argv("snapshot", "-t", "TOPOLOGY", "-p", "nope"),
+        2,
+        ("unknown publication 'nope'",),
+    ),
     Case("snapshot-folder-under-a-file", "fresh", _folder("under-a-file"), 2, ("snapshot folder", "a-file")),
     Case("snapshot-folder-read-only", "fresh", _folder("read-only"), 2, ("snapshot folder", "read-only")),
-    Case("custom-procedure-missing", "fresh", _custom_proc(None), 2,
-         ("custom procedure custom.upd_orders", "does not exist at subscriber 'sub1'")),
-    Case("custom-procedure-wrong-arguments", "fresh",
-         _custom_proc("CREATE PROCEDURE custom.upd_orders(a int) LANGUAGE sql AS 'SELECT 1'"), 2,
-         ("custom procedure custom.upd_orders", "takes 1 parameter(s)")),
-    Case("conn-env-bad-json", "fresh", _conn_env('{"host": "127.0.0.1", "password": "PASSWORD",'), 2,
-         ("AIRFLOW_CONN_REPL_PUB is malformed", "not valid JSON")),
-    Case("conn-env-not-an-object", "fresh", _conn_env('{"host": ["127.0.0.1"], "password": "PASSWORD"}'), 2,
-         ("AIRFLOW_CONN_REPL_PUB is malformed", "'host' must be a string")),
-    Case("conn-env-bad-port", "fresh", _conn_env('{"host": "127.0.0.1", "port": "fifty", "password": "PASSWORD"}'),
-         2, ("AIRFLOW_CONN_REPL_PUB is malformed", "'port'")),
-    Case("conn-env-bad-uri-port", "fresh", _conn_env("postgres://postgres:PASSWORD@127.0.0.1:port/db"), 2,
-         ("AIRFLOW_CONN_REPL_PUB is malformed", "port")),
-    Case("conn-env-garbage", "fresh", _conn_env("PASSWORD"), 2,
-         ("AIRFLOW_CONN_REPL_PUB is malformed", "neither a URI nor a JSON object")),
-    Case("conn-env-undefined", "fresh", _endpoint("publisher", "repl_undefined", "snapshot"), 2,
-         ("connection id 'repl_undefined' is not defined", "AIRFLOW_CONN_REPL_UNDEFINED")),
-    Case("snapshot-agent-busy", "applied", _argv("snapshot", "-t", "TOPOLOGY"), 5,
-         ("another Snapshot Agent is running for publication 'p'",),
-         lambda w: _held_lock(w.env.dist, "airflow_repl.snapshot.p")),
-    Case("logreader-agent-busy", "applied", _argv("logreader", "-t", "TOPOLOGY"), 5,
-         ("another Log Reader Agent is running for publication 'p'",),
-         lambda w: _held_lock(w.env.dist, "airflow_repl.logreader.p")),
-    Case("distribution-agent-busy", "applied", _argv("distribution", "-t", "TOPOLOGY"), 5,
-         ("another Distribution Agent is delivering publication 'p' to subscriber 'sub1'",),
-         lambda w: _held_lock(w.env.sub, "airflow_repl.distribution.p")),
-    Case("unknown-option", "fresh", _argv("distribution", "-t", "TOPOLOGY", "--bogus"), 2,
-         ("unrecognized arguments: --bogus",)),
+    Case(
+        "custom-procedure-missing",
+        "fresh",
+        _custom_proc(None),
+        2,
+        ("custom procedure custom.upd_orders", "does not exist at subscriber 'sub1'"),
+    ),
+    Case(
+        "custom-procedure-wrong-arguments",
+        "fresh",
+        _custom_proc("CREATE PROCEDURE custom.upd_orders(a int) LANGUAGE sql AS 'SELECT 1'"),
+        2,
+        ("custom procedure custom.upd_orders", "takes 1 parameter(s)"),
+    ),
+    Case(
+        "conn-env-bad-json",
+        "fresh",
+        _conn_env('{"host": "127.0.0.1", "password": "PASSWORD",'),
+        2,
+        ("AIRFLOW_CONN_REPL_PUB is malformed", "not valid JSON"),
+    ),
+    Case(
+        "conn-env-not-an-object",
+        "fresh",
+        _conn_env('{"host": ["127.0.0.1"], "password": "PASSWORD"}'),
+        2,
+        ("AIRFLOW_CONN_REPL_PUB is malformed", "'host' must be a string"),
+    ),
+    Case(
+        "conn-env-bad-port",
+        "fresh",
+        _conn_env('{"host": "127.0.0.1", "port": "fifty", "password": "PASSWORD"}'),
+        2,
+        ("AIRFLOW_CONN_REPL_PUB is malformed", "'port'"),
+    ),
+    Case(
+        "conn-env-bad-uri-port",
+        "fresh",
+        _conn_env("postgres://postgres:PASSWORD@127.0.0.1:port/db"),
+        2,
+        ("AIRFLOW_CONN_REPL_PUB is malformed", "port"),
+    ),
+    Case(
+        "conn-env-garbage",
+        "fresh",
+        _conn_env("PASSWORD"),
+        2,
+        ("AIRFLOW_CONN_REPL_PUB is malformed", "neither a URI nor a JSON object"),
+    ),
+    Case(
+        "conn-env-undefined",
+        "fresh",
+        _endpoint("publisher", "repl_undefined", "snapshot"),
+        2,
+        ("connection id 'repl_undefined' is not defined", "AIRFLOW_CONN_REPL_UNDEFINED"),
+    ),
+    Case(
+        "snapshot-agent-busy",
+        "applied",
+        _argv("snapshot", "-t", "TOPOLOGY"),
+        5,
+        ("another Snapshot Agent is running for publication 'p'",),
+        lambda w: _held_lock(w.env.dist, "airflow_repl.snapshot.p"),
+    ),
+    Case(
+        "logreader-agent-busy",
+        "applied",
+        _argv("logreader", "-t", "TOPOLOGY"),
+        5,
+        ("another Log Reader Agent is running for publication 'p'",),
+        lambda w: _held_lock(w.env.dist, "airflow_repl.logreader.p"),
+    ),
+    Case(
+        "distribution-agent-busy",
+        "applied",
+        _argv("distribution", "-t", "TOPOLOGY"),
+        5,
+        ("another Distribution Agent is delivering publication 'p' to subscriber 'sub1'",),
+        lambda w: _held_lock(w.env.sub, "airflow_repl.distribution.p"),
+    ),
+    Case(
+        "unknown-option",
+        "fresh",
+        _argv("distribution", "-t", "TOPOLOGY", "--bogus"),
+        2,
+        ("unrecognized arguments: --bogus",),
+    ),
     Case("missing-topology-option", "fresh", _argv("logreader"), 2, ("--topology",)),
-    Case("bad-dialect", "fresh", _argv("script-procs", "-t", "TOPOLOGY", "--dialect", "oracle"), 2,
-         ("invalid choice: 'oracle'",)),
+    Case(
+        "bad-dialect",
+        "fresh",
+        _argv("script-procs", "-t", "TOPOLOGY", "--dialect", "oracle"),
+        2,
+        ("invalid choice: 'oracle'",),
+    ),
 ]
 
 
@@ -317,11 +500,14 @@ def test_a_failure_inside_a_spark_task_is_the_agents_own_line(env2, spark, tmp_p
     """With several subscribers, deliveries run as Spark tasks: a subscription's failure comes
     back wrapped in a Java exception, and is still reported as the agent's one line and exit code."""
     env2.run(env2.pub, "CREATE TABLE orders (id int PRIMARY KEY, v text)")
-    doc = {"publisher": to_uri(env2.pub), "distributor": to_uri(env2.dist),
-           "subscribers": {name: to_uri(ci) for name, ci in env2.subs.items()},
-           "snapshot_folder": str(tmp_path / "snaps"),
-           "publications": [{"name": "p", "articles": [{"table": "public.orders"}]}],
-           "subscriptions": [{"publication": "p", "subscriber": name} for name in env2.subs]}
+    doc = {
+        "publisher": to_uri(env2.pub),
+        "distributor": to_uri(env2.dist),
+        "subscribers": {name: to_uri(ci) for name, ci in env2.subs.items()},
+        "snapshot_folder": str(tmp_path / "snaps"),
+        "publications": [{"name": "p", "articles": [{"table": "public.orders"}]}],
+        "subscriptions": [{"publication": "p", "subscriber": name} for name in env2.subs],
+    }
     path = tmp_path / "topology.yaml"
     path.write_text(yaml.safe_dump(doc))
     assert cli.main(["apply", "-t", str(path)]) == 0

@@ -12,17 +12,27 @@ from airflow_repl.engine.postgres.connections import to_uri
 
 def _topology_file(env, tmp_path):
     path = tmp_path / "topology.yaml"
-    path.write_text(yaml.safe_dump({
-        "publisher": to_uri(env.pub), "distributor": to_uri(env.dist), "subscribers": {"sub1": to_uri(env.sub)},
-        "snapshot_folder": "snaps",
-        "publications": [{"name": "p", "articles": [{"table": "public.orders", "upd_cmd": "MCALL"}]}],
-        "subscriptions": [{"publication": "p", "subscriber": "sub1"}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "publisher": to_uri(env.pub),
+                "distributor": to_uri(env.dist),
+                "subscribers": {"sub1": to_uri(env.sub)},
+                "snapshot_folder": "snaps",
+                "publications": [{"name": "p", "articles": [{"table": "public.orders", "upd_cmd": "MCALL"}]}],
+                "subscriptions": [{"publication": "p", "subscriber": "sub1"}],
+            }
+        )
+    )
     return str(path)
 
 
 def test_cli_runs_every_agent_and_validates(env, spark, tmp_path, capsys):
-    env.run(env.pub, "CREATE TABLE orders (id int PRIMARY KEY, v text); "
-                     "INSERT INTO orders SELECT g, 'v' FROM generate_series(1, 100) g")
+    env.run(
+        env.pub,
+        "CREATE TABLE orders (id int PRIMARY KEY, v text); "
+        "INSERT INTO orders SELECT g, 'v' FROM generate_series(1, 100) g",
+    )
     topo = _topology_file(env, tmp_path)
     assert cli.main(["apply", "-t", topo]) == 0
     assert json.loads(capsys.readouterr().out) == {"p": ["orders"]}

@@ -14,14 +14,30 @@ from airflow_repl.engine.postgres.catalog import Column, TableInfo
 
 def vendor_article(**options):
     """The seed's Purchasing.Vendor table."""
-    table = TableInfo("Purchasing", "Vendor", 1, [
-        Column("VendorID", "integer", True, 23), Column("AccountNumber", "character varying(15)", True, 1043),
-        Column("Name", "character varying(50)", True, 1043), Column("CreditRating", "smallint", True, 21),
-        Column("PreferredVendorStatus", "boolean", True, 16), Column("ActiveFlag", "boolean", True, 16),
-        Column("PurchasingWebServiceURL", "character varying(1024)", False, 1043),
-        Column("ModifiedDate", "timestamp without time zone", True, 1114)], ["VendorID"], [["AccountNumber"]])
-    topo = from_dict({"publisher": "a", "distributor": "b", "publications": [
-        {"name": "p", "articles": [{"table": "Purchasing.Vendor", **options}]}]})
+    table = TableInfo(
+        "Purchasing",
+        "Vendor",
+        1,
+        [
+            Column("VendorID", "integer", True, 23),
+            Column("AccountNumber", "character varying(15)", True, 1043),
+            Column("Name", "character varying(50)", True, 1043),
+            Column("CreditRating", "smallint", True, 21),
+            Column("PreferredVendorStatus", "boolean", True, 16),
+            Column("ActiveFlag", "boolean", True, 16),
+            Column("PurchasingWebServiceURL", "character varying(1024)", False, 1043),
+            Column("ModifiedDate", "timestamp without time zone", True, 1114),
+        ],
+        ["VendorID"],
+        [["AccountNumber"]],
+    )
+    topo = from_dict(
+        {
+            "publisher": "a",
+            "distributor": "b",
+            "publications": [{"name": "p", "articles": [{"table": "Purchasing.Vendor", **options}]}],
+        }
+    )
     return resolve_articles(topo.publication("p"), {"Vendor": table})[0]
 
 
@@ -59,8 +75,18 @@ def test_parameter_layouts_of_every_call_syntax():
     upd = Command("U", "Vendor", old=old, new=new)
     assert call_syntax.values(art, Command("I", "Vendor", new=new), "CALL") == new
     assert call_syntax.values(art, upd, "CALL") == new + ["1"]
-    assert call_syntax.values(art, upd, "SCALL") == [None, None, "Acme 2", "2", None, None, None, None, "1",
-                                                    bytes([0b1100])]
+    assert call_syntax.values(art, upd, "SCALL") == [
+        None,
+        None,
+        "Acme 2",
+        "2",
+        None,
+        None,
+        None,
+        None,
+        "1",
+        bytes([0b1100]),
+    ]
     assert call_syntax.values(art, upd, "MCALL") == new + ["1", bytes([0b1100])]
     assert call_syntax.values(art, upd, "XCALL") == old + new
     assert call_syntax.values(art, Command("D", "Vendor", old=old), "CALL") == ["1"]
@@ -72,11 +98,15 @@ def test_parameter_layouts_of_every_call_syntax():
 
 def test_generated_procedures_match_the_seed_structure():
     art = vendor_article()
-    assert art.default_procs == {"insert": "sp_MSins_PurchasingVendor", "update": "sp_MSupd_PurchasingVendor",
-                                 "delete": "sp_MSdel_PurchasingVendor"}
+    assert art.default_procs == {
+        "insert": "sp_MSins_PurchasingVendor",
+        "update": "sp_MSupd_PurchasingVendor",
+        "delete": "sp_MSdel_PurchasingVendor",
+    }
     ins = procedures.procedure_sql(art, "insert")
-    assert ins.startswith('CREATE OR REPLACE PROCEDURE "Purchasing"."sp_MSins_PurchasingVendor"("c1" integer, '
-                          '"c2" character varying(15)')
+    assert ins.startswith(
+        'CREATE OR REPLACE PROCEDURE "Purchasing"."sp_MSins_PurchasingVendor"("c1" integer, "c2" character varying(15)'
+    )
     assert 'INSERT INTO "Purchasing"."Vendor" ("VendorID", "AccountNumber"' in ins
     assert "RAISE" not in ins
     upd = procedures.procedure_sql(art, "update")
@@ -109,8 +139,15 @@ def test_procedure_names_are_unique_and_fit_postgres_limits():
     name = naming.default_procedure("ins", "public", long)
     assert len(name.encode()) <= 63 and name != naming.default_procedure("ins", "public", long + "x")
     table = lambda s, t: TableInfo(s, t, 1, [Column("id", "integer", True, 23)], ["id"])  # noqa: E731
-    topo = from_dict({"publisher": "a", "distributor": "b", "publications": [
-        {"name": "p", "articles": [{"table": "ab.c", "name": "x"}, {"table": "a.bc", "name": "y"}]}]})
+    topo = from_dict(
+        {
+            "publisher": "a",
+            "distributor": "b",
+            "publications": [
+                {"name": "p", "articles": [{"table": "ab.c", "name": "x"}, {"table": "a.bc", "name": "y"}]}
+            ],
+        }
+    )
     x, y = resolve_articles(topo.publication("p"), {"x": table("ab", "c"), "y": table("a", "bc")})
     assert x.default_procs["insert"] != y.default_procs["insert"]
     assert x.default_procs["insert"].startswith("sp_MSins_abc_")

@@ -38,32 +38,79 @@ from airflow_repl.engine.provisioning import deploy
 
 # ---------------------------------------------------------------------- edge values
 #: one character of every Unicode plane (0-16), plus BMP specials
-UNICODE_TEXT = "".join(chr(p * 0x10000 + 0x141) for p in range(17)) + \
-    "\u00e9\u4e2d\ufffd\ufeff\uffff\ud7ff\U0001f600\U0010ffff\U000e0001"
-ODD_TEXT = ("tab\there\nnew line\r\n back\\slash 'single' \"double\" %s %(x)s $1 $$ \\. \\N "
-            "\u200b\u200f\u202e\x7f\x01 end ")
+UNICODE_TEXT = (
+    "".join(chr(p * 0x10000 + 0x141) for p in range(17))
+    + "\u00e9\u4e2d\ufffd\ufeff\uffff\ud7ff\U0001f600\U0010ffff\U000e0001"
+)
+ODD_TEXT = (
+    "tab\there\nnew line\r\n back\\slash 'single' \"double\" %s %(x)s $1 $$ \\. \\N \u200b\u200f\u202e\x7f\x01 end "
+)
 ALL_BYTES = "\\x" + bytes(range(256)).hex()
 
 #: (column, type, edge values as PostgreSQL input text)
 SCALARS = [
-    ("num", "numeric", ["NaN", "Infinity", "-Infinity", "9" * 1000, "-0." + "0" * 999 + "1",
-                        "9" * 500 + "." + "9" * 500, "0", "-1.5e-300"]),
+    (
+        "num",
+        "numeric",
+        [
+            "NaN",
+            "Infinity",
+            "-Infinity",
+            "9" * 1000,
+            "-0." + "0" * 999 + "1",
+            "9" * 500 + "." + "9" * 500,
+            "0",
+            "-1.5e-300",
+        ],
+    ),
     ("num_s", "numeric(12,4)", ["-99999999.9999", "0.0001", "NaN", "0"]),
     ("f4", "real", ["NaN", "Infinity", "-Infinity", "-0", "1.17549435e-38", "3.4028235e+38", "1e-45", "0.1"]),
-    ("f8", "double precision", ["NaN", "Infinity", "-Infinity", "-0", "5e-324", "1.7976931348623157e308",
-                                "0.1", "-2.2250738585072014e-308"]),
+    (
+        "f8",
+        "double precision",
+        ["NaN", "Infinity", "-Infinity", "-0", "5e-324", "1.7976931348623157e308", "0.1", "-2.2250738585072014e-308"],
+    ),
     ("i2", "smallint", ["-32768", "32767", "0"]),
     ("i4", "integer", ["-2147483648", "2147483647", "0"]),
     ("i8", "bigint", ["-9223372036854775808", "9223372036854775807", "0"]),
     ("d", "date", ["4713-01-01 BC", "5874897-12-31", "infinity", "-infinity", "0044-03-15 BC", "2000-02-29"]),
-    ("ts", "timestamp", ["4713-01-01 00:00:00 BC", "294276-12-31 23:59:59.999999", "infinity", "-infinity",
-                         "1999-12-31 23:59:59.5", "0001-01-01 00:00:00 BC"]),
-    ("tstz", "timestamp with time zone", ["4713-01-01 00:00:00+00 BC", "294276-12-31 23:59:59.999999+00",
-                                          "infinity", "-infinity", "2026-03-29 01:30:00.000001+01:00"]),
+    (
+        "ts",
+        "timestamp",
+        [
+            "4713-01-01 00:00:00 BC",
+            "294276-12-31 23:59:59.999999",
+            "infinity",
+            "-infinity",
+            "1999-12-31 23:59:59.5",
+            "0001-01-01 00:00:00 BC",
+        ],
+    ),
+    (
+        "tstz",
+        "timestamp with time zone",
+        [
+            "4713-01-01 00:00:00+00 BC",
+            "294276-12-31 23:59:59.999999+00",
+            "infinity",
+            "-infinity",
+            "2026-03-29 01:30:00.000001+01:00",
+        ],
+    ),
     ("t", "time", ["00:00:00", "24:00:00", "23:59:59.999999"]),
     ("ttz", "time with time zone", ["00:00:00+15:59", "24:00:00-15:59", "12:34:56.789+05:30"]),
-    ("iv", "interval", ["178000000 years", "-178000000 years", "1 mon -1 days -00:00:00.000001",
-                        "2147483647 days 2562047788:00:54.775807", "-2147483648 months", "0"]),
+    (
+        "iv",
+        "interval",
+        [
+            "178000000 years",
+            "-178000000 years",
+            "1 mon -1 days -00:00:00.000001",
+            "2147483647 days 2562047788:00:54.775807",
+            "-2147483648 months",
+            "0",
+        ],
+    ),
     ("tx", "text", [UNICODE_TEXT, ODD_TEXT, "", "NULL", "\\N", "\\.", " "]),
     ("vc", "varchar(20)", ["ab  ", "\u00e9" * 20, ""]),
     ("ch", "char(5)", ["a", "     ", "\u00e9\u00e9\u00e9\u00e9\u00e9"]),
@@ -77,10 +124,16 @@ SCALARS = [
     ("lsn", "pg_lsn", ["0/0", "FFFFFFFF/FFFFFFFF"]),
 ]
 OTHERS = [
-    ("j", "json", ['{"b":1,"a":2,"a":3}', ' { "x" : [1, 2.50, 1e400] } ', '"\\u00e9\\ud83d\\ude00\\u0000"',
-                   "null", "[]"]),
-    ("jb", "jsonb", ['{"b":1,"a":2,"a":3}', '{"\u00e9":"\\ud83d\\ude00","n":1.000,"big":1e400}', '"\\u00e9"',
-                     "null", "{}"]),
+    (
+        "j",
+        "json",
+        ['{"b":1,"a":2,"a":3}', ' { "x" : [1, 2.50, 1e400] } ', '"\\u00e9\\ud83d\\ude00\\u0000"', "null", "[]"],
+    ),
+    (
+        "jb",
+        "jsonb",
+        ['{"b":1,"a":2,"a":3}', '{"\u00e9":"\\ud83d\\ude00","n":1.000,"big":1e400}', '"\\u00e9"', "null", "{}"],
+    ),
     ("x", "xml", ['<a b="1">&amp; \u00e9</a>', "text <b/> more", '<?xml version="1.0"?><r/>', ""]),
     ("ip", "inet", ["::ffff:1.2.3.4/128", "192.168.0.1/24", "0.0.0.0/0", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"]),
     ("cidr", "cidr", ["10.0.0.0/8", "::/0"]),
@@ -112,8 +165,23 @@ OTHERS = [
 ]
 EDGE_ROWS = max(len(v) for _, _, v in SCALARS + OTHERS)
 
-ODD_KEYS = ["it's", "back\\slash", "%s", "100%", "with space", "dot.ted", "\u00fcn\u00efc\u00f8d\u00e9 \U0001f600",
-            '"dq"', "", " lead", "trail ", "tab\there", "new\nline", "\\x00", "NULL"]
+ODD_KEYS = [
+    "it's",
+    "back\\slash",
+    "%s",
+    "100%",
+    "with space",
+    "dot.ted",
+    "\u00fcn\u00efc\u00f8d\u00e9 \U0001f600",
+    '"dq"',
+    "",
+    " lead",
+    "trail ",
+    "tab\there",
+    "new\nline",
+    "\\x00",
+    "NULL",
+]
 
 #: the schema of each propagation style, and its article options
 STYLES = {
@@ -185,17 +253,23 @@ def _edge(values: list[str], k: int) -> str:
 
 def _insert(conn: psycopg.Connection, schema: str, table: str, columns: list[str], rows: list[list]) -> None:
     query = sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
-        sql.Identifier(schema, table), sql.SQL(", ").join(map(sql.Identifier, columns)),
-        sql.SQL(", ").join(sql.Placeholder() * len(columns)))
+        sql.Identifier(schema, table),
+        sql.SQL(", ").join(map(sql.Identifier, columns)),
+        sql.SQL(", ").join(sql.Placeholder() * len(columns)),
+    )
     with conn.cursor() as cur:
         cur.executemany(query, rows)
 
 
 def _update(conn: psycopg.Connection, schema: str, table: str, key: str, key_value, values: dict) -> None:
-    conn.execute(sql.SQL("UPDATE {} SET {} WHERE {} = %s").format(
-        sql.Identifier(schema, table),
-        sql.SQL(", ").join(sql.SQL("{} = %s").format(sql.Identifier(c)) for c in values),
-        sql.Identifier(key)), [*values.values(), key_value])
+    conn.execute(
+        sql.SQL("UPDATE {} SET {} WHERE {} = %s").format(
+            sql.Identifier(schema, table),
+            sql.SQL(", ").join(sql.SQL("{} = %s").format(sql.Identifier(c)) for c in values),
+            sql.Identifier(key),
+        ),
+        [*values.values(), key_value],
+    )
 
 
 def _edge_rows(spec, first_id: int, shift: int) -> list[list]:
@@ -211,21 +285,34 @@ def load_initial(conn: psycopg.Connection, style: str) -> None:
     for table, spec in (("scalars", SCALARS), ("others", OTHERS)):
         _insert(conn, s, table, ["id"] + [c for c, _, _ in spec], _edge_rows(spec, 1, 0))
     q = sql.Identifier(s)
-    conn.execute(sql.SQL(f"""
+    conn.execute(
+        sql.SQL(f"""
         INSERT INTO {{s}}.toast VALUES (1, {BIG}, decode({BIG}, 'hex'), 1, 'toasted'),
             (2, 'small', '\\x01', 2, 'becomes toasted'), (3, {BIG}, NULL, 3, 'stops being toasted'),
             (4, {BIG}, decode({BIG}, 'hex'), 4, 'key moves');
         INSERT INTO {{s}}.idgen (base, note) SELECT g, 'n' || g FROM generate_series(1, 3) g;
         INSERT INTO {{s}}.part VALUES ('eu', 1, 'a'), ('eu', 2, 'moves to us'), ('us', 3, 'c');
-        """).format(s=q))
-    _insert(conn, s, "keys", ["k", "n", "d", "v"],
-            [[k, i, "4713-01-01 BC" if i % 2 else "infinity", f"v{i}"] for i, k in enumerate(ODD_KEYS)])
-    _insert(conn, s, ODD_TABLE, ODD_COLUMNS, [[k, "1", "\\", "'", "\u00fc", str(i), '"']
-                                              for i, k in enumerate(ODD_KEYS)])
+        """).format(s=q)
+    )
+    _insert(
+        conn,
+        s,
+        "keys",
+        ["k", "n", "d", "v"],
+        [[k, i, "4713-01-01 BC" if i % 2 else "infinity", f"v{i}"] for i, k in enumerate(ODD_KEYS)],
+    )
+    _insert(
+        conn, s, ODD_TABLE, ODD_COLUMNS, [[k, "1", "\\", "'", "\u00fc", str(i), '"'] for i, k in enumerate(ODD_KEYS)]
+    )
     _insert(conn, s, LONG_TABLE, LONG_COLUMNS, [[k, k + "!"] for k in ODD_KEYS])
     wide_cols = ["id"] + [f"w{i}" for i in range(1, WIDE[style])]
-    _insert(conn, s, "wide", wide_cols,
-            [[str(r)] + [str(r * i) if i % 2 else f"r{r}c{i}" for i in range(1, WIDE[style])] for r in range(1, 6)])
+    _insert(
+        conn,
+        s,
+        "wide",
+        wide_cols,
+        [[str(r)] + [str(r * i) if i % 2 else f"r{r}c{i}" for i in range(1, WIDE[style])] for r in range(1, 6)],
+    )
 
 
 def make_changes(conninfo: str, style: str) -> None:
@@ -242,20 +329,27 @@ def make_changes(conninfo: str, style: str) -> None:
             _update(conn, s, table, "id", 1, dict.fromkeys(names))  # value -> NULL
             _update(conn, s, table, "id", 2, {names[-1]: None})  # one column only
             _update(conn, s, table, "id", 3, {"id": 1000})  # single-row key change
-            conn.execute(sql.SQL("UPDATE {} SET id = id + 2000 WHERE id IN (4, 5)").format(
-                sql.Identifier(s, table)))  # multi-row key change
+            conn.execute(
+                sql.SQL("UPDATE {} SET id = id + 2000 WHERE id IN (4, 5)").format(sql.Identifier(s, table))
+            )  # multi-row key change
             conn.execute(sql.SQL("DELETE FROM {} WHERE id IN (6, 101)").format(sql.Identifier(s, table)))
-            conn.execute(sql.SQL("UPDATE {t} SET id = 7000 WHERE id = 7; UPDATE {t} SET id = 7 WHERE id = 7000; "
-                                 "UPDATE {t} SET id = id WHERE id = 8").format(t=sql.Identifier(s, table)))
+            conn.execute(
+                sql.SQL(
+                    "UPDATE {t} SET id = 7000 WHERE id = 7; UPDATE {t} SET id = 7 WHERE id = 7000; "
+                    "UPDATE {t} SET id = id WHERE id = 8"
+                ).format(t=sql.Identifier(s, table))
+            )
             conn.commit()
         q = sql.Identifier(s)
-        conn.execute(sql.SQL(f"""
+        conn.execute(
+            sql.SQL(f"""
             UPDATE {{s}}.toast SET other = other + 10 WHERE id = 1;  -- TOASTed values unchanged
             UPDATE {{s}}.toast SET big = {BIG}, note = 'now toasted' WHERE id = 2;
             UPDATE {{s}}.toast SET big = 'small again', bigb = '\\x' WHERE id = 3;
             UPDATE {{s}}.toast SET id = 40 WHERE id = 4;  -- key change, TOASTed values unchanged
             INSERT INTO {{s}}.toast VALUES (5, {BIG} || 'x', decode({BIG}, 'hex'), 5, 'inserted');
-            """).format(s=q))
+            """).format(s=q)
+        )
         conn.commit()
         conn.execute(sql.SQL("DELETE FROM {s}.toast WHERE id = 1").format(s=q))
         conn.execute(sql.SQL("UPDATE {s}.keys SET v = v || '!' WHERE k LIKE %s").format(s=q), ("%\\\\%",))
@@ -264,7 +358,8 @@ def make_changes(conninfo: str, style: str) -> None:
         conn.execute(sql.SQL("DELETE FROM {s}.keys WHERE k IN (%s, %s)").format(s=q), ("%s", ""))
         conn.execute(sql.SQL("INSERT INTO {s}.keys VALUES (%s, -1, '-infinity', NULL)").format(s=q), ("new\r\n",))
         conn.commit()
-        conn.execute(sql.SQL("""
+        conn.execute(
+            sql.SQL("""
             INSERT INTO {s}.idgen (base, note) VALUES (10, 'ten'), (NULL, 'null base');
             INSERT INTO {s}.idgen (base, seq) VALUES (11, 9223372036854775807);
             UPDATE {s}.idgen SET base = base + 1 WHERE id = 1;
@@ -274,30 +369,53 @@ def make_changes(conninfo: str, style: str) -> None:
             UPDATE {s}.part SET v = 'updated' WHERE id = 1;
             UPDATE {s}.part SET region = 'us' WHERE id = 2;  -- moves to another partition
             DELETE FROM {s}.part WHERE id = 3;
-            """).format(s=q))
+            """).format(s=q)
+        )
         conn.commit()
         odd, key = sql.Identifier(s, ODD_TABLE), sql.Identifier(ODD_COLUMNS[0])
-        conn.execute(sql.SQL("UPDATE {} SET {} = {} || %s").format(odd, sql.Identifier(ODD_COLUMNS[3]),
-                                                                 sql.Identifier(ODD_COLUMNS[3])), ("''\\",))
+        conn.execute(
+            sql.SQL("UPDATE {} SET {} = {} || %s").format(
+                odd, sql.Identifier(ODD_COLUMNS[3]), sql.Identifier(ODD_COLUMNS[3])
+            ),
+            ("''\\",),
+        )
         conn.execute(sql.SQL("UPDATE {} SET {} = {} || '.' WHERE {} = %s").format(odd, key, key, key), ("dot.ted",))
         conn.execute(sql.SQL("DELETE FROM {} WHERE {} = %s").format(odd, key), ("100%",))
         _insert(conn, s, ODD_TABLE, ODD_COLUMNS, [["added %", None, "\\\\", "''", "\U0001f600", "-1", None]])
         long_t, long_k = sql.Identifier(s, LONG_TABLE), sql.Identifier(LONG_COLUMNS[0])
-        conn.execute(sql.SQL("UPDATE {} SET {} = 'changed' WHERE {} = %s").format(
-            long_t, sql.Identifier(LONG_COLUMNS[1]), long_k), ("%s",))
-        conn.execute(sql.SQL("UPDATE {} SET {} = {} || 'x' WHERE {} = %s").format(
-            long_t, long_k, long_k, long_k), ("it's",))
+        conn.execute(
+            sql.SQL("UPDATE {} SET {} = 'changed' WHERE {} = %s").format(
+                long_t, sql.Identifier(LONG_COLUMNS[1]), long_k
+            ),
+            ("%s",),
+        )
+        conn.execute(
+            sql.SQL("UPDATE {} SET {} = {} || 'x' WHERE {} = %s").format(long_t, long_k, long_k, long_k), ("it's",)
+        )
         conn.execute(sql.SQL("DELETE FROM {} WHERE {} = %s").format(long_t, long_k), ("",))
         conn.commit()
         n = WIDE[style]
-        _insert(conn, s, "wide", ["id"] + [f"w{i}" for i in range(1, n)],
-                [[str(r)] + [str(-i) if i % 2 else None for i in range(1, n)] for r in (6, 7)])
-        conn.execute(sql.SQL("UPDATE {} SET {} WHERE id = 1").format(
-            sql.Identifier(s, "wide"), sql.SQL(", ").join(
-                sql.SQL("{} = {}").format(sql.Identifier(f"w{i}"), sql.Literal(i if i % 2 else "all"))
-                for i in range(1, n))))
-        conn.execute(sql.SQL("UPDATE {} SET {} = NULL WHERE id = 2").format(
-            sql.Identifier(s, "wide"), sql.Identifier(f"w{n - 1}")))
+        _insert(
+            conn,
+            s,
+            "wide",
+            ["id"] + [f"w{i}" for i in range(1, n)],
+            [[str(r)] + [str(-i) if i % 2 else None for i in range(1, n)] for r in (6, 7)],
+        )
+        conn.execute(
+            sql.SQL("UPDATE {} SET {} WHERE id = 1").format(
+                sql.Identifier(s, "wide"),
+                sql.SQL(", ").join(
+                    sql.SQL("{} = {}").format(sql.Identifier(f"w{i}"), sql.Literal(i if i % 2 else "all"))
+                    for i in range(1, n)
+                ),
+            )
+        )
+        conn.execute(
+            sql.SQL("UPDATE {} SET {} = NULL WHERE id = 2").format(
+                sql.Identifier(s, "wide"), sql.Identifier(f"w{n - 1}")
+            )
+        )
         conn.execute(sql.SQL("UPDATE {} SET id = 30 WHERE id = 3").format(sql.Identifier(s, "wide")))
         conn.execute(sql.SQL("DELETE FROM {} WHERE id = 4").format(sql.Identifier(s, "wide")))
         conn.commit()
@@ -305,14 +423,19 @@ def make_changes(conninfo: str, style: str) -> None:
 
 # ---------------------------------------------------------------------- comparing
 def columns_of(conn: psycopg.Connection, schema: str, table: str, *, generated: bool) -> list[str]:
-    return [r[0] for r in conn.execute(
-        "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped "
-        "AND (%s OR attgenerated = '') ORDER BY attnum",
-        (sql.Identifier(schema, table).as_string(conn), generated))]
+    return [
+        r[0]
+        for r in conn.execute(
+            "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped "
+            "AND (%s OR attgenerated = '') ORDER BY attnum",
+            (sql.Identifier(schema, table).as_string(conn), generated),
+        )
+    ]
 
 
-def table_text(conn: psycopg.Connection, schema: str, table: str, columns: list[str], *,
-               cast: bool = False) -> list[tuple]:
+def table_text(
+    conn: psycopg.Connection, schema: str, table: str, columns: list[str], *, cast: bool = False
+) -> list[tuple]:
     """Every row as each column's type output text, sorted: exactly what PostgreSQL prints (and
     pgoutput sends) under the agents' pinned session settings (``conn`` comes from
     :func:`connections.connect`).  Not ``::text``: some casts differ from the output function
@@ -320,12 +443,19 @@ def table_text(conn: psycopg.Connection, schema: str, table: str, columns: list[
     instead, which shows such stored differences."""
     form = sql.SQL("{}::text") if cast else sql.SQL("{}")
     with conn.cursor() as cur:
-        cur.execute(sql.SQL("SELECT {} FROM {}").format(
-            sql.SQL(", ").join(form.format(sql.Identifier(c)) for c in columns), sql.Identifier(schema, table)))
+        cur.execute(
+            sql.SQL("SELECT {} FROM {}").format(
+                sql.SQL(", ").join(form.format(sql.Identifier(c)) for c in columns), sql.Identifier(schema, table)
+            )
+        )
         res = cur.pgresult
         assert res is not None
-        rows = [tuple(None if (v := res.get_value(r, c)) is None else v.decode(conn.info.encoding)
-                      for c in range(res.nfields)) for r in range(res.ntuples)]
+        rows = [
+            tuple(
+                None if (v := res.get_value(r, c)) is None else v.decode(conn.info.encoding) for c in range(res.nfields)
+            )
+            for r in range(res.ntuples)
+        ]
     return sorted(rows, key=lambda r: [(v is None, v or "") for v in r])
 
 
@@ -345,8 +475,11 @@ def diff(label: str, columns: list[str], expected: list[tuple], actual: list[tup
         if near is None:
             out.append(f"  missing row {_short(row[0])}")
         else:
-            out += [f"  row {_short(row[0])} column {c}: expected {_short(e)}, found {_short(a)}"
-                    for c, e, a in zip(columns, row, near) if e != a]
+            out += [
+                f"  row {_short(row[0])} column {c}: expected {_short(e)}, found {_short(a)}"
+                for c, e, a in zip(columns, row, near)
+                if e != a
+            ]
     out += [f"  unexpected row {_short(r[0])}" for r in [r for r in actual if r not in exp][:3]]
     return out
 
@@ -354,24 +487,33 @@ def diff(label: str, columns: list[str], expected: list[tuple], actual: list[tup
 # ---------------------------------------------------------------------- native oracle
 def create_native_subscription(pub_conninfo: str, native_conninfo: str, name: str, tables: list[str]) -> None:
     with psycopg.connect(pub_conninfo, autocommit=True) as pub:
-        pub.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
-            sql.Identifier(name), sql.SQL(", ").join(sql.Identifier(schema_name("default"), t) for t in tables)))
+        pub.execute(
+            sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
+                sql.Identifier(name), sql.SQL(", ").join(sql.Identifier(schema_name("default"), t) for t in tables)
+            )
+        )
     with psycopg.connect(native_conninfo, autocommit=True) as sub:
-        sub.execute(sql.SQL("CREATE SUBSCRIPTION {} CONNECTION {} PUBLICATION {} WITH (slot_name = {})").format(
-            sql.Identifier(name), sql.Literal(pub_conninfo), sql.Identifier(name), sql.Literal(name)))
+        sub.execute(
+            sql.SQL("CREATE SUBSCRIPTION {} CONNECTION {} PUBLICATION {} WITH (slot_name = {})").format(
+                sql.Identifier(name), sql.Literal(pub_conninfo), sql.Identifier(name), sql.Literal(name)
+            )
+        )
 
 
 def wait_native(pub_conninfo: str, native_conninfo: str, name: str, timeout: float = 90.0) -> None:
     """Until the native subscription has copied every table and confirmed the publisher's
     current WAL position."""
     deadline = time.monotonic() + timeout
-    with psycopg.connect(pub_conninfo, autocommit=True) as pub, \
-            psycopg.connect(native_conninfo, autocommit=True) as sub:
+    with (
+        psycopg.connect(pub_conninfo, autocommit=True) as pub,
+        psycopg.connect(native_conninfo, autocommit=True) as sub,
+    ):
         target = pub.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
         while time.monotonic() < deadline:
             syncing = sub.execute("SELECT count(*) FROM pg_subscription_rel WHERE srsubstate <> 'r'").fetchone()[0]
-            done = pub.execute("SELECT confirmed_flush_lsn >= %s FROM pg_replication_slots WHERE slot_name = %s",
-                               (target, name)).fetchone()
+            done = pub.execute(
+                "SELECT confirmed_flush_lsn >= %s FROM pg_replication_slots WHERE slot_name = %s", (target, name)
+            ).fetchone()
             if not syncing and done and done[0]:
                 return
             time.sleep(0.2)
@@ -399,8 +541,9 @@ class World:
             raise AssertionError(f"the shared run failed: {self.error!r}") from self.error
 
 
-def _compare_style(pub: psycopg.Connection, sub: psycopg.Connection, native: psycopg.Connection,
-                   style: str) -> tuple[list[str], list[str]]:
+def _compare_style(
+    pub: psycopg.Connection, sub: psycopg.Connection, native: psycopg.Connection, style: str
+) -> tuple[list[str], list[str]]:
     """Differences of a style's subscriber tables from the publisher and from the native
     subscriber."""
     s = schema_name(style)
@@ -414,20 +557,26 @@ def _compare_style(pub: psycopg.Connection, sub: psycopg.Connection, native: psy
         every = columns_of(pub, s, table, generated=True)
         missing = [c for c in every if c not in columns_of(sub, s, table, generated=True)]
         if missing:
-            theirs.append(f"{s}.{table}: column(s) {missing} missing at the subscriber, present at the "
-                          f"native subscriber")
+            theirs.append(
+                f"{s}.{table}: column(s) {missing} missing at the subscriber, present at the native subscriber"
+            )
             every = [c for c in every if c not in missing]
         for cast in (False, True):
-            theirs += diff(f"{s}.{table} (subscriber vs native subscriber{', ::text' * cast})", every,
-                           table_text(native, schema_name("default"), table, every, cast=cast),
-                           table_text(sub, s, table, every, cast=cast))
+            theirs += diff(
+                f"{s}.{table} (subscriber vs native subscriber{', ::text' * cast})",
+                every,
+                table_text(native, schema_name("default"), table, every, cast=cast),
+                table_text(sub, s, table, every, cast=cast),
+            )
     return ours, theirs
 
 
 def _compare_all(env, native: str, style: str) -> tuple[list[str], list[str]]:
-    with connections.connect(env.pub, "publisher", autocommit=True) as pub, \
-            connections.connect(env.sub, "subscriber", autocommit=True) as sub, \
-            connections.connect(native, "native subscriber", autocommit=True) as nat:
+    with (
+        connections.connect(env.pub, "publisher", autocommit=True) as pub,
+        connections.connect(env.sub, "subscriber", autocommit=True) as sub,
+        connections.connect(native, "native subscriber", autocommit=True) as nat,
+    ):
         return _compare_style(pub, sub, nat, style)
 
 
@@ -457,13 +606,19 @@ def world(sandbox, spark, tmp_path_factory):
                     conn.execute(tables_ddl(style))
                     load_initial(conn, style)
             env.run(native, tables_ddl("default"))
-            (toast_rel,) = env.rows(env.pub, "SELECT reltoastrelid::regclass::text FROM pg_class "
-                                             "WHERE oid = 's_default.toast'::regclass")[0]
+            (toast_rel,) = env.rows(
+                env.pub, "SELECT reltoastrelid::regclass::text FROM pg_class WHERE oid = 's_default.toast'::regclass"
+            )[0]
             chunks = env.rows(env.pub, f"SELECT count(*) FROM {toast_rel}")[0][0]  # a catalog name, not input
             assert chunks > 1000, "the 1 MiB values must be stored out of line (TOASTed)"
-        topo = env.topology([{"table": f"{schema_name(style)}.{t}", "name": article_name(style, t), **opts}
-                             for style, opts in STYLES.items() for t in TABLES],
-                            subscription_streams=2)  # parallel streams bind the same values
+        topo = env.topology(
+            [
+                {"table": f"{schema_name(style)}.{t}", "name": article_name(style, t), **opts}
+                for style, opts in STYLES.items()
+                for t in TABLES
+            ],
+            subscription_streams=2,
+        )  # parallel streams bind the same values
         with timed("snapshot"):
             snapshot_agent.run_snapshot(topo, "p", spark)
         create_native_subscription(env.pub, native, oracle, TABLES)
@@ -483,7 +638,7 @@ def world(sandbox, spark, tmp_path_factory):
         with timed("compare changes"):
             for style in STYLES:
                 world.change_diffs[style], world.native_diffs[style] = _compare_all(env, native, style)
-    except Exception as exc:  # noqa: BLE001 - reported by every test of the module
+    except Exception as exc:
         world.error = exc
     world.seconds["total"] = time.monotonic() - started
     print(f"\nshared run: {world.seconds}")
@@ -514,16 +669,28 @@ def test_subscriber_matches_native_logical_replication(world, style):
 
 # ---------------------------------------------------------------------- no server
 def test_schema_script_places_generated_columns_and_skips_those_reading_filtered_columns():
-    table = TableInfo("s", "t", 1, [Column("id", "integer", True, 23), Column("a", "integer", False, 23),
-                                    Column("b", "text", False, 25)], ["id"],
-                      generated=[GeneratedColumn("g0", "integer", "(id * 2)", 1, ("id",)),
-                                 GeneratedColumn("g1", "integer", "(a + 1)", 2, ("a",)),
-                                 GeneratedColumn("g2", "text", "upper(b)", 3, ("b",))])
+    table = TableInfo(
+        "s",
+        "t",
+        1,
+        [Column("id", "integer", True, 23), Column("a", "integer", False, 23), Column("b", "text", False, 25)],
+        ["id"],
+        generated=[
+            GeneratedColumn("g0", "integer", "(id * 2)", 1, ("id",)),
+            GeneratedColumn("g1", "integer", "(a + 1)", 2, ("a",)),
+            GeneratedColumn("g2", "text", "upper(b)", 3, ("b",)),
+        ],
+    )
     assert TableInfo.from_dict(table.to_dict()) == table
 
     def script(**options) -> list[str]:
-        topo = from_dict({"publisher": "a", "distributor": "b", "publications": [
-            {"name": "p", "articles": [{"table": "s.t", **options}]}]})
+        topo = from_dict(
+            {
+                "publisher": "a",
+                "distributor": "b",
+                "publications": [{"name": "p", "articles": [{"table": "s.t", **options}]}],
+            }
+        )
         text = snapshot_agent.schema_script(resolve_articles(topo.publication("p"), {"t": table})[0])
         return [line.strip().split()[0] for line in text.splitlines() if line.startswith("    ")]
 
@@ -546,15 +713,34 @@ def _tuple_data(*values) -> bytes:
 
 def test_pgoutput_decodes_edge_text_null_and_unchanged_toast():
     long_name = "\u00e9" * 31 + "x"  # 63 bytes
-    rel = (b"R" + struct.pack("!I", 16384) + "s p".encode() + b"\0" + long_name.encode() + b"\0" + b"f"
-           + struct.pack("!h", 3) + b"".join(b"\1" * (i == 0) + b"\0" * (i != 0) + c.encode() + b"\0"
-                                             + struct.pack("!Ii", 25, -1) for i, c in enumerate(["id", "a.b", long_name])))
-    assert pgoutput.decode(rel) == pgoutput.Relation(16384, "s p", long_name, "f", ["id", "a.b", long_name],
-                                                     [25, 25, 25])
-    update = (b"U" + struct.pack("!I", 16384) + b"O" + _tuple_data("1", "", None)
-              + b"N" + _tuple_data("1", UNICODE_TEXT + ODD_TEXT, pgoutput.UNCHANGED_TOAST))
-    assert pgoutput.decode(update) == pgoutput.Update(16384, ["1", "", None],
-                                                      ["1", UNICODE_TEXT + ODD_TEXT, pgoutput.UNCHANGED_TOAST])
+    rel = (
+        b"R"
+        + struct.pack("!I", 16384)
+        + b"s p"
+        + b"\0"
+        + long_name.encode()
+        + b"\0"
+        + b"f"
+        + struct.pack("!h", 3)
+        + b"".join(
+            b"\1" * (i == 0) + b"\0" * (i != 0) + c.encode() + b"\0" + struct.pack("!Ii", 25, -1)
+            for i, c in enumerate(["id", "a.b", long_name])
+        )
+    )
+    assert pgoutput.decode(rel) == pgoutput.Relation(
+        16384, "s p", long_name, "f", ["id", "a.b", long_name], [25, 25, 25]
+    )
+    update = (
+        b"U"
+        + struct.pack("!I", 16384)
+        + b"O"
+        + _tuple_data("1", "", None)
+        + b"N"
+        + _tuple_data("1", UNICODE_TEXT + ODD_TEXT, pgoutput.UNCHANGED_TOAST)
+    )
+    assert pgoutput.decode(update) == pgoutput.Update(
+        16384, ["1", "", None], ["1", UNICODE_TEXT + ODD_TEXT, pgoutput.UNCHANGED_TOAST]
+    )
     delete = b"D" + struct.pack("!I", 7) + b"O" + _tuple_data("\\x00ff", "")
     assert pgoutput.decode(delete) == pgoutput.Delete(7, ["\\x00ff", ""])
     truncate = b"T" + struct.pack("!ibII", 2, 3, 7, 8)
@@ -562,16 +748,31 @@ def test_pgoutput_decodes_edge_text_null_and_unchanged_toast():
 
 
 def test_unchanged_toast_takes_the_before_image():
-    table = TableInfo("s", "t", 1, [Column("id", "integer", True, 23), Column("big", "text", False, 25),
-                                    Column("n", "integer", False, 23)], ["id"])
-    topo = from_dict({"publisher": "a", "distributor": "b", "publications": [
-        {"name": "p", "articles": [{"table": "s.t", "upd_cmd": "SCALL"}]}]})
+    table = TableInfo(
+        "s",
+        "t",
+        1,
+        [Column("id", "integer", True, 23), Column("big", "text", False, 25), Column("n", "integer", False, 23)],
+        ["id"],
+    )
+    topo = from_dict(
+        {
+            "publisher": "a",
+            "distributor": "b",
+            "publications": [{"name": "p", "articles": [{"table": "s.t", "upd_cmd": "SCALL"}]}],
+        }
+    )
     art = resolve_articles(topo.publication("p"), {"t": table})[0]
     relmap = log_reader_agent._RelMap(art, [1, 2, 0])  # the relation lists n, id, big
-    (cmd,) = log_reader_agent._commands(pgoutput.Update(1, ["5", "1", "x" * 10], ["6", "1", pgoutput.UNCHANGED_TOAST]),
-                                 relmap)
-    assert (cmd.op, cmd.old, cmd.new, cmd.changed()) == ("U", ["1", "x" * 10, "5"], ["1", "x" * 10, "6"],
-                                                         [False, False, True])
+    (cmd,) = log_reader_agent._commands(
+        pgoutput.Update(1, ["5", "1", "x" * 10], ["6", "1", pgoutput.UNCHANGED_TOAST]), relmap
+    )
+    assert (cmd.op, cmd.old, cmd.new, cmd.changed()) == (
+        "U",
+        ["1", "x" * 10, "5"],
+        ["1", "x" * 10, "6"],
+        [False, False, True],
+    )
 
 
 # ---------------------------------------------------------------------- one case, one database
@@ -592,31 +793,43 @@ def small_run(env, spark, ddl: str, articles: list, changes: str, *, sub_ddl: st
 
 def assert_same_rows(pub: str, sub: str, schema: str, table: str, dest: tuple[str, str] | None = None) -> None:
     dschema, dtable = dest or (schema, table)
-    with connections.connect(pub, "publisher", autocommit=True) as p, \
-            connections.connect(sub, "subscriber", autocommit=True) as s:
+    with (
+        connections.connect(pub, "publisher", autocommit=True) as p,
+        connections.connect(sub, "subscriber", autocommit=True) as s,
+    ):
         cols = columns_of(p, schema, table, generated=False)
-        problems = diff(f"{schema}.{table}", cols, table_text(p, schema, table, cols),
-                        table_text(s, dschema, dtable, cols))
+        problems = diff(
+            f"{schema}.{table}", cols, table_text(p, schema, table, cols), table_text(s, dschema, dtable, cols)
+        )
     assert not problems, "\n".join(problems)
 
 
 def test_snapshot_key_ranges_over_edge_key_values(env, spark):
     """Several key ranges whose bounds are odd text, infinite timestamps, NaN and -Infinity
     floats and huge numerics: every row lands exactly once."""
-    small_run(env, spark, """
+    small_run(
+        env,
+        spark,
+        """
         CREATE TABLE rk (k text, ts timestamptz, f float8, n numeric, v int,
                          PRIMARY KEY (k, ts, f, n));
         INSERT INTO rk SELECT (ARRAY[E'it''s', E'back\\\\slash', '%s', ' ', '', E'\\u00e9\\U0001F600', 'NULL'])[g % 7 + 1],
             (ARRAY['infinity', '-infinity', '4713-01-01 00:00:00+00 BC', '2000-01-01'])[g % 4 + 1]::timestamptz,
             (ARRAY['NaN', '-Infinity', '-0', '5e-324', '1e308'])[g % 5 + 1]::float8,
             g::numeric * 1e-300 + 1e300, g FROM generate_series(1, 120000) g""",
-        ["rk"], "UPDATE rk SET v = -v WHERE v % 1000 = 0", max_partitions=4)
+        ["rk"],
+        "UPDATE rk SET v = -v WHERE v % 1000 = 0",
+        max_partitions=4,
+    )
     assert env.rows(env.sub, "SELECT count(*), count(DISTINCT (k, ts, f, n)) FROM rk") == [(120000, 120000)]
     assert_same_rows(env.pub, env.sub, "public", "rk")
 
 
 def test_enum_domain_composite_and_range_types(env, spark):
-    small_run(env, spark, """
+    small_run(
+        env,
+        spark,
+        """
         CREATE TYPE mood AS ENUM ('sad', 'ok', 'h\u00e4ppy ''q''');
         CREATE DOMAIN posint AS int CHECK (VALUE > 0);
         CREATE TYPE pair AS (a int, b text);
@@ -624,19 +837,30 @@ def test_enum_domain_composite_and_range_types(env, spark):
         CREATE TABLE ut (id int PRIMARY KEY, m mood, ms mood[], p posint, c pair, cs pair[], r floatrange);
         INSERT INTO ut VALUES (1, 'sad', '{ok,NULL}', 1, '(1,"x y")', ARRAY['(1,)'::pair, NULL], '[-Infinity,0)'),
                               (2, NULL, NULL, NULL, NULL, NULL, 'empty');""",
-        ["ut"], """INSERT INTO ut VALUES (3, 'h\u00e4ppy ''q''', '{sad}', 2147483647, '(,)', '{}', '(1.5,NaN]');
-                   UPDATE ut SET m = 'ok', c = '(2,"\\\\")' WHERE id = 1; DELETE FROM ut WHERE id = 2""")
+        ["ut"],
+        """INSERT INTO ut VALUES (3, 'h\u00e4ppy ''q''', '{sad}', 2147483647, '(,)', '{}', '(1.5,NaN]');
+                   UPDATE ut SET m = 'ok', c = '(2,"\\\\")' WHERE id = 1; DELETE FROM ut WHERE id = 2""",
+    )
     assert_same_rows(env.pub, env.sub, "public", "ut")
 
 
 def test_columns_named_like_procedure_parameters(env, spark):
-    syntaxes = {"CALL": {"upd_cmd": "CALL"}, "SCALL": {}, "MCALL": {"upd_cmd": "MCALL"},
-                "XCALL": {"upd_cmd": "XCALL", "del_cmd": "XCALL"}}
-    ddl = "".join(f"CREATE TABLE {s.lower()} (id int PRIMARY KEY, c1 int, c2 text, pkc1 int, bitmap bytea); "
-                  f"INSERT INTO {s.lower()} VALUES (1, 1, 'a', 1, '\\x01'), (2, 2, 'b', 2, NULL);"
-                  for s in syntaxes)
-    changes = "".join(f"INSERT INTO {s.lower()} VALUES (3, 3, 'c', 3, '\\xff'); UPDATE {s.lower()} SET c2 = 'B', "
-                      f"bitmap = '\\x' WHERE id = 2; DELETE FROM {s.lower()} WHERE id = 1;" for s in syntaxes)
+    syntaxes = {
+        "CALL": {"upd_cmd": "CALL"},
+        "SCALL": {},
+        "MCALL": {"upd_cmd": "MCALL"},
+        "XCALL": {"upd_cmd": "XCALL", "del_cmd": "XCALL"},
+    }
+    ddl = "".join(
+        f"CREATE TABLE {s.lower()} (id int PRIMARY KEY, c1 int, c2 text, pkc1 int, bitmap bytea); "
+        f"INSERT INTO {s.lower()} VALUES (1, 1, 'a', 1, '\\x01'), (2, 2, 'b', 2, NULL);"
+        for s in syntaxes
+    )
+    changes = "".join(
+        f"INSERT INTO {s.lower()} VALUES (3, 3, 'c', 3, '\\xff'); UPDATE {s.lower()} SET c2 = 'B', "
+        f"bitmap = '\\x' WHERE id = 2; DELETE FROM {s.lower()} WHERE id = 1;"
+        for s in syntaxes
+    )
     small_run(env, spark, ddl, [{"table": s.lower(), **o} for s, o in syntaxes.items()], changes)
     for s in syntaxes:
         assert_same_rows(env.pub, env.sub, "public", s.lower())
@@ -649,52 +873,77 @@ def test_table_beyond_the_argument_limit_is_refused_when_applied(env):
 
 
 def test_deferrable_key_shift_over_equal_rows(env, spark):
-    small_run(env, spark, """CREATE TABLE dk (id int PRIMARY KEY DEFERRABLE, v text);
+    small_run(
+        env,
+        spark,
+        """CREATE TABLE dk (id int PRIMARY KEY DEFERRABLE, v text);
                              INSERT INTO dk SELECT g, 'same' FROM generate_series(1, 5) g""",
-              ["dk"], "UPDATE dk SET id = id + 1")
-    assert env.rows(env.sub, "SELECT condeferrable FROM pg_constraint WHERE conrelid = 'dk'::regclass "
-                             "AND contype = 'p'") == [(True,)]
+        ["dk"],
+        "UPDATE dk SET id = id + 1",
+    )
+    assert env.rows(
+        env.sub, "SELECT condeferrable FROM pg_constraint WHERE conrelid = 'dk'::regclass AND contype = 'p'"
+    ) == [(True,)]
     assert_same_rows(env.pub, env.sub, "public", "dk")
 
 
 def test_percent_in_names_under_procedures_and_sql(env, spark):
-    small_run(env, spark, """
+    small_run(
+        env,
+        spark,
+        """
         CREATE TABLE "100% p" ("id%" int PRIMARY KEY, "a%s" text, "%(x)s" int);
         CREATE TABLE "100% s" ("id%" int PRIMARY KEY, "a%s" text, "%(x)s" int);
         INSERT INTO "100% p" VALUES (1, '%', 1), (2, '%%', 2); INSERT INTO "100% s" VALUES (1, '%', 1), (2, '%%', 2);""",
         ["100% p", {"table": "100% s", "ins_cmd": "SQL", "upd_cmd": "SQL", "del_cmd": "SQL"}],
         """INSERT INTO "100% p" VALUES (3, '%s', 3); UPDATE "100% p" SET "a%s" = '%d' WHERE "id%" = 1;
            DELETE FROM "100% p" WHERE "id%" = 2; INSERT INTO "100% s" VALUES (3, '%s', 3);
-           UPDATE "100% s" SET "a%s" = '%d' WHERE "id%" = 1; DELETE FROM "100% s" WHERE "id%" = 2;""")
+           UPDATE "100% s" SET "a%s" = '%d' WHERE "id%" = 1; DELETE FROM "100% s" WHERE "id%" = 2;""",
+    )
     assert_same_rows(env.pub, env.sub, "public", "100% p")
     assert_same_rows(env.pub, env.sub, "public", "100% s")
 
 
 def test_primary_key_with_include_columns(env, spark):
-    small_run(env, spark, """CREATE TABLE inc (a int, b int, v text, PRIMARY KEY (a) INCLUDE (b));
+    small_run(
+        env,
+        spark,
+        """CREATE TABLE inc (a int, b int, v text, PRIMARY KEY (a) INCLUDE (b));
                              INSERT INTO inc VALUES (1, 1, 'x')""",
-              ["inc"], "INSERT INTO inc VALUES (2, NULL, 'null b'); UPDATE inc SET b = NULL WHERE a = 1")
+        ["inc"],
+        "INSERT INTO inc VALUES (2, NULL, 'null b'); UPDATE inc SET b = NULL WHERE a = 1",
+    )
     assert_same_rows(env.pub, env.sub, "public", "inc")
 
 
 def test_inheritance_parent_alone(env, spark):
-    small_run(env, spark, """CREATE TABLE parent (id int PRIMARY KEY, v text);
+    small_run(
+        env,
+        spark,
+        """CREATE TABLE parent (id int PRIMARY KEY, v text);
                              CREATE TABLE child (extra int) INHERITS (parent);
                              INSERT INTO parent VALUES (1, 'parent'); INSERT INTO child VALUES (2, 'child', 0)""",
-              ["parent"], "INSERT INTO parent VALUES (3, 'p'); INSERT INTO child VALUES (4, 'c', 1); "
-                          "UPDATE child SET v = 'c2'")
+        ["parent"],
+        "INSERT INTO parent VALUES (3, 'p'); INSERT INTO child VALUES (4, 'c', 1); UPDATE child SET v = 'c2'",
+    )
     assert env.rows(env.sub, "SELECT id FROM parent ORDER BY id") == [(1,), (3,)]
 
 
 def test_type_found_through_the_publishers_search_path(env, spark):
     env.run(env.pub, "CREATE SCHEMA other; CREATE TYPE other.color AS ENUM ('red', 'green')")
     with psycopg.connect(env.pub, autocommit=True) as conn:
-        conn.execute(sql.SQL("ALTER DATABASE {} SET search_path = public, other").format(
-            sql.Identifier(conn.info.dbname)))
-    small_run(env, spark, "CREATE TABLE painted (id int PRIMARY KEY, c other.color, cs other.color[]); "
-                          "INSERT INTO painted VALUES (1, 'red', '{green}')",
-              ["painted"], "INSERT INTO painted VALUES (2, 'green', NULL)",
-              sub_ddl="CREATE SCHEMA other; CREATE TYPE other.color AS ENUM ('red', 'green')")
+        conn.execute(
+            sql.SQL("ALTER DATABASE {} SET search_path = public, other").format(sql.Identifier(conn.info.dbname))
+        )
+    small_run(
+        env,
+        spark,
+        "CREATE TABLE painted (id int PRIMARY KEY, c other.color, cs other.color[]); "
+        "INSERT INTO painted VALUES (1, 'red', '{green}')",
+        ["painted"],
+        "INSERT INTO painted VALUES (2, 'green', NULL)",
+        sub_ddl="CREATE SCHEMA other; CREATE TYPE other.color AS ENUM ('red', 'green')",
+    )
     assert_same_rows(env.pub, env.sub, "public", "painted")
 
 
@@ -708,11 +957,19 @@ def _database(sandbox, cluster: str, name: str, options: str) -> str:
 def test_subscriber_with_an_icu_collation(env, spark):
     name = "icu_" + env.databases[0][1]
     env.databases.append(("subscriber", name))
-    env.subs["sub1"] = env.sub = _database(env.sandbox, "subscriber", name,
-                                           "LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.utf8'")
-    small_run(env, spark, """CREATE TABLE mixed (k text PRIMARY KEY, v int);
+    env.subs["sub1"] = env.sub = _database(
+        env.sandbox, "subscriber", name, "LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.utf8'"
+    )
+    small_run(
+        env,
+        spark,
+        """CREATE TABLE mixed (k text PRIMARY KEY, v int);
                              INSERT INTO mixed SELECT (ARRAY['a', 'B', 'c', 'D'])[g % 4 + 1] || g, g
-                             FROM generate_series(1, 120000) g""", ["mixed"], "", max_partitions=4)
+                             FROM generate_series(1, 120000) g""",
+        ["mixed"],
+        "",
+        max_partitions=4,
+    )
     assert env.rows(env.sub, "SELECT count(*) FROM mixed") == [(120000,)]
 
 
@@ -720,10 +977,19 @@ def test_latin1_publisher(env, spark):
     name = "latin1_" + env.databases[0][1]
     env.databases.append(("publisher", name))
     env.pub = _database(env.sandbox, "publisher", name, "ENCODING 'LATIN1' LOCALE 'C'")
-    small_run(env, spark, "CREATE TABLE l1 (id int PRIMARY KEY, v text); INSERT INTO l1 VALUES (1, '\u00e9')",
-              ["l1"], "INSERT INTO l1 VALUES (2, '\u00e9'), (3, '\u00c3\u00a9'), (4, '\u00ff\u00a0')")
-    assert env.rows(env.sub, "SELECT v FROM l1 ORDER BY id") == [("\u00e9",), ("\u00e9",), ("\u00c3\u00a9",),
-                                                                ("\u00ff\u00a0",)]
+    small_run(
+        env,
+        spark,
+        "CREATE TABLE l1 (id int PRIMARY KEY, v text); INSERT INTO l1 VALUES (1, '\u00e9')",
+        ["l1"],
+        "INSERT INTO l1 VALUES (2, '\u00e9'), (3, '\u00c3\u00a9'), (4, '\u00ff\u00a0')",
+    )
+    assert env.rows(env.sub, "SELECT v FROM l1 ORDER BY id") == [
+        ("\u00e9",),
+        ("\u00e9",),
+        ("\u00c3\u00a9",),
+        ("\u00ff\u00a0",),
+    ]
 
 
 def test_subscriber_database_settings_do_not_change_values(env, spark):
@@ -731,12 +997,20 @@ def test_subscriber_database_settings_do_not_change_values(env, spark):
     XML content fragments; array_nulls = off reads NULL in an array literal as the string
     'NULL'): the agents' sessions pin the settings, so the values arrive unchanged."""
     with psycopg.connect(env.sub, autocommit=True) as conn:
-        conn.execute(sql.SQL("ALTER DATABASE {} SET xmloption = document; ALTER DATABASE {} SET array_nulls = off")
-                     .format(sql.Identifier(conn.info.dbname), sql.Identifier(conn.info.dbname)))
-    small_run(env, spark, """CREATE TABLE st (id int PRIMARY KEY, x xml, a text[]);
+        conn.execute(
+            sql.SQL("ALTER DATABASE {} SET xmloption = document; ALTER DATABASE {} SET array_nulls = off").format(
+                sql.Identifier(conn.info.dbname), sql.Identifier(conn.info.dbname)
+            )
+        )
+    small_run(
+        env,
+        spark,
+        """CREATE TABLE st (id int PRIMARY KEY, x xml, a text[]);
                              INSERT INTO st VALUES (1, 'text <b/> more', '{NULL,"NULL",x}')""",
-              [{"table": "st", "ins_cmd": "CALL"}], """INSERT INTO st VALUES (2, 'a<b/>', '{NULL}');
-              UPDATE st SET x = 'c<d/>', a = '{y,NULL}' WHERE id = 1""")
+        [{"table": "st", "ins_cmd": "CALL"}],
+        """INSERT INTO st VALUES (2, 'a<b/>', '{NULL}');
+              UPDATE st SET x = 'c<d/>', a = '{y,NULL}' WHERE id = 1""",
+    )
     assert_same_rows(env.pub, env.sub, "public", "st")
     assert env.rows(env.sub, "SELECT a[1] IS NULL FROM st ORDER BY id") == [(False,), (True,)]
 
@@ -749,8 +1023,11 @@ def test_distribution_database_in_another_encoding_is_refused_before_anything_ch
     env.databases.append(("publisher", name))
     env.dist = _database(env.sandbox, "publisher", name, "ENCODING 'LATIN1' LOCALE 'C'")
     env.run(env.pub, "CREATE TABLE u (id int PRIMARY KEY, v text)")
-    with pytest.raises(TopologyError, match=rf"distribution database '{name}' uses encoding LATIN1.*"
-                                            r"ENCODING 'UTF8'"):
+    with pytest.raises(
+        TopologyError,
+        match=rf"distribution database '{name}' uses encoding LATIN1.*"
+        r"ENCODING 'UTF8'",
+    ):
         snapshot_agent.run_snapshot(env.topology(["u"]), "p", spark)
     assert env.rows(env.pub, "SELECT count(*) FROM pg_publication") == [(0,)]
     assert env.rows(env.pub, "SELECT relreplident FROM pg_class WHERE relname = 'u'") == [("d",)]

@@ -56,12 +56,14 @@ class Workload(threading.Thread):
                     while not self.stop_event.is_set():
                         i += 1
                         with conn.transaction():
-                            conn.execute("INSERT INTO items (id, grp, payload) VALUES (%s, %s, %s)",
-                                         (100_000 + i, i % 7, f"new {i}"))
-                            conn.execute("UPDATE items SET payload = payload || '+' WHERE id = %s",
-                                         (1 + (i * 37) % 2000,))
-                            conn.execute("UPDATE items SET id = id + 1000000 WHERE id = %s",
-                                         (1 + (i * 101) % 2000,))
+                            conn.execute(
+                                "INSERT INTO items (id, grp, payload) VALUES (%s, %s, %s)",
+                                (100_000 + i, i % 7, f"new {i}"),
+                            )
+                            conn.execute(
+                                "UPDATE items SET payload = payload || '+' WHERE id = %s", (1 + (i * 37) % 2000,)
+                            )
+                            conn.execute("UPDATE items SET id = id + 1000000 WHERE id = %s", (1 + (i * 101) % 2000,))
                             conn.execute("DELETE FROM items WHERE id = %s", (1 + (i * 53) % 2000,))
                             if i % 40 == 0:  # now and then a bigger transaction
                                 conn.execute("UPDATE items SET grp = grp + 1 WHERE id %% 40 = %s", (i % 40,))
@@ -82,8 +84,12 @@ class Outcome:
 
 
 def run_agent(agent: str, spec: str, kwargs: dict, kill_after: float | None = None) -> Outcome:
-    proc = subprocess.Popen([sys.executable, RUNNER, agent, spec, json.dumps(kwargs)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, RUNNER, agent, spec, json.dumps(kwargs)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     killed = False
     if kill_after is not None:
         try:
@@ -150,13 +156,16 @@ def _cross(env) -> str:
 def _count_row_changes(env) -> None:
     """Triggers that count every row change: at the publisher (a key update counts 2, the
     DELETE + INSERT pair it becomes) and at the subscriber (rows the agents apply)."""
-    env.run(env.pub, """
+    env.run(
+        env.pub,
+        """
         CREATE TABLE changes (n int NOT NULL);
         CREATE FUNCTION count_change() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN
             INSERT INTO changes VALUES (CASE WHEN TG_OP = 'UPDATE' AND OLD.id <> NEW.id THEN 2 ELSE 1 END);
             RETURN NULL; END$$;
         CREATE TRIGGER count_change AFTER INSERT OR UPDATE OR DELETE ON items
-            FOR EACH ROW EXECUTE FUNCTION count_change();""")
+            FOR EACH ROW EXECUTE FUNCTION count_change();""",
+    )
     count_applied_rows(env)
 
 
@@ -179,8 +188,9 @@ def test_agents_killed_and_servers_crashed_at_random_lose_and_double_nothing(str
     kwargs = {"logreader": {"batch_changes": 300}, "distribution": {}}
 
     workload = Workload(env.pub, random.Random(rng.random()))
-    crasher = Crasher(sandbox, {"publisher": env.publisher_cluster, "subscriber": "subscriber"},
-                      random.Random(rng.random()))
+    crasher = Crasher(
+        sandbox, {"publisher": env.publisher_cluster, "subscriber": "subscriber"}, random.Random(rng.random())
+    )
     cross_at = rng.uniform(0.2, 0.6) * CHAOS_SECONDS
     crossed = None
     outcomes: list[Outcome] = []
@@ -207,14 +217,22 @@ def test_agents_killed_and_servers_crashed_at_random_lose_and_double_nothing(str
 
     kills = sum(o.killed for o in chaos)
     failures = [o for o in outcomes if not o.killed and o.code != 0]
-    report = {"streams": streams, "seed": SEED, "boundary": BOUNDARY, "crossed_at": crossed,
-              "agent_runs": len(outcomes), "kills": kills,
-              "restarts": len(crasher.restarts), "restarted": crasher.restarts,
-              "failed_runs": len(failures), "workload_commits": workload.commits,
-              "workload_reconnects": workload.errors,
-              "final_read": json.loads(final_read.out)["transactions"],
-              "final_delivery": json.loads(final_delivery.out)["transactions"],
-              "errors": sorted({o.err.strip().splitlines()[-1][:160] for o in failures})}
+    report = {
+        "streams": streams,
+        "seed": SEED,
+        "boundary": BOUNDARY,
+        "crossed_at": crossed,
+        "agent_runs": len(outcomes),
+        "kills": kills,
+        "restarts": len(crasher.restarts),
+        "restarted": crasher.restarts,
+        "failed_runs": len(failures),
+        "workload_commits": workload.commits,
+        "workload_reconnects": workload.errors,
+        "final_read": json.loads(final_read.out)["transactions"],
+        "final_delivery": json.loads(final_delivery.out)["transactions"],
+        "errors": sorted({o.err.strip().splitlines()[-1][:160] for o in failures}),
+    }
     print("fault injection:", json.dumps(report))
     assert kills >= 3 and len(crasher.restarts) >= 2 and workload.commits > 100, report
 
@@ -237,9 +255,12 @@ def test_agents_killed_and_servers_crashed_at_random_lose_and_double_nothing(str
     assert published == stored == applied, (published, stored, applied)
     assert env.rows(env.sub, "SELECT count(*) FROM pg_prepared_xacts") == [(0,)]
     # the delivered backlog spans the boundary
-    below, above = env.rows(env.dist, "SELECT count(*) FILTER (WHERE xact_seqno < %s), "
-                                      "count(*) FILTER (WHERE xact_seqno > %s) FROM airflow_repl.transactions",
-                            (BOUNDARY, BOUNDARY))[0]
+    below, above = env.rows(
+        env.dist,
+        "SELECT count(*) FILTER (WHERE xact_seqno < %s), "
+        "count(*) FILTER (WHERE xact_seqno > %s) FROM airflow_repl.transactions",
+        (BOUNDARY, BOUNDARY),
+    )[0]
     assert below > 0 and above > 0, (below, above)
     # every run ended: killed ones are marked abandoned by the next run, the rest succeeded or failed
     assert env.rows(env.dist, "SELECT count(*) FROM airflow_repl.agent_history WHERE status = 'running'") == [(0,)]
@@ -256,24 +277,31 @@ def test_a_server_going_away_mid_run_is_one_line_and_the_run_is_recorded(role, e
     topo = env.topology(["public.items"], commit_batch_size=1)
     snapshot_agent.run_snapshot(topo, "p", spark)
     _count_row_changes(env)
-    env.run(env.sub, "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS "
-                     "$$BEGIN PERFORM pg_sleep(0.02); RETURN NULL; END$$; "
-                     "CREATE TRIGGER slow AFTER UPDATE ON items FOR EACH ROW EXECUTE FUNCTION slow(); "
-                     "ALTER TABLE items ENABLE ALWAYS TRIGGER slow")
+    env.run(
+        env.sub,
+        "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$BEGIN PERFORM pg_sleep(0.02); RETURN NULL; END$$; "
+        "CREATE TRIGGER slow AFTER UPDATE ON items FOR EACH ROW EXECUTE FUNCTION slow(); "
+        "ALTER TABLE items ENABLE ALWAYS TRIGGER slow",
+    )
     for i in range(40):
         env.run(env.pub, "UPDATE items SET grp = grp + 1 WHERE id %% 40 = %s", (i,))
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(topo.to_dict(with_secrets=True)))
     assert run_agent("logreader", str(spec), {}).code == 0
     target = env.sub if role == "subscriber" else env.dist
-    proc = subprocess.Popen([sys.executable, RUNNER, "distribution", str(spec)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, RUNNER, "distribution", str(spec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.monotonic() + 60
     while env.rows(env.sub, "SELECT transactions FROM airflow_repl.subscription_state")[0][0] < 3:
         assert proc.poll() is None and time.monotonic() < deadline, "the agent finished too early"
         time.sleep(0.01)
-    env.run(target, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
-                    "AND pid <> pg_backend_pid() AND backend_type = 'client backend'")
+    env.run(
+        target,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
+    )
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 5, err
     assert "Traceback" not in out + err
@@ -281,8 +309,11 @@ def test_a_server_going_away_mid_run_is_one_line_and_the_run_is_recorded(role, e
     port = psycopg.conninfo.conninfo_to_dict(target)["port"]
     who = "subscriber 'sub1'" if role == "subscriber" else "distributor"
     assert len(lines) == 1 and f"lost connection to the {who} (127.0.0.1:{port}) during delivery" in lines[0], err
-    status, message = env.rows(env.dist, "SELECT status, message FROM airflow_repl.agent_history "
-                                         "WHERE agent = 'distribution' ORDER BY run_id DESC LIMIT 1")[0]
+    status, message = env.rows(
+        env.dist,
+        "SELECT status, message FROM airflow_repl.agent_history "
+        "WHERE agent = 'distribution' ORDER BY run_id DESC LIMIT 1",
+    )[0]
     if role == "subscriber":
         assert lines[0].endswith("the run is recorded as failed; run it again")
         assert status == "failed" and message == lines[0].removeprefix("airflow-repl: error: ")
@@ -290,8 +321,14 @@ def test_a_server_going_away_mid_run_is_one_line_and_the_run_is_recorded(role, e
         assert lines[0].endswith("the next run will record this run as abandoned; run it again")
         assert status == "running"
     assert run_agent("distribution", str(spec), {}).code == 0
-    statuses = [r[0] for r in env.rows(env.dist, "SELECT status FROM airflow_repl.agent_history "
-                                                 "WHERE agent = 'distribution' ORDER BY run_id")]
+    statuses = [
+        r[0]
+        for r in env.rows(
+            env.dist, "SELECT status FROM airflow_repl.agent_history WHERE agent = 'distribution' ORDER BY run_id"
+        )
+    ]
     assert statuses == ["failed" if role == "subscriber" else "abandoned", "succeeded"]
-    assert env.rows(env.pub, "SELECT id, grp FROM items ORDER BY id") == env.rows(env.sub, "SELECT id, grp FROM items ORDER BY id")
+    assert env.rows(env.pub, "SELECT id, grp FROM items ORDER BY id") == env.rows(
+        env.sub, "SELECT id, grp FROM items ORDER BY id"
+    )
     assert env.rows(env.pub, "SELECT sum(n) FROM changes") == env.rows(env.sub, "SELECT count(*) FROM applied")

@@ -50,17 +50,22 @@ def test_columns_named_like_procedure_parameters_under_every_syntax(env, spark):
     # columns: XCALL updates pass c1..c18; CALL/SCALL/MCALL pass pkc1, pkc2 and bitmap)
     for t in SYNTAX_ARTICLES:
         env.run(env.pub, CLASH_DDL.format(t=t))
-        env.run(env.pub, f'INSERT INTO "{t}" SELECT g, g * 10, \'v\' || g, \'b\' || g, g, g, \'k\', g, \'x\' '
-                         f'FROM generate_series(1, 5) g')
+        env.run(
+            env.pub,
+            f"INSERT INTO \"{t}\" SELECT g, g * 10, 'v' || g, 'b' || g, g, g, 'k', g, 'x' FROM generate_series(1, 5) g",
+        )
     topo = env.topology([{"table": t, **opts} for t, opts in SYNTAX_ARTICLES.items()])
     snapshot_agent.run_snapshot(topo, "p", spark)
     for t in SYNTAX_ARTICLES:
-        env.run(env.pub, f"""
+        env.run(
+            env.pub,
+            f"""
             INSERT INTO "{t}" VALUES (6, 60, 'v6', 'b6', 6, 6, 'k', 6, 'x');
             UPDATE "{t}" SET c2 = 'changed', bitmap = NULL, pkc2 = c2 WHERE c1 = 2;
             UPDATE "{t}" SET c3 = c3 + 100 WHERE c1 IN (3, 4);
             UPDATE "{t}" SET c1 = 30, c10 = 'moved' WHERE c1 = 3;
-            DELETE FROM "{t}" WHERE c1 = 5;""")
+            DELETE FROM "{t}" WHERE c1 = 5;""",
+        )
     read, delivered = cycle(topo)
     assert read["commands"] == 5 * 7  # the key update is a DELETE + INSERT pair
     assert_rows_equal(env, SYNTAX_ARTICLES)
@@ -72,7 +77,8 @@ def test_procedure_bodies_reference_parameters_by_position_only(env):
     for upd, dele in [("CALL", "CALL"), ("SCALL", "CALL"), ("MCALL", "CALL"), ("XCALL", "XCALL")]:
         with psycopg.connect(env.pub, autocommit=True) as conn:
             (art,) = deploy.resolve_publication(
-                conn, env.topology([{"table": "t", "upd_cmd": upd, "del_cmd": dele}]).publication("p"))
+                conn, env.topology([{"table": "t", "upd_cmd": upd, "del_cmd": dele}]).publication("p")
+            )
         for op in ("insert", "update", "delete"):
             body = procedures.procedure_sql(art, op).split("$airflow_repl$")[1]
             assert body.lstrip().startswith("#variable_conflict use_column"), (upd, op)
@@ -90,18 +96,22 @@ def test_procedure_bodies_reference_parameters_by_position_only(env):
 # ---------------------------------------------------------------- 2. 100 arguments per procedure
 def wide_ddl(table: str, n: int) -> str:
     cols = ", ".join(["id int PRIMARY KEY"] + [f"c{i} int" for i in range(2, n + 1)])
-    return (f'CREATE TABLE "{table}" ({cols}); INSERT INTO "{table}" (id, c2, c{n}) '
-            f"SELECT g, g, -g FROM generate_series(1, 10) g;")
+    return (
+        f'CREATE TABLE "{table}" ({cols}); INSERT INTO "{table}" (id, c2, c{n}) '
+        f"SELECT g, g, -g FROM generate_series(1, 10) g;"
+    )
 
 
 #: The widest table each call syntax takes (one-column key): insert CALL passes n parameters,
 #: update CALL n + 1, SCALL / MCALL n + 2, XCALL 2n; delete CALL 1, XCALL n.
-WIDEST = [("w_xcall", 50, {"upd_cmd": "XCALL", "del_cmd": "XCALL"}),
-          ("w_scall", 98, {"upd_cmd": "SCALL"}),
-          ("w_mcall", 98, {"upd_cmd": "MCALL"}),
-          ("w_call", 99, {"upd_cmd": "CALL"}),
-          ("w_ins", 100, {"upd_cmd": "SQL"}),
-          ("w_sql", 1000, {"ins_cmd": "SQL", "upd_cmd": "SQL", "del_cmd": "SQL"})]
+WIDEST = [
+    ("w_xcall", 50, {"upd_cmd": "XCALL", "del_cmd": "XCALL"}),
+    ("w_scall", 98, {"upd_cmd": "SCALL"}),
+    ("w_mcall", 98, {"upd_cmd": "MCALL"}),
+    ("w_call", 99, {"upd_cmd": "CALL"}),
+    ("w_ins", 100, {"upd_cmd": "SQL"}),
+    ("w_sql", 1000, {"ins_cmd": "SQL", "upd_cmd": "SQL", "del_cmd": "SQL"}),
+]
 
 
 def test_widest_table_of_each_syntax_replicates_end_to_end(env, spark):
@@ -111,29 +121,31 @@ def test_widest_table_of_each_syntax_replicates_end_to_end(env, spark):
     summary = snapshot_agent.run_snapshot(topo, "p", spark)
     assert summary["rows"] == 10 * len(WIDEST)
     for table, n, _ in WIDEST:
-        env.run(env.pub, f"""
+        env.run(
+            env.pub,
+            f"""
             INSERT INTO "{table}" (id, c2, c{n}) VALUES (11, 11, 11);
             UPDATE "{table}" SET c{n} = c{n} * 100, c3 = 3 WHERE id <= 3;
             UPDATE "{table}" SET id = id + 100 WHERE id = 4;
-            DELETE FROM "{table}" WHERE id = 5;""")
+            DELETE FROM "{table}" WHERE id = 5;""",
+        )
     cycle(topo)
     assert_rows_equal(env, [t for t, _, _ in WIDEST])
     assert_in_sync(topo)
 
 
-REFUSED = [("w_xcall", 51, {"upd_cmd": "XCALL", "del_cmd": "CALL"}, "update", "XCALL", 102,
-            "CALL or SCALL or MCALL or SQL"),
-           ("w_xdel", 101, {"upd_cmd": "SQL", "ins_cmd": "SQL", "del_cmd": "XCALL"}, "delete", "XCALL", 101,
-            "CALL or SQL"),
-           ("w_scall", 99, {"upd_cmd": "SCALL"}, "update", "SCALL", 101, "CALL or SQL"),
-           ("w_mcall", 99, {"upd_cmd": "MCALL"}, "update", "MCALL", 101, "CALL or SQL"),
-           ("w_call", 100, {"upd_cmd": "CALL"}, "update", "CALL", 101, "SQL"),
-           ("w_ins", 101, {"upd_cmd": "SQL"}, "insert", "CALL", 101, "SQL")]
+REFUSED = [
+    ("w_xcall", 51, {"upd_cmd": "XCALL", "del_cmd": "CALL"}, "update", "XCALL", 102, "CALL or SCALL or MCALL or SQL"),
+    ("w_xdel", 101, {"upd_cmd": "SQL", "ins_cmd": "SQL", "del_cmd": "XCALL"}, "delete", "XCALL", 101, "CALL or SQL"),
+    ("w_scall", 99, {"upd_cmd": "SCALL"}, "update", "SCALL", 101, "CALL or SQL"),
+    ("w_mcall", 99, {"upd_cmd": "MCALL"}, "update", "MCALL", 101, "CALL or SQL"),
+    ("w_call", 100, {"upd_cmd": "CALL"}, "update", "CALL", 101, "SQL"),
+    ("w_ins", 101, {"upd_cmd": "SQL"}, "insert", "CALL", 101, "SQL"),
+]
 
 
 @pytest.mark.parametrize("table, n, opts, operation, syntax, count, fits", REFUSED, ids=[r[0] for r in REFUSED])
-def test_one_column_more_is_refused_when_the_topology_is_applied(env, table, n, opts, operation, syntax,
-                                                                 count, fits):
+def test_one_column_more_is_refused_when_the_topology_is_applied(env, table, n, opts, operation, syntax, count, fits):
     env.run(env.pub, wide_ddl(table, n))
     topo = env.topology([{"table": table, "name": "wide", **opts}])
     with pytest.raises(TopologyError) as err:
@@ -144,7 +156,8 @@ def test_one_column_more_is_refused_when_the_topology_is_applied(env, table, n, 
     assert message == (
         f"article 'wide' (public.{table}, {n} columns replicated): {syntax} syntax passes {count} parameters "
         f"to the {operation} procedure, but PostgreSQL procedures take at most 100; set {option} to {fits} "
-        f"(SQL statements have no such limit) or replicate fewer columns")
+        f"(SQL statements have no such limit) or replicate fewer columns"
+    )
     # nothing changed: no publication, replica identity untouched, nothing at the distributor
     assert env.rows(env.pub, "SELECT count(*) FROM pg_publication")[0][0] == 0
     assert env.rows(env.pub, f"SELECT relreplident FROM pg_class WHERE relname = '{table}'")[0][0] == "d"
@@ -152,17 +165,24 @@ def test_one_column_more_is_refused_when_the_topology_is_applied(env, table, n, 
 
 
 def _table(n: int, key: int = 1) -> TableInfo:
-    return TableInfo("s", "t", 1, [Column(f"c{i}", "integer", True, 23) for i in range(1, n + 1)],
-                     [f"c{i}" for i in range(1, key + 1)])
+    return TableInfo(
+        "s",
+        "t",
+        1,
+        [Column(f"c{i}", "integer", True, 23) for i in range(1, n + 1)],
+        [f"c{i}" for i in range(1, key + 1)],
+    )
 
 
 @pytest.mark.parametrize("n, key", [(1, 1), (50, 1), (99, 3), (100, 32)])
 def test_parameter_count_is_the_length_of_each_layout(n, key):
-    topo = from_dict({"publisher": "a", "distributor": "b", "publications": [
-        {"name": "p", "articles": ["s.t"]}]})
+    topo = from_dict({"publisher": "a", "distributor": "b", "publications": [{"name": "p", "articles": ["s.t"]}]})
     (art,) = resolve_articles(topo.publication("p"), {"t": _table(n, key)})
-    for op, syntaxes in {"insert": ["CALL"], "update": ["CALL", "SCALL", "MCALL", "XCALL"],
-                         "delete": ["CALL", "XCALL"]}.items():
+    for op, syntaxes in {
+        "insert": ["CALL"],
+        "update": ["CALL", "SCALL", "MCALL", "XCALL"],
+        "delete": ["CALL", "XCALL"],
+    }.items():
         for syntax in syntaxes:
             assert call_syntax.parameter_count(op, syntax, n, key) == len(call_syntax.parameters(art, op, syntax))
 
@@ -196,16 +216,24 @@ def apply_one_by_one(table: set[tuple], commands: list[tuple[str, list]]) -> set
 
 
 SHIFTS = {  # name: (rows before, the row changes one statement or transaction makes, in scan order)
-    "shift_up_equal_rows": ({("1", "x"), ("2", "x"), ("3", "x")},
-                            [(["1", "x"], ["2", "x"]), (["2", "x"], ["3", "x"]), (["3", "x"], ["4", "x"])]),
-    "shift_down_equal_rows": ({("1", "x"), ("2", "x"), ("3", "x")},
-                              [(["3", "x"], ["2", "x"]), (["2", "x"], ["1", "x"]), (["1", "x"], ["0", "x"])]),
+    "shift_up_equal_rows": (
+        {("1", "x"), ("2", "x"), ("3", "x")},
+        [(["1", "x"], ["2", "x"]), (["2", "x"], ["3", "x"]), (["3", "x"], ["4", "x"])],
+    ),
+    "shift_down_equal_rows": (
+        {("1", "x"), ("2", "x"), ("3", "x")},
+        [(["3", "x"], ["2", "x"]), (["2", "x"], ["1", "x"]), (["1", "x"], ["0", "x"])],
+    ),
     "swap_equal_rows": ({("1", "x"), ("2", "x")}, [(["1", "x"], ["2", "x"]), (["2", "x"], ["1", "x"])]),
     "swap_different_rows": ({("1", "a"), ("2", "b")}, [(["1", "a"], ["2", "a"]), (["2", "b"], ["1", "b"])]),
     "later_statement_moves_the_produced_row": (
-        {("1", "x"), ("5", "y")}, [(["1", "x"], ["2", "x"]), (["2", "x"], ["3", "x"]), (["5", "y"], ["1", "y"])]),
-    "chain_through_a_freed_key": ({("1", "x"), ("2", "y")},
-                                  [(["2", "y"], ["9", "y"]), (["1", "x"], ["2", "x"]), (["2", "x"], ["2", "z"])]),
+        {("1", "x"), ("5", "y")},
+        [(["1", "x"], ["2", "x"]), (["2", "x"], ["3", "x"]), (["5", "y"], ["1", "y"])],
+    ),
+    "chain_through_a_freed_key": (
+        {("1", "x"), ("2", "y")},
+        [(["2", "y"], ["9", "y"]), (["1", "x"], ["2", "x"]), (["2", "x"], ["2", "z"])],
+    ),
 }
 
 
@@ -227,14 +255,14 @@ DEFERRABLE_DDL = """CREATE TABLE "{t}" (id int PRIMARY KEY DEFERRABLE, v text NO
 SEED = """INSERT INTO "{t}" (id, v) VALUES (1, 'a'), (2, 'a'), (3, 'a'), (13, 'b'), (12, 'b'), (11, 'b'),
     (21, 'c'), (22, 'c'), (31, 'd'), (41, 'e'), (42, 'e'), (51, 'f'), (52, 'g'), (53, 'h');"""
 SCENARIOS = [
-    'UPDATE "{t}" SET id = id + 1 WHERE v = \'a\'',  # three-row shift up over equal rows
-    'UPDATE "{t}" SET id = id - 1 WHERE v = \'b\'',  # shift down (scanned 13, 12, 11)
-    'UPDATE "{t}" SET id = 43 - id WHERE v = \'c\'',  # swap of equal rows
+    "UPDATE \"{t}\" SET id = id + 1 WHERE v = 'a'",  # three-row shift up over equal rows
+    "UPDATE \"{t}\" SET id = id - 1 WHERE v = 'b'",  # shift down (scanned 13, 12, 11)
+    "UPDATE \"{t}\" SET id = 43 - id WHERE v = 'c'",  # swap of equal rows
     # chains across statements of one transaction
     'UPDATE "{t}" SET id = 32 WHERE id = 31; UPDATE "{t}" SET id = 33 WHERE id = 32; '
     'UPDATE "{t}" SET v = \'d2\' WHERE id = 33; UPDATE "{t}" SET id = 34 WHERE id = 33',
     # a later statement updating the rows the first one produced
-    'UPDATE "{t}" SET id = id + 1 WHERE v = \'e\'; UPDATE "{t}" SET id = id + 20 WHERE v = \'e\'',
+    "UPDATE \"{t}\" SET id = id + 1 WHERE v = 'e'; UPDATE \"{t}\" SET id = id + 20 WHERE v = 'e'",
     # swap of rows that differ, then shifted back
     'UPDATE "{t}" SET id = CASE id WHEN 51 THEN 52 WHEN 52 THEN 53 ELSE 51 END WHERE id BETWEEN 51 AND 53; '
     'UPDATE "{t}" SET id = id + 100 WHERE id BETWEEN 51 AND 53; UPDATE "{t}" SET id = id - 100 WHERE id > 100',
@@ -246,15 +274,20 @@ SCENARIOS = [
 
 @pytest.mark.parametrize("chunk, streams", [(5000, 1), (2, 3)])
 def test_key_shifts_over_equal_rows_under_every_syntax(env, spark, chunk, streams):
-    tables = {**SYNTAX_ARTICLES, "t_multi": {"updates_as_delete_insert": "multi_row_key_changes"},
-              "t_all": {"updates_as_delete_insert": "all", "upd_cmd": "MCALL"}}
+    tables = {
+        **SYNTAX_ARTICLES,
+        "t_multi": {"updates_as_delete_insert": "multi_row_key_changes"},
+        "t_all": {"updates_as_delete_insert": "all", "upd_cmd": "MCALL"},
+    }
     for t in tables:
         env.run(env.pub, DEFERRABLE_DDL.format(t=t) + SEED.format(t=t))
     topo = env.topology([{"table": t, **opts} for t, opts in tables.items()], subscription_streams=streams)
     snapshot_agent.run_snapshot(topo, "p", spark)
     # the subscriber's keys are as deferrable as the publisher's
-    deferral = ("SELECT c.relname, k.contype, k.condeferrable, k.condeferred FROM pg_constraint k "
-                "JOIN pg_class c ON c.oid = k.conrelid WHERE c.relname LIKE 't\\_%' ORDER BY 1, 2")
+    deferral = (
+        "SELECT c.relname, k.contype, k.condeferrable, k.condeferred FROM pg_constraint k "
+        "JOIN pg_class c ON c.oid = k.conrelid WHERE c.relname LIKE 't\\_%' ORDER BY 1, 2"
+    )
     assert env.rows(env.sub, deferral) == env.rows(env.pub, deferral)
     assert ("t_call", "u", True, True) in env.rows(env.sub, deferral)
     for scenario in SCENARIOS:
@@ -314,26 +347,34 @@ TYPE_ROWS = "SELECT t::text FROM t ORDER BY id"
 def test_user_types_domains_enums_composites_and_collations_replicate(env, spark):
     env.run(env.pub, TYPES_DDL)
     # identical objects already at the subscriber are accepted and kept
-    env.run(env.sub, "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy'); CREATE SCHEMA other; "
-                     "CREATE COLLATION other.ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false)")
+    env.run(
+        env.sub,
+        "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy'); CREATE SCHEMA other; "
+        "CREATE COLLATION other.ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false)",
+    )
     mood_oid = env.rows(env.sub, "SELECT 'mood'::regtype::oid")[0][0]
     topo = env.topology(["t"])
     summary = snapshot_agent.run_snapshot(topo, "p", spark)
     schema_sql = (snapshot_agent.Path(summary["folder"]) / "schema.sql").read_text()
+
     def at(text: str) -> int:
         return schema_sql.index(text)
+
     # what an object uses comes before it, and every object before the tables
     assert at('"other"."color" AS ENUM') < at('"public"."warm" AS other.color') < at('"other"."pt" AS (')
     assert at('COLLATION IF NOT EXISTS "public"."bytewise"') < at('"public"."code" AS text COLLATE')
-    assert max(at("CREATE COLLATION IF NOT EXISTS \"other\".\"ci\""), at("AS RANGE"), at("posint")) < at("CREATE TABLE")
+    assert max(at('CREATE COLLATION IF NOT EXISTS "other"."ci"'), at("AS RANGE"), at("posint")) < at("CREATE TABLE")
     assert env.rows(env.sub, "SELECT 'mood'::regtype::oid")[0][0] == mood_oid
     assert env.rows(env.sub, TYPE_ROWS) == env.rows(env.pub, TYPE_ROWS)
-    env.run(env.pub, """
+    env.run(
+        env.pub,
+        """
         INSERT INTO t VALUES (3, 'happy', '{ok}', 'blue', 'red', '(3,green,z,red)', '{}', 'STRASSE', 'a',
                               '(,)', 7, 'q', '{green}', 'y', 'a "b"');
         UPDATE t SET m = 'ok', p.c = 'green', ms = ms || 'ok'::mood, n = 'strasse', r = '[3,4]' WHERE id = 1;
         UPDATE t SET id = 20, w = 'green', cs = '{blue}' WHERE id = 2;
-        DELETE FROM t WHERE id = 3;""")
+        DELETE FROM t WHERE id = 3;""",
+    )
     cycle(topo)
     assert env.rows(env.sub, TYPE_ROWS) == env.rows(env.pub, TYPE_ROWS)
     assert_in_sync(topo)
@@ -342,16 +383,21 @@ def test_user_types_domains_enums_composites_and_collations_replicate(env, spark
     with pytest.raises(psycopg.errors.CheckViolation):
         env.run(env.sub, "SELECT 'blue'::warm")
     assert env.rows(env.sub, "SELECT 'a' = 'A' COLLATE other.ci, 'B' < 'a' COLLATE bytewise") == [(True, True)]
-    assert env.rows(env.sub, "SELECT attname, collname FROM pg_attribute JOIN pg_collation c ON c.oid = attcollation "
-                             "WHERE attrelid = 't'::regclass AND attname IN ('n', 'b') ORDER BY 1") == [
-        ("b", "bytewise"), ("n", "ci")]
+    assert env.rows(
+        env.sub,
+        "SELECT attname, collname FROM pg_attribute JOIN pg_collation c ON c.oid = attcollation "
+        "WHERE attrelid = 't'::regclass AND attname IN ('n', 'b') ORDER BY 1",
+    ) == [("b", "bytewise"), ("n", "ci")]
 
 
 def test_types_that_differ_at_a_subscriber_are_refused_before_anything_changes(env2, spark):
     env = env2
     env.run(env.pub, TYPES_DDL)
-    env.run(env.subs["sub2"], "CREATE TYPE mood AS ENUM ('sad', 'ok'); CREATE DOMAIN posint AS bigint; "
-                              "CREATE SCHEMA other; CREATE TYPE other.pt AS (x integer)")
+    env.run(
+        env.subs["sub2"],
+        "CREATE TYPE mood AS ENUM ('sad', 'ok'); CREATE DOMAIN posint AS bigint; "
+        "CREATE SCHEMA other; CREATE TYPE other.pt AS (x integer)",
+    )
     topo = env.topology(["t"])
     with pytest.raises(ReplError) as err:
         snapshot_agent.run_snapshot(topo, "p", spark)
@@ -364,12 +410,14 @@ def test_types_that_differ_at_a_subscriber_are_refused_before_anything_changes(e
     assert "enum other.color" not in message  # missing objects are created, not reported
     # nothing changed at either subscriber
     for sub in env.subs.values():
-        assert env.rows(sub, "SELECT to_regclass('public.t'), to_regnamespace('airflow_repl'), "
-                             "to_regtype('other.color'), to_regtype('warm')") == [(None, None, None, None)]
+        assert env.rows(
+            sub,
+            "SELECT to_regclass('public.t'), to_regnamespace('airflow_repl'), "
+            "to_regtype('other.color'), to_regtype('warm')",
+        ) == [(None, None, None, None)]
     assert env.rows(env.subs["sub2"], "SELECT enum_range(NULL::mood)::text") == [("{sad,ok}",)]
     # refused before the snapshot was taken: no slot holds WAL for it
-    assert env.rows(env.pub, "SELECT count(*) FROM pg_replication_slots WHERE database = current_database()") \
-        == [(0,)]
+    assert env.rows(env.pub, "SELECT count(*) FROM pg_replication_slots WHERE database = current_database()") == [(0,)]
     # fixed at the subscriber, the snapshot goes through
     env.run(env.subs["sub2"], "DROP TYPE mood; DROP DOMAIN posint; DROP TYPE other.pt")
     snapshot_agent.run_snapshot(topo, "p", spark)
@@ -385,26 +433,37 @@ def test_cli_apply_refuses_a_too_wide_table_in_one_line(env, tmp_path, capsys):
 
     env.run(env.pub, wide_ddl("wide", 51))
     path = tmp_path / "topology.yaml"
-    path.write_text(yaml.safe_dump({
-        "publisher": to_uri(env.pub), "distributor": to_uri(env.dist), "subscribers": {"sub1": to_uri(env.sub)},
-        "snapshot_folder": "snaps",
-        "publications": [{"name": "p", "articles": [{"table": "public.wide", "upd_cmd": "XCALL"}]}],
-        "subscriptions": [{"publication": "p", "subscriber": "sub1"}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "publisher": to_uri(env.pub),
+                "distributor": to_uri(env.dist),
+                "subscribers": {"sub1": to_uri(env.sub)},
+                "snapshot_folder": "snaps",
+                "publications": [{"name": "p", "articles": [{"table": "public.wide", "upd_cmd": "XCALL"}]}],
+                "subscriptions": [{"publication": "p", "subscriber": "sub1"}],
+            }
+        )
+    )
     assert cli.main(["apply", "-t", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["airflow-repl: error: article 'wide' (public.wide, 51 columns replicated): XCALL syntax "
-                   "passes 102 parameters to the update procedure, but PostgreSQL procedures take at most 100; "
-                   "set upd_cmd to CALL or SCALL or MCALL or SQL (SQL statements have no such limit) or "
-                   "replicate fewer columns"]
+    assert err == [
+        "airflow-repl: error: article 'wide' (public.wide, 51 columns replicated): XCALL syntax "
+        "passes 102 parameters to the update procedure, but PostgreSQL procedures take at most 100; "
+        "set upd_cmd to CALL or SCALL or MCALL or SQL (SQL statements have no such limit) or "
+        "replicate fewer columns"
+    ]
 
 
 def test_user_type_script_guards_every_creation():
     from airflow_repl.engine.codegen.user_types import UserObject, script
 
-    objects = [UserObject("collation", "o th", "ci", {}, 'CREATE COLLATION IF NOT EXISTS "o th"."ci" (x);'),
-               UserObject("collation", "pg_catalog", "C", {}, "CREATE COLLATION ...", scripted=False),
-               UserObject("enum", "o th", "it's", {"labels": ["a"]}, 'CREATE TYPE "o th"."it\'s" AS ENUM (\'a\');'),
-               UserObject("type", "public", "citext", {}, None, hint="CREATE EXTENSION citext")]
+    objects = [
+        UserObject("collation", "o th", "ci", {}, 'CREATE COLLATION IF NOT EXISTS "o th"."ci" (x);'),
+        UserObject("collation", "pg_catalog", "C", {}, "CREATE COLLATION ...", scripted=False),
+        UserObject("enum", "o th", "it's", {"labels": ["a"]}, 'CREATE TYPE "o th"."it\'s" AS ENUM (\'a\');'),
+        UserObject("type", "public", "citext", {}, None, hint="CREATE EXTENSION citext"),
+    ]
     text = script(objects)
     assert text.startswith('CREATE SCHEMA IF NOT EXISTS "o th";\nCREATE COLLATION IF NOT EXISTS "o th"."ci" (x);')
     assert "pg_catalog" not in text.replace("pg_catalog.to_regtype", "") and "citext" not in text
@@ -413,17 +472,23 @@ def test_user_type_script_guards_every_creation():
 
 
 def test_a_type_from_an_extension_missing_at_the_subscriber_is_named_with_the_fix(env, spark):
-    env.run(env.pub, "CREATE EXTENSION citext; CREATE TABLE ci (id int PRIMARY KEY, name citext, names citext[]); "
-                     "INSERT INTO ci VALUES (1, 'Abc', '{X,y}')")
+    env.run(
+        env.pub,
+        "CREATE EXTENSION citext; CREATE TABLE ci (id int PRIMARY KEY, name citext, names citext[]); "
+        "INSERT INTO ci VALUES (1, 'Abc', '{X,y}')",
+    )
     topo = env.topology(["ci"])
-    with pytest.raises(ReplError, match=r"^subscriber 'sub1' cannot take the types the published columns use: "
-                                        r"type public\.citext is missing \(CREATE EXTENSION \"citext\" WITH SCHEMA "
-                                        r"\"public\"\)\. "):
+    with pytest.raises(
+        ReplError,
+        match=r"^subscriber 'sub1' cannot take the types the published columns use: "
+        r"type public\.citext is missing \(CREATE EXTENSION \"citext\" WITH SCHEMA "
+        r"\"public\"\)\. ",
+    ):
         snapshot_agent.run_snapshot(topo, "p", spark)
     assert env.rows(env.sub, "SELECT to_regclass('public.ci')") == [(None,)]
     env.run(env.sub, "CREATE EXTENSION citext")
     snapshot_agent.run_snapshot(topo, "p", spark)
     env.run(env.pub, "UPDATE ci SET name = 'ABC', names = names || 'Z'::citext")
     cycle(topo)
-    assert env.rows(env.sub, "SELECT ci::text FROM ci") == [("(1,ABC,\"{X,y,Z}\")",)]
+    assert env.rows(env.sub, "SELECT ci::text FROM ci") == [('(1,ABC,"{X,y,Z}")',)]
     assert env.rows(env.sub, "SELECT count(*) FROM ci WHERE name = 'abc'") == [(1,)]

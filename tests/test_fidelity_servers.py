@@ -46,12 +46,14 @@ def sub_rows(env, query: str, subscriber: str = "sub1") -> list[tuple]:
 # ---------------------------------------------------------------------- collations
 def test_icu_subscriber_gets_every_row_and_validate_matches(env, spark, monkeypatch):
     recreate(env, "sub1", ICU)
-    assert env.rows(env.sub, "SELECT datlocprovider FROM pg_database WHERE datname = current_database()") \
-        == [("i",)]
+    assert env.rows(env.sub, "SELECT datlocprovider FROM pg_database WHERE datname = current_database()") == [("i",)]
     # C orders every 'K…' key before every 'k…' key; en-US interleaves them
-    env.run(env.pub, "CREATE TABLE words (k text PRIMARY KEY, n int, v text); "
-                     "INSERT INTO words SELECT CASE WHEN g % 2 = 0 THEN 'K' ELSE 'k' END || lpad(g::text, 6, '0'), "
-                     "g, 'row ' || g FROM generate_series(1, 20000) g")
+    env.run(
+        env.pub,
+        "CREATE TABLE words (k text PRIMARY KEY, n int, v text); "
+        "INSERT INTO words SELECT CASE WHEN g % 2 = 0 THEN 'K' ELSE 'k' END || lpad(g::text, 6, '0'), "
+        "g, 'row ' || g FROM generate_series(1, 20000) g",
+    )
     monkeypatch.setattr(snapshot_agent, "ROWS_PER_PARTITION", 2000)
     topo = env.topology(["words"])
     summary = snapshot_agent.run_snapshot(topo, "p", spark, max_partitions=4)
@@ -65,18 +67,27 @@ def test_icu_subscriber_gets_every_row_and_validate_matches(env, spark, monkeypa
         assert snapshot_agent.load_file(env.sub, summary["folder"], art.to_dict(), f, summary["snapshot_id"]) == 0
     assert sub_rows(env, "SELECT count(*) FROM words") == [(20000,)]
     assert_in_sync(topo)  # same values, different orderings: a match
-    env.run(env.pub, "UPDATE words SET v = v || '!' WHERE n % 1000 = 0; DELETE FROM words WHERE n % 999 = 0; "
-                     "INSERT INTO words VALUES ('K~new', 0, 'new'), ('k~new', 0, 'new')")
+    env.run(
+        env.pub,
+        "UPDATE words SET v = v || '!' WHERE n % 1000 = 0; DELETE FROM words WHERE n % 999 = 0; "
+        "INSERT INTO words VALUES ('K~new', 0, 'new'), ('k~new', 0, 'new')",
+    )
     cycle(topo)
     assert sorted(sub_rows(env, "SELECT k, n, v FROM words")) == sorted(env.rows(env.pub, "SELECT k, n, v FROM words"))
     assert_in_sync(topo)
     # a real difference is still found, with its keys
-    env.run(env.sub, "UPDATE words SET v = 'changed' WHERE k = 'k000001'; DELETE FROM words WHERE k = 'K000002'; "
-                     "INSERT INTO words VALUES ('zz', 1, 'extra')")
+    env.run(
+        env.sub,
+        "UPDATE words SET v = 'changed' WHERE k = 'k000001'; DELETE FROM words WHERE k = 'K000002'; "
+        "INSERT INTO words VALUES ('zz', 1, 'extra')",
+    )
     report = validation.compare(topo, "p", "sub1")
     assert not report[0]["match"]
     assert sorted((d["key"], d["difference"]) for d in report[0]["differences"]) == [
-        ("(K000002)", "missing at the subscriber"), ("(k000001)", "values differ"), ("(zz)", "extra at the subscriber")]
+        ("(K000002)", "missing at the subscriber"),
+        ("(k000001)", "values differ"),
+        ("(zz)", "extra at the subscriber"),
+    ]
     assert "key (k000001): values differ" in validation.format_report(report)
 
 
@@ -87,8 +98,11 @@ def test_latin1_publisher_to_utf8_icu_and_latin1_subscribers(env2, spark):
     recreate(env, "sub1", ICU)
     recreate(env, "sub2", LATIN1)
     env.run(env.pub, "CREATE TABLE t (k text PRIMARY KEY, v text)")
-    env.run(env.pub, "INSERT INTO t VALUES (%s, %s), (%s, %s), (%s, %s)",
-            ("é", "café", "Ã©", "looks like mojibake", "ÿ", "ÿ"))
+    env.run(
+        env.pub,
+        "INSERT INTO t VALUES (%s, %s), (%s, %s), (%s, %s)",
+        ("é", "café", "Ã©", "looks like mojibake", "ÿ", "ÿ"),
+    )
     topo = env.topology(["t"])
     snapshot_agent.run_snapshot(topo, "p", spark)
     # after the snapshot: through the Log Reader (pgoutput text in the publisher's encoding)
@@ -106,24 +120,41 @@ def test_latin1_publisher_to_utf8_icu_and_latin1_subscribers(env2, spark):
 
 
 def test_publisher_search_path_does_not_change_scripted_types(env, spark):
-    env.run(env.pub, "CREATE SCHEMA other; CREATE TYPE other.color AS ENUM ('red', 'green'); "
-                     "CREATE TYPE public.mood AS ENUM ('ok', 'meh')")
-    env.run(env.pub, sql.SQL("ALTER DATABASE {} SET search_path = other, public").format(
-        sql.Identifier(env.databases[0][1])))
-    env.run(env.pub, "CREATE TABLE public.paint (id int PRIMARY KEY, c color, m mood, cs color[]); "
-                     "INSERT INTO paint VALUES (1, 'red', 'ok', '{red,green}'), (2, 'green', 'meh', NULL)")
+    env.run(
+        env.pub,
+        "CREATE SCHEMA other; CREATE TYPE other.color AS ENUM ('red', 'green'); "
+        "CREATE TYPE public.mood AS ENUM ('ok', 'meh')",
+    )
+    env.run(
+        env.pub,
+        sql.SQL("ALTER DATABASE {} SET search_path = other, public").format(sql.Identifier(env.databases[0][1])),
+    )
+    env.run(
+        env.pub,
+        "CREATE TABLE public.paint (id int PRIMARY KEY, c color, m mood, cs color[]); "
+        "INSERT INTO paint VALUES (1, 'red', 'ok', '{red,green}'), (2, 'green', 'meh', NULL)",
+    )
     # the subscriber has the types (creating them is another part of the snapshot)
-    env.run(env.sub, "CREATE SCHEMA other; CREATE TYPE other.color AS ENUM ('red', 'green'); "
-                     "CREATE TYPE public.mood AS ENUM ('ok', 'meh')")
+    env.run(
+        env.sub,
+        "CREATE SCHEMA other; CREATE TYPE other.color AS ENUM ('red', 'green'); "
+        "CREATE TYPE public.mood AS ENUM ('ok', 'meh')",
+    )
     topo = env.topology([{"table": "paint", "row_filter": "id <> 3"}])
     summary = snapshot_agent.run_snapshot(topo, "p", spark)
     script = (Path(summary["folder"]) / "schema.sql").read_text()
     assert '"c" other.color' in script and '"m" public.mood' in script and '"cs" other.color[]' in script
-    env.run(env.pub, "INSERT INTO paint VALUES (3, 'green', 'ok', NULL), (4, 'red', 'meh', '{green}'); "
-                     "UPDATE paint SET m = 'meh' WHERE id = 1")
+    env.run(
+        env.pub,
+        "INSERT INTO paint VALUES (3, 'green', 'ok', NULL), (4, 'red', 'meh', '{green}'); "
+        "UPDATE paint SET m = 'meh' WHERE id = 1",
+    )
     cycle(topo)
     assert sub_rows(env, "SELECT id, c::text, m::text FROM paint ORDER BY id") == [
-        (1, "red", "meh"), (2, "green", "meh"), (4, "red", "meh")]
+        (1, "red", "meh"),
+        (2, "green", "meh"),
+        (4, "red", "meh"),
+    ]
     assert_in_sync(topo)
 
 
@@ -154,9 +185,15 @@ def test_inheritance_parent_only_or_with_children_never_a_mix(env, spark):
     for p in ("only_t", "all_t"):
         env.run(env.pub, CHANGES.format(p=p))
     cycle(topo)
-    assert sub_rows(env, "SELECT id, v FROM only_t ORDER BY id") == env.rows(env.pub, "SELECT id, v FROM ONLY only_t ORDER BY id")
-    assert sub_rows(env, "SELECT id, v FROM all_t ORDER BY id") == env.rows(env.pub, "SELECT id, v FROM all_t ORDER BY id")
-    assert (31, "c21") in sub_rows(env, "SELECT id, v FROM all_t") and (22, "c22+") in sub_rows(env, "SELECT id, v FROM all_t")
+    assert sub_rows(env, "SELECT id, v FROM only_t ORDER BY id") == env.rows(
+        env.pub, "SELECT id, v FROM ONLY only_t ORDER BY id"
+    )
+    assert sub_rows(env, "SELECT id, v FROM all_t ORDER BY id") == env.rows(
+        env.pub, "SELECT id, v FROM all_t ORDER BY id"
+    )
+    assert (31, "c21") in sub_rows(env, "SELECT id, v FROM all_t") and (22, "c22+") in sub_rows(
+        env, "SELECT id, v FROM all_t"
+    )
     assert_in_sync(topo)
     # TRUNCATE of the whole hierarchy empties the article; TRUNCATE ONLY of the parent only the parent's rows
     env.run(env.pub, "TRUNCATE all_t; INSERT INTO all_t_c2 VALUES (100, 'after', 0, 'z'); TRUNCATE ONLY only_t")
@@ -173,26 +210,37 @@ def test_inheritance_parent_only_or_with_children_never_a_mix(env, spark):
 def test_a_child_cannot_be_an_article_and_an_included_child(env):
     env.run(env.pub, INHERITANCE.format(p="h") + "ALTER TABLE h_c2 ADD PRIMARY KEY (id);")
     topo = env.topology([{"table": "h", "include_children": True}, "h_c2"])
-    with pytest.raises(TopologyError, match=r"public.h_c2 is published by article 'h_c2' and is also an "
-                                            r"inheritance child of public.h"):
+    with pytest.raises(
+        TopologyError,
+        match=r"public.h_c2 is published by article 'h_c2' and is also an "
+        r"inheritance child of public.h",
+    ):
         deploy.apply_topology(topo)
 
 
 # ---------------------------------------------------------------------- keys
 def test_include_columns_are_not_key_columns(env, spark):
-    env.run(env.pub, "CREATE TABLE inc (a int, b int, c text, d int, PRIMARY KEY (a) INCLUDE (b), "
-                     "UNIQUE (c) INCLUDE (d)); INSERT INTO inc VALUES (1, 1, 'one', 1), (2, NULL, 'two', NULL)")
+    env.run(
+        env.pub,
+        "CREATE TABLE inc (a int, b int, c text, d int, PRIMARY KEY (a) INCLUDE (b), "
+        "UNIQUE (c) INCLUDE (d)); INSERT INTO inc VALUES (1, 1, 'one', 1), (2, NULL, 'two', NULL)",
+    )
     with psycopg.connect(env.pub) as conn:
         info = catalog.load_table(conn, "public", "inc")
     assert (info.primary_key, info.unique_keys) == (["a"], [["c"]])
     topo = env.topology(["inc"])
     snapshot_agent.run_snapshot(topo, "p", spark)
-    assert sorted(r[0] for r in sub_rows(env, "SELECT pg_get_constraintdef(oid) FROM pg_constraint "
-                                              "WHERE conrelid = 'inc'::regclass")) == ["PRIMARY KEY (a)", "UNIQUE (c)"]
+    assert sorted(
+        r[0]
+        for r in sub_rows(env, "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'inc'::regclass")
+    ) == ["PRIMARY KEY (a)", "UNIQUE (c)"]
     env.run(env.pub, "INSERT INTO inc VALUES (3, NULL, 'three', NULL); UPDATE inc SET b = NULL, d = 5 WHERE a = 1")
     cycle(topo)
-    assert sub_rows(env, "SELECT * FROM inc ORDER BY a") == [(1, None, "one", 5), (2, None, "two", None),
-                                                            (3, None, "three", None)]
+    assert sub_rows(env, "SELECT * FROM inc ORDER BY a") == [
+        (1, None, "one", 5),
+        (2, None, "two", None),
+        (3, None, "three", None),
+    ]
     assert_in_sync(topo)
 
 
@@ -212,23 +260,32 @@ def test_percent_quotes_spaces_dots_and_case_in_names(env, spark, monkeypatch, s
     env.run(env.pub, ODD_DDL)
     monkeypatch.setattr(snapshot_agent, "ROWS_PER_PARTITION", 10)  # several key ranges
     prop = {} if style == "CALL" else {"ins_cmd": "SQL", "upd_cmd": "SQL", "del_cmd": "SQL"}
-    topo = env.topology([{"table": 'Odd %s Schema.Pct%% "T" 50%', **prop},
-                         {"table": "Odd %s Schema.Pct%s SQL", "row_filter": '"Mixed Case" % 3 <> 1', **prop}])
+    topo = env.topology(
+        [
+            {"table": 'Odd %s Schema.Pct%% "T" 50%', **prop},
+            {"table": "Odd %s Schema.Pct%s SQL", "row_filter": '"Mixed Case" % 3 <> 1', **prop},
+        ]
+    )
     summary = snapshot_agent.run_snapshot(topo, "p", spark, max_partitions=3)
     assert summary["partitions"] == 6
     big = '"Odd %s Schema"."Pct%% ""T"" 50%"'
     small = '"Odd %s Schema"."Pct%s SQL"'
     assert sub_rows(env, f"SELECT count(*) FROM {big}") == [(40,)]
     assert sub_rows(env, f"SELECT count(*) FROM {small}") == [(26,)]
-    env.run(env.pub, f'INSERT INTO {big} VALUES (41, \'%%\', \'.\', 7, \'"\'); UPDATE {big} SET "%" = \'%s%s\' '
-                     f'WHERE "Id%s" = 1; UPDATE {big} SET "Id%s" = "Id%s" + 100 WHERE "Id%s" <= 3; '
-                     f'DELETE FROM {big} WHERE "Id%s" = 10; UPDATE {small} SET "Mixed Case" = 0 WHERE "Id%s" = 4; '
-                     f'DELETE FROM {small} WHERE "Id%s" = 5; TRUNCATE {small}; INSERT INTO {small} VALUES (9, \'%\', 9)')
+    env.run(
+        env.pub,
+        f"INSERT INTO {big} VALUES (41, '%%', '.', 7, '\"'); UPDATE {big} SET \"%\" = '%s%s' "
+        f'WHERE "Id%s" = 1; UPDATE {big} SET "Id%s" = "Id%s" + 100 WHERE "Id%s" <= 3; '
+        f'DELETE FROM {big} WHERE "Id%s" = 10; UPDATE {small} SET "Mixed Case" = 0 WHERE "Id%s" = 4; '
+        f"DELETE FROM {small} WHERE \"Id%s\" = 5; TRUNCATE {small}; INSERT INTO {small} VALUES (9, '%', 9)",
+    )
     cycle(topo)
     for table, where in ((big, ""), (small, ' WHERE "Mixed Case" % 3 <> 1')):
-        assert sorted(sub_rows(env, f"SELECT * FROM {table}")) == sorted(env.rows(env.pub, f"SELECT * FROM {table}{where}"))
+        assert sorted(sub_rows(env, f"SELECT * FROM {table}")) == sorted(
+            env.rows(env.pub, f"SELECT * FROM {table}{where}")
+        )
     assert_in_sync(topo)
-    env.run(env.sub, f"UPDATE {big} SET \"a.b\" = 'x' WHERE \"Id%s\" = 41")
+    env.run(env.sub, f'UPDATE {big} SET "a.b" = \'x\' WHERE "Id%s" = 41')
     report = validation.compare(topo, "p", "sub1")
     assert [d["key"] for r in report for d in r.get("differences", [])] == ["(41)"]
 
@@ -238,8 +295,10 @@ def _article(name: str, include_children: bool, children: list[list[str]] | None
     from airflow_repl.engine.articles.resolved import resolve_articles
     from airflow_repl.engine.model import topology as topology_mod
     from airflow_repl.engine.postgres.catalog import Column, TableInfo
-    pub = topology_mod.Publication(name="p", articles=[topology_mod.Article(table=name,
-                                                                            include_children=include_children)])
+
+    pub = topology_mod.Publication(
+        name="p", articles=[topology_mod.Article(table=name, include_children=include_children)]
+    )
     table = TableInfo("public", name, 1, [Column("id", "integer", True, 23), Column("v", "text", False, 25)], ["id"])
     art = resolve_articles(pub, {name: table})[0]
     art.children = children
@@ -252,20 +311,28 @@ def test_children_map_to_their_article_and_partial_truncates_are_refused():
     assert rel == {("public", "only_t"): only, ("public", "fam"): fam, ("public", "fam_1"): fam, ("s", "fam_2"): fam}
     assert fam.source.as_string(None) == '"public"."fam"' and only.source.as_string(None) == 'ONLY "public"."only_t"'
     own, c1, c2 = (log_reader_agent._RelMap(fam, [0, 1], child) for child in (False, True, True))
-    assert log_reader_agent._truncated_articles([own, c1, c2, log_reader_agent._RelMap(only, [0, 1]), None]) == ["fam", "only_t"]
+    assert log_reader_agent._truncated_articles([own, c1, c2, log_reader_agent._RelMap(only, [0, 1]), None]) == [
+        "fam",
+        "only_t",
+    ]
     for part in ([own], [c1], [c1, c2], [own, c2]):
         with pytest.raises(ReplError, match="TRUNCATE of only part of public.fam"):
             log_reader_agent._truncated_articles(part)
     # the definition (and so the subscription fingerprint) carries the children only when included
     assert "children" not in only.to_dict() and fam.to_dict()["children"] == [["public", "fam_1"], ["s", "fam_2"]]
     from airflow_repl.engine.articles.resolved import ResolvedArticle
+
     assert ResolvedArticle.from_dict(fam.to_dict()).children == fam.children
 
 
 def test_include_children_must_be_a_boolean():
     from airflow_repl.engine.model import topology as topology_mod
-    data = {"publisher": "postgresql://u@h/a", "distributor": "postgresql://u@h/b",
-            "publications": [{"name": "p", "articles": [{"table": "t", "include_children": True}]}]}
+
+    data = {
+        "publisher": "postgresql://u@h/a",
+        "distributor": "postgresql://u@h/b",
+        "publications": [{"name": "p", "articles": [{"table": "t", "include_children": True}]}],
+    }
     assert topology_mod.from_dict(data).publication("p").articles[0].include_children is True
     data["publications"][0]["articles"][0]["include_children"] = "yes"
     with pytest.raises(TopologyError, match=r"articles\[0\]\.include_children: expected true or false"):
@@ -273,9 +340,17 @@ def test_include_children_must_be_a_boolean():
 
 
 def test_report_lists_the_keys_that_differ():
-    report = [{"article": "a", "publisher_rows": 2, "subscriber_rows": 1, "publisher_checksum": "x" * 32,
-               "subscriber_checksum": "y" * 32, "match": False,
-               "differences": [{"key": "(1)", "difference": "missing at the subscriber"}]}]
+    report = [
+        {
+            "article": "a",
+            "publisher_rows": 2,
+            "subscriber_rows": 1,
+            "publisher_checksum": "x" * 32,
+            "subscriber_checksum": "y" * 32,
+            "match": False,
+            "differences": [{"key": "(1)", "difference": "missing at the subscriber"}],
+        }
+    ]
     lines = validation.format_report(report).splitlines()
     assert lines[1].endswith("NO") and lines[2] == "    key (1): missing at the subscriber"
 
@@ -286,15 +361,21 @@ def test_a_subscriber_missing_snapshot_rows_is_not_activated(env):
     art = deploy.apply_topology(env.topology(["t"]), ["p"])["p"][0]
     with psycopg.connect(env.sub) as sub:
         snapshot_agent._check_loaded_rows(sub, [art], {"articles": [{"name": "t", "rows": 2}]}, "sub1")
-        with pytest.raises(ReplError, match=r"subscriber 'sub1' holds 2 rows in public.t after loading the snapshot "
-                                            r"of article 't', which has 3: the subscription was not activated"):
+        with pytest.raises(
+            ReplError,
+            match=r"subscriber 'sub1' holds 2 rows in public.t after loading the snapshot "
+            r"of article 't', which has 3: the subscription was not activated",
+        ):
             snapshot_agent._check_loaded_rows(sub, [art], {"articles": [{"name": "t", "rows": 3}]}, "sub1")
 
 
 def test_a_character_the_subscriber_encoding_cannot_hold_is_named(env, spark):
     recreate(env, "sub1", LATIN1)
     env.run(env.pub, "CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t VALUES (1, 'fits: é'), (2, '€')")
-    with pytest.raises(Exception, match=r"encoding LATIN1\) cannot store a character of article 't' \(public.t\): "
-                                        r"character with byte sequence 0xe2 0x82 0xac"):
+    with pytest.raises(
+        Exception,
+        match=r"encoding LATIN1\) cannot store a character of article 't' \(public.t\): "
+        r"character with byte sequence 0xe2 0x82 0xac",
+    ):
         snapshot_agent.run_snapshot(env.topology(["t"]), "p", spark)
     assert env.rows(env.dist, "SELECT status FROM airflow_repl.subscriptions") == [("initializing",)]

@@ -12,5 +12,6 @@ def test_pyspark_python_files_match_the_spark_jvm(spark):
 
     assert pyspark.__version__ == spark.version, (
         f"pyspark's Python files are {pyspark.__version__} but its JVM is {spark.version}: install "
-        f"pyspark and pyspark-client of the same release (setup.cfg pins them)")
+        f"pyspark and pyspark-client of the same release (setup.cfg pins them)"
+    )
     assert metadata.version("pyspark") == metadata.version("pyspark-client")

@@ -24,7 +24,15 @@ def test_positions_parse_and_sort_as_numbers():
     text_order = sorted(["0/FFFFFFF", "0/10000000", "1/FFFFFFF", "1/10000000", "F/FFFFFFFF", "10/0", "2/0", "0/0"])
     assert text_order[:4] == ["0/0", "0/10000000", "0/FFFFFFF", "1/10000000"]  # what text order does
     assert sorted(text_order, key=lsn_to_int) == [
-        "0/0", "0/FFFFFFF", "0/10000000", "1/FFFFFFF", "1/10000000", "2/0", "F/FFFFFFFF", "10/0"]
+        "0/0",
+        "0/FFFFFFF",
+        "0/10000000",
+        "1/FFFFFFF",
+        "1/10000000",
+        "2/0",
+        "F/FFFFFFFF",
+        "10/0",
+    ]
     assert lsn_to_int("0/10000000") == 0x10000000 and lsn_to_int("10/0") == 0x10_0000_0000
     assert lsn_to_int("f/ffffffff") + 1 == lsn_to_int("10/0")
     assert lsn_to_int("FFFFFFFF/FFFFFFFF") == 2**64 - 1
@@ -53,13 +61,19 @@ def test_batch_query_reads_the_primary_key_index_in_order_without_sorting(env):
     index: no sort of the pending transactions (the old text ORDER BY sorted all of them)."""
     with psycopg.connect(env.dist) as conn:
         distdb.ensure_schema(conn)
-        conn.execute("INSERT INTO airflow_repl.transactions (publication, xact_seqno, xid, commit_time, end_lsn, "
-                     "command_count) SELECT 'p', ('0/0'::pg_lsn + g * 65536), g, now(), '0/0', 1 "
-                     "FROM generate_series(1, 20000) g")
+        conn.execute(
+            "INSERT INTO airflow_repl.transactions (publication, xact_seqno, xid, commit_time, end_lsn, "
+            "command_count) SELECT 'p', ('0/0'::pg_lsn + g * 65536), g, now(), '0/0', 1 "
+            "FROM generate_series(1, 20000) g"
+        )
         conn.execute("ANALYZE airflow_repl.transactions")
-        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + distribution_agent.BATCH_QUERY, ("p", "0/F000000", 100)))
+        plan = "\n".join(
+            r[0] for r in conn.execute("EXPLAIN " + distribution_agent.BATCH_QUERY, ("p", "0/F000000", 100))
+        )
         assert "Index Scan using transactions_pkey" in plan and "Sort" not in plan, plan
-        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + distribution_agent.COMMANDS_QUERY, ("p", "0/1", "0/2")))
+        plan = "\n".join(
+            r[0] for r in conn.execute("EXPLAIN " + distribution_agent.COMMANDS_QUERY, ("p", "0/1", "0/2"))
+        )
         assert "Sort" not in plan, plan
         xacts = [r[0] for r in conn.execute(distribution_agent.BATCH_QUERY, ("p", "0/FFE0000", 4))]
         assert xacts == ["0/FFF0000", "0/10000000", "0/10010000", "0/10020000"]
@@ -90,19 +104,26 @@ def _transaction(conn: psycopg.Connection, k: int) -> None:
     """One publisher transaction of about 30 row changes: inserts, updates, primary-key
     updates, unique-column updates and deletes (k makes each transaction different)."""
     with conn.transaction():
-        conn.execute("INSERT INTO t (id, u, v) SELECT g, g, 'new ' || g FROM generate_series(%s, %s) g",
-                     (100_000 + 10 * k, 100_000 + 10 * k + 7))
+        conn.execute(
+            "INSERT INTO t (id, u, v) SELECT g, g, 'new ' || g FROM generate_series(%s, %s) g",
+            (100_000 + 10 * k, 100_000 + 10 * k + 7),
+        )
         conn.execute("UPDATE t SET v = v || '.' || %s WHERE id %% 29 = %s", (k, k % 29))
-        conn.execute("UPDATE t SET id = id + 1000000 WHERE id IN "
-                     "(SELECT id FROM t ORDER BY md5(id::text || %s) LIMIT 4)", (str(k),))
-        conn.execute("UPDATE t SET u = -u WHERE id IN (SELECT id FROM t ORDER BY md5(id::text || %s) LIMIT 3)",
-                     (f"u{k}",))
-        conn.execute("UPDATE t SET v = NULL WHERE id = (SELECT min(id) FROM t WHERE v IS NOT NULL AND id %% 7 = %s)",
-                     (k % 7,))
-        conn.execute("DELETE FROM t WHERE id IN (SELECT id FROM t ORDER BY md5(id::text || %s) LIMIT 3)",
-                     (f"d{k}",))
-        conn.execute("INSERT INTO t2 (a, b, note) VALUES (%s, %s, %s) ON CONFLICT (a, b) DO UPDATE "
-                     "SET note = excluded.note", (f"k{k % 5}", k % 3, f"note {k}"))
+        conn.execute(
+            "UPDATE t SET id = id + 1000000 WHERE id IN (SELECT id FROM t ORDER BY md5(id::text || %s) LIMIT 4)",
+            (str(k),),
+        )
+        conn.execute(
+            "UPDATE t SET u = -u WHERE id IN (SELECT id FROM t ORDER BY md5(id::text || %s) LIMIT 3)", (f"u{k}",)
+        )
+        conn.execute(
+            "UPDATE t SET v = NULL WHERE id = (SELECT min(id) FROM t WHERE v IS NOT NULL AND id %% 7 = %s)", (k % 7,)
+        )
+        conn.execute("DELETE FROM t WHERE id IN (SELECT id FROM t ORDER BY md5(id::text || %s) LIMIT 3)", (f"d{k}",))
+        conn.execute(
+            "INSERT INTO t2 (a, b, note) VALUES (%s, %s, %s) ON CONFLICT (a, b) DO UPDATE SET note = excluded.note",
+            (f"k{k % 5}", k % 3, f"note {k}"),
+        )
 
 
 def _workload(env, first: int, count: int) -> None:
@@ -112,8 +133,10 @@ def _workload(env, first: int, count: int) -> None:
 
 
 def _table_rows(conninfo: str) -> dict[str, list[tuple]]:
-    return {"t": Env.rows(conninfo, "SELECT id, u, v FROM t ORDER BY id"),
-            "t2": Env.rows(conninfo, "SELECT a, b, note FROM t2 ORDER BY a, b")}
+    return {
+        "t": Env.rows(conninfo, "SELECT id, u, v FROM t ORDER BY id"),
+        "t2": Env.rows(conninfo, "SELECT a, b, note FROM t2 ORDER BY a, b"),
+    }
 
 
 def _assert_rows_equal(expected: dict[str, list[tuple]], conninfo: str, what: str) -> None:
@@ -131,8 +154,11 @@ def test_backlog_across_lsn_boundary_is_delivered_in_order(wal_env, spark, bound
     stream, three streams and point-in-time delivery stopping past the boundary: every
     subscriber equals the publisher row by row, and further work keeps flowing."""
     env = wal_env(boundary, n_subscribers=4)
-    env.run(env.pub, "CREATE TABLE t (id int PRIMARY KEY, u int NOT NULL UNIQUE, v text); "
-                     "CREATE TABLE t2 (a text, b int, note text, PRIMARY KEY (a, b))")
+    env.run(
+        env.pub,
+        "CREATE TABLE t (id int PRIMARY KEY, u int NOT NULL UNIQUE, v text); "
+        "CREATE TABLE t2 (a text, b int, note text, PRIMARY KEY (a, b))",
+    )
     env.run(env.pub, "INSERT INTO t SELECT g, g, 'row ' || g FROM generate_series(1, %s) g", (ROWS,))
     topo = env.topology(["t", "t2"], commit_batch_size=4)
     snap = snapshot_agent.run_snapshot(topo, "p", spark)
@@ -175,7 +201,8 @@ def test_backlog_across_lsn_boundary_is_delivered_in_order(wal_env, spark, bound
         state = env.rows(env.subs[name], "SELECT xact_seqno::text, transactions FROM airflow_repl.subscription_state")
         assert state == [(newest, 22)]
     assert env.rows(env.dist, "SELECT DISTINCT delivered_xact_seqno::text FROM airflow_repl.subscriptions") == [
-        (newest,)]
+        (newest,)
+    ]
 
     _workload(env, 22, 3)  # and the next runs keep delivering
     assert log_reader_agent.run_log_reader(topo, "p")["transactions"] == 3

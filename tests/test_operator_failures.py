@@ -41,10 +41,15 @@ def _task_output(capfd) -> str:
 
 
 def _topology(env, tmp_path, **overrides) -> str:
-    doc = {"publisher": to_uri(env.pub), "distributor": to_uri(env.dist), "subscribers": {"sub1": to_uri(env.sub)},
-           "snapshot_folder": str(tmp_path / "snaps"),
-           "publications": [{"name": "p", "articles": [{"table": "public.orders"}]}],
-           "subscriptions": [{"publication": "p", "subscriber": "sub1"}], **overrides}
+    doc = {
+        "publisher": to_uri(env.pub),
+        "distributor": to_uri(env.dist),
+        "subscribers": {"sub1": to_uri(env.sub)},
+        "snapshot_folder": str(tmp_path / "snaps"),
+        "publications": [{"name": "p", "articles": [{"table": "public.orders"}]}],
+        "subscriptions": [{"publication": "p", "subscriber": "sub1"}],
+        **overrides,
+    }
     path = tmp_path / "topology.yaml"
     path.write_text(yaml.safe_dump(doc))
     return str(path)

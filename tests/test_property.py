@@ -46,9 +46,12 @@ END$$;
 """
 
 keys = st.tuples(st.integers(0, 24), st.sampled_from(["a", "a", "b", "é", "x'y"]))
-values = st.tuples(st.one_of(st.none(), st.integers(-5, 50)), st.one_of(st.none(), st.text(st.characters(blacklist_characters="\x00"), max_size=8)),
-                   st.one_of(st.none(), st.decimals(-1000, 1000, places=3, allow_nan=False)),
-                   st.one_of(st.none(), st.integers(0, 3000).map(lambda n: "w" * n)))
+values = st.tuples(
+    st.one_of(st.none(), st.integers(-5, 50)),
+    st.one_of(st.none(), st.text(st.characters(blacklist_characters="\x00"), max_size=8)),
+    st.one_of(st.none(), st.decimals(-1000, 1000, places=3, allow_nan=False)),
+    st.one_of(st.none(), st.integers(0, 3000).map(lambda n: "w" * n)),
+)
 op = st.one_of(
     st.tuples(st.just("insert"), keys, values),
     st.tuples(st.just("update"), keys, values),
@@ -66,8 +69,14 @@ def _sql(table: str, step) -> tuple[str, tuple]:
         return f"INSERT INTO {table} VALUES (%s, %s, %s, %s, %s, %s)", (k1, k2, *v)
     if kind == "update":
         (k1, k2), (a, b, c, w) = step[1], step[2]
-        return f"UPDATE {table} SET a = %s, b = %s, c = %s, w = coalesce(%s, w) WHERE k1 = %s AND k2 = %s", \
-            (a, b, c, w, k1, k2)
+        return f"UPDATE {table} SET a = %s, b = %s, c = %s, w = coalesce(%s, w) WHERE k1 = %s AND k2 = %s", (
+            a,
+            b,
+            c,
+            w,
+            k1,
+            k2,
+        )
     if kind == "rekey":
         (k1, k2), (n1, n2) = step[1], step[2]
         return f"UPDATE {table} SET k1 = %s, k2 = %s WHERE k1 = %s AND k2 = %s", (n1, n2, k1, k2)
@@ -88,23 +97,36 @@ def world(sandbox, spark, tmp_path_factory):
 def _world(sandbox, spark, tmp_path_factory):
     env = Env(sandbox, tmp_path_factory.mktemp("property"))
     env.run(env.pub, ";".join(DDL.format(t=t) for t in TABLES))
-    env.run(env.pub, ";".join(f"INSERT INTO {t} SELECT g, 'a', g, 'b' || g, g * 1.5, NULL "
-                              f"FROM generate_series(1, 20) g" for t in TABLES))
+    env.run(
+        env.pub,
+        ";".join(
+            f"INSERT INTO {t} SELECT g, 'a', g, 'b' || g, g * 1.5, NULL FROM generate_series(1, 20) g" for t in TABLES
+        ),
+    )
     env.run(env.sub, CUSTOM)
-    topo = env.topology([{"table": t, **o} for t, o in TABLES.items()], subscription_streams=2,
-                        commit_batch_size=3)
+    topo = env.topology([{"table": t, **o} for t, o in TABLES.items()], subscription_streams=2, commit_batch_size=3)
     snapshot_agent.run_snapshot(topo, "p", spark)
     yield env, topo
     env.drop()
 
 
-EVERY_KIND = [[("insert", (21, "b"), (4, "new", None, "w" * 3000)), ("update", (1, "a"), (None, None, 2, None)),
-               ("rekey", (2, "a"), (40, "é")), ("delete", (3, "a"))],
-              [("shift", 1, 7), ("update", (21, "b"), (6, "x'y", 1, None))]]
+EVERY_KIND = [
+    [
+        ("insert", (21, "b"), (4, "new", None, "w" * 3000)),
+        ("update", (1, "a"), (None, None, 2, None)),
+        ("rekey", (2, "a"), (40, "é")),
+        ("delete", (3, "a")),
+    ],
+    [("shift", 1, 7), ("update", (21, "b"), (6, "x'y", 1, None))],
+]
 
 
-@settings(max_examples=30, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=30,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(transactions)
 @example(EVERY_KIND)  # every kind of change, whatever the random examples turn out to be
 def test_any_transaction_mix_leaves_subscribers_equal(world, txns):
@@ -131,9 +153,14 @@ def test_the_property_run_exercised_every_article_and_operation(world):
         assert {(table, "I"), (table, "D")} <= seen, table
     assert {(t, "U") for t in TABLES if t != "t_pairs"} <= seen  # t_pairs turns every update into D + I
     assert ("t_pairs", "U") not in seen
-    runs = env.rows(env.dist, "SELECT count(*), sum(transactions) FROM airflow_repl.agent_history "
-                              "WHERE agent = 'distribution' AND status = 'succeeded'")[0]
+    runs = env.rows(
+        env.dist,
+        "SELECT count(*), sum(transactions) FROM airflow_repl.agent_history "
+        "WHERE agent = 'distribution' AND status = 'succeeded'",
+    )[0]
     assert runs[0] >= 10 and runs[1] >= 10
-    spread = env.rows(env.dist, "SELECT sum((details->>'parallel_batches')::int) FROM airflow_repl.agent_history "
-                                "WHERE agent = 'distribution'")[0][0]
+    spread = env.rows(
+        env.dist,
+        "SELECT sum((details->>'parallel_batches')::int) FROM airflow_repl.agent_history WHERE agent = 'distribution'",
+    )[0][0]
     assert spread >= 5  # two-phase commit over both streams was exercised

@@ -70,9 +70,14 @@ def test_a_chain_of_key_updates_and_a_reused_unique_value_stay_on_one_stream():
     touched = [[("pk", i), ("u", f"u{i}")] for i in range(200)]
     # pk 1 -> 1001 -> 2001 over three commands (delete/insert pairs), and row 7 takes the
     # unique value row 150 gave up
-    touched += [[("pk", 1), ("u", "u1")], [("pk", 1001), ("u", "u1")],
-                [("pk", 1001), ("u", "u1")], [("pk", 2001), ("u", "u1")],
-                [("pk", 150), ("u", "u150")], [("pk", 7), ("u", "u150"), ("u", "u7")]]
+    touched += [
+        [("pk", 1), ("u", "u1")],
+        [("pk", 1001), ("u", "u1")],
+        [("pk", 1001), ("u", "u1")],
+        [("pk", 2001), ("u", "u1")],
+        [("pk", 150), ("u", "u150")],
+        [("pk", 7), ("u", "u150"), ("u", "u7")],
+    ]
     shares = plan_streams(touched, 3)
     _check_plan(touched, shares)
     assert len(shares) == 3
@@ -104,12 +109,29 @@ def test_random_batches_never_share_a_key_between_streams():
 
 
 def _article(**overrides) -> ResolvedArticle:
-    table = {"schema": "public", "name": "t", "oid": 1, "primary_key": ["id"], "unique_keys": [["code"], ["a", "b"]],
-             "columns": [{"name": c, "type": "text", "not_null": c == "id", "type_oid": 25}
-                         for c in ("id", "code", "a", "b", "v")]}
-    data = {"publication": "p", "name": "t", "table": table, "dest_schema": "public", "dest_table": "t",
-            "propagation": {"insert": "SQL", "update": "SQL", "delete": "SQL"}, "default_procs": {},
-            "column_list": None, "row_filter": None, "update_mode": "key_changes", **overrides}
+    table = {
+        "schema": "public",
+        "name": "t",
+        "oid": 1,
+        "primary_key": ["id"],
+        "unique_keys": [["code"], ["a", "b"]],
+        "columns": [
+            {"name": c, "type": "text", "not_null": c == "id", "type_oid": 25} for c in ("id", "code", "a", "b", "v")
+        ],
+    }
+    data = {
+        "publication": "p",
+        "name": "t",
+        "table": table,
+        "dest_schema": "public",
+        "dest_table": "t",
+        "propagation": {"insert": "SQL", "update": "SQL", "delete": "SQL"},
+        "default_procs": {},
+        "column_list": None,
+        "row_filter": None,
+        "update_mode": "key_changes",
+        **overrides,
+    }
     return ResolvedArticle.from_dict(data)
 
 
@@ -118,8 +140,13 @@ def test_commands_touch_every_key_of_both_images():
     old, new = ["1", "c1", "x", None, "v"], ["2", "c2", "x", "y", "v"]
     keys = applier.touched(Command(UPDATE, "t", old=old, new=new))
     pk, code, ab = ("public", "t", ("id",)), ("public", "t", ("code",)), ("public", "t", ("a", "b"))
-    assert set(keys) == {(pk, ("1",)), (code, ("c1",)), (pk, ("2",)), (code, ("c2",)),
-                         (ab, ("x", "y"))}  # (x, NULL) conflicts with nothing
+    assert set(keys) == {
+        (pk, ("1",)),
+        (code, ("c1",)),
+        (pk, ("2",)),
+        (code, ("c2",)),
+        (ab, ("x", "y")),
+    }  # (x, NULL) conflicts with nothing
     assert applier.touched(Command(DELETE, "t", old=old)) == [(pk, ("1",)), (code, ("c1",))]
     assert applier.touched(Command(INSERT, "t", new=new))[0] == (pk, ("2",))
     assert applier.touched(Command("T", "t")) is None
@@ -140,8 +167,11 @@ def _key_updates(env, transactions: int, per_txn: int, rows: int) -> None:
     carrying the same unique value (the case that made streams wait on each other's locks
     and replay)."""
     for i in range(transactions):
-        env.run(env.pub, "UPDATE kt SET id = id + %s, v = v + 1 WHERE id %% %s = %s",
-                (rows * 10, rows // per_txn, i % (rows // per_txn)))
+        env.run(
+            env.pub,
+            "UPDATE kt SET id = id + %s, v = v + 1 WHERE id %% %s = %s",
+            (rows * 10, rows // per_txn, i % (rows // per_txn)),
+        )
 
 
 def test_key_updates_with_a_unique_column_on_three_streams_never_replay(env, spark, monkeypatch):
@@ -155,11 +185,14 @@ def test_key_updates_with_a_unique_column_on_three_streams_never_replay(env, spa
     result = distribution_agent.run_distribution(topo, "p", "sub1")
     assert (result["transactions"], result["commands"], result["retries"]) == (40, 4000, 0)
     assert result["parallel_batches"] == result["commits"] >= 4  # every batch spread over the streams
-    assert env.rows(env.sub, "SELECT id, code, v FROM kt ORDER BY id") == \
-        env.rows(env.pub, "SELECT id, code, v FROM kt ORDER BY id")
+    assert env.rows(env.sub, "SELECT id, code, v FROM kt ORDER BY id") == env.rows(
+        env.pub, "SELECT id, code, v FROM kt ORDER BY id"
+    )
     assert env.rows(env.sub, "SELECT count(*) FROM pg_prepared_xacts") == [(0,)]
-    history = env.rows(env.dist, "SELECT status, (details->>'retries')::int FROM airflow_repl.agent_history "
-                                 "WHERE agent = 'distribution'")
+    history = env.rows(
+        env.dist,
+        "SELECT status, (details->>'retries')::int FROM airflow_repl.agent_history WHERE agent = 'distribution'",
+    )
     assert history == [("succeeded", 0)]
 
 
@@ -171,11 +204,13 @@ def test_more_streams_than_the_subscriber_allows_are_refused_up_front(env, spark
     log_reader_agent.run_log_reader(topo, "p")
 
     def state():
-        return (env.rows(env.sub, "SELECT id, code, v FROM kt ORDER BY id"),
-                env.rows(env.sub, "SELECT xact_seqno::text, transactions FROM airflow_repl.subscription_state"),
-                env.rows(env.dist, "SELECT count(*) FROM airflow_repl.agent_history"),
-                env.rows(env.dist, "SELECT count(*) FROM airflow_repl.errors"),
-                env.rows(env.dist, "SELECT delivered_xact_seqno::text FROM airflow_repl.subscriptions"))
+        return (
+            env.rows(env.sub, "SELECT id, code, v FROM kt ORDER BY id"),
+            env.rows(env.sub, "SELECT xact_seqno::text, transactions FROM airflow_repl.subscription_state"),
+            env.rows(env.dist, "SELECT count(*) FROM airflow_repl.agent_history"),
+            env.rows(env.dist, "SELECT count(*) FROM airflow_repl.errors"),
+            env.rows(env.dist, "SELECT delivered_xact_seqno::text FROM airflow_repl.subscriptions"),
+        )
 
     before = state()
     with pytest.raises(ReplError) as info:
@@ -184,10 +219,13 @@ def test_more_streams_than_the_subscriber_allows_are_refused_up_front(env, spark
     assert "\n" not in message
     assert message.startswith("subscription_streams = 64 is more than subscriber 'sub1' can serve: it allows 20 (")
     assert "max_prepared_transactions 20" in message and "max_connections 100" in message
-    assert message.endswith("set subscription_streams of publication 'p' at subscriber 'sub1' to at most 20, "
-                            "or raise those settings at the subscriber")
+    assert message.endswith(
+        "set subscription_streams of publication 'p' at subscriber 'sub1' to at most 20, "
+        "or raise those settings at the subscriber"
+    )
     assert state() == before
     # within the limit, the same backlog is delivered
     assert distribution_agent.run_distribution(topo, "p", "sub1", subscription_streams=20)["transactions"] == 5
-    assert env.rows(env.sub, "SELECT id, code, v FROM kt ORDER BY id") == \
-        env.rows(env.pub, "SELECT id, code, v FROM kt ORDER BY id")
+    assert env.rows(env.sub, "SELECT id, code, v FROM kt ORDER BY id") == env.rows(
+        env.pub, "SELECT id, code, v FROM kt ORDER BY id"
+    )

@@ -13,11 +13,15 @@ from airflow_repl.engine.provisioning import deploy
 
 
 def _topo(**over):
-    data = {"publisher": "postgresql://u@127.0.0.1:1/p", "distributor": "postgresql://u@127.0.0.1:1/d",
-            "subscribers": {"s1": "postgresql://u@127.0.0.1:1/s"},
-            "publications": [{"name": "sales", "articles": ["public.orders", {"table": "crm.customers",
-                                                                            "destination": "copy.clients"}]}],
-            "subscriptions": [{"publication": "sales", "subscriber": "s1"}]}
+    data = {
+        "publisher": "postgresql://u@127.0.0.1:1/p",
+        "distributor": "postgresql://u@127.0.0.1:1/d",
+        "subscribers": {"s1": "postgresql://u@127.0.0.1:1/s"},
+        "publications": [
+            {"name": "sales", "articles": ["public.orders", {"table": "crm.customers", "destination": "copy.clients"}]}
+        ],
+        "subscriptions": [{"publication": "sales", "subscriber": "s1"}],
+    }
     data.update(over)
     return data
 
@@ -68,26 +72,41 @@ def test_malformed_uri_error_does_not_quote_the_password():
 def test_unset_variable_in_snapshot_folder_is_an_error(tmp_path, monkeypatch):
     monkeypatch.delenv("NOPE_NOT_SET", raising=False)
     path = tmp_path / "t.yaml"
-    path.write_text("publisher: a\ndistributor: b\npublications: [{name: p, articles: [t]}]\n"
-                    "snapshot_folder: ${NOPE_NOT_SET}\n")
+    path.write_text(
+        "publisher: a\ndistributor: b\npublications: [{name: p, articles: [t]}]\nsnapshot_folder: ${NOPE_NOT_SET}\n"
+    )
     with pytest.raises(TopologyError, match="NOPE_NOT_SET"):
         topology.load(path)
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda d: d["publications"][0]["articles"].append("public.orders"), "duplicate article"),
-    (lambda d: d["publications"][0]["articles"].append({"table": "x.orders", "name": "o2", "destination": "public.orders"}),
-     "duplicate article destination"),
-    (lambda d: d["publications"].append({"name": "sales", "articles": ["a.b"]}), "defined twice"),
-    (lambda d: d["publications"][0].update(name="Bad-Name"), "publication name 'Bad-Name' is invalid"),
-    (lambda d: d["subscriptions"].append({"publication": "nope", "subscriber": "s1"}), "unknown publication 'nope'"),
-    (lambda d: d["subscriptions"].append({"publication": "sales", "subscriber": "zz"}), "unknown subscriber 'zz'"),
-    (lambda d: d["publications"][0]["articles"].append({"table": "a.b", "colour": 1}),
-     r"publications\[0\]\.articles\[2\]\.colour: unknown key 'colour'"),
-    (lambda d: d["publications"][0]["articles"].append({"table": "a.b.c"}), "schema.table"),
-    (lambda d: d["subscriptions"][0].update(commit_batch_size=0),
-     r"subscriptions\[0\]\.commit_batch_size: 0 is out of range: use an integer from 1 to 1000000"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d["publications"][0]["articles"].append("public.orders"), "duplicate article"),
+        (
+            lambda d: d["publications"][0]["articles"].append(
+                {"table": "x.orders", "name": "o2", "destination": "public.orders"}
+            ),
+            "duplicate article destination",
+        ),
+        (lambda d: d["publications"].append({"name": "sales", "articles": ["a.b"]}), "defined twice"),
+        (lambda d: d["publications"][0].update(name="Bad-Name"), "publication name 'Bad-Name' is invalid"),
+        (
+            lambda d: d["subscriptions"].append({"publication": "nope", "subscriber": "s1"}),
+            "unknown publication 'nope'",
+        ),
+        (lambda d: d["subscriptions"].append({"publication": "sales", "subscriber": "zz"}), "unknown subscriber 'zz'"),
+        (
+            lambda d: d["publications"][0]["articles"].append({"table": "a.b", "colour": 1}),
+            r"publications\[0\]\.articles\[2\]\.colour: unknown key 'colour'",
+        ),
+        (lambda d: d["publications"][0]["articles"].append({"table": "a.b.c"}), "schema.table"),
+        (
+            lambda d: d["subscriptions"][0].update(commit_batch_size=0),
+            r"subscriptions\[0\]\.commit_batch_size: 0 is out of range: use an integer from 1 to 1000000",
+        ),
+    ],
+)
 def test_static_errors_name_the_object(mutate, message):
     data = _topo()
     mutate(data)
@@ -95,14 +114,17 @@ def test_static_errors_name_the_object(mutate, message):
         topology.from_dict(data)
 
 
-@pytest.mark.parametrize("option, value, message", [
-    ("ins_cmd", "SCALL", "SCALL is not allowed for inserts; allowed call syntaxes: CALL"),
-    ("ins_cmd", "XCALL", "XCALL is not allowed for inserts"),
-    ("del_cmd", "MCALL", "MCALL is not allowed for deletes; allowed call syntaxes: CALL, XCALL"),
-    ("upd_cmd", "VCALL", "reserved for updatable subscriptions"),
-    ("upd_cmd", "FOO", "not understood"),
-    ("upd_cmd", "CALL bad;name", "not a valid procedure name"),
-])
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("ins_cmd", "SCALL", "SCALL is not allowed for inserts; allowed call syntaxes: CALL"),
+        ("ins_cmd", "XCALL", "XCALL is not allowed for inserts"),
+        ("del_cmd", "MCALL", "MCALL is not allowed for deletes; allowed call syntaxes: CALL, XCALL"),
+        ("upd_cmd", "VCALL", "reserved for updatable subscriptions"),
+        ("upd_cmd", "FOO", "not understood"),
+        ("upd_cmd", "CALL bad;name", "not a valid procedure name"),
+    ],
+)
 def test_call_syntax_not_allowed_is_rejected_with_choices(option, value, message):
     data = _topo()
     data["publications"][0]["articles"][0] = {"table": "public.orders", option: value}
@@ -112,8 +134,12 @@ def test_call_syntax_not_allowed_is_rejected_with_choices(option, value, message
 
 def test_custom_sql_and_none_propagation_parse():
     data = _topo()
-    data["publications"][0]["articles"][0] = {"table": "public.orders", "ins_cmd": "SQL", "del_cmd": "NONE",
-                                              "upd_cmd": "MCALL audit.upd_orders"}
+    data["publications"][0]["articles"][0] = {
+        "table": "public.orders",
+        "ins_cmd": "SQL",
+        "del_cmd": "NONE",
+        "upd_cmd": "MCALL audit.upd_orders",
+    }
     art = topology.from_dict(data).publication("sales").article("orders")
     assert (art.ins_cmd.method, art.del_cmd.method) == ("sql", "none")
     assert (art.upd_cmd.syntax, art.upd_cmd.procedure) == ("MCALL", "audit.upd_orders")
@@ -148,13 +174,17 @@ def test_apply_is_idempotent_and_prepares_publisher(env):
     for _ in range(2):
         resolved = deploy.apply_topology(topo)
     assert [a.name for a in resolved["p"]] == ["t1", "t2"]
-    assert env.rows(env.pub, "SELECT relname, relreplident FROM pg_class WHERE relname IN ('t1','t2') "
-                             "ORDER BY 1") == [("t1", "f"), ("t2", "f")]
-    assert env.rows(env.pub, "SELECT tablename FROM pg_publication_tables WHERE pubname = 'airflow_repl_p' "
-                             "ORDER BY 1") == [("t1",), ("t2",)]
+    assert env.rows(env.pub, "SELECT relname, relreplident FROM pg_class WHERE relname IN ('t1','t2') ORDER BY 1") == [
+        ("t1", "f"),
+        ("t2", "f"),
+    ]
+    assert env.rows(
+        env.pub, "SELECT tablename FROM pg_publication_tables WHERE pubname = 'airflow_repl_p' ORDER BY 1"
+    ) == [("t1",), ("t2",)]
     assert env.rows(env.dist, "SELECT count(*) FROM airflow_repl.articles")[0][0] == 2
     # removing an article from the topology removes it everywhere on the next apply
     deploy.apply_topology(env.topology(["public.t1"]))
-    assert env.rows(env.pub, "SELECT tablename FROM pg_publication_tables WHERE pubname = 'airflow_repl_p'") \
-        == [("t1",)]
+    assert env.rows(env.pub, "SELECT tablename FROM pg_publication_tables WHERE pubname = 'airflow_repl_p'") == [
+        ("t1",)
+    ]
     assert env.rows(env.dist, "SELECT name FROM airflow_repl.articles") == [("t1",)]

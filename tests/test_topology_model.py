@@ -11,10 +11,13 @@ from airflow_repl.engine.postgres import connections
 
 
 def _data(**over):
-    data = {"publisher": "pub_conn", "distributor": "postgresql://repl@db:5432/distribution",
-            "subscribers": {"s1": "sub_conn"},
-            "publications": [{"name": "shop", "articles": ["public.orders"]}],
-            "subscriptions": [{"publication": "shop", "subscriber": "s1"}]}
+    data = {
+        "publisher": "pub_conn",
+        "distributor": "postgresql://repl@db:5432/distribution",
+        "subscribers": {"s1": "sub_conn"},
+        "publications": [{"name": "shop", "articles": ["public.orders"]}],
+        "subscriptions": [{"publication": "shop", "subscriber": "s1"}],
+    }
     data.update(over)
     return data
 
@@ -44,19 +47,25 @@ def test_names_are_used_as_written_quotes_spaces_and_case_included():
 @pytest.mark.parametrize("name, size", [("a" * 63, 63), ("€" * 21, 63), ("é" * 31 + "a", 63)])
 def test_names_of_exactly_63_bytes_are_accepted(name, size):
     assert len(name.encode()) == size
-    art = topology.from_dict(_article(table=f"{name}.{name}", destination=f"{name}.{name}",
-                                      columns=[name], name=name)).publication("shop").articles[0]
+    art = (
+        topology.from_dict(_article(table=f"{name}.{name}", destination=f"{name}.{name}", columns=[name], name=name))
+        .publication("shop")
+        .articles[0]
+    )
     assert (art.source_schema, art.source_table, art.dest_schema, art.dest_table, art.name) == (name,) * 5
     assert art.columns == [name]
 
 
 @pytest.mark.parametrize("name", ["a" * 64, "€" * 22, "é" * 32])
-@pytest.mark.parametrize("where, build", [
-    ("publications[0].articles[0].table: table name", lambda n: _article(table=f"public.{n}")),
-    ("publications[0].articles[0].table: schema name", lambda n: _article(table=f"{n}.orders")),
-    ("publications[0].articles[0].destination: destination table name", lambda n: _article(destination=n)),
-    ("publications[0].articles[0].columns[0]: column name", lambda n: _article(columns=[n])),
-])
+@pytest.mark.parametrize(
+    "where, build",
+    [
+        ("publications[0].articles[0].table: table name", lambda n: _article(table=f"public.{n}")),
+        ("publications[0].articles[0].table: schema name", lambda n: _article(table=f"{n}.orders")),
+        ("publications[0].articles[0].destination: destination table name", lambda n: _article(destination=n)),
+        ("publications[0].articles[0].columns[0]: column name", lambda n: _article(columns=[n])),
+    ],
+)
 def test_names_over_63_bytes_are_rejected_never_truncated(name, where, build):
     message = _error(build(name))
     assert f"topology: {where} {name!r} is {len(name.encode())} bytes long" in message
@@ -80,13 +89,19 @@ def test_valid_publication_names_give_server_names_within_63_bytes(name):
 @pytest.mark.parametrize("name", ["p" * 41, "Shop", "1shop", "shop-x", "", "ß", "shop\n"])
 def test_invalid_publication_names(name):
     assert "publications[0].name: publication name" in _error(
-        _data(publications=[{"name": name, "articles": ["t"]}], subscriptions=[]))
+        _data(publications=[{"name": name, "articles": ["t"]}], subscriptions=[])
+    )
 
 
-@pytest.mark.parametrize("table, says", [
-    ("a.b.c", "not of the form schema.table"), (".t", "schema name is empty"), ("s.", "table name is empty"),
-    ("s.t\x00", "NUL character"),
-])
+@pytest.mark.parametrize(
+    "table, says",
+    [
+        ("a.b.c", "not of the form schema.table"),
+        (".t", "schema name is empty"),
+        ("s.", "table name is empty"),
+        ("s.t\x00", "NUL character"),
+    ],
+)
 def test_bad_table_names(table, says):
     assert says in _error(_article(table=table))
 
@@ -102,24 +117,34 @@ def test_integer_options_accept_their_whole_range_and_nothing_else(option):
     low, high = topology.RANGES[option]
     for good in (low, high):
         assert getattr(topology.from_dict(_sub(**{option: good})).subscriptions[0], option) == good
-    for bad in (low - 1, high + 1, 10 ** 20):
-        assert f"subscriptions[0].{option}: {bad} is out of range: use an integer from {low} to {high}" \
-            in _error(_sub(**{option: bad}))
-    for bad, says in ((True, "got the boolean true"), ("4", "got the string '4'"), (4.0, "got the number 4.0"),
-                      (None, "got nothing (null)")):
+    for bad in (low - 1, high + 1, 10**20):
+        assert f"subscriptions[0].{option}: {bad} is out of range: use an integer from {low} to {high}" in _error(
+            _sub(**{option: bad})
+        )
+    for bad, says in (
+        (True, "got the boolean true"),
+        ("4", "got the string '4'"),
+        (4.0, "got the number 4.0"),
+        (None, "got nothing (null)"),
+    ):
         assert f"subscriptions[0].{option}: expected an integer, {says}" in _error(_sub(**{option: bad}))
 
 
 def test_documented_ranges():
-    assert topology.RANGES == {"commit_batch_size": (1, 1_000_000), "commit_batch_threshold": (1, 10_000_000),
-                               "subscription_streams": (1, 64)}
+    assert topology.RANGES == {
+        "commit_batch_size": (1, 1_000_000),
+        "commit_batch_threshold": (1, 10_000_000),
+        "subscription_streams": (1, 64),
+    }
 
 
 def test_strings_are_not_numbers_or_booleans():
     assert "subscriptions[0].subscriber: expected a string, got the boolean false; YAML reads" in _error(
-        _sub(subscriber=False))
+        _sub(subscriber=False)
+    )
     assert "publications[0].name: expected a string, got the integer 7" in _error(
-        _data(publications=[{"name": 7, "articles": ["t"]}]))
+        _data(publications=[{"name": 7, "articles": ["t"]}])
+    )
     assert "snapshot_folder: expected a string, got a list" in _error(_data(snapshot_folder=["a"]))
 
 
@@ -127,14 +152,19 @@ def test_skip_errors_accept_names_and_sql_server_numbers():
     sub = topology.from_dict(_sub(skip_errors=["row_not_found", 2627, "20598"])).subscriptions[0]
     assert sub.skip_errors == ["row_not_found", "2627", "20598"]
     assert all(e in topology.SKIPPABLE_ERRORS for e in sub.skip_errors)
-    assert "skip_errors[0]: the integer 1 is not an error that can be skipped: skip_errors of a subscription " \
+    assert (
+        "skip_errors[0]: the integer 1 is not an error that can be skipped: skip_errors of a subscription "
         "must list some of: row_not_found (20598), duplicate_key (2627)" in _error(_sub(skip_errors=[1]))
+    )
     assert "skip_errors[0]: the boolean true is not an error" in _error(_sub(skip_errors=[True]))
 
 
 def test_include_children_is_a_strict_boolean_defaulting_to_false():
-    topo = topology.from_dict(_data(publications=[{"name": "shop", "articles": [
-        "public.a", {"table": "public.b", "include_children": True}]}]))
+    topo = topology.from_dict(
+        _data(
+            publications=[{"name": "shop", "articles": ["public.a", {"table": "public.b", "include_children": True}]}]
+        )
+    )
     a, b = topo.publication("shop").articles
     assert (a.include_children, b.include_children) == (False, True)
     assert [x["include_children"] for x in topo.to_dict()["publications"][0]["articles"]] == [False, True]
@@ -143,29 +173,43 @@ def test_include_children_is_a_strict_boolean_defaulting_to_false():
 
 
 # ---------------------------------------------------------------------- shapes and keys
-@pytest.mark.parametrize("mutate, says", [
-    (lambda d: d.update(publications={"name": "shop"}), "publications: expected a list, got a mapping"),
-    (lambda d: d["publications"][0].update(articles={"table": "t", "row_filter": "x > 1"}),
-     "publications[0].articles: expected a list, got a mapping; write each entry as a list item"),
-    (lambda d: d["publications"][0].update(articles=[]), "publications[0].articles: the list is empty"),
-    (lambda d: d.update(publications=[]), "publications: the list is empty"),
-    (lambda d: d["publications"][0]["articles"].append(["t"]), "articles[1]: an article must be a table name"),
-    (lambda d: d.update(subscribers=None), "subscribers: expected a mapping, got nothing (null)"),
-    (lambda d: d.update(subscribers={"s1": {"conn_id": "x", "host": "h"}}),
-     "subscribers.s1.host: unknown key 'host'; known keys here: conn_id, uri"),
-    (lambda d: d.update(subscribers={"s1": {"conn_id": "x", "uri": "postgresql://h/d"}}),
-     "subscribers.s1.uri: unknown key 'uri'"),
-    (lambda d: d.update(subscribers={"s1": {}}), "subscribers.s1: a server mapping needs conn_id"),
-    (lambda d: d.update(publisher=["x"]), "publisher: a server must be an Airflow connection id"),
-    (lambda d: d.update(publisher="mysql://u@h/d"), "publisher: connection URI scheme 'mysql' is not supported"),
-    (lambda d: d.update(publisher="has space"), "publisher: the server reference is not a valid Airflow connection"),
-    (lambda d: d.update(subscribers={"S1": "x"}), "subscribers.S1: subscriber name 'S1' is invalid"),
-    (lambda d: d.update(subscribers={1: "x"}), "subscribers[1]: expected a string, got the integer 1"),
-    (lambda d: d.pop("publisher"), "topology: (top level): required key 'publisher' is missing"),
-    (lambda d: d["publications"][0]["articles"].append({"name": "x"}),
-     "publications[0].articles[1]: required key 'table' is missing"),
-    (lambda d: d.update(publisher_=1), "unknown key 'publisher_'; did you mean 'publisher'?"),
-])
+@pytest.mark.parametrize(
+    "mutate, says",
+    [
+        (lambda d: d.update(publications={"name": "shop"}), "publications: expected a list, got a mapping"),
+        (
+            lambda d: d["publications"][0].update(articles={"table": "t", "row_filter": "x > 1"}),
+            "publications[0].articles: expected a list, got a mapping; write each entry as a list item",
+        ),
+        (lambda d: d["publications"][0].update(articles=[]), "publications[0].articles: the list is empty"),
+        (lambda d: d.update(publications=[]), "publications: the list is empty"),
+        (lambda d: d["publications"][0]["articles"].append(["t"]), "articles[1]: an article must be a table name"),
+        (lambda d: d.update(subscribers=None), "subscribers: expected a mapping, got nothing (null)"),
+        (
+            lambda d: d.update(subscribers={"s1": {"conn_id": "x", "host": "h"}}),
+            "subscribers.s1.host: unknown key 'host'; known keys here: conn_id, uri",
+        ),
+        (
+            lambda d: d.update(subscribers={"s1": {"conn_id": "x", "uri": "postgresql://h/d"}}),
+            "subscribers.s1.uri: unknown key 'uri'",
+        ),
+        (lambda d: d.update(subscribers={"s1": {}}), "subscribers.s1: a server mapping needs conn_id"),
+        (lambda d: d.update(publisher=["x"]), "publisher: a server must be an Airflow connection id"),
+        (lambda d: d.update(publisher="mysql://u@h/d"), "publisher: connection URI scheme 'mysql' is not supported"),
+        (
+            lambda d: d.update(publisher="has space"),
+            "publisher: the server reference is not a valid Airflow connection",
+        ),
+        (lambda d: d.update(subscribers={"S1": "x"}), "subscribers.S1: subscriber name 'S1' is invalid"),
+        (lambda d: d.update(subscribers={1: "x"}), "subscribers[1]: expected a string, got the integer 1"),
+        (lambda d: d.pop("publisher"), "topology: (top level): required key 'publisher' is missing"),
+        (
+            lambda d: d["publications"][0]["articles"].append({"name": "x"}),
+            "publications[0].articles[1]: required key 'table' is missing",
+        ),
+        (lambda d: d.update(publisher_=1), "unknown key 'publisher_'; did you mean 'publisher'?"),
+    ],
+)
 def test_shapes_and_unknown_keys(mutate, says):
     data = _data()
     mutate(data)
@@ -185,35 +229,80 @@ def test_uri_password_never_in_a_message():
 
 
 def test_server_forms():
-    topo = topology.from_dict(_data(subscribers={"a": {"conn_id": "x_conn"}, "b": {"uri": "postgresql://u:pw@h/d"},
-                                                 "c": {"ref": "c_conn", "conninfo": "host=h password=pw"}},
-                                    subscriptions=[]))
+    topo = topology.from_dict(
+        _data(
+            subscribers={
+                "a": {"conn_id": "x_conn"},
+                "b": {"uri": "postgresql://u:pw@h/d"},
+                "c": {"ref": "c_conn", "conninfo": "host=h password=pw"},
+            },
+            subscriptions=[],
+        )
+    )
     assert [topo.subscribers[k].ref for k in "abc"] == ["x_conn", "postgresql://u:pw@h/d", "c_conn"]
     assert topo.subscribers["c"].conninfo == "host=h password=pw"
     assert "pw" not in repr(topo) and "pw" not in str(topo.subscribers["b"])
 
 
 def test_defaults_and_normalised_names():
-    topo = topology.from_dict(_data(publications=[{"name": "shop", "updates_as_delete_insert": "all", "articles": [
-        "orders", {"table": "crm.customers", "destination": "clients", "updates_as_delete_insert": "key_changes"}]}]))
+    topo = topology.from_dict(
+        _data(
+            publications=[
+                {
+                    "name": "shop",
+                    "updates_as_delete_insert": "all",
+                    "articles": [
+                        "orders",
+                        {"table": "crm.customers", "destination": "clients", "updates_as_delete_insert": "key_changes"},
+                    ],
+                }
+            ]
+        )
+    )
     orders, customers = topo.publication("shop").articles
     assert (orders.name, orders.source, orders.destination) == ("orders", "public.orders", "public.orders")
     assert (customers.name, customers.source, customers.destination) == ("customers", "crm.customers", "crm.clients")
     assert (orders.updates_as_delete_insert, customers.updates_as_delete_insert) == ("all", "key_changes")
     assert orders.ins_cmd == parse_propagation("insert", None) and orders.upd_cmd.syntax == "SCALL"
     sub = topo.subscription("shop", "s1")
-    assert (sub.commit_batch_size, sub.commit_batch_threshold, sub.subscription_streams, sub.skip_errors) == \
-        (100, 1000, 1, [])
-    assert sub.options() == {"commit_batch_size": 100, "commit_batch_threshold": 1000, "subscription_streams": 1,
-                             "skip_errors": []}
+    assert (sub.commit_batch_size, sub.commit_batch_threshold, sub.subscription_streams, sub.skip_errors) == (
+        100,
+        1000,
+        1,
+        [],
+    )
+    assert sub.options() == {
+        "commit_batch_size": 100,
+        "commit_batch_threshold": 1000,
+        "subscription_streams": 1,
+        "skip_errors": [],
+    }
 
 
 def test_to_dict_round_trips_through_from_dict():
-    topo = topology.from_dict(_data(publications=[{"name": "shop", "articles": [
-        {"table": "public.orders", "row_filter": "id > 1", "columns": ["a", "b"], "include_children": True,
-         "upd_cmd": "MCALL audit.upd", "del_cmd": "NONE", "ins_cmd": "SQL"}]}],
-        subscriptions=[{"publication": "shop", "subscriber": "s1", "subscription_streams": 3,
-                        "skip_errors": ["duplicate_key"]}]))
+    topo = topology.from_dict(
+        _data(
+            publications=[
+                {
+                    "name": "shop",
+                    "articles": [
+                        {
+                            "table": "public.orders",
+                            "row_filter": "id > 1",
+                            "columns": ["a", "b"],
+                            "include_children": True,
+                            "upd_cmd": "MCALL audit.upd",
+                            "del_cmd": "NONE",
+                            "ins_cmd": "SQL",
+                        }
+                    ],
+                }
+            ],
+            subscriptions=[
+                {"publication": "shop", "subscriber": "s1", "subscription_streams": 3, "skip_errors": ["duplicate_key"]}
+            ],
+        )
+    )
     topo.resolve(lambda ref: f"host=h dbname={ref}")
     spec = topo.to_dict(with_secrets=True)
     again = topology.from_dict(spec)
@@ -224,9 +313,11 @@ def test_to_dict_round_trips_through_from_dict():
 
 def test_first_problem_by_position_and_a_count_of_the_rest(tmp_path):
     path = tmp_path / "t.yaml"
-    path.write_text("publisher: a\ndistributor: b\nsubscriptions:\n  - {publication: shop, subscriber: s1, "
-                    "subscription_streams: 0}\npublications:\n  - name: shop\n    articles: [public.orders]\n"
-                    "    bogus: 1\n")
+    path.write_text(
+        "publisher: a\ndistributor: b\nsubscriptions:\n  - {publication: shop, subscriber: s1, "
+        "subscription_streams: 0}\npublications:\n  - name: shop\n    articles: [public.orders]\n"
+        "    bogus: 1\n"
+    )
     with pytest.raises(TopologyError) as err:
         topology.load(path)
     # pydantic reports publications first (field order); the file has the subscription first
@@ -246,8 +337,11 @@ def test_positions_of_values_keys_and_missing_keys():
 
 
 def test_duplicate_keys_name_both_lines_at_any_depth():
-    with pytest.raises(TopologyError, match=r"^topology file f.yaml:3:3: a: duplicate key 'b' \(also at line 2, "
-                                            r"column 3\); YAML would keep only the last one"):
+    with pytest.raises(
+        TopologyError,
+        match=r"^topology file f.yaml:3:3: a: duplicate key 'b' \(also at line 2, "
+        r"column 3\); YAML would keep only the last one",
+    ):
         yaml_source.parse("a:\n  b: 1\n  b: 2\n", "f.yaml")
     with pytest.raises(TopologyError, match=r"f.yaml:1:12: x\[0\]: duplicate key 'k'"):
         yaml_source.parse("x: [{k: 1, k: 1}]\n", "f.yaml")
@@ -265,13 +359,16 @@ def test_merge_keys_may_be_overridden_without_a_duplicate_error():
 def test_yaml_errors_are_one_line_with_position_and_no_file_text():
     with pytest.raises(TopologyError) as err:
         yaml_source.parse("publisher: postgresql://u:s3cret@h/db: x\n", "f.yaml")
-    assert str(err.value) == "topology file f.yaml:1:38: invalid YAML: mapping values are not allowed here; " \
-                             "fix the YAML syntax there"
+    assert (
+        str(err.value) == "topology file f.yaml:1:38: invalid YAML: mapping values are not allowed here; "
+        "fix the YAML syntax there"
+    )
 
 
 def test_alias_bombs_and_deep_nesting_are_refused():
     bomb = "a: &a [x,x,x,x,x,x,x,x,x,x]\n" + "".join(
-        f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n" for p, n in zip("abcde", "bcdef"))
+        f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n" for p, n in zip("abcde", "bcdef")
+    )
     with pytest.raises(TopologyError, match="more than 100000 values"):
         yaml_source.parse(bomb, "f.yaml")
     with pytest.raises(TopologyError, match="nest more than 64 levels"):
@@ -299,13 +396,20 @@ def test_file_problems(tmp_path):
     assert yaml_source.read(bom).data == {"a": "é"}
     empty = tmp_path / "empty.yaml"
     empty.write_text("  \n")
-    assert error(empty).endswith("is empty: write the topology's publisher, distributor, subscribers, "
-                                 "publications and subscriptions in it")
+    assert error(empty).endswith(
+        "is empty: write the topology's publisher, distributor, subscribers, publications and subscriptions in it"
+    )
 
 
-@pytest.mark.parametrize("loc, text", [
-    ((), "(top level)"), (("a",), "a"), (("a", 0, "b"), "a[0].b"), (("s", "Bad-Name"), "s['Bad-Name']"),
-])
+@pytest.mark.parametrize(
+    "loc, text",
+    [
+        ((), "(top level)"),
+        (("a",), "a"),
+        (("a", 0, "b"), "a[0].b"),
+        (("s", "Bad-Name"), "s['Bad-Name']"),
+    ],
+)
 def test_format_loc(loc, text):
     assert yaml_source.format_loc(loc) == text
 
@@ -314,14 +418,18 @@ def test_keys_must_be_names_and_names_must_be_strings():
     data = _data(publications=[{"name": "shop", "articles": [{"table": "t", 1: "x"}]}])
     assert "publications[0].articles[0][1]: the key 1 is not a name; known keys here: columns" in _error(data)
     for option in ("name", "destination"):
-        assert f"articles[0].{option}: expected a string, got nothing (null); give a value or remove the key" \
-            in _error(_article(**{option: None}))
+        assert f"articles[0].{option}: expected a string, got nothing (null); give a value or remove the key" in _error(
+            _article(**{option: None})
+        )
     assert "articles[0].name: article name is empty" in _error(_article(name=""))
 
 
 def test_resolution_errors_name_the_server(monkeypatch):
     monkeypatch.delenv("AIRFLOW_CONN_NOPE_CONN", raising=False)
     topo = topology.from_dict(_data(subscribers={"s1": "nope_conn"}))
-    with pytest.raises(TopologyError, match=r"^subscribers\.s1: connection id 'nope_conn' is not defined: set the "
-                                            r"environment variable AIRFLOW_CONN_NOPE_CONN"):
+    with pytest.raises(
+        TopologyError,
+        match=r"^subscribers\.s1: connection id 'nope_conn' is not defined: set the "
+        r"environment variable AIRFLOW_CONN_NOPE_CONN",
+    ):
         topo.resolve(lambda ref: "host=h" if ref != "nope_conn" else connections.env_resolver(ref))

@@ -48,8 +48,15 @@ class DeliveryError(ReplError):
 
     exit_code = 4
 
-    def __init__(self, message: str, *, sqlstate: str | None = None, xact_seqno: str | None = None,
-                 command_id: int | None = None, article: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        sqlstate: str | None = None,
+        xact_seqno: str | None = None,
+        command_id: int | None = None,
+        article: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.sqlstate = sqlstate
         self.xact_seqno = xact_seqno

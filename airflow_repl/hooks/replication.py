@@ -34,10 +34,13 @@ class ReplicationHook(BaseHook):
         try:
             conn = BaseHook.get_connection(conn_id)
         except Exception as exc:  # AirflowNotFoundException and friends
-            raise TopologyError(f"Airflow connection {conn_id!r} named in the topology is not defined: "
-                                f"create it (conn type postgres) or use a postgresql:// URI") from exc
-        return connections.conninfo_from_parts(conn.host, conn.port, conn.login, conn.password,
-                                               conn.schema, conn.extra_dejson)
+            raise TopologyError(
+                f"Airflow connection {conn_id!r} named in the topology is not defined: "
+                f"create it (conn type postgres) or use a postgresql:// URI"
+            ) from exc
+        return connections.conninfo_from_parts(
+            conn.host, conn.port, conn.login, conn.password, conn.schema, conn.extra_dejson
+        )
 
     def get_topology(self) -> topology.Topology:
         return connections.resolve_topology(topology.load(self.topology_path), self.resolve_connection)

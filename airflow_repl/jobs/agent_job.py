@@ -22,8 +22,9 @@ import logging
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from airflow_repl.engine.agents import distribution_agent, lifecycle, log_reader_agent, snapshot_agent
 from airflow_repl.engine.errors import INTERNAL_EXIT_CODE, ReplError
@@ -39,62 +40,85 @@ def _deliver_one(spec: dict, publication: str, subscriber: str, until: str | Non
     return {"subscriber": subscriber, **distribution_agent.run_distribution(topo, publication, subscriber, until=until)}
 
 
-def _snapshot(topo: Topology, publication: str, *, subscribers: list[str] | None, until: str | None,
-              reinitialize: bool, spark) -> tuple[dict, Any]:
+def _snapshot(
+    topo: Topology, publication: str, *, subscribers: list[str] | None, until: str | None, reinitialize: bool, spark
+) -> tuple[dict, Any]:
     from airflow_repl.jobs.session import spark_session
 
     for name in subscribers or []:  # an unknown subscriber is refused before Spark starts (seconds)
         topo.subscription(publication, name)
     spark = spark or spark_session(f"airflow-repl-snapshot-{publication}")
-    return snapshot_agent.run_snapshot(topo, publication, spark, subscribers=subscribers,
-                                 reinitialize=reinitialize), spark
+    return snapshot_agent.run_snapshot(
+        topo, publication, spark, subscribers=subscribers, reinitialize=reinitialize
+    ), spark
 
 
-def _logreader(topo: Topology, publication: str, *, subscribers: list[str] | None, until: str | None,
-               reinitialize: bool, spark) -> tuple[dict, Any]:
+def _logreader(
+    topo: Topology, publication: str, *, subscribers: list[str] | None, until: str | None, reinitialize: bool, spark
+) -> tuple[dict, Any]:
     return log_reader_agent.run_log_reader(topo, publication), spark
 
 
-def _distribution(topo: Topology, publication: str, *, subscribers: list[str] | None, until: str | None,
-                  reinitialize: bool, spark) -> tuple[dict, Any]:
+def _distribution(
+    topo: Topology, publication: str, *, subscribers: list[str] | None, until: str | None, reinitialize: bool, spark
+) -> tuple[dict, Any]:
     from airflow_repl.jobs.session import spark_session
 
     names = subscribers or [s.subscriber for s in topo.subscriptions_of(publication)]
     for name in names:
         topo.subscription(publication, name)  # unknown subscription -> error before any delivery
     if len(names) <= 1:
-        results = [{"subscriber": n, **distribution_agent.run_distribution(topo, publication, n, until=until)}
-                   for n in names]
+        results = [
+            {"subscriber": n, **distribution_agent.run_distribution(topo, publication, n, until=until)} for n in names
+        ]
     else:
         spark = spark or spark_session(f"airflow-repl-distribution-{publication}")
         spec = topo.to_dict(with_secrets=True)
         try:
-            results = spark.sparkContext.parallelize(names, len(names)).map(
-                lambda n: _deliver_one(spec, publication, n, until)).collect()
+            results = (
+                spark.sparkContext.parallelize(names, len(names))
+                .map(lambda n: _deliver_one(spec, publication, n, until))
+                .collect()
+            )
         except Exception as exc:  # a subscription's failure, wrapped by Spark: report the agent's own error
             unwrapped = lifecycle.unwrap_spark_error(exc)
             if unwrapped is exc:
                 raise
             raise unwrapped from None
-    return {"subscriptions": results, "transactions": sum(r["transactions"] for r in results),
-            "commands": sum(r["commands"] for r in results)}, spark
+    return {
+        "subscriptions": results,
+        "transactions": sum(r["transactions"] for r in results),
+        "commands": sum(r["commands"] for r in results),
+    }, spark
 
 
 #: The agents, by the name the CLI, the operators and spark-submit use.
 AGENTS: dict[str, Callable[..., tuple[dict, Any]]] = {
-    "snapshot": _snapshot, "logreader": _logreader, "distribution": _distribution}
+    "snapshot": _snapshot,
+    "logreader": _logreader,
+    "distribution": _distribution,
+}
 
 
-def run_agent(agent: str, topo: Topology, publication: str, *, subscribers: list[str] | None = None,
-              until: str | None = None, reinitialize: bool = False, spark=None) -> dict:
+def run_agent(
+    agent: str,
+    topo: Topology,
+    publication: str,
+    *,
+    subscribers: list[str] | None = None,
+    until: str | None = None,
+    reinitialize: bool = False,
+    spark=None,
+) -> dict:
     """Run one agent; the same entry point serves spark-submit, the CLI and the tests."""
     if agent not in AGENTS:
         raise ReplError(f"unknown agent {agent!r}; choose one of {', '.join(AGENTS)}")
     topo.publication(publication)  # unknown publication -> clear error
     if until is not None:
         distribution_agent.parse_until(until)  # a bad time -> clear error before anything runs
-    result, spark = AGENTS[agent](topo, publication, subscribers=subscribers, until=until,
-                                  reinitialize=reinitialize, spark=spark)
+    result, spark = AGENTS[agent](
+        topo, publication, subscribers=subscribers, until=until, reinitialize=reinitialize, spark=spark
+    )
     if spark is not None:
         result["spark_application_id"] = spark.sparkContext.applicationId
     return result
@@ -104,13 +128,22 @@ def failure(exc: BaseException) -> dict:
     """The result-file outcome of a failed run (one line of message, no password)."""
     exc = lifecycle.as_engine_error(exc) if isinstance(exc, Exception) else exc
     if isinstance(exc, ReplError):
-        return {"status": "failed", "error_class": type(exc).__name__, "exit_code": exc.exit_code,
-                "retryable": exc.retryable, "message": connections.redact(str(exc))}
+        return {
+            "status": "failed",
+            "error_class": type(exc).__name__,
+            "exit_code": exc.exit_code,
+            "retryable": exc.retryable,
+            "message": connections.redact(str(exc)),
+        }
     detail = connections.redact(" ".join(str(exc).split())) or "no message"
-    return {"status": "failed", "error_class": type(exc).__name__, "exit_code": INTERNAL_EXIT_CODE,
-            "retryable": False,
-            "message": f"internal error ({type(exc).__name__}): {detail}; this is a bug, please report it",
-            "traceback": connections.redact("".join(traceback.format_exception(exc)))}
+    return {
+        "status": "failed",
+        "error_class": type(exc).__name__,
+        "exit_code": INTERNAL_EXIT_CODE,
+        "retryable": False,
+        "message": f"internal error ({type(exc).__name__}): {detail}; this is a bug, please report it",
+        "traceback": connections.redact("".join(traceback.format_exception(exc))),
+    }
 
 
 def write_result(path: str, outcome: dict) -> None:
@@ -147,11 +180,17 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         topo = _read_spec(args.spec)
-        result = run_agent(args.agent, topo, args.publication, subscribers=args.subscriber,
-                           until=args.until or None, reinitialize=args.reinitialize)
+        result = run_agent(
+            args.agent,
+            topo,
+            args.publication,
+            subscribers=args.subscriber,
+            until=args.until or None,
+            reinitialize=args.reinitialize,
+        )
         outcome, code = {"status": "succeeded", **result}, 0
         log.info("%s agent finished: %s", args.agent, json.dumps(result, default=str))
-    except Exception as exc:  # noqa: BLE001 - every outcome goes to the result file
+    except Exception as exc:
         outcome = failure(exc)
         code = outcome["exit_code"]
         print(f"airflow-repl: error: {outcome['message']}", file=sys.stderr)

@@ -22,6 +22,7 @@ def spark_session(app_name: str, master: str | None = None):
     builder = SparkSession.builder.appName(app_name)
     under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # set by spark-submit's PythonRunner
     if not under_submit:
-        builder = (builder.master(master or os.environ.get("AIRFLOW_REPL_SPARK_MASTER", "local[2]"))
-                   .config("spark.ui.enabled", "false"))
+        builder = builder.master(master or os.environ.get("AIRFLOW_REPL_SPARK_MASTER", "local[2]")).config(
+            "spark.ui.enabled", "false"
+        )
     return builder.config("spark.sql.shuffle.partitions", "4").getOrCreate()

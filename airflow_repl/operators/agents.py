@@ -39,10 +39,13 @@ def read_outcome(result: Path, agent: str, submit_error: Exception | None = None
     timeout), with the agent's one-line message."""
     if not result.exists():
         if submit_error is not None:
-            raise AirflowException(f"the {agent} agent did not report an outcome (the Spark application failed "
-                                   f"before it ran: {submit_error}); see the spark-submit output above")
-        raise AirflowException(f"the {agent} agent finished without writing its outcome; see the Spark "
-                               f"driver log above")
+            raise AirflowException(
+                f"the {agent} agent did not report an outcome (the Spark application failed "
+                f"before it ran: {submit_error}); see the spark-submit output above"
+            )
+        raise AirflowException(
+            f"the {agent} agent finished without writing its outcome; see the Spark driver log above"
+        )
     outcome = json.loads(result.read_text())
     if outcome.get("status") != "failed":
         outcome.pop("status", None)
@@ -54,8 +57,10 @@ def read_outcome(result: Path, agent: str, submit_error: Exception | None = None
 
 def task_failure(agent: str, outcome: dict) -> AirflowException:
     """The Airflow exception for a failed outcome: retried only when a retry can fix it."""
-    message = (f"{agent} agent failed ({outcome.get('error_class')}, exit code {outcome.get('exit_code')}): "
-               f"{outcome.get('message')}")
+    message = (
+        f"{agent} agent failed ({outcome.get('error_class')}, exit code {outcome.get('exit_code')}): "
+        f"{outcome.get('message')}"
+    )
     if outcome.get("retryable"):
         return AirflowException(f"{message} [retryable]")
     return AirflowFailException(message)
@@ -67,18 +72,28 @@ class MissingSparkConnection(RuntimeError):
 
 class _AgentOperator(SparkSubmitOperator):
     agent = ""
-    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "topology", "publication",
-                                      "subscribers")
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "topology", "publication", "subscribers")
     ui_color = "#d7e8f5"
 
-    def __init__(self, *, topology: str, publication: str, subscribers: list[str] | None = None,
-                 conn_id: str = "spark_default", name: str | None = None, spark_log_level: str = "WARN",
-                 **kwargs: Any) -> None:
-        super().__init__(application=JOB_PATH, conn_id=conn_id,
-                         name=name or f"airflow-repl-{self.agent}-{publication}", **kwargs)
+    def __init__(
+        self,
+        *,
+        topology: str,
+        publication: str,
+        subscribers: list[str] | None = None,
+        conn_id: str = "spark_default",
+        name: str | None = None,
+        spark_log_level: str = "WARN",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            application=JOB_PATH, conn_id=conn_id, name=name or f"airflow-repl-{self.agent}-{publication}", **kwargs
+        )
         if spark_log_level.upper() not in SPARK_LOG_LEVELS:
-            raise ValueError(f"spark_log_level {spark_log_level!r} of task {kwargs.get('task_id')!r} is not a Spark "
-                             f"log level: use one of {', '.join(SPARK_LOG_LEVELS)}")
+            raise ValueError(
+                f"spark_log_level {spark_log_level!r} of task {kwargs.get('task_id')!r} is not a Spark "
+                f"log level: use one of {', '.join(SPARK_LOG_LEVELS)}"
+            )
         self.spark_log_level = spark_log_level.upper()
         self.topology = topology
         self.publication = publication
@@ -90,8 +105,12 @@ class _AgentOperator(SparkSubmitOperator):
     def _spark_conf(self) -> dict:
         """The job's Spark settings: this Python for driver and workers, the driver's log level,
         then whatever the user set in ``conf`` (which wins)."""
-        return {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable,
-                "spark.log.level": self.spark_log_level, **(self.conf or {})}
+        return {
+            "spark.pyspark.python": sys.executable,
+            "spark.pyspark.driver.python": sys.executable,
+            "spark.log.level": self.spark_log_level,
+            **(self.conf or {}),
+        }
 
     def _check_spark_connection(self) -> None:
         try:
@@ -100,8 +119,9 @@ class _AgentOperator(SparkSubmitOperator):
             raise MissingSparkConnection(
                 f"Spark connection {self._conn_id!r} is not defined, so {self.task_id!r} would be submitted "
                 f"to YARN by default. Create it, e.g. AIRFLOW_CONN_{self._conn_id.upper()}="
-                f"'{{\"conn_type\": \"spark\", \"host\": \"local[2]\"}}' for local mode, or "
-                f"'spark://master-host:7077' for a standalone cluster.") from None
+                f'\'{{"conn_type": "spark", "host": "local[2]"}}\' for local mode, or '
+                f"'spark://master-host:7077' for a standalone cluster."
+            ) from None
 
     def execute(self, context: Any) -> dict:
         self._check_spark_connection()
@@ -127,7 +147,7 @@ class _AgentOperator(SparkSubmitOperator):
             submit_error: Exception | None = None
             try:
                 super().execute(context)
-            except Exception as exc:  # noqa: BLE001 - the job's result file says what happened
+            except Exception as exc:
                 submit_error = exc
             summary = read_outcome(result, self.agent, submit_error, log=self.log)
         self.log.info("%s agent summary: %s", self.agent, summary)

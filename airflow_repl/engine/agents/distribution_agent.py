@@ -104,19 +104,22 @@ class StreamChooser:
         old = self.rate[spread]
         self.rate[spread] = rate if old is None else (old + rate) / 2
 
+
 #: SQL: the next transactions after a watermark.  Orders and compares the pg_lsn column of the
 #: table (qualified: a bare ``xact_seqno`` would bind to the text output column and sort as
 #: text), so the primary key's index returns them in order, with no sort of the backlog.
 BATCH_QUERY = (
     "SELECT t.xact_seqno::text AS xact, t.command_count, t.article_rows, t.commit_time "
     "FROM airflow_repl.transactions AS t "
-    "WHERE t.publication = %s AND t.xact_seqno > %s::pg_lsn ORDER BY t.xact_seqno LIMIT %s")
+    "WHERE t.publication = %s AND t.xact_seqno > %s::pg_lsn ORDER BY t.xact_seqno LIMIT %s"
+)
 #: SQL: the commands of the transactions first..last, in commit order.
 COMMANDS_QUERY = (
     "SELECT c.xact_seqno::text AS xact, c.command_id, c.article, c.op, c.data "
     "FROM airflow_repl.commands AS c "
     "WHERE c.publication = %s AND c.xact_seqno BETWEEN %s::pg_lsn AND %s::pg_lsn "
-    "ORDER BY c.xact_seqno, c.command_id")
+    "ORDER BY c.xact_seqno, c.command_id"
+)
 
 
 @dataclass
@@ -134,8 +137,13 @@ class _Outcome:
     last_good: str | None = None
 
 
-def plan_streams(touched: Sequence[Iterable[Hashable] | None], streams: int, *,
-                 min_commands: int = PARALLEL_MIN_COMMANDS, min_gain: float = PARALLEL_MIN_GAIN) -> list[list[int]]:
+def plan_streams(
+    touched: Sequence[Iterable[Hashable] | None],
+    streams: int,
+    *,
+    min_commands: int = PARALLEL_MIN_COMMANDS,
+    min_gain: float = PARALLEL_MIN_GAIN,
+) -> list[list[int]]:
     """Spread a batch's commands over at most ``streams`` streams so that no two streams ever
     touch the same key value.
 
@@ -189,8 +197,10 @@ def _key_constraints(art: ResolvedArticle) -> list[tuple[tuple, list[int]]]:
     """(constraint, column positions) of the article's primary key and unique constraints; a
     constraint is named by its destination table and columns."""
     names = art.column_names
-    return [((art.dest_schema, art.dest_table, tuple(names[i] for i in positions)), positions)
-            for positions in [art.pk_positions, *art.unique_positions]]
+    return [
+        ((art.dest_schema, art.dest_table, tuple(names[i] for i in positions)), positions)
+        for positions in [art.pk_positions, *art.unique_positions]
+    ]
 
 
 class _Applier:
@@ -221,8 +231,13 @@ class _Applier:
                     continue
                 yield hx, hc, hd
             art = self.articles.get(article)
-            if (cmd.op == DELETE and cmd.pair and art is not None and art.update_mode == "multi_row_key_changes"
-                    and txns[xact].article_rows.get(article) == 1):
+            if (
+                cmd.op == DELETE
+                and cmd.pair
+                and art is not None
+                and art.update_mode == "multi_row_key_changes"
+                and txns[xact].article_rows.get(article) == 1
+            ):
                 held = (xact, cid, cmd)
                 continue
             yield xact, cid, cmd
@@ -264,8 +279,9 @@ class _Stream(threading.Thread):
     """Applies its share of a planned batch on its own connection, pipelined; stops early
     when another stream failed."""
 
-    def __init__(self, conn: psycopg.Connection, applier: _Applier, commands: Iterable[Command],
-                 failed: threading.Event) -> None:
+    def __init__(
+        self, conn: psycopg.Connection, applier: _Applier, commands: Iterable[Command], failed: threading.Event
+    ) -> None:
         super().__init__(daemon=True)
         self.conn, self.applier, self.commands, self.failed = conn, applier, commands, failed
         self.error: BaseException | None = None
@@ -274,7 +290,7 @@ class _Stream(threading.Thread):
     def run(self) -> None:
         try:
             self.count = _apply_pipelined(self.conn, self.applier, self.commands, self.failed)
-        except BaseException as exc:  # noqa: BLE001 - reported to the dispatcher
+        except BaseException as exc:
             self.error = exc
             self.failed.set()
             try:
@@ -283,8 +299,9 @@ class _Stream(threading.Thread):
                 pass
 
 
-def _apply_pipelined(conn: psycopg.Connection, applier: _Applier, commands: Iterable[Command],
-                     stop: threading.Event | None = None) -> int:
+def _apply_pipelined(
+    conn: psycopg.Connection, applier: _Applier, commands: Iterable[Command], stop: threading.Event | None = None
+) -> int:
     """Execute commands on one connection in a pipeline; returns how many were executed."""
     cur = raw_sql.cursor(conn)
     n = 0
@@ -299,8 +316,9 @@ def _apply_pipelined(conn: psycopg.Connection, applier: _Applier, commands: Iter
     return n
 
 
-def _batch(dist: psycopg.Connection, publication: str, after: str, until: datetime | None,
-           size: int, threshold: int) -> list[_Txn]:
+def _batch(
+    dist: psycopg.Connection, publication: str, after: str, until: datetime | None, size: int, threshold: int
+) -> list[_Txn]:
     # Commit order is LSN order; commit timestamps of concurrent commits need not follow it, so
     # point-in-time delivery stops at the first transaction (in LSN order) committed after
     # `until`, never skipping an earlier-LSN one.
@@ -325,23 +343,31 @@ def _command_rows(dist: psycopg.Connection, publication: str, first: str, last: 
 
 def _lock_watermark(sub: psycopg.Connection, publication: str, subscriber: str) -> str:
     try:
-        row = sub.execute("SELECT xact_seqno::text FROM airflow_repl.subscription_state "
-                          "WHERE publication = %s FOR UPDATE NOWAIT", (publication,)).fetchone()
+        row = sub.execute(
+            "SELECT xact_seqno::text FROM airflow_repl.subscription_state WHERE publication = %s FOR UPDATE NOWAIT",
+            (publication,),
+        ).fetchone()
     except psycopg.errors.LockNotAvailable:
-        raise AgentBusy(f"another Distribution Agent is delivering publication {publication!r} to "
-                        f"subscriber {subscriber!r}; wait for it to finish") from None
+        raise AgentBusy(
+            f"another Distribution Agent is delivering publication {publication!r} to "
+            f"subscriber {subscriber!r}; wait for it to finish"
+        ) from None
     except psycopg.errors.UndefinedTable:
         row = None
     if row is None:
-        raise NotInitialized(f"subscriber {subscriber!r} has no snapshot of publication {publication!r}: "
-                             f"run the Snapshot Agent to initialize the subscription")
+        raise NotInitialized(
+            f"subscriber {subscriber!r} has no snapshot of publication {publication!r}: "
+            f"run the Snapshot Agent to initialize the subscription"
+        )
     return row[0]
 
 
 def _set_watermark(sub: psycopg.Connection, publication: str, xact: str, transactions: int) -> None:
-    sub.execute("UPDATE airflow_repl.subscription_state SET xact_seqno = %s, "
-                "transactions = transactions + %s, updated_at = now() WHERE publication = %s",
-                (xact, transactions, publication))
+    sub.execute(
+        "UPDATE airflow_repl.subscription_state SET xact_seqno = %s, "
+        "transactions = transactions + %s, updated_at = now() WHERE publication = %s",
+        (xact, transactions, publication),
+    )
 
 
 def recover_prepared(sub: psycopg.Connection, publication: str) -> int:
@@ -355,11 +381,20 @@ def recover_prepared(sub: psycopg.Connection, publication: str) -> int:
     """
     sub.rollback()
     prefix = f"{_GID_PREFIX}|{publication}|"
-    gids = [r[0] for r in sub.execute("SELECT gid FROM pg_catalog.pg_prepared_xacts "
-                                      "WHERE gid LIKE %s AND database = current_database()",
-                                      (prefix.replace("_", r"\_") + "%",))]
-    row = sub.execute("SELECT xact_seqno::text FROM airflow_repl.subscription_state WHERE publication = %s",
-                      (publication,)).fetchone() if gids else None
+    gids = [
+        r[0]
+        for r in sub.execute(
+            "SELECT gid FROM pg_catalog.pg_prepared_xacts WHERE gid LIKE %s AND database = current_database()",
+            (prefix.replace("_", r"\_") + "%",),
+        )
+    ]
+    row = (
+        sub.execute(
+            "SELECT xact_seqno::text FROM airflow_repl.subscription_state WHERE publication = %s", (publication,)
+        ).fetchone()
+        if gids
+        else None
+    )
     sub.rollback()
     watermark = lsn.lsn_to_int(row[0]) if row else -1
     batches: dict[tuple[str, str], list[tuple[int, int, str]]] = {}
@@ -373,10 +408,17 @@ def recover_prepared(sub: psycopg.Connection, publication: str) -> int:
             total = members[0][1]
             commit = watermark >= lsn.lsn_to_int(last) or len(streams) == total
             for _, _, gid in sorted(members, reverse=True):
-                sub.execute(psycopg.sql.SQL("COMMIT PREPARED {}" if commit else "ROLLBACK PREPARED {}").format(
-                    psycopg.sql.Literal(gid)))
-            log.warning("recovered an interrupted multi-stream batch of %s: %s %d prepared transaction(s)",
-                        publication, "committed" if commit else "rolled back", len(members))
+                sub.execute(
+                    psycopg.sql.SQL("COMMIT PREPARED {}" if commit else "ROLLBACK PREPARED {}").format(
+                        psycopg.sql.Literal(gid)
+                    )
+                )
+            log.warning(
+                "recovered an interrupted multi-stream batch of %s: %s %d prepared transaction(s)",
+                publication,
+                "committed" if commit else "rolled back",
+                len(members),
+            )
     finally:
         sub.autocommit = False
     return len(gids)
@@ -389,7 +431,8 @@ def _check_stream_capacity(conn: psycopg.Connection, streams: int, publication: 
     max_conn, reserved, in_use, prepared = conn.execute(
         "SELECT current_setting('max_connections')::int, current_setting('superuser_reserved_connections')::int, "
         "(SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE backend_type = 'client backend'), "
-        "current_setting('max_prepared_transactions')::int").fetchone()
+        "current_setting('max_prepared_transactions')::int"
+    ).fetchone()
     conn.rollback()
     free = max_conn - reserved - (in_use - 1)  # connections left for this agent, this one included
     allowed = min(free, prepared)
@@ -399,18 +442,36 @@ def _check_stream_capacity(conn: psycopg.Connection, streams: int, publication: 
             f"(max_prepared_transactions {prepared}; free connections {free} = max_connections {max_conn} - "
             f"superuser_reserved_connections {reserved} - {in_use - 1} in use by others); set subscription_streams "
             f"of publication {publication!r} at subscriber {subscriber!r} to at most {max(allowed, 1)}, or raise "
-            f"those settings at the subscriber")
+            f"those settings at the subscriber"
+        )
 
 
 class _Delivery:
     """One Distribution Agent run for one subscription."""
 
-    def __init__(self, topology: Topology, publication: str, subscriber: str, *, until, size: int,
-                 threshold: int, streams: int, skip: set[str]) -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        publication: str,
+        subscriber: str,
+        *,
+        until,
+        size: int,
+        threshold: int,
+        streams: int,
+        skip: set[str],
+    ) -> None:
         self.topology, self.publication, self.subscriber = topology, publication, subscriber
         self.until, self.size, self.threshold, self.n, self.skip = until, size, threshold, streams, skip
-        self.totals = {"transactions": 0, "commands": 0, "commits": 0, "retries": 0, "skipped": 0,
-                       "parallel_batches": 0, "last_xact_seqno": None}
+        self.totals = {
+            "transactions": 0,
+            "commands": 0,
+            "commits": 0,
+            "retries": 0,
+            "skipped": 0,
+            "parallel_batches": 0,
+            "last_xact_seqno": None,
+        }
         self.chooser = StreamChooser(adaptive=ADAPTIVE_STREAMS)
 
     def connect(self, run: AgentRun) -> None:
@@ -428,9 +489,11 @@ class _Delivery:
                     conn.execute("SELECT set_config('lock_timeout', %s, false)", (STREAM_LOCK_TIMEOUT,))
                 conn.commit()
             except psycopg.errors.InsufficientPrivilege:
-                raise ReplError(f"the login of subscriber {self.subscriber!r} may not set "
-                                f"session_replication_role; the Distribution Agent needs a superuser login "
-                                f"(or one granted SET on that parameter) at the subscriber") from None
+                raise ReplError(
+                    f"the login of subscriber {self.subscriber!r} may not set "
+                    f"session_replication_role; the Distribution Agent needs a superuser login "
+                    f"(or one granted SET on that parameter) at the subscriber"
+                ) from None
         # One agent per subscription: a session lock, released if this process dies.  Taken before
         # recovery, so that no live agent's two-phase commit is ever "recovered" under its feet.
         run.lock(self.subs[0])
@@ -464,8 +527,9 @@ class _Delivery:
         if self.n == 1 or not may_spread or sum(t.count for t in txns.values()) > PLAN_MAX_COMMANDS:
             return [(cmd for _, _, cmd in applier.commands(rows, txns))]
         cmds = [cmd for _, _, cmd in applier.commands(rows, txns)]
-        plan = plan_streams([applier.touched(c) for c in cmds], self.n, min_commands=PARALLEL_MIN_COMMANDS,
-                            min_gain=PARALLEL_MIN_GAIN)
+        plan = plan_streams(
+            [applier.touched(c) for c in cmds], self.n, min_commands=PARALLEL_MIN_COMMANDS, min_gain=PARALLEL_MIN_GAIN
+        )
         return [[cmds[i] for i in share] for share in plan]
 
     def _apply_streams(self, applier: _Applier, shares: list[Iterable[Command]]) -> int:
@@ -515,8 +579,10 @@ class _Delivery:
             # prepared is committed by the next run's recovery.
             if self.lost():
                 raise  # reported as a lost connection: run it again
-            raise ReplError(f"the batch ending at {last} is prepared on every stream but not yet committed "
-                            f"on all of them ({exc}); run the Distribution Agent again to finish it") from None
+            raise ReplError(
+                f"the batch ending at {last} is prepared on every stream but not yet committed "
+                f"on all of them ({exc}); run the Distribution Agent again to finish it"
+            ) from None
 
     # ------------------------------------------------------------------ replay
     def _replay(self, applier: _Applier, rows, txns) -> _Outcome:
@@ -545,17 +611,31 @@ class _Delivery:
                 diag = exc.diag.message_primary or str(exc)
                 if exc.sqlstate in self.skip:
                     failed_txn = xact
-                    out.skipped.append({"xact_seqno": xact, "command_id": cid, "article": cmd.article,
-                                        "sqlstate": exc.sqlstate, "command": cmd.to_json(),
-                                        "message": f"skipped transaction {xact}: cannot apply {what} "
-                                                   f"(command {cid}): {diag}"})
+                    out.skipped.append(
+                        {
+                            "xact_seqno": xact,
+                            "command_id": cid,
+                            "article": cmd.article,
+                            "sqlstate": exc.sqlstate,
+                            "command": cmd.to_json(),
+                            "message": f"skipped transaction {xact}: cannot apply {what} (command {cid}): {diag}",
+                        }
+                    )
                     continue
-                hint = (" The subscriber is missing a row the publisher had: repair the row, reinitialize "
-                        "the subscription (Snapshot Agent with reinitialize), or skip such errors with the "
-                        "subscription's skip_errors option." if exc.sqlstate == ROW_NOT_FOUND_SQLSTATE else "")
+                hint = (
+                    " The subscriber is missing a row the publisher had: repair the row, reinitialize "
+                    "the subscription (Snapshot Agent with reinitialize), or skip such errors with the "
+                    "subscription's skip_errors option."
+                    if exc.sqlstate == ROW_NOT_FOUND_SQLSTATE
+                    else ""
+                )
                 out.failure = DeliveryError(
                     f"cannot apply {what} in transaction {xact} (command {cid}): {diag}.{hint}",
-                    sqlstate=exc.sqlstate, xact_seqno=xact, command_id=cid, article=cmd.article)
+                    sqlstate=exc.sqlstate,
+                    xact_seqno=xact,
+                    command_id=cid,
+                    article=cmd.article,
+                )
                 out.failure.command = cmd.to_json()
                 return out
         if current is not None:
@@ -596,33 +676,49 @@ class _Delivery:
                 rows.close()
                 if self.lost() or dist.broken:
                     raise  # a server went away: nothing to replay on (the run is recorded as failed)
-                log.info("batch %s..%s failed on the fast path (%s); replaying it on one stream",
-                         first, last, exc.sqlstate or exc)
+                log.info(
+                    "batch %s..%s failed on the fast path (%s); replaying it on one stream",
+                    first,
+                    last,
+                    exc.sqlstate or exc,
+                )
             self.rollback_all()
             dist.rollback()
             self.totals["retries"] += 1
             now = _lock_watermark(sub0, self.publication, self.subscriber)
             if lsn.lsn_to_int(now) != lsn.lsn_to_int(watermark):  # never re-apply
-                raise ReplError(f"the watermark of subscriber {self.subscriber!r} moved while a batch failed; "
-                                f"run the Distribution Agent again")
+                raise ReplError(
+                    f"the watermark of subscriber {self.subscriber!r} moved while a batch failed; "
+                    f"run the Distribution Agent again"
+                )
             outcome = self._replay(applier, _command_rows(dist, self.publication, first, last), by_xact)
             done = last if outcome.failure is None else outcome.last_good
             if done is not None:
-                applied = txns[:[t.xact for t in txns].index(done) + 1]
+                applied = txns[: [t.xact for t in txns].index(done) + 1]
                 _set_watermark(sub0, self.publication, done, len(applied))
                 sub0.commit()
                 for s in outcome.skipped:
-                    distdb.record_error(dist, run_id=run_id, agent=AGENT, publication=self.publication,
-                                        subscriber=self.subscriber, skipped=True, commit=False, **s)
+                    distdb.record_error(
+                        dist,
+                        run_id=run_id,
+                        agent=AGENT,
+                        publication=self.publication,
+                        subscriber=self.subscriber,
+                        skipped=True,
+                        commit=False,
+                        **s,
+                    )
                 self.totals["skipped"] += len(outcome.skipped)
                 self._delivered(dist, done, len(applied), outcome.commands)
             if outcome.failure is not None:
                 raise outcome.failure
 
     def _delivered(self, dist: psycopg.Connection, last: str, n_txn: int, n_cmd: int) -> None:
-        dist.execute("UPDATE airflow_repl.subscriptions SET delivered_xact_seqno = %s, "
-                     "delivered_at = now() WHERE publication = %s AND subscriber = %s",
-                     (last, self.publication, self.subscriber))
+        dist.execute(
+            "UPDATE airflow_repl.subscriptions SET delivered_xact_seqno = %s, "
+            "delivered_at = now() WHERE publication = %s AND subscriber = %s",
+            (last, self.publication, self.subscriber),
+        )
         dist.commit()
         self.totals["transactions"] += n_txn
         self.totals["commands"] += n_cmd
@@ -635,15 +731,24 @@ def parse_until(value: str) -> datetime:
     try:
         until = datetime.fromisoformat(value.strip())
     except ValueError:
-        raise ReplError(f"--until {value!r} is not an ISO-8601 time: use e.g. 2026-11-23T13:00:00+00:00 "
-                        f"(a time without offset is UTC)") from None
+        raise ReplError(
+            f"--until {value!r} is not an ISO-8601 time: use e.g. 2026-11-23T13:00:00+00:00 "
+            f"(a time without offset is UTC)"
+        ) from None
     return until if until.tzinfo is not None else until.replace(tzinfo=timezone.utc)
 
 
-def run_distribution(topology: Topology, publication: str, subscriber: str, *,
-                     until: datetime | str | None = None, commit_batch_size: int | None = None,
-                     commit_batch_threshold: int | None = None, subscription_streams: int | None = None,
-                     skip_errors: list[str] | None = None) -> dict:
+def run_distribution(
+    topology: Topology,
+    publication: str,
+    subscriber: str,
+    *,
+    until: datetime | str | None = None,
+    commit_batch_size: int | None = None,
+    commit_batch_threshold: int | None = None,
+    subscription_streams: int | None = None,
+    skip_errors: list[str] | None = None,
+) -> dict:
     """Deliver every pending transaction (committed up to ``until``, when given)."""
     started = time.monotonic()
     if isinstance(until, str):
@@ -654,23 +759,31 @@ def run_distribution(topology: Topology, publication: str, subscriber: str, *,
     skip = skip_errors if skip_errors is not None else opts.skip_errors
     unknown = [e for e in skip if str(e) not in SKIPPABLE_ERRORS]
     if unknown:
-        raise ReplError(f"skip_errors {unknown} not understood; use row_not_found (20598) and/or "
-                        f"duplicate_key (2627)")
-    delivery = _Delivery(topology, publication, subscriber, until=until,
-                         size=commit_batch_size or opts.commit_batch_size,
-                         threshold=commit_batch_threshold or opts.commit_batch_threshold,
-                         streams=subscription_streams or opts.subscription_streams,
-                         skip={SKIPPABLE_ERRORS[str(e)] for e in skip})
+        raise ReplError(f"skip_errors {unknown} not understood; use row_not_found (20598) and/or duplicate_key (2627)")
+    delivery = _Delivery(
+        topology,
+        publication,
+        subscriber,
+        until=until,
+        size=commit_batch_size or opts.commit_batch_size,
+        threshold=commit_batch_threshold or opts.commit_batch_threshold,
+        streams=subscription_streams or opts.subscription_streams,
+        skip={SKIPPABLE_ERRORS[str(e)] for e in skip},
+    )
     with AgentRun(AGENT, publication, subscriber) as run:
         run.step = "connecting"
         dist = run.connect(topology.distributor.require("distributor"), "distributor")
         run.step = "the subscription check"
         articles = distdb.load_articles(dist, publication)
-        row = dist.execute("SELECT articles_hash FROM airflow_repl.subscriptions WHERE publication = %s "
-                           "AND subscriber = %s", (publication, subscriber)).fetchone()
+        row = dist.execute(
+            "SELECT articles_hash FROM airflow_repl.subscriptions WHERE publication = %s AND subscriber = %s",
+            (publication, subscriber),
+        ).fetchone()
         if row and row[0] is not None and row[0] != definition_hash(articles):
-            raise ReplError(f"the articles of publication {publication!r} changed since subscriber {subscriber!r} "
-                            f"was initialized: run the Snapshot Agent with reinitialize for it")
+            raise ReplError(
+                f"the articles of publication {publication!r} changed since subscriber {subscriber!r} "
+                f"was initialized: run the Snapshot Agent with reinitialize for it"
+            )
         applier = _Applier({a.name: a for a in articles})
         if delivery.n > 1:  # start from what the last run learnt about spreading here
             delivery.chooser.resume(distdb.last_stream_rates(dist, publication, subscriber, delivery.n))
@@ -688,6 +801,12 @@ def run_distribution(topology: Topology, publication: str, subscriber: str, *,
         if delivery.n > 1:
             totals["stream_rates"] = {"streams": delivery.n, **delivery.chooser.rates()}
         run.succeed(totals, transactions=totals["transactions"], commands=totals["commands"])
-        log.info("distribution %s -> %s: %s transactions, %s commands in %.1fs", publication, subscriber,
-                 totals["transactions"], totals["commands"], totals["seconds"])
+        log.info(
+            "distribution %s -> %s: %s transactions, %s commands in %.1fs",
+            publication,
+            subscriber,
+            totals["transactions"],
+            totals["commands"],
+            totals["seconds"],
+        )
         return totals

@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import psycopg
 from psycopg import conninfo as pg_conninfo
@@ -159,8 +160,10 @@ class AgentRun:
         locked = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()[0]
         conn.commit()
         if not locked:
-            raise AgentBusy(f"another {self.label} is {'delivering' if self.subscriber else 'running for'} "
-                            f"{self.where()}; wait for it to finish, then run it again")
+            raise AgentBusy(
+                f"another {self.label} is {'delivering' if self.subscriber else 'running for'} "
+                f"{self.where()}; wait for it to finish, then run it again"
+            )
 
     def begin(self, dist: psycopg.Connection) -> int:
         """Start the history row and mark runs left 'running' by dead agents 'abandoned'.
@@ -170,16 +173,31 @@ class AgentRun:
         distdb.abandon_stale_runs(dist, self.run_id, self.agent, self.publication, self.subscriber)
         return self.run_id
 
-    def succeed(self, summary: dict[str, Any], *, transactions: int = 0, commands: int = 0,
-                rows_copied: int = 0, message: str | None = None) -> dict[str, Any]:
+    def succeed(
+        self,
+        summary: dict[str, Any],
+        *,
+        transactions: int = 0,
+        commands: int = 0,
+        rows_copied: int = 0,
+        message: str | None = None,
+    ) -> dict[str, Any]:
         if self.dist is not None and self.run_id is not None:
-            distdb.finish_run(self.dist, self.run_id, "succeeded", transactions=transactions,
-                              commands=commands, rows_copied=rows_copied, message=message, details=summary)
+            distdb.finish_run(
+                self.dist,
+                self.run_id,
+                "succeeded",
+                transactions=transactions,
+                commands=commands,
+                rows_copied=rows_copied,
+                message=message,
+                details=summary,
+            )
         self._done = True
         return summary
 
     # ------------------------------------------------------------------ failure
-    def __enter__(self) -> "AgentRun":
+    def __enter__(self) -> AgentRun:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
@@ -198,7 +216,7 @@ class AgentRun:
             self._close_all()
         return False
 
-    def _lost_outcome(self, lost: "_Lost") -> ConnectionLost:
+    def _lost_outcome(self, lost: _Lost) -> ConnectionLost:
         """The lost-connection message says what became of the run's history row."""
         if self.run_id is None:
             return ConnectionLost(f"{lost}, before the run started; run it again")
@@ -211,7 +229,7 @@ class AgentRun:
         for cleanup in self.cleanups:
             try:
                 cleanup()
-            except Exception as exc:  # noqa: BLE001 - a cleanup must never hide the failure
+            except Exception as exc:
                 log.debug("cleanup after a failed %s run failed: %r", self.label, exc)
 
     def _lost_server(self) -> _Server | None:
@@ -231,27 +249,32 @@ class AgentRun:
                 return server
         return None
 
-    def _lost(self, role: str, conninfo: str) -> "_Lost":
+    def _lost(self, role: str, conninfo: str) -> _Lost:
         return _Lost(f"lost connection to the {role} ({host_port(conninfo)}) during {self.step}")
 
     def _translate(self, exc: Exception) -> Exception:
         if isinstance(exc, ReplError):
             return exc
         if isinstance(exc, psycopg.errors.LockNotAvailable):
-            return AgentBusy(f"the {self.label} for {self.where()} waited too long for a lock during "
-                             f"{self.step} (another session holds it); run it again")
+            return AgentBusy(
+                f"the {self.label} for {self.where()} waited too long for a lock during "
+                f"{self.step} (another session holds it); run it again"
+            )
         if isinstance(exc, psycopg.errors.ObjectInUse):  # e.g. the slot, still held by a dying session
-            return AgentBusy(f"the {self.label} for {self.where()} found an object in use by another session "
-                             f"during {self.step} ({exc.diag.message_primary or _first_line(exc)}); run it "
-                             f"again when that session has ended")
+            return AgentBusy(
+                f"the {self.label} for {self.where()} found an object in use by another session "
+                f"during {self.step} ({exc.diag.message_primary or _first_line(exc)}); run it "
+                f"again when that session has ended"
+            )
         if is_connection_loss(exc):
             server = self._lost_server()
             if server is not None:
                 return self._lost(server.role, server.conninfo)
             if self.spark_role is not None:
                 return self._lost(*self.spark_role)
-            return _Lost(f"lost a connection during {self.step} of the {self.label} for {self.where()} "
-                         f"({_first_line(exc)})")
+            return _Lost(
+                f"lost a connection during {self.step} of the {self.label} for {self.where()} ({_first_line(exc)})"
+            )
         if _is_spark_error(exc):
             return self._translate_spark(exc)
         return exc
@@ -264,8 +287,11 @@ class AgentRun:
         pg = _SPARK_PSYCOPG_ERROR.search(text)
         if pg:
             cls = getattr(psycopg.errors, pg.group(1), None) or getattr(psycopg, pg.group(1), None)
-            if isinstance(cls, type) and issubclass(cls, (psycopg.OperationalError, psycopg.InterfaceError)) \
-                    and not issubclass(cls, psycopg.errors.LockNotAvailable):
+            if (
+                isinstance(cls, type)
+                and issubclass(cls, (psycopg.OperationalError, psycopg.InterfaceError))
+                and not issubclass(cls, psycopg.errors.LockNotAvailable)
+            ):
                 if self.spark_role is not None:
                     return self._lost(*self.spark_role)
                 return _Lost(f"lost a connection in a Spark task during {self.step} ({pg.group(2).strip()})")
@@ -278,14 +304,28 @@ class AgentRun:
         d = exc if isinstance(exc, DeliveryError) else None
         try:
             self.dist.rollback()
-            distdb.finish_run(self.dist, self.run_id, "failed", message=str(exc), details=self.details,
-                              transactions=self.counts.get("transactions", 0),
-                              commands=self.counts.get("commands", 0))
-            distdb.record_error(self.dist, run_id=self.run_id, agent=self.agent, publication=self.publication,
-                                subscriber=self.subscriber, message=str(exc),
-                                xact_seqno=d.xact_seqno if d else None, command_id=d.command_id if d else None,
-                                article=d.article if d else None, sqlstate=d.sqlstate if d else None,
-                                command=getattr(d, "command", None))
+            distdb.finish_run(
+                self.dist,
+                self.run_id,
+                "failed",
+                message=str(exc),
+                details=self.details,
+                transactions=self.counts.get("transactions", 0),
+                commands=self.counts.get("commands", 0),
+            )
+            distdb.record_error(
+                self.dist,
+                run_id=self.run_id,
+                agent=self.agent,
+                publication=self.publication,
+                subscriber=self.subscriber,
+                message=str(exc),
+                xact_seqno=d.xact_seqno if d else None,
+                command_id=d.command_id if d else None,
+                article=d.article if d else None,
+                sqlstate=d.sqlstate if d else None,
+                command=getattr(d, "command", None),
+            )
         except psycopg.Error as err:
             log.debug("could not record the failed %s run: %r", self.label, err)
             return False
@@ -295,7 +335,7 @@ class AgentRun:
         for server in self._servers:
             try:
                 server.conn.close()
-            except Exception:  # noqa: BLE001 - closing a dead connection must not raise
+            except Exception:
                 pass
 
 

@@ -103,17 +103,20 @@ class _TxnWriter:
 
     def add(self, cmd: Command) -> None:
         self.count += 1
-        self.buffer.append((self.publication, self.xact, self.count, cmd.article, cmd.op,
-                            distdb.dumps(cmd.to_json())))
+        self.buffer.append((self.publication, self.xact, self.count, cmd.article, cmd.op, distdb.dumps(cmd.to_json())))
         if len(self.buffer) >= self.chunk:
             self.flush()
 
     def _stage(self) -> None:
         if not self.staged:
-            self.dist.execute("CREATE TEMP TABLE IF NOT EXISTS airflow_repl_staged "
-                              "(seq bigint, article text, op text, data jsonb) ON COMMIT DELETE ROWS")
-        with self.dist.cursor() as cur, cur.copy(
-                "COPY airflow_repl_staged (seq, article, op, data) FROM STDIN") as copy:
+            self.dist.execute(
+                "CREATE TEMP TABLE IF NOT EXISTS airflow_repl_staged "
+                "(seq bigint, article text, op text, data jsonb) ON COMMIT DELETE ROWS"
+            )
+        with (
+            self.dist.cursor() as cur,
+            cur.copy("COPY airflow_repl_staged (seq, article, op, data) FROM STDIN") as copy,
+        ):
             for cmd in self.run_inserts:
                 if cmd is not None:
                     self.staged += 1
@@ -128,7 +131,9 @@ class _TxnWriter:
             return False
         cur = self.dist.execute(
             "DELETE FROM airflow_repl_staged WHERE seq = (SELECT max(seq) FROM airflow_repl_staged "
-            "WHERE data -> 'n' = %s::jsonb)", (distdb.dumps(list(image)),))
+            "WHERE data -> 'n' = %s::jsonb)",
+            (distdb.dumps(list(image)),),
+        )
         if not cur.rowcount:  # only the hash was equal
             return False
         self.staged_hashes[key] -= 1
@@ -140,7 +145,9 @@ class _TxnWriter:
             cur = self.dist.execute(
                 "INSERT INTO airflow_repl.commands (publication, xact_seqno, command_id, article, op, data) "
                 "SELECT %s, %s, %s + row_number() OVER (ORDER BY seq), article, op, data "
-                "FROM airflow_repl_staged", (self.publication, self.xact, self.count))
+                "FROM airflow_repl_staged",
+                (self.publication, self.xact, self.count),
+            )
             self.count += cur.rowcount
             self.dist.execute("TRUNCATE airflow_repl_staged")
             self.staged = 0
@@ -153,15 +160,26 @@ class _TxnWriter:
     def end(self, commit_time, end_lsn: int) -> None:
         """The transaction committed: queue its row (written with the batch)."""
         self.close_run()
-        self.transactions.append((self.publication, self.xact, self.xid, commit_time,
-                                  lsn.int_to_lsn(end_lsn), self.count, distdb.dumps(self.article_rows)))
+        self.transactions.append(
+            (
+                self.publication,
+                self.xact,
+                self.xid,
+                commit_time,
+                lsn.int_to_lsn(end_lsn),
+                self.count,
+                distdb.dumps(self.article_rows),
+            )
+        )
 
     def flush_batch(self) -> None:
         """Write everything queued (commands, then their transactions) into the open
         distributor transaction."""
         self.flush()
-        self._copy("transactions (publication, xact_seqno, xid, commit_time, end_lsn, command_count, "
-                   "article_rows)", self.transactions)
+        self._copy(
+            "transactions (publication, xact_seqno, xid, commit_time, end_lsn, command_count, article_rows)",
+            self.transactions,
+        )
         self.transactions = []
 
     def flush(self) -> None:
@@ -195,12 +213,14 @@ def _map_relation(rel: pgoutput.Relation, articles: dict[tuple[str, str], Resolv
         raise ReplError(
             f"table {rel.namespace}.{rel.name} (article {art.name!r}) was changed without REPLICA IDENTITY FULL, so "
             f"these changes carry incomplete before images and cannot be replicated exactly: restore it with "
-            f"'airflow-repl apply', then drop the publication's slot and run the Snapshot Agent with reinitialize")
+            f"'airflow-repl apply', then drop the publication's slot and run the Snapshot Agent with reinitialize"
+        )
     missing = [c for c in art.column_names if c not in rel.columns]
     if missing:
         raise ReplError(
             f"article {art.name!r} ({art.table.qualified}) no longer has column(s) {missing} at the "
-            f"publisher; schema changes must go through airflow-repl's schema change operator")
+            f"publisher; schema changes must go through airflow-repl's schema change operator"
+        )
     # a child's columns are the parent's (by name, in any order) plus its own, which are dropped
     return _RelMap(art, [rel.columns.index(c) for c in art.column_names], is_child)
 
@@ -221,7 +241,8 @@ def _truncated_articles(relmaps: list[_RelMap | None]) -> list[str]:
                 f"a TRUNCATE of only part of {art.table.qualified} and its inheritance children cannot be "
                 f"replicated to article {name!r}, which includes its children (the subscriber table holds "
                 f"their rows together): drop the publication's slot and run the Snapshot Agent with reinitialize "
-                f"for every subscription; delete rows instead of truncating part of the hierarchy")
+                f"for every subscription; delete rows instead of truncating part of the hierarchy"
+            )
     return sorted(hits)
 
 
@@ -239,15 +260,21 @@ def _commands(change, relmap: _RelMap) -> list[Command]:
     if change.old is None:
         raise ReplError(
             f"table {art.table.qualified} lost REPLICA IDENTITY FULL, so its updates carry no before "
-            f"image; re-apply the topology (airflow-repl apply) to restore it")
+            f"image; re-apply the topology (airflow-repl apply) to restore it"
+        )
     old = _image(change.old, relmap.positions)
-    new = [o if n is pgoutput.UNCHANGED_TOAST else n
-           for o, n in zip(old, _image(change.new, relmap.positions))]
+    new = [o if n is pgoutput.UNCHANGED_TOAST else n for o, n in zip(old, _image(change.new, relmap.positions))]
     return update_commands(art, old, new)
 
 
-def run_log_reader(topology: Topology, publication: str, *, batch_changes: int = 20000,
-                   chunk: int = 5000, max_batches: int | None = None) -> dict:
+def run_log_reader(
+    topology: Topology,
+    publication: str,
+    *,
+    batch_changes: int = 20000,
+    chunk: int = 5000,
+    max_batches: int | None = None,
+) -> dict:
     """Read everything committed before the run started (or ``max_batches`` batches) into the
     distribution database.  Returns a summary (transactions, commands, last xact_seqno,
     read_upto_lsn, seconds)."""
@@ -262,17 +289,21 @@ def run_log_reader(topology: Topology, publication: str, *, batch_changes: int =
         articles = relation_articles(distdb.load_articles(dist, publication))
         slot = distdb.slot_name(dist, publication)
         run.lock(dist)
-        row = pub.execute("SELECT confirmed_flush_lsn FROM pg_catalog.pg_replication_slots "
-                          "WHERE slot_name = %s", (slot,)).fetchone()
+        row = pub.execute(
+            "SELECT confirmed_flush_lsn FROM pg_catalog.pg_replication_slots WHERE slot_name = %s", (slot,)
+        ).fetchone()
         pub.commit()
         if row is None:
-            raise NotInitialized(f"publication {publication!r} has no replication slot {slot!r} at the "
-                                 f"publisher: run the Snapshot Agent first (if the slot was dropped, its "
-                                 f"subscriptions must be reinitialized: Snapshot Agent with reinitialize)")
+            raise NotInitialized(
+                f"publication {publication!r} has no replication slot {slot!r} at the "
+                f"publisher: run the Snapshot Agent first (if the slot was dropped, its "
+                f"subscriptions must be reinitialized: Snapshot Agent with reinitialize)"
+            )
         run.begin(dist)
         run.counts = totals
-        state = dist.execute("SELECT read_xact_seqno FROM airflow_repl.logreader_state WHERE publication = %s",
-                             (publication,)).fetchone()
+        state = dist.execute(
+            "SELECT read_xact_seqno FROM airflow_repl.logreader_state WHERE publication = %s", (publication,)
+        ).fetchone()
         read_upto = lsn.lsn_to_int(state[0]) if state and state[0] else 0
         dist.commit()
         writer = _TxnWriter(dist, publication, chunk)
@@ -289,21 +320,29 @@ def run_log_reader(topology: Topology, publication: str, *, batch_changes: int =
             with pub.transaction(), pub.cursor(name="airflow_repl_peek") as cur:
                 cur.itersize = 2000
                 try:
-                    cur.execute("SELECT data FROM pg_catalog.pg_logical_slot_peek_binary_changes("
-                                "%s, %s, %s, 'proto_version', '1', 'publication_names', %s)",
-                                (slot, upto, batch_changes, pgpub))
+                    cur.execute(
+                        "SELECT data FROM pg_catalog.pg_logical_slot_peek_binary_changes("
+                        "%s, %s, %s, 'proto_version', '1', 'publication_names', %s)",
+                        (slot, upto, batch_changes, pgpub),
+                    )
                 except psycopg.errors.ObjectNotInPrerequisiteState as exc:
                     raise ReplError(
                         f"cannot read replication slot {slot!r} of publication {publication!r}: "
                         f"{exc.diag.message_primary}. If the slot was invalidated (max_slot_wal_keep_size), "
-                        f"drop it and run the Snapshot Agent with reinitialize for every subscription") from None
+                        f"drop it and run the Snapshot Agent with reinitialize for every subscription"
+                    ) from None
                 for (data,) in cur:
                     msg = pgoutput.decode(data)
                     if isinstance(msg, pgoutput.Begin):
                         xact = lsn.int_to_lsn(msg.final_lsn)
-                        skip = msg.final_lsn <= read_upto and dist.execute(
-                            "SELECT 1 FROM airflow_repl.transactions WHERE publication = %s AND "
-                            "xact_seqno = %s", (publication, xact)).fetchone() is not None
+                        skip = (
+                            msg.final_lsn <= read_upto
+                            and dist.execute(
+                                "SELECT 1 FROM airflow_repl.transactions WHERE publication = %s AND xact_seqno = %s",
+                                (publication, xact),
+                            ).fetchone()
+                            is not None
+                        )
                         writer.begin(xact, msg.xid)
                     elif isinstance(msg, pgoutput.Relation):
                         relmaps[msg.relid] = _map_relation(msg, articles)
@@ -328,9 +367,11 @@ def run_log_reader(topology: Topology, publication: str, *, batch_changes: int =
             if last_end is None:
                 # Nothing more of this publication committed up to `upto`: move the slot there,
                 # so that a busy publisher's WAL of unpublished tables is not kept forever.
-                pub.execute("SELECT pg_catalog.pg_replication_slot_advance(%s, greatest(%s::pg_lsn, "
-                            "confirmed_flush_lsn)) FROM pg_catalog.pg_replication_slots WHERE slot_name = %s",
-                            (slot, upto, slot))
+                pub.execute(
+                    "SELECT pg_catalog.pg_replication_slot_advance(%s, greatest(%s::pg_lsn, "
+                    "confirmed_flush_lsn)) FROM pg_catalog.pg_replication_slots WHERE slot_name = %s",
+                    (slot, upto, slot),
+                )
                 pub.commit()
                 break
             run.step = f"storing batch {totals['batches'] + 1} in the distribution database"
@@ -340,16 +381,25 @@ def run_log_reader(topology: Topology, publication: str, *, batch_changes: int =
                     "INSERT INTO airflow_repl.logreader_state (publication, read_xact_seqno, read_end_lsn) "
                     "VALUES (%s, %s, %s) ON CONFLICT (publication) DO UPDATE SET "
                     "read_xact_seqno = excluded.read_xact_seqno, read_end_lsn = excluded.read_end_lsn, "
-                    "updated_at = now()", (publication, last_commit, lsn.int_to_lsn(last_end)))
+                    "updated_at = now()",
+                    (publication, last_commit, lsn.int_to_lsn(last_end)),
+                )
                 totals["last_xact_seqno"] = last_commit
             dist.commit()  # durable at the distributor ...
-            pub.execute("SELECT pg_catalog.pg_replication_slot_advance(%s, %s)",  # ... then advance
-                        (slot, lsn.int_to_lsn(last_end)))
+            pub.execute(
+                "SELECT pg_catalog.pg_replication_slot_advance(%s, %s)",  # ... then advance
+                (slot, lsn.int_to_lsn(last_end)),
+            )
             pub.commit()
             totals["transactions"] += n_txn
             totals["batches"] += 1
         totals["seconds"] = round(time.monotonic() - started, 3)
         run.succeed(totals, transactions=totals["transactions"], commands=totals["commands"])
-        log.info("log reader %s: %s transactions, %s commands in %.1fs", publication,
-                 totals["transactions"], totals["commands"], totals["seconds"])
+        log.info(
+            "log reader %s: %s transactions, %s commands in %.1fs",
+            publication,
+            totals["transactions"],
+            totals["commands"],
+            totals["seconds"],
+        )
         return totals

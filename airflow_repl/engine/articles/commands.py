@@ -6,8 +6,8 @@ pgoutput sends), so that applying it at a subscriber reproduces the publisher's 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 
@@ -45,7 +45,7 @@ class Command:
         return data
 
     @classmethod
-    def from_json(cls, op: str, article: str, data: dict) -> "Command":
+    def from_json(cls, op: str, article: str, data: dict) -> Command:
         return cls(op, article, data.get("o"), data.get("n"), bool(data.get("p")))
 
 
@@ -72,6 +72,5 @@ def update_commands(article: ResolvedArticle, old: Values, new: Values) -> list[
     changes a key (SQL Server's deferred update, KB 238254) or when the article delivers every
     update as a pair."""
     if article.update_mode == "all" or key_changed(article, old, new):
-        return [Command(DELETE, article.name, old=old, pair=True),
-                Command(INSERT, article.name, new=new, pair=True)]
+        return [Command(DELETE, article.name, old=old, pair=True), Command(INSERT, article.name, new=new, pair=True)]
     return [Command(UPDATE, article.name, old=old, new=new)]

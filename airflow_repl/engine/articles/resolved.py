@@ -81,25 +81,39 @@ class ResolvedArticle:
 
     # -- serialisation: stored in the distribution database with the article
     def to_dict(self) -> dict:
-        return {"publication": self.publication, "name": self.name, "table": self.table.to_dict(),
-                "dest_schema": self.dest_schema, "dest_table": self.dest_table,
-                "propagation": {op: p.text for op, p in self.propagation.items()},
-                "default_procs": self.default_procs, "column_list": self.column_list,
-                "row_filter": self.row_filter, "update_mode": self.update_mode,
-                **({"include_children": True, "children": self.children or []} if self.include_children else {})}
+        return {
+            "publication": self.publication,
+            "name": self.name,
+            "table": self.table.to_dict(),
+            "dest_schema": self.dest_schema,
+            "dest_table": self.dest_table,
+            "propagation": {op: p.text for op, p in self.propagation.items()},
+            "default_procs": self.default_procs,
+            "column_list": self.column_list,
+            "row_filter": self.row_filter,
+            "update_mode": self.update_mode,
+            **({"include_children": True, "children": self.children or []} if self.include_children else {}),
+        }
 
     @classmethod
-    def from_dict(cls, data: dict) -> "ResolvedArticle":
-        return cls(data["publication"], data["name"], TableInfo.from_dict(data["table"]),
-                   data["dest_schema"], data["dest_table"],
-                   {op: parse_propagation(op, text, article=data["name"])
-                    for op, text in data["propagation"].items()},
-                   dict(data["default_procs"]), data.get("column_list"), data.get("row_filter"),
-                   data.get("update_mode", "key_changes"), bool(data.get("include_children", False)),
-                   data.get("children"))
+    def from_dict(cls, data: dict) -> ResolvedArticle:
+        return cls(
+            data["publication"],
+            data["name"],
+            TableInfo.from_dict(data["table"]),
+            data["dest_schema"],
+            data["dest_table"],
+            {op: parse_propagation(op, text, article=data["name"]) for op, text in data["propagation"].items()},
+            dict(data["default_procs"]),
+            data.get("column_list"),
+            data.get("row_filter"),
+            data.get("update_mode", "key_changes"),
+            bool(data.get("include_children", False)),
+            data.get("children"),
+        )
 
 
-def definition_hash(articles: list["ResolvedArticle"]) -> str:
+def definition_hash(articles: list[ResolvedArticle]) -> str:
     """A fingerprint of a publication's article definitions: a subscription initialized under
     one set of definitions cannot take commands recorded under another."""
     payload = json.dumps(sorted((a.to_dict() for a in articles), key=lambda d: d["name"]), sort_keys=True)
@@ -113,12 +127,25 @@ def resolve_articles(publication: Publication, tables: dict[str, TableInfo]) -> 
     out: list[ResolvedArticle] = []
     for art in publication.articles:
         clash = base[art.name] in clashes
-        procs = {op: naming.default_procedure(_PREFIX[op], art.dest_schema, art.dest_table, disambiguate=clash)
-                 for op in _PREFIX}
-        out.append(ResolvedArticle(publication.name, art.name, tables[art.name], art.dest_schema,
-                                   art.dest_table, _propagation(art), procs,
-                                   _column_list(art, tables[art.name]), None, art.updates_as_delete_insert,
-                                   art.include_children))
+        procs = {
+            op: naming.default_procedure(_PREFIX[op], art.dest_schema, art.dest_table, disambiguate=clash)
+            for op in _PREFIX
+        }
+        out.append(
+            ResolvedArticle(
+                publication.name,
+                art.name,
+                tables[art.name],
+                art.dest_schema,
+                art.dest_table,
+                _propagation(art),
+                procs,
+                _column_list(art, tables[art.name]),
+                None,
+                art.updates_as_delete_insert,
+                art.include_children,
+            )
+        )
     return out
 
 

@@ -7,7 +7,7 @@ SQL-statement propagation method (placeholders ``%(pn)s::type``), so both behave
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from airflow_repl.engine.articles.commands import Command, bitmask
 from airflow_repl.engine.articles.resolved import ResolvedArticle
@@ -51,8 +51,12 @@ def parameter_count(operation: str, syntax: str, columns: int, key_columns: int)
         return columns
     if operation == "delete":
         return columns if syntax == "XCALL" else key_columns
-    return {"CALL": columns + key_columns, "SCALL": columns + key_columns + 1,
-            "MCALL": columns + key_columns + 1, "XCALL": 2 * columns}[syntax]
+    return {
+        "CALL": columns + key_columns,
+        "SCALL": columns + key_columns + 1,
+        "MCALL": columns + key_columns + 1,
+        "XCALL": 2 * columns,
+    }[syntax]
 
 
 def check_argument_limit(article: ResolvedArticle) -> None:
@@ -71,7 +75,8 @@ def check_argument_limit(article: ResolvedArticle) -> None:
             f"article {article.name!r} ({article.table.qualified}, {n} columns replicated): {prop.syntax} "
             f"syntax passes {count} parameters to the {operation} procedure, but PostgreSQL procedures take "
             f"at most {MAX_ARGUMENTS}; set {_OPTION[operation]} to {' or '.join([*fit, 'SQL'])} "
-            f"(SQL statements have no such limit) or replicate fewer columns")
+            f"(SQL statements have no such limit) or replicate fewer columns"
+        )
 
 
 def values(article: ResolvedArticle, cmd: Command, syntax: str) -> list:
@@ -101,8 +106,10 @@ def statement(article: ResolvedArticle, operation: str, syntax: str, ph: Placeho
     n = len(names)
     pk = article.pk_positions
     if operation == "insert":
-        return (f"INSERT INTO {table} ({', '.join(ident(c) for c in names)}) "
-                f"VALUES ({', '.join(ph(i + 1) for i in range(n))})")
+        return (
+            f"INSERT INTO {table} ({', '.join(ident(c) for c in names)}) "
+            f"VALUES ({', '.join(ph(i + 1) for i in range(n))})"
+        )
     if operation == "delete":
         if syntax == "XCALL":
             where = [f"{ident(names[i])} = {ph(i + 1)}" for i in pk]
@@ -118,8 +125,11 @@ def statement(article: ResolvedArticle, operation: str, syntax: str, ph: Placeho
             sets = [f"{ident(c)} = {ph(i + 1)}" for i, c in enumerate(names)]
         else:  # SCALL / MCALL: only the columns flagged in the bitmap
             bm = ph(n + len(pk) + 1)
-            sets = [f"{ident(c)} = CASE WHEN get_byte({bm}, {i // 8}) & {1 << (i % 8)} <> 0 "
-                    f"THEN {ph(i + 1)} ELSE {ident(c)} END" for i, c in enumerate(names)]
+            sets = [
+                f"{ident(c)} = CASE WHEN get_byte({bm}, {i // 8}) & {1 << (i % 8)} <> 0 "
+                f"THEN {ph(i + 1)} ELSE {ident(c)} END"
+                for i, c in enumerate(names)
+            ]
     return f"UPDATE {table} SET {', '.join(sets)} WHERE {' AND '.join(where)}"
 
 

@@ -30,8 +30,12 @@ def procedure_sql(article: ResolvedArticle, operation: str) -> str | None:
     params = call_syntax.parameters(article, operation, prop.syntax)
     decl = ", ".join(f"{ident(p)} {t}" for p, t in params)
     stmt = call_syntax.statement(article, operation, prop.syntax, _dollar)
-    lines = ["#variable_conflict use_column", f"-- {prop.syntax} syntax: {', '.join(p for p, _ in params)}",
-             "BEGIN", f"    {stmt};"]
+    lines = [
+        "#variable_conflict use_column",
+        f"-- {prop.syntax} syntax: {', '.join(p for p, _ in params)}",
+        "BEGIN",
+        f"    {stmt};",
+    ]
     if operation != "insert":
         keys = call_syntax.key_placeholders(article, operation, prop.syntax, _dollar)
         key_names = ", ".join(article.primary_key)
@@ -45,8 +49,10 @@ def procedure_sql(article: ResolvedArticle, operation: str) -> str | None:
             "    END IF;",
         ]
     lines.append("END;\n")
-    return (f"CREATE OR REPLACE PROCEDURE {qualified(schema, name)}({decl})\n"
-            f"LANGUAGE plpgsql AS {dollar_quote(chr(10).join(lines))};\n")
+    return (
+        f"CREATE OR REPLACE PROCEDURE {qualified(schema, name)}({decl})\n"
+        f"LANGUAGE plpgsql AS {dollar_quote(chr(10).join(lines))};\n"
+    )
 
 
 def article_script(article: ResolvedArticle) -> str:

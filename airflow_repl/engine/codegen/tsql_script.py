@@ -15,11 +15,23 @@ from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.postgres.catalog import Column
 
 _FIXED = {
-    "smallint": "smallint", "integer": "int", "bigint": "bigint", "boolean": "bit", "real": "real",
-    "double precision": "float", "date": "date", "text": "nvarchar(max)", "bytea": "varbinary(max)",
-    "uuid": "uniqueidentifier", "json": "nvarchar(max)", "jsonb": "nvarchar(max)",
-    "timestamp without time zone": "datetime2", "timestamp with time zone": "datetimeoffset",
-    "time without time zone": "time", "character varying": "nvarchar(max)", "money": "money",
+    "smallint": "smallint",
+    "integer": "int",
+    "bigint": "bigint",
+    "boolean": "bit",
+    "real": "real",
+    "double precision": "float",
+    "date": "date",
+    "text": "nvarchar(max)",
+    "bytea": "varbinary(max)",
+    "uuid": "uniqueidentifier",
+    "json": "nvarchar(max)",
+    "jsonb": "nvarchar(max)",
+    "timestamp without time zone": "datetime2",
+    "timestamp with time zone": "datetimeoffset",
+    "time without time zone": "time",
+    "character varying": "nvarchar(max)",
+    "money": "money",
 }
 
 
@@ -47,9 +59,7 @@ def bracket(name: str) -> str:
     return "[" + name.replace("]", "]]") + "]"
 
 
-_RAISE = ("if @@rowcount = 0\n"
-          "    if @@microsoftversion>0x07320000\n"
-          "        exec sp_MSreplraiserror 20598\n")
+_RAISE = "if @@rowcount = 0\n    if @@microsoftversion>0x07320000\n        exec sp_MSreplraiserror 20598\n"
 
 
 def _proc(article: ResolvedArticle, operation: str) -> str | None:
@@ -65,9 +75,13 @@ def _proc(article: ResolvedArticle, operation: str) -> str | None:
     syntax = prop.syntax
     if operation == "insert":
         params = ",".join(f"@c{i + 1} {tsql_type(c)}" for i, c in enumerate(cols))
-        return (f"create procedure {name} \n  {params}\nas \nbegin \ninsert into {table}("
-                + "\n,".join(bracket(c.name) for c in cols) + ")\nvalues ( \n "
-                + "\n,".join(f"@c{i + 1}" for i in range(n)) + "\n ) \nend\ngo\n")
+        return (
+            f"create procedure {name} \n  {params}\nas \nbegin \ninsert into {table}("
+            + "\n,".join(bracket(c.name) for c in cols)
+            + ")\nvalues ( \n "
+            + "\n,".join(f"@c{i + 1}" for i in range(n))
+            + "\n ) \nend\ngo\n"
+        )
     if operation == "delete":
         if syntax == "XCALL":
             params = ",".join(f"@c{i + 1} {tsql_type(c)}" for i, c in enumerate(cols))
@@ -75,34 +89,42 @@ def _proc(article: ResolvedArticle, operation: str) -> str | None:
         else:
             params = ",".join(f"@pkc{j + 1} {tsql_type(cols[i])}" for j, i in enumerate(pk))
             where = " and ".join(f"{bracket(cols[i].name)} = @pkc{j + 1}" for j, i in enumerate(pk))
-        return (f"create procedure {name} \n  {params}\nas \nbegin \ndelete {table}\nwhere {where}\n"
-                f"{_RAISE}end \ngo\n")
+        return f"create procedure {name} \n  {params}\nas \nbegin \ndelete {table}\nwhere {where}\n{_RAISE}end \ngo\n"
     # update
     if syntax == "XCALL":
-        params = ",".join([f"@c{i + 1} {tsql_type(c)}" for i, c in enumerate(cols)]
-                          + [f"@c{n + i + 1} {tsql_type(c)}" for i, c in enumerate(cols)])
+        params = ",".join(
+            [f"@c{i + 1} {tsql_type(c)}" for i, c in enumerate(cols)]
+            + [f"@c{n + i + 1} {tsql_type(c)}" for i, c in enumerate(cols)]
+        )
         sets = [f"{bracket(c.name)} = @c{n + i + 1}" for i, c in enumerate(cols)]
         where = " and ".join(f"{bracket(cols[i].name)} = @c{i + 1}" for i in pk)
         head = f"create procedure {name} \n {params}\n"
     else:
         default = " = null" if syntax == "SCALL" else ""
-        params = ",".join([f"@c{i + 1} {tsql_type(c)}{default}" for i, c in enumerate(cols)]
-                          + [f"@pkc{j + 1} {tsql_type(cols[i])}" for j, i in enumerate(pk)])
+        params = ",".join(
+            [f"@c{i + 1} {tsql_type(c)}{default}" for i, c in enumerate(cols)]
+            + [f"@pkc{j + 1} {tsql_type(cols[i])}" for j, i in enumerate(pk)]
+        )
         where = " and ".join(f"{bracket(cols[i].name)} = @pkc{j + 1}" for j, i in enumerate(pk))
         if syntax == "CALL":
             sets = [f"{bracket(c.name)} = @c{i + 1}" for i, c in enumerate(cols)]
             head = f"create procedure {name} \n {params}\n"
         else:  # SCALL / MCALL: the bitmap says which columns changed
-            sets = [f"{bracket(c.name)} = case substring(@bitmap,{i // 8 + 1},1) & {1 << (i % 8)} "
-                    f"when {1 << (i % 8)} then @c{i + 1} else {bracket(c.name)} end"
-                    for i, c in enumerate(cols) if i not in pk_set]
+            sets = [
+                f"{bracket(c.name)} = case substring(@bitmap,{i // 8 + 1},1) & {1 << (i % 8)} "
+                f"when {1 << (i % 8)} then @c{i + 1} else {bracket(c.name)} end"
+                for i, c in enumerate(cols)
+                if i not in pk_set
+            ]
             head = f"create procedure {name} \n {params}\n,@bitmap binary({n // 8 + 1})\n"
-    return (f"{head}as\nbegin\nupdate {table} set \n " + "\n,".join(sets) + f"\nwhere {where}\n"
-            f"{_RAISE}end\ngo\n")
+    return f"{head}as\nbegin\nupdate {table} set \n " + "\n,".join(sets) + f"\nwhere {where}\n{_RAISE}end\ngo\n"
 
 
 def article_script(article: ResolvedArticle) -> str:
     """The article's generated procedures as a T-SQL script (``go``-separated)."""
-    parts = [f"--{op.upper()} procedure using {article.propagation[op].syntax} syntax\n{text}"
-             for op in ("insert", "update", "delete") if (text := _proc(article, op))]
+    parts = [
+        f"--{op.upper()} procedure using {article.propagation[op].syntax} syntax\n{text}"
+        for op in ("insert", "update", "delete")
+        if (text := _proc(article, op))
+    ]
     return "\n".join(parts)

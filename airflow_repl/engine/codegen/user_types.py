@@ -46,7 +46,7 @@ class UserObject:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "UserObject":
+    def from_dict(cls, data: dict) -> UserObject:
         return cls(**data)
 
 
@@ -95,8 +95,11 @@ class _Reader:
 
 
 def _collation_name(conn: psycopg.Connection, oid: int) -> str | None:
-    row = conn.execute("SELECT n.nspname, c.collname FROM pg_catalog.pg_collation c JOIN pg_catalog.pg_namespace n "
-                       "ON n.oid = c.collnamespace WHERE c.oid = %s", (oid,)).fetchone()
+    row = conn.execute(
+        "SELECT n.nspname, c.collname FROM pg_catalog.pg_collation c JOIN pg_catalog.pg_namespace n "
+        "ON n.oid = c.collnamespace WHERE c.oid = %s",
+        (oid,),
+    ).fetchone()
     return None if row is None or row[1] == "default" else qualified(*row)
 
 
@@ -104,7 +107,9 @@ def describe_collation(conn: psycopg.Connection, oid: int) -> UserObject | None:
     """A collation (None for the database default)."""
     schema, name, data = conn.execute(
         "SELECT n.nspname, c.collname, to_jsonb(c) FROM pg_catalog.pg_collation c "
-        "JOIN pg_catalog.pg_namespace n ON n.oid = c.collnamespace WHERE c.oid = %s", (oid,)).fetchone()
+        "JOIN pg_catalog.pg_namespace n ON n.oid = c.collnamespace WHERE c.oid = %s",
+        (oid,),
+    ).fetchone()
     if name == "default":
         return None
     provider = {"c": "libc", "i": "icu", "d": "default"}.get(data["collprovider"], data["collprovider"])
@@ -116,42 +121,75 @@ def describe_collation(conn: psycopg.Connection, oid: int) -> UserObject | None:
         options = f"provider = icu, locale = {literal(icu or '')}"
     else:
         definition.update(lc_collate=data["collcollate"], lc_ctype=data["collctype"])
-        options = (f"provider = libc, lc_collate = {literal(data['collcollate'] or '')}, "
-                   f"lc_ctype = {literal(data['collctype'] or '')}")
+        options = (
+            f"provider = libc, lc_collate = {literal(data['collcollate'] or '')}, "
+            f"lc_ctype = {literal(data['collctype'] or '')}"
+        )
     if not data["collisdeterministic"]:
         options += ", deterministic = false"
     builtin = schema in _BUILTIN_SCHEMAS
-    return UserObject("collation", schema, name, definition,
-                      f"CREATE COLLATION IF NOT EXISTS {qualified(schema, name)} ({options});",
-                      hint=f"create it at the subscriber with the same provider and locale ({options})",
-                      scripted=not builtin)
+    return UserObject(
+        "collation",
+        schema,
+        name,
+        definition,
+        f"CREATE COLLATION IF NOT EXISTS {qualified(schema, name)} ({options});",
+        hint=f"create it at the subscriber with the same provider and locale ({options})",
+        scripted=not builtin,
+    )
 
 
 def describe_type(conn: psycopg.Connection, oid: int) -> _Described:
     """A type as a :class:`UserObject` (None for built-in types and arrays), with the types and
     collations it uses.  Run with ``search_path = pg_catalog`` (see :func:`~airflow_repl.engine.postgres.catalog.catalog_search_path`)."""
-    (schema, name, typtype, category, elem, base, relid, collation, notnull, typmod, array_handler,
-     extension) = conn.execute(
-        "SELECT n.nspname, t.typname, t.typtype, t.typcategory, t.typelem, t.typbasetype, t.typrelid, "
-        "t.typcollation, t.typnotnull, t.typtypmod, t.typsubscript = 'pg_catalog.array_subscript_handler'::regproc, "
-        "(SELECT e.extname FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid "
-        " WHERE d.classid = 'pg_catalog.pg_type'::regclass AND d.objid = t.oid AND d.deptype = 'e' "
-        " AND d.refclassid = 'pg_catalog.pg_extension'::regclass) "
-        "FROM pg_catalog.pg_type t JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace "
-        "WHERE t.oid = %s", (oid,)).fetchone()
+    (schema, name, typtype, category, elem, base, relid, collation, notnull, typmod, array_handler, extension) = (
+        conn.execute(
+            "SELECT n.nspname, t.typname, t.typtype, t.typcategory, t.typelem, t.typbasetype, t.typrelid, "
+            "t.typcollation, t.typnotnull, t.typtypmod, t.typsubscript = 'pg_catalog.array_subscript_handler'::regproc, "
+            "(SELECT e.extname FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid "
+            " WHERE d.classid = 'pg_catalog.pg_type'::regclass AND d.objid = t.oid AND d.deptype = 'e' "
+            " AND d.refclassid = 'pg_catalog.pg_extension'::regclass) "
+            "FROM pg_catalog.pg_type t JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace "
+            "WHERE t.oid = %s",
+            (oid,),
+        ).fetchone()
+    )
     if elem and array_handler and category == "A":
         return None, [elem], []  # an array: what matters is its element type
     if schema in _BUILTIN_SCHEMAS:
         return None, [], []
     q = qualified(schema, name)
     if extension is not None:
-        return UserObject("type", schema, name, {"extension": extension}, None,
-                          hint=f"CREATE EXTENSION {ident(extension)} WITH SCHEMA {ident(schema)}"), [], []
+        return (
+            UserObject(
+                "type",
+                schema,
+                name,
+                {"extension": extension},
+                None,
+                hint=f"CREATE EXTENSION {ident(extension)} WITH SCHEMA {ident(schema)}",
+            ),
+            [],
+            [],
+        )
     if typtype == "e":
-        labels = [r[0] for r in conn.execute(
-            "SELECT enumlabel FROM pg_catalog.pg_enum WHERE enumtypid = %s ORDER BY enumsortorder", (oid,))]
-        return UserObject("enum", schema, name, {"labels": labels},
-                          f"CREATE TYPE {q} AS ENUM ({', '.join(literal(x) for x in labels)});"), [], []
+        labels = [
+            r[0]
+            for r in conn.execute(
+                "SELECT enumlabel FROM pg_catalog.pg_enum WHERE enumtypid = %s ORDER BY enumsortorder", (oid,)
+            )
+        ]
+        return (
+            UserObject(
+                "enum",
+                schema,
+                name,
+                {"labels": labels},
+                f"CREATE TYPE {q} AS ENUM ({', '.join(literal(x) for x in labels)});",
+            ),
+            [],
+            [],
+        )
     if typtype == "d":
         return _domain(conn, oid, schema, name, base, typmod, collation, notnull)
     if typtype == "c":
@@ -159,28 +197,49 @@ def describe_type(conn: psycopg.Connection, oid: int) -> _Described:
     if typtype == "r":
         return _range(conn, oid, schema, name)
     if typtype == "m":
-        return None, [conn.execute("SELECT rngtypid FROM pg_catalog.pg_range WHERE rngmultitypid = %s",
-                                   (oid,)).fetchone()[0]], []
-    return UserObject("type", schema, name, {"typtype": typtype}, None,
-                      hint="create it at the subscriber as at the publisher"), [], []
+        return (
+            None,
+            [conn.execute("SELECT rngtypid FROM pg_catalog.pg_range WHERE rngmultitypid = %s", (oid,)).fetchone()[0]],
+            [],
+        )
+    return (
+        UserObject(
+            "type", schema, name, {"typtype": typtype}, None, hint="create it at the subscriber as at the publisher"
+        ),
+        [],
+        [],
+    )
 
 
 def _default_collation_of(conn: psycopg.Connection, type_oid: int) -> int:
     return conn.execute("SELECT typcollation FROM pg_catalog.pg_type WHERE oid = %s", (type_oid,)).fetchone()[0]
 
 
-def _domain(conn: psycopg.Connection, oid: int, schema: str, name: str, base: int, typmod: int,
-            collation: int, notnull: bool) -> _Described:
+def _domain(
+    conn: psycopg.Connection, oid: int, schema: str, name: str, base: int, typmod: int, collation: int, notnull: bool
+) -> _Described:
     base_text, default = conn.execute(
         "SELECT pg_catalog.format_type(%s, %s), pg_catalog.pg_get_expr(typdefaultbin, 0) "
-        "FROM pg_catalog.pg_type WHERE oid = %s", (base, typmod, oid)).fetchone()
-    checks = [list(r) for r in conn.execute(
-        "SELECT conname, pg_catalog.pg_get_constraintdef(oid) FROM pg_catalog.pg_constraint "
-        "WHERE contypid = %s AND contype = 'c' ORDER BY conname", (oid,))]
+        "FROM pg_catalog.pg_type WHERE oid = %s",
+        (base, typmod, oid),
+    ).fetchone()
+    checks = [
+        list(r)
+        for r in conn.execute(
+            "SELECT conname, pg_catalog.pg_get_constraintdef(oid) FROM pg_catalog.pg_constraint "
+            "WHERE contypid = %s AND contype = 'c' ORDER BY conname",
+            (oid,),
+        )
+    ]
     own_collation = collation if collation and collation != _default_collation_of(conn, base) else 0
     coll_name = _collation_name(conn, own_collation) if own_collation else None
-    definition = {"base": base_text, "collation": coll_name, "default": default, "not_null": notnull,
-                  "constraints": checks}
+    definition = {
+        "base": base_text,
+        "collation": coll_name,
+        "default": default,
+        "not_null": notnull,
+        "constraints": checks,
+    }
     text = f"CREATE DOMAIN {qualified(schema, name)} AS {base_text}"
     if coll_name:
         text += f" COLLATE {coll_name}"
@@ -195,13 +254,24 @@ def _domain(conn: psycopg.Connection, oid: int, schema: str, name: str, base: in
 def _composite(conn: psycopg.Connection, oid: int, schema: str, name: str, relid: int) -> _Described:
     relkind = conn.execute("SELECT relkind FROM pg_catalog.pg_class WHERE oid = %s", (relid,)).fetchone()[0]
     if relkind != "c":
-        return (UserObject("type", schema, name, {"row_type_of": relkind}, None,
-                           hint=f"it is the row type of a table: create table {schema}.{name} at the subscriber"),
-                [], [])
+        return (
+            UserObject(
+                "type",
+                schema,
+                name,
+                {"row_type_of": relkind},
+                None,
+                hint=f"it is the row type of a table: create table {schema}.{name} at the subscriber",
+            ),
+            [],
+            [],
+        )
     attrs = conn.execute(
         "SELECT a.attname, a.atttypid, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attcollation, "
         "t.typcollation FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid "
-        "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum", (relid,)).fetchall()
+        "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+        (relid,),
+    ).fetchall()
     fields: list[list] = []
     types: list[int] = []
     collations: list[int] = []
@@ -213,8 +283,17 @@ def _composite(conn: psycopg.Connection, oid: int, schema: str, name: str, relid
         if coll:
             collations.append(attcoll)
         parts.append(f"{ident(attname)} {typ}" + (f" COLLATE {coll}" if coll else ""))
-    return (UserObject("composite", schema, name, {"attributes": fields},
-                       f"CREATE TYPE {qualified(schema, name)} AS ({', '.join(parts)});"), types, collations)
+    return (
+        UserObject(
+            "composite",
+            schema,
+            name,
+            {"attributes": fields},
+            f"CREATE TYPE {qualified(schema, name)} AS ({', '.join(parts)});",
+        ),
+        types,
+        collations,
+    )
 
 
 def _range(conn: psycopg.Connection, oid: int, schema: str, name: str) -> _Described:
@@ -228,16 +307,34 @@ def _range(conn: psycopg.Connection, oid: int, schema: str, name: str) -> _Descr
             "(SELECT quote_ident(mn.nspname) || '.' || quote_ident(m.typname) FROM pg_catalog.pg_type m "
             " JOIN pg_catalog.pg_namespace mn ON mn.oid = m.typnamespace WHERE m.oid = r.rngmultitypid) "
             "FROM pg_catalog.pg_range r JOIN pg_catalog.pg_opclass o ON o.oid = r.rngsubopc "
-            "JOIN pg_catalog.pg_namespace on_ ON on_.oid = o.opcnamespace WHERE r.rngtypid = %s", (oid,)).fetchone())
+            "JOIN pg_catalog.pg_namespace on_ ON on_.oid = o.opcnamespace WHERE r.rngtypid = %s",
+            (oid,),
+        ).fetchone()
+    )
     own_coll = coll if coll and coll != _default_collation_of(conn, subtype) else 0
     coll_name = _collation_name(conn, own_coll) if own_coll else None
-    definition = {"subtype": subtype_text, "collation": coll_name,
-                  "opclass": None if opclass_default else opclass, "subtype_diff": subdiff,
-                  "canonical": canonical, "multirange": multirange}
+    definition = {
+        "subtype": subtype_text,
+        "collation": coll_name,
+        "opclass": None if opclass_default else opclass,
+        "subtype_diff": subdiff,
+        "canonical": canonical,
+        "multirange": multirange,
+    }
     if canonical or (subdiff is not None and not subdiff_builtin):
-        return (UserObject("range", schema, name, definition, None,
-                           hint="its canonical or subtype_diff function is user-defined: create the function and "
-                                "the range type at the subscriber as at the publisher"), [subtype], [])
+        return (
+            UserObject(
+                "range",
+                schema,
+                name,
+                definition,
+                None,
+                hint="its canonical or subtype_diff function is user-defined: create the function and "
+                "the range type at the subscriber as at the publisher",
+            ),
+            [subtype],
+            [],
+        )
     opts = [f"SUBTYPE = {subtype_text}"]
     if not opclass_default:
         opts.append(f"SUBTYPE_OPCLASS = {opclass}")
@@ -246,9 +343,13 @@ def _range(conn: psycopg.Connection, oid: int, schema: str, name: str) -> _Descr
     if subdiff is not None:
         opts.append(f"SUBTYPE_DIFF = {subdiff.split('(')[0]}")
     opts.append(f"MULTIRANGE_TYPE_NAME = {multirange}")
-    return (UserObject("range", schema, name, definition,
-                       f"CREATE TYPE {qualified(schema, name)} AS RANGE ({', '.join(opts)});"),
-            [subtype], [own_coll] if own_coll else [])
+    return (
+        UserObject(
+            "range", schema, name, definition, f"CREATE TYPE {qualified(schema, name)} AS RANGE ({', '.join(opts)});"
+        ),
+        [subtype],
+        [own_coll] if own_coll else [],
+    )
 
 
 def read(conn: psycopg.Connection, articles: list[ResolvedArticle]) -> Requirements:
@@ -260,9 +361,11 @@ def read(conn: psycopg.Connection, articles: list[ResolvedArticle]) -> Requireme
         for art in articles:
             wanted = set(art.column_names)
             for attname, typid, attcoll, typcoll in conn.execute(
-                    "SELECT a.attname, a.atttypid, a.attcollation, t.typcollation FROM pg_catalog.pg_attribute a "
-                    "JOIN pg_catalog.pg_type t ON t.oid = a.atttypid WHERE a.attrelid = %s AND a.attnum > 0 "
-                    "AND NOT a.attisdropped ORDER BY a.attnum", (art.table.oid,)):
+                "SELECT a.attname, a.atttypid, a.attcollation, t.typcollation FROM pg_catalog.pg_attribute a "
+                "JOIN pg_catalog.pg_type t ON t.oid = a.atttypid WHERE a.attrelid = %s AND a.attnum > 0 "
+                "AND NOT a.attisdropped ORDER BY a.attnum",
+                (art.table.oid,),
+            ):
                 if attname not in wanted:
                     continue
                 reader.type(typid)
@@ -282,19 +385,26 @@ def _find(conn: psycopg.Connection, obj: UserObject) -> UserObject | None:
         row = conn.execute(
             "SELECT c.oid FROM pg_catalog.pg_collation c JOIN pg_catalog.pg_namespace n ON n.oid = c.collnamespace "
             "WHERE n.nspname = %s AND c.collname = %s AND c.collencoding IN (-1, pg_catalog.pg_char_to_encoding("
-            "pg_catalog.getdatabaseencoding()))", (obj.schema, obj.name)).fetchone()
+            "pg_catalog.getdatabaseencoding()))",
+            (obj.schema, obj.name),
+        ).fetchone()
         return describe_collation(conn, row[0]) if row else None
-    row = conn.execute("SELECT t.oid FROM pg_catalog.pg_type t JOIN pg_catalog.pg_namespace n "
-                       "ON n.oid = t.typnamespace WHERE n.nspname = %s AND t.typname = %s",
-                       (obj.schema, obj.name)).fetchone()
+    row = conn.execute(
+        "SELECT t.oid FROM pg_catalog.pg_type t JOIN pg_catalog.pg_namespace n "
+        "ON n.oid = t.typnamespace WHERE n.nspname = %s AND t.typname = %s",
+        (obj.schema, obj.name),
+    ).fetchone()
     return describe_type(conn, row[0])[0] if row else None
 
 
 def _differences(want: UserObject, have: UserObject) -> str:
     if have.kind != want.kind:
         return f"it is a {have.kind} here, a {want.kind} at the publisher"
-    return "; ".join(f"{key} {have.definition.get(key)!r} here, {value!r} at the publisher"
-                     for key, value in want.definition.items() if have.definition.get(key) != value)
+    return "; ".join(
+        f"{key} {have.definition.get(key)!r} here, {value!r} at the publisher"
+        for key, value in want.definition.items()
+        if have.definition.get(key) != value
+    )
 
 
 def check(conn: psycopg.Connection, objects: list[UserObject], subscriber: str) -> list[UserObject]:
@@ -317,7 +427,8 @@ def check(conn: psycopg.Connection, objects: list[UserObject], subscriber: str) 
         raise ReplError(
             f"subscriber {subscriber!r} cannot take the types the published columns use: {'; '.join(problems)}. "
             f"Make them identical to the publisher's there (or drop them, and the Snapshot Agent creates them), "
-            f"then run the Snapshot Agent again")
+            f"then run the Snapshot Agent again"
+        )
     return missing
 
 
@@ -334,8 +445,9 @@ def script(objects: list[UserObject]) -> str:
         if obj.kind == "collation":
             parts.append(obj.create)
             continue
-        body = (f"BEGIN\n    IF pg_catalog.to_regtype({literal(qualified(obj.schema, obj.name))}) IS NULL THEN\n"
-                f"        {obj.create}\n    END IF;\nEND;\n")
+        body = (
+            f"BEGIN\n    IF pg_catalog.to_regtype({literal(qualified(obj.schema, obj.name))}) IS NULL THEN\n"
+            f"        {obj.create}\n    END IF;\nEND;\n"
+        )
         parts.append(f"-- {obj.label}\nDO {dollar_quote(body)};")
     return "\n".join(parts) + ("\n" if parts else "")
-

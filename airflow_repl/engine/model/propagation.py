@@ -58,8 +58,9 @@ def parse_propagation(operation: str, value: str | None, *, article: str = "?") 
     if value is None:
         return Propagation(operation, "proc", DEFAULT_SYNTAX[operation])
     if not isinstance(value, str) or not value.strip():
-        raise TopologyError(f"{option} of article {article!r} must be a string such as "
-                            f"{DEFAULT_SYNTAX[operation]!r}, 'SQL' or 'NONE'")
+        raise TopologyError(
+            f"{option} of article {article!r} must be a string such as {DEFAULT_SYNTAX[operation]!r}, 'SQL' or 'NONE'"
+        )
     words = value.split()
     head = words[0].upper()
     allowed = ", ".join(ALLOWED_SYNTAX[operation])
@@ -68,18 +69,25 @@ def parse_propagation(operation: str, value: str | None, *, article: str = "?") 
             raise TopologyError(f"{option} {value!r} of article {article!r}: {head} takes no procedure name")
         return Propagation(operation, head.lower())
     if head == "VCALL":
-        raise TopologyError(f"{option} {value!r} of article {article!r}: VCALL is reserved for updatable "
-                            f"subscriptions; choose one of {allowed}, SQL or NONE")
+        raise TopologyError(
+            f"{option} {value!r} of article {article!r}: VCALL is reserved for updatable "
+            f"subscriptions; choose one of {allowed}, SQL or NONE"
+        )
     if head not in ("CALL", "SCALL", "MCALL", "XCALL"):
-        raise TopologyError(f"{option} {value!r} of article {article!r} is not understood; use one of "
-                            f"{allowed} (optionally followed by a custom procedure name), SQL or NONE")
+        raise TopologyError(
+            f"{option} {value!r} of article {article!r} is not understood; use one of "
+            f"{allowed} (optionally followed by a custom procedure name), SQL or NONE"
+        )
     if head not in ALLOWED_SYNTAX[operation]:
-        raise TopologyError(f"{option} of article {article!r}: {head} is not allowed for {operation}s; "
-                            f"allowed call syntaxes: {allowed} (or SQL / NONE)")
+        raise TopologyError(
+            f"{option} of article {article!r}: {head} is not allowed for {operation}s; "
+            f"allowed call syntaxes: {allowed} (or SQL / NONE)"
+        )
     if len(words) > 2:
         raise TopologyError(f"{option} {value!r} of article {article!r}: expected '<SYNTAX> [procedure]'")
     proc = words[1] if len(words) == 2 else None
     if proc is not None and not _PROC_RE.match(proc):
-        raise TopologyError(f"{option} of article {article!r}: {proc!r} is not a valid procedure name "
-                            f"(use name or schema.name)")
+        raise TopologyError(
+            f"{option} of article {article!r}: {proc!r} is not a valid procedure name (use name or schema.name)"
+        )
     return Propagation(operation, "proc", head, proc)

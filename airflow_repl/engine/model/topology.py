@@ -20,9 +20,10 @@ import difflib
 import os
 import re
 import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Callable, ClassVar, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 from urllib.parse import unquote, urlsplit
 
 from pydantic import (
@@ -79,13 +80,17 @@ def _error(message: str, at: Loc = ()) -> PydanticCustomError:
 def _check_name(kind: str, name: str) -> str:
     """Publication and subscriber names: they become parts of slot and publication names."""
     if not _NAME_RE.fullmatch(name):
-        raise _error(f"{kind} name {name!r} is invalid: use 1-40 lower-case letters, digits or underscores, "
-                     f"starting with a letter (it becomes part of slot and publication names)")
+        raise _error(
+            f"{kind} name {name!r} is invalid: use 1-40 lower-case letters, digits or underscores, "
+            f"starting with a letter (it becomes part of slot and publication names)"
+        )
     if kind == "publication":
         for generated in (naming.pg_publication(name), naming.slot(name, "")):
             if len(generated.encode()) > MAX_IDENTIFIER_BYTES:
-                raise _error(f"publication name {name!r} makes the server object name {generated!r} longer than "
-                             f"{MAX_IDENTIFIER_BYTES} bytes: choose a shorter name")
+                raise _error(
+                    f"publication name {name!r} makes the server object name {generated!r} longer than "
+                    f"{MAX_IDENTIFIER_BYTES} bytes: choose a shorter name"
+                )
     return name
 
 
@@ -97,9 +102,11 @@ def _check_identifier(kind: str, value: str) -> str:
         raise _error(f"{kind} {value!r} contains a NUL character, which PostgreSQL names cannot hold: remove it")
     size = len(value.encode())
     if size > MAX_IDENTIFIER_BYTES:
-        raise _error(f"{kind} {value!r} is {size} bytes long; PostgreSQL keeps only the first "
-                     f"{MAX_IDENTIFIER_BYTES} bytes of a name (in UTF-8), so it would silently refer to another "
-                     f"object: use a name of at most {MAX_IDENTIFIER_BYTES} bytes")
+        raise _error(
+            f"{kind} {value!r} is {size} bytes long; PostgreSQL keeps only the first "
+            f"{MAX_IDENTIFIER_BYTES} bytes of a name (in UTF-8), so it would silently refer to another "
+            f"object: use a name of at most {MAX_IDENTIFIER_BYTES} bytes"
+        )
     return value
 
 
@@ -108,8 +115,10 @@ def _split_table(option: str, value: str, default_schema: str) -> tuple[str, str
     ``table`` or ``destination``."""
     parts = value.split(".")
     if len(parts) > 2:
-        raise _error(f"{option} {value!r} is not of the form schema.table (names cannot contain '.'): "
-                     f"write schema.table or table")
+        raise _error(
+            f"{option} {value!r} is not of the form schema.table (names cannot contain '.'): "
+            f"write schema.table or table"
+        )
     schema, table = parts if len(parts) == 2 else (default_schema, parts[0])
     prefix = "" if option == "table" else f"{option} "
     return _check_identifier(f"{prefix}schema name", schema), _check_identifier(f"{prefix}table name", table)
@@ -169,8 +178,10 @@ def _check_reference(ref: str) -> str:
         if scheme not in ("postgresql", "postgres"):
             raise _error(f"connection URI scheme {scheme!r} is not supported: use postgresql://user@host:port/dbname")
     elif not _CONN_ID_RE.fullmatch(ref):
-        raise _error("the server reference is not a valid Airflow connection id (1-250 letters, digits or _ # ! ( ) - . : / \\) "
-                     "nor a postgresql:// URI: fix the server reference")
+        raise _error(
+            "the server reference is not a valid Airflow connection id (1-250 letters, digits or _ # ! ( ) - . : / \\) "
+            "nor a postgresql:// URI: fix the server reference"
+        )
     return ref
 
 
@@ -191,8 +202,10 @@ class Endpoint(_Model):
             return {"ref": _check_reference(value)}
         if isinstance(value, dict):
             return value
-        raise _error("a server must be an Airflow connection id or a postgresql:// URI (a string), or a mapping "
-                     "with conn_id or uri")
+        raise _error(
+            "a server must be an Airflow connection id or a postgresql:// URI (a string), or a mapping "
+            "with conn_id or uri"
+        )
 
     @field_validator("ref")
     @classmethod
@@ -220,8 +233,10 @@ class Endpoint(_Model):
         """The resolved connection string; the topology must have been resolved first
         (:meth:`Topology.resolve`, or ``connections.resolve_topology``)."""
         if self.conninfo is None:
-            raise TopologyError(f"{role}: the server {self.display} has not been resolved to a connection string: "
-                                f"resolve the topology before connecting")
+            raise TopologyError(
+                f"{role}: the server {self.display} has not been resolved to a connection string: "
+                f"resolve the topology before connecting"
+            )
         return self.conninfo
 
 
@@ -303,8 +318,11 @@ class Article(_Model):
             first: dict[str, int] = {}
             for index, column in enumerate(value):
                 if column in first:
-                    raise _error(f"column {column!r} is listed twice (entries {first[column]} and {index}): "
-                                 f"list each column once", at=(index,))
+                    raise _error(
+                        f"column {column!r} is listed twice (entries {first[column]} and {index}): "
+                        f"list each column once",
+                        at=(index,),
+                    )
                 first[column] = index
         return value
 
@@ -320,7 +338,7 @@ class Article(_Model):
             raise _error(str(exc)) from None
 
     @model_validator(mode="after")
-    def _defaults(self) -> "Article":
+    def _defaults(self) -> Article:
         if not self.name:
             self.name = self.source_table
         if not self.destination:
@@ -356,22 +374,30 @@ class Publication(_Model):
     updates_as_delete_insert: UpdateMode = "key_changes"
 
     @model_validator(mode="after")
-    def _articles(self) -> "Publication":
+    def _articles(self) -> Publication:
         names: dict[str, int] = {}
         sources: dict[str, int] = {}
         dests: dict[str, int] = {}
         for index, art in enumerate(self.articles):
             if art.name in names:
-                raise _error(f"duplicate article {art.name!r} in publication {self.name!r} (also articles"
-                             f"[{names[art.name]}]): give each article a distinct name", at=("articles", index, "name"))
+                raise _error(
+                    f"duplicate article {art.name!r} in publication {self.name!r} (also articles"
+                    f"[{names[art.name]}]): give each article a distinct name",
+                    at=("articles", index, "name"),
+                )
             if art.source in sources:
-                raise _error(f"duplicate article: table {art.source} is published twice in publication "
-                             f"{self.name!r} (also articles[{sources[art.source]}]): publish it once",
-                             at=("articles", index, "table"))
+                raise _error(
+                    f"duplicate article: table {art.source} is published twice in publication "
+                    f"{self.name!r} (also articles[{sources[art.source]}]): publish it once",
+                    at=("articles", index, "table"),
+                )
             if art.destination in dests:
-                raise _error(f"duplicate article destination {art.destination} in publication {self.name!r} "
-                             f"(also articles[{dests[art.destination]}]): two articles would write the same "
-                             f"subscriber table; give one another destination", at=("articles", index, "destination"))
+                raise _error(
+                    f"duplicate article destination {art.destination} in publication {self.name!r} "
+                    f"(also articles[{dests[art.destination]}]): two articles would write the same "
+                    f"subscriber table; give one another destination",
+                    at=("articles", index, "destination"),
+                )
             names[art.name] = sources[art.source] = dests[art.destination] = index
             if "updates_as_delete_insert" not in art.model_fields_set:
                 art.updates_as_delete_insert = self.updates_as_delete_insert
@@ -424,8 +450,10 @@ class TopologyModel(_Model):
     def _mapping(cls, value: Any) -> Any:
         if isinstance(value, dict):
             return value
-        raise _error(f"a topology must be a mapping with publisher, distributor, subscribers, publications and "
-                     f"subscriptions, got {_describe(value)} (see docs/topology.md)")
+        raise _error(
+            f"a topology must be a mapping with publisher, distributor, subscribers, publications and "
+            f"subscriptions, got {_describe(value)} (see docs/topology.md)"
+        )
 
     @field_validator("snapshot_folder")
     @classmethod
@@ -439,25 +467,37 @@ class TopologyModel(_Model):
         return folder
 
     @model_validator(mode="after")
-    def _references(self) -> "TopologyModel":
+    def _references(self) -> TopologyModel:
         seen: dict[str, int] = {}
         for index, pub in enumerate(self.publications):
             if pub.name in seen:
-                raise _error(f"publication {pub.name!r} is defined twice (also publications[{seen[pub.name]}]): "
-                             f"rename one or merge their articles", at=("publications", index, "name"))
+                raise _error(
+                    f"publication {pub.name!r} is defined twice (also publications[{seen[pub.name]}]): "
+                    f"rename one or merge their articles",
+                    at=("publications", index, "name"),
+                )
             seen[pub.name] = index
         pairs: dict[tuple[str, str], int] = {}
         for index, sub in enumerate(self.subscriptions):
             if sub.publication not in seen:
-                raise _error(f"subscription names unknown publication {sub.publication!r}; the topology defines: "
-                             f"{', '.join(seen)}", at=("subscriptions", index, "publication"))
+                raise _error(
+                    f"subscription names unknown publication {sub.publication!r}; the topology defines: "
+                    f"{', '.join(seen)}",
+                    at=("subscriptions", index, "publication"),
+                )
             if sub.subscriber not in self.subscribers:
-                raise _error(f"subscription to {sub.publication!r} names unknown subscriber {sub.subscriber!r}; "
-                             f"define it under 'subscribers'", at=("subscriptions", index, "subscriber"))
+                raise _error(
+                    f"subscription to {sub.publication!r} names unknown subscriber {sub.subscriber!r}; "
+                    f"define it under 'subscribers'",
+                    at=("subscriptions", index, "subscriber"),
+                )
             pair = (sub.publication, sub.subscriber)
             if pair in pairs:
-                raise _error(f"subscriber {sub.subscriber!r} subscribes to publication {sub.publication!r} twice "
-                             f"(also subscriptions[{pairs[pair]}]): remove one", at=("subscriptions", index))
+                raise _error(
+                    f"subscriber {sub.subscriber!r} subscribes to publication {sub.publication!r} twice "
+                    f"(also subscriptions[{pairs[pair]}]): remove one",
+                    at=("subscriptions", index),
+                )
             pairs[pair] = index
         return self
 
@@ -478,10 +518,15 @@ class Topology:
     origins: dict[Loc, str] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_model(cls, model: TopologyModel) -> "Topology":
-        return cls(publisher=model.publisher, distributor=model.distributor, subscribers=dict(model.subscribers),
-                   publications={p.name: p for p in model.publications}, subscriptions=list(model.subscriptions),
-                   snapshot_folder=model.snapshot_folder)
+    def from_model(cls, model: TopologyModel) -> Topology:
+        return cls(
+            publisher=model.publisher,
+            distributor=model.distributor,
+            subscribers=dict(model.subscribers),
+            publications={p.name: p for p in model.publications},
+            subscriptions=list(model.subscriptions),
+            snapshot_folder=model.snapshot_folder,
+        )
 
     # ------------------------------------------------------------------ lookups
     def publication(self, name: str) -> Publication:
@@ -489,8 +534,8 @@ class Topology:
             return self.publications[name]
         except KeyError:
             raise TopologyError(
-                f"unknown publication {name!r}; the topology defines: "
-                f"{', '.join(sorted(self.publications)) or 'none'}") from None
+                f"unknown publication {name!r}; the topology defines: {', '.join(sorted(self.publications)) or 'none'}"
+            ) from None
 
     def subscriptions_of(self, publication: str) -> list[Subscription]:
         return [s for s in self.subscriptions if s.publication == publication]
@@ -505,11 +550,14 @@ class Topology:
         return self.subscribers[name].require(f"subscriber {name}")
 
     # ------------------------------------------------------------------ resolution
-    def resolve(self, resolver: Resolver) -> "Topology":
+    def resolve(self, resolver: Resolver) -> Topology:
         """Resolve every connection reference to a connection string (in place); an error names
         the server's role (``subscribers.reporting: connection id ... is not defined ...``)."""
-        servers: dict[Loc, Endpoint] = {("publisher",): self.publisher, ("distributor",): self.distributor,
-                                        **{("subscribers", k): v for k, v in self.subscribers.items()}}
+        servers: dict[Loc, Endpoint] = {
+            ("publisher",): self.publisher,
+            ("distributor",): self.distributor,
+            **{("subscribers", k): v for k, v in self.subscribers.items()},
+        }
         for loc, endpoint in servers.items():
             if endpoint.conninfo is None:
                 try:
@@ -532,17 +580,29 @@ class Topology:
             "subscribers": {k: ep(v) for k, v in self.subscribers.items()},
             "snapshot_folder": self.snapshot_folder,
             "publications": [
-                {"name": p.name, "articles": [
-                    {"name": a.name, "table": a.source,
-                     "destination": a.destination, "row_filter": a.row_filter, "columns": a.columns,
-                     "updates_as_delete_insert": a.updates_as_delete_insert,
-                     "ins_cmd": a.ins_cmd.text, "upd_cmd": a.upd_cmd.text, "del_cmd": a.del_cmd.text,
-                     "include_children": a.include_children}
-                    for a in p.articles]}
+                {
+                    "name": p.name,
+                    "articles": [
+                        {
+                            "name": a.name,
+                            "table": a.source,
+                            "destination": a.destination,
+                            "row_filter": a.row_filter,
+                            "columns": a.columns,
+                            "updates_as_delete_insert": a.updates_as_delete_insert,
+                            "ins_cmd": a.ins_cmd.text,
+                            "upd_cmd": a.upd_cmd.text,
+                            "del_cmd": a.del_cmd.text,
+                            "include_children": a.include_children,
+                        }
+                        for a in p.articles
+                    ],
+                }
                 for p in self.publications.values()
             ],
-            "subscriptions": [{"publication": s.publication, "subscriber": s.subscriber, **s.options()}
-                              for s in self.subscriptions],
+            "subscriptions": [
+                {"publication": s.publication, "subscriber": s.subscriber, **s.options()} for s in self.subscriptions
+            ],
         }
 
 
@@ -563,7 +623,7 @@ def _keys(model: type[_Model]) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, info in model.model_fields.items():
         alias = info.validation_alias
-        for key in (alias.choices if isinstance(alias, AliasChoices) else [name]):
+        for key in alias.choices if isinstance(alias, AliasChoices) else [name]:
             out[str(key)] = name
     return out
 
@@ -609,8 +669,14 @@ def _describe(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
-_EXPECTED = {"string_type": "a string", "int_type": "an integer", "bool_type": "true or false",
-             "list_type": "a list", "dict_type": "a mapping", "model_type": "a mapping"}
+_EXPECTED = {
+    "string_type": "a string",
+    "int_type": "an integer",
+    "bool_type": "true or false",
+    "list_type": "a list",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+}
 
 
 def _type_fix(kind: str, value: Any) -> str:
@@ -669,8 +735,10 @@ def _message(err: dict[str, Any], loc: Loc) -> str:
     if kind == "too_short":
         return "the list is empty: give at least one entry"
     if kind == "literal_error" and "skip_errors" in loc:
-        return (f"{_describe(value)} is not an error that can be skipped: skip_errors of a subscription must list "
-                f"some of: row_not_found (20598), duplicate_key (2627)")
+        return (
+            f"{_describe(value)} is not an error that can be skipped: skip_errors of a subscription must list "
+            f"some of: row_not_found (20598), duplicate_key (2627)"
+        )
     if kind == "literal_error":
         return f"{_describe(value)} is not allowed; choose one of {ctx.get('expected', '?')}"
     if kind == "recursion_loop":
@@ -693,8 +761,9 @@ def _report(exc: ValidationError, source: Source | None) -> TopologyError:
             problems.append(((0, order), f"topology: {format_loc(loc)}: {text}"))
         else:
             pos = source.position(loc, key=key)
-            problems.append(((pos.line, pos.column) if pos else (0, 0),
-                             f"{source.where(loc, key=key)}: {format_loc(loc)}: {text}"))
+            problems.append(
+                ((pos.line, pos.column) if pos else (0, 0), f"{source.where(loc, key=key)}: {format_loc(loc)}: {text}")
+            )
     problems.sort(key=lambda p: p[0])
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
     return TopologyError(problems[0][1] + more)
@@ -718,14 +787,17 @@ _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 def expand_env(value: str, what: str) -> str:
     """Expand ``${VAR}`` and ``${VAR:-default}``; an unset variable without default is an error."""
+
     def sub(m: re.Match) -> str:
         name, default = m.group(1), m.group(2)
         if name in os.environ:
             return os.environ[name]
         if default is not None:
             return default
-        raise TopologyError(f"{what} uses ${{{name}}}, which is not set: set it or give a default "
-                            f"with ${{{name}:-value}}")
+        raise TopologyError(
+            f"{what} uses ${{{name}}}, which is not set: set it or give a default with ${{{name}:-value}}"
+        )
+
     return _VAR_RE.sub(sub, value)
 
 
@@ -735,8 +807,10 @@ def load(path: str | Path) -> Topology:
     path = Path(path)
     source = yaml_source.read(path)
     topo = _validate(source.data, source)
-    topo.origins = {loc: source.where(loc) for loc in
-                    [("publisher",), ("distributor",), *(("subscribers", k) for k in topo.subscribers)]}
+    topo.origins = {
+        loc: source.where(loc)
+        for loc in [("publisher",), ("distributor",), *(("subscribers", k) for k in topo.subscribers)]
+    }
     folder = Path(topo.snapshot_folder).expanduser()
     topo.snapshot_folder = str(folder if folder.is_absolute() else (path.parent / folder).resolve())
     return topo

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
@@ -20,7 +20,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from airflow_repl.engine.errors import TopologyError
 
 #: A path into the data: mapping keys and list indexes (pydantic's ``loc`` has the same form).
-Loc = tuple[Union[str, int], ...]
+Loc = tuple[str | int, ...]
 
 #: Nodes visited at most (aliases can multiply a small file into a huge tree).
 MAX_NODES = 100_000
@@ -104,8 +104,10 @@ class _Walker:
     def walk(self, node: Node, loc: Loc) -> None:
         self.count += 1
         if self.count > MAX_NODES:
-            raise self.fail(node, f"the document has more than {MAX_NODES} values (through aliases?); "
-                                  f"write the topology out plainly")
+            raise self.fail(
+                node,
+                f"the document has more than {MAX_NODES} values (through aliases?); write the topology out plainly",
+            )
         if len(loc) > MAX_DEPTH:
             raise self.fail(node, f"values nest more than {MAX_DEPTH} levels deep; a topology needs only a few")
         self.source.values.setdefault(loc, _position(node))
@@ -132,9 +134,12 @@ class _Walker:
             key = self.key(key_node, loc)
             if key in seen:
                 first = _position(seen[key])
-                raise self.fail(key_node, f"{format_loc(loc)}: duplicate key {key!r} (also at line {first.line}, "
-                                          f"column {first.column}); YAML would keep only the last one: "
-                                          f"remove or rename one of them")
+                raise self.fail(
+                    key_node,
+                    f"{format_loc(loc)}: duplicate key {key!r} (also at line {first.line}, "
+                    f"column {first.column}); YAML would keep only the last one: "
+                    f"remove or rename one of them",
+                )
             seen[key] = key_node
         self.loader.flatten_mapping(node)  # '<<' merge keys: merged entries first, own entries win
         entries: dict[Any, tuple[Node, Node]] = {}
@@ -163,8 +168,10 @@ def _yaml_error(name: str, exc: yaml.YAMLError, text: str) -> TopologyError:
     if isinstance(exc, yaml.reader.ReaderError):
         line = text.count("\n", 0, exc.position) + 1
         column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
-        return TopologyError(f"topology file {name}:{line}:{column}: invalid YAML: character #x{exc.character:04x} "
-                             f"is not allowed in YAML; remove it")
+        return TopologyError(
+            f"topology file {name}:{line}:{column}: invalid YAML: character #x{exc.character:04x} "
+            f"is not allowed in YAML; remove it"
+        )
     return TopologyError(f"topology file {name}: invalid YAML: {type(exc).__name__}; fix the YAML syntax")
 
 
@@ -175,8 +182,10 @@ def parse(text: str, name: str) -> Source:
         loader = _Loader(text)  # checks the characters first
         node = loader.get_single_node()
         if node is None:
-            raise TopologyError(f"topology file {name} is empty: write the topology's publisher, distributor, "
-                                f"subscribers, publications and subscriptions in it")
+            raise TopologyError(
+                f"topology file {name} is empty: write the topology's publisher, distributor, "
+                f"subscribers, publications and subscriptions in it"
+            )
         source = Source(name, None)
         _Walker(loader, source).walk(node, ())
         source.data = loader.construct_document(node)
@@ -184,8 +193,9 @@ def parse(text: str, name: str) -> Source:
     except yaml.YAMLError as exc:
         raise _yaml_error(name, exc, text) from None
     except RecursionError:
-        raise TopologyError(f"topology file {name}: values nest too deeply; a topology needs only a few levels") \
-            from None
+        raise TopologyError(
+            f"topology file {name}: values nest too deeply; a topology needs only a few levels"
+        ) from None
     finally:
         if loader is not None:
             loader.dispose()
@@ -202,15 +212,21 @@ def read(path: str | Path) -> Source:
     except IsADirectoryError:
         raise TopologyError(f"topology file {name} is a directory: give the path of the YAML file in it") from None
     except OSError as exc:
-        raise TopologyError(f"topology file {name} cannot be read: {exc.strerror or type(exc).__name__}; "
-                            f"check the path and its permissions") from None
+        raise TopologyError(
+            f"topology file {name} cannot be read: {exc.strerror or type(exc).__name__}; "
+            f"check the path and its permissions"
+        ) from None
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
-        raise TopologyError(f"topology file {name}:{line}: is not UTF-8 text (byte 0x{raw[exc.start]:02x} at "
-                            f"offset {exc.start}); save the file as UTF-8") from None
+        raise TopologyError(
+            f"topology file {name}:{line}: is not UTF-8 text (byte 0x{raw[exc.start]:02x} at "
+            f"offset {exc.start}); save the file as UTF-8"
+        ) from None
     if not text.strip():
-        raise TopologyError(f"topology file {name} is empty: write the topology's publisher, distributor, "
-                            f"subscribers, publications and subscriptions in it")
+        raise TopologyError(
+            f"topology file {name} is empty: write the topology's publisher, distributor, "
+            f"subscribers, publications and subscriptions in it"
+        )
     return parse(text, name)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import psycopg
 
@@ -34,6 +34,7 @@ class GeneratedColumn:
     """A stored generated column: not replicated (pgoutput does not send it), but created at
     the subscriber with the same expression, which computes it there as native logical
     replication's subscribers do."""
+
     name: str
     type: str
     expression: str  # pg_get_expr() text
@@ -65,8 +66,9 @@ class TableInfo:
         for col in self.columns:
             if col.name == name:
                 return col
-        raise TopologyError(f"table {self.qualified} has no column {name!r}; its columns are: "
-                            f"{', '.join(self.column_names)}")
+        raise TopologyError(
+            f"table {self.qualified} has no column {name!r}; its columns are: {', '.join(self.column_names)}"
+        )
 
     def deferral(self, key: list[str]) -> str:
         """The constraint clause that makes ``key`` as deferrable as at the publisher ("" when
@@ -77,9 +79,14 @@ class TableInfo:
         return ""
 
     def to_dict(self) -> dict:
-        data = {"schema": self.schema, "name": self.name, "oid": self.oid,
-                "columns": [c.to_dict() for c in self.columns],
-                "primary_key": self.primary_key, "unique_keys": self.unique_keys}
+        data = {
+            "schema": self.schema,
+            "name": self.name,
+            "oid": self.oid,
+            "columns": [c.to_dict() for c in self.columns],
+            "primary_key": self.primary_key,
+            "unique_keys": self.unique_keys,
+        }
         if self.deferrable_keys:  # absent otherwise: definitions stored before it keep their hash
             data["deferrable_keys"] = [[list(cols), deferred] for cols, deferred in self.deferrable_keys]
         if self.generated:  # likewise
@@ -87,12 +94,17 @@ class TableInfo:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict) -> "TableInfo":
-        return cls(data["schema"], data["name"], data["oid"], [Column(**c) for c in data["columns"]],
-                   list(data["primary_key"]), [list(u) for u in data.get("unique_keys", [])],
-                   [(list(cols), bool(deferred)) for cols, deferred in data.get("deferrable_keys", [])],
-                   [GeneratedColumn(**{**g, "depends_on": tuple(g["depends_on"])})
-                    for g in data.get("generated", [])])
+    def from_dict(cls, data: dict) -> TableInfo:
+        return cls(
+            data["schema"],
+            data["name"],
+            data["oid"],
+            [Column(**c) for c in data["columns"]],
+            list(data["primary_key"]),
+            [list(u) for u in data.get("unique_keys", [])],
+            [(list(cols), bool(deferred)) for cols, deferred in data.get("deferrable_keys", [])],
+            [GeneratedColumn(**{**g, "depends_on": tuple(g["depends_on"])}) for g in data.get("generated", [])],
+        )
 
 
 @contextmanager
@@ -115,34 +127,45 @@ def load_table(conn: psycopg.Connection, schema: str, table: str) -> TableInfo:
     row = conn.execute(
         "SELECT c.oid, c.relkind FROM pg_catalog.pg_class c "
         "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-        "WHERE n.nspname = %s AND c.relname = %s", (schema, table)).fetchone()
+        "WHERE n.nspname = %s AND c.relname = %s",
+        (schema, table),
+    ).fetchone()
     if row is None:
-        raise TopologyError(f"unknown table {schema}.{table} at the publisher: create it or fix the "
-                            f"article's 'table' entry")
+        raise TopologyError(
+            f"unknown table {schema}.{table} at the publisher: create it or fix the article's 'table' entry"
+        )
     oid, relkind = row
     if relkind == "p":
-        raise TopologyError(f"{schema}.{table} is a partitioned table, which airflow-repl cannot publish yet: "
-                            f"publish its partitions as separate articles")
+        raise TopologyError(
+            f"{schema}.{table} is a partitioned table, which airflow-repl cannot publish yet: "
+            f"publish its partitions as separate articles"
+        )
     if relkind != "r":
-        raise TopologyError(f"{schema}.{table} is not an ordinary table (relkind {relkind!r}); only "
-                            f"tables can be published")
+        raise TopologyError(
+            f"{schema}.{table} is not an ordinary table (relkind {relkind!r}); only tables can be published"
+        )
     with catalog_search_path(conn):
-        columns = [Column(name, typ, notnull, typoid, _domain_base(conn, typoid) if is_domain else None)
-                   for name, typ, notnull, typoid, is_domain in conn.execute(
-            "SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull, a.atttypid, "
-            "t.typtype = 'd' FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid "
-            "WHERE a.attrelid = %s AND a.attnum > 0 "
-            "AND NOT a.attisdropped AND a.attgenerated = '' ORDER BY a.attnum", (oid,)).fetchall()]
+        columns = [
+            Column(name, typ, notnull, typoid, _domain_base(conn, typoid) if is_domain else None)
+            for name, typ, notnull, typoid, is_domain in conn.execute(
+                "SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull, a.atttypid, "
+                "t.typtype = 'd' FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid "
+                "WHERE a.attrelid = %s AND a.attnum > 0 "
+                "AND NOT a.attisdropped AND a.attgenerated = '' ORDER BY a.attnum",
+                (oid,),
+            ).fetchall()
+        ]
     primary_key: list[str] = []
     unique_keys: list[list[str]] = []
     for is_primary, cols in conn.execute(
-            # the key columns only: INCLUDE columns follow the first indnkeyatts entries of indkey
-            "SELECT i.indisprimary, ARRAY(SELECT a.attname FROM unnest(i.indkey) WITH ORDINALITY "
-            "AS k(attnum, ord) JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid "
-            "AND a.attnum = k.attnum WHERE k.ord <= i.indnkeyatts ORDER BY k.ord) "
-            "FROM pg_catalog.pg_index i WHERE i.indrelid = %s AND i.indisunique "
-            "AND i.indpred IS NULL AND i.indexprs IS NULL ORDER BY i.indisprimary DESC, i.indexrelid",
-            (oid,)):
+        # the key columns only: INCLUDE columns follow the first indnkeyatts entries of indkey
+        "SELECT i.indisprimary, ARRAY(SELECT a.attname FROM unnest(i.indkey) WITH ORDINALITY "
+        "AS k(attnum, ord) JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid "
+        "AND a.attnum = k.attnum WHERE k.ord <= i.indnkeyatts ORDER BY k.ord) "
+        "FROM pg_catalog.pg_index i WHERE i.indrelid = %s AND i.indisunique "
+        "AND i.indpred IS NULL AND i.indexprs IS NULL ORDER BY i.indisprimary DESC, i.indexrelid",
+        (oid,),
+    ):
         if is_primary:
             primary_key = list(cols)
         else:
@@ -151,11 +174,20 @@ def load_table(conn: psycopg.Connection, schema: str, table: str) -> TableInfo:
         raise TopologyError(
             f"table {schema}.{table} has no primary key; transactional replication needs one to find "
             f"rows at subscribers. Add one (ALTER TABLE {schema}.{table} ADD PRIMARY KEY (...)) or "
-            f"remove the article")
+            f"remove the article"
+        )
     with catalog_search_path(conn):
         generated = generated_columns(conn, oid)
-    return TableInfo(schema, table, oid, columns, primary_key, unique_keys,
-                     deferrable_keys=_deferrable_keys(conn, oid), generated=generated)
+    return TableInfo(
+        schema,
+        table,
+        oid,
+        columns,
+        primary_key,
+        unique_keys,
+        deferrable_keys=_deferrable_keys(conn, oid),
+        generated=generated,
+    )
 
 
 def _domain_base(conn: psycopg.Connection, type_oid: int) -> str:
@@ -164,30 +196,42 @@ def _domain_base(conn: psycopg.Connection, type_oid: int) -> str:
         "WITH RECURSIVE d(depth, base, typmod) AS (SELECT 0, typbasetype, typtypmod FROM pg_catalog.pg_type "
         "WHERE oid = %s UNION ALL SELECT d.depth + 1, t.typbasetype, t.typtypmod FROM d "
         "JOIN pg_catalog.pg_type t ON t.oid = d.base WHERE t.typtype = 'd') "
-        "SELECT pg_catalog.format_type(base, typmod) FROM d ORDER BY depth DESC LIMIT 1", (type_oid,)).fetchone()[0]
+        "SELECT pg_catalog.format_type(base, typmod) FROM d ORDER BY depth DESC LIMIT 1",
+        (type_oid,),
+    ).fetchone()[0]
 
 
 def _deferrable_keys(conn: psycopg.Connection, oid: int) -> list[tuple[list[str], bool]]:
     """The table's DEFERRABLE primary-key and unique constraints: (key columns, INITIALLY DEFERRED)."""
-    return [(list(cols), deferred) for cols, deferred in conn.execute(
-        "SELECT ARRAY(SELECT a.attname FROM unnest(c.conkey) WITH ORDINALITY AS k(attnum, ord) "
-        "JOIN pg_catalog.pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum ORDER BY k.ord), "
-        "c.condeferred FROM pg_catalog.pg_constraint c "
-        "WHERE c.conrelid = %s AND c.contype IN ('p', 'u') AND c.condeferrable ORDER BY c.oid", (oid,))]
+    return [
+        (list(cols), deferred)
+        for cols, deferred in conn.execute(
+            "SELECT ARRAY(SELECT a.attname FROM unnest(c.conkey) WITH ORDINALITY AS k(attnum, ord) "
+            "JOIN pg_catalog.pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum ORDER BY k.ord), "
+            "c.condeferred FROM pg_catalog.pg_constraint c "
+            "WHERE c.conrelid = %s AND c.contype IN ('p', 'u') AND c.condeferrable ORDER BY c.oid",
+            (oid,),
+        )
+    ]
 
 
 def generated_columns(conn: psycopg.Connection, oid: int) -> list[GeneratedColumn]:
     """The table's stored generated columns, with their expressions and the columns they read."""
-    return [GeneratedColumn(name, typ, expr, position, tuple(deps)) for name, typ, expr, position, deps in conn.execute(
-        "SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), "
-        "pg_catalog.pg_get_expr(d.adbin, d.adrelid), "
-        "(SELECT count(*) FROM pg_catalog.pg_attribute b WHERE b.attrelid = a.attrelid AND b.attnum > 0 "
-        " AND b.attnum < a.attnum AND NOT b.attisdropped AND b.attgenerated = '')::int, "
-        "ARRAY(SELECT r.attname FROM pg_catalog.pg_depend dep JOIN pg_catalog.pg_attribute r "
-        " ON r.attrelid = dep.refobjid AND r.attnum = dep.refobjsubid "
-        " WHERE dep.classid = 'pg_catalog.pg_class'::regclass AND dep.objid = a.attrelid "
-        " AND dep.objsubid = a.attnum AND dep.refclassid = 'pg_catalog.pg_class'::regclass "
-        " AND dep.refobjid = a.attrelid AND dep.refobjsubid > 0 ORDER BY r.attnum) "
-        "FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid "
-        "AND d.adnum = a.attnum WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped "
-        "AND a.attgenerated = 's' ORDER BY a.attnum", (oid,))]
+    return [
+        GeneratedColumn(name, typ, expr, position, tuple(deps))
+        for name, typ, expr, position, deps in conn.execute(
+            "SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), "
+            "pg_catalog.pg_get_expr(d.adbin, d.adrelid), "
+            "(SELECT count(*) FROM pg_catalog.pg_attribute b WHERE b.attrelid = a.attrelid AND b.attnum > 0 "
+            " AND b.attnum < a.attnum AND NOT b.attisdropped AND b.attgenerated = '')::int, "
+            "ARRAY(SELECT r.attname FROM pg_catalog.pg_depend dep JOIN pg_catalog.pg_attribute r "
+            " ON r.attrelid = dep.refobjid AND r.attnum = dep.refobjsubid "
+            " WHERE dep.classid = 'pg_catalog.pg_class'::regclass AND dep.objid = a.attrelid "
+            " AND dep.objsubid = a.attnum AND dep.refclassid = 'pg_catalog.pg_class'::regclass "
+            " AND dep.refobjid = a.attrelid AND dep.refobjsubid > 0 ORDER BY r.attnum) "
+            "FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid "
+            "AND d.adnum = a.attnum WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped "
+            "AND a.attgenerated = 's' ORDER BY a.attnum",
+            (oid,),
+        )
+    ]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Callable
+from collections.abc import Callable
 from urllib.parse import quote, unquote, urlsplit
 
 import psycopg
@@ -26,10 +26,14 @@ from airflow_repl.engine.model.topology import Topology, is_uri
 Resolver = Callable[[str], str]
 
 
-
-
-def conninfo_from_parts(host: str | None, port: int | None, login: str | None, password: str | None,
-                        dbname: str | None, extra: dict | None = None) -> str:
+def conninfo_from_parts(
+    host: str | None,
+    port: int | None,
+    login: str | None,
+    password: str | None,
+    dbname: str | None,
+    extra: dict | None = None,
+) -> str:
     """A libpq key/value connection string from the parts of an Airflow-style connection."""
     params: dict[str, object] = {}
     if host:
@@ -52,26 +56,34 @@ def _uri_to_conninfo(uri: str) -> str:
     parts = urlsplit(uri)
     if parts.scheme not in ("postgresql", "postgres"):
         raise TopologyError(
-            f"connection URI scheme {parts.scheme!r} is not supported; use postgresql://user@host:port/dbname")
+            f"connection URI scheme {parts.scheme!r} is not supported; use postgresql://user@host:port/dbname"
+        )
     try:
         parts.port
     except ValueError:
-        raise TopologyError(f"the connection URI for {parts.hostname or 'a server'} is malformed: its port is "
-                            f"not a number from 0 to 65535") from None
+        raise TopologyError(
+            f"the connection URI for {parts.hostname or 'a server'} is malformed: its port is "
+            f"not a number from 0 to 65535"
+        ) from None
     # libpq parses postgresql:// URIs itself; normalise to key/value so describe() works.
     try:
-        return pg_conninfo.make_conninfo(uri.replace("postgres://", "postgresql://", 1)
-                                         if parts.scheme == "postgres" else uri)
+        return pg_conninfo.make_conninfo(
+            uri.replace("postgres://", "postgresql://", 1) if parts.scheme == "postgres" else uri
+        )
     except psycopg.ProgrammingError:  # its message may quote the password: never pass it on
-        raise TopologyError(f"the connection URI for {parts.hostname or 'a server'} is malformed: check the "
-                            f"percent-encoding of the user name and password") from None
+        raise TopologyError(
+            f"the connection URI for {parts.hostname or 'a server'} is malformed: check the "
+            f"percent-encoding of the user name and password"
+        ) from None
 
 
 def _malformed(var: str, why: str) -> TopologyError:
-    return TopologyError(f"the connection in environment variable {var} is malformed: {why}; give a "
-                         f"postgresql://user:password@host:port/dbname URI or Airflow's JSON form "
-                         f"{{\"conn_type\": \"postgres\", \"host\": ..., \"port\": 5432, \"login\": ..., "
-                         f"\"password\": ..., \"schema\": <database>}}")
+    return TopologyError(
+        f"the connection in environment variable {var} is malformed: {why}; give a "
+        f"postgresql://user:password@host:port/dbname URI or Airflow's JSON form "
+        f'{{"conn_type": "postgres", "host": ..., "port": 5432, "login": ..., '
+        f'"password": ..., "schema": <database>}}'
+    )
 
 
 def _json_connection(var: str, value: str) -> str:
@@ -97,8 +109,14 @@ def _json_connection(var: str, value: str) -> str:
             raise _malformed(var, f"'extra' is not valid JSON ({exc.msg})") from None
     if extra is not None and not isinstance(extra, dict):
         raise _malformed(var, "'extra' must be an object")
-    return conninfo_from_parts(data.get("host"), int(port) if port is not None else None, data.get("login"),
-                               data.get("password"), data.get("schema"), extra)
+    return conninfo_from_parts(
+        data.get("host"),
+        int(port) if port is not None else None,
+        data.get("login"),
+        data.get("password"),
+        data.get("schema"),
+        extra,
+    )
 
 
 def env_resolver(conn_id: str) -> str:
@@ -108,7 +126,8 @@ def env_resolver(conn_id: str) -> str:
     if value is None:
         raise TopologyError(
             f"connection id {conn_id!r} is not defined: set the environment variable {var} "
-            f"(or run through Airflow, which resolves its own connections)")
+            f"(or run through Airflow, which resolves its own connections)"
+        )
     value = value.strip()
     if value.startswith("{"):
         return _json_connection(var, value)
@@ -117,8 +136,9 @@ def env_resolver(conn_id: str) -> str:
         try:
             return _uri_to_conninfo(value)
         except TopologyError as exc:
-            raise _malformed(var, str(exc).split(" is malformed", 1)[-1].lstrip(": ") or "the URI cannot be "
-                             "parsed") from None
+            raise _malformed(
+                var, str(exc).split(" is malformed", 1)[-1].lstrip(": ") or "the URI cannot be parsed"
+            ) from None
     if not parts.scheme or not parts.netloc:
         raise _malformed(var, "it is neither a URI nor a JSON object")
     # Airflow URI form: postgres://login:password@host:port/schema
@@ -126,12 +146,19 @@ def env_resolver(conn_id: str) -> str:
         port = parts.port
     except ValueError:
         raise _malformed(var, "the URI's port is not a number from 0 to 65535") from None
-    return conninfo_from_parts(parts.hostname, port, unquote(parts.username or "") or None,
-                               unquote(parts.password or "") or None, parts.path.lstrip("/") or None)
+    return conninfo_from_parts(
+        parts.hostname,
+        port,
+        unquote(parts.username or "") or None,
+        unquote(parts.password or "") or None,
+        parts.path.lstrip("/") or None,
+    )
 
 
-_SECRET_PATTERNS = (re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE),
-                    re.compile(r"(://[^:/@\s]*:)[^@\s]*(@)"))
+_SECRET_PATTERNS = (
+    re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE),
+    re.compile(r"(://[^:/@\s]*:)[^@\s]*(@)"),
+)
 
 
 def redact(text: str) -> str:
@@ -165,7 +192,6 @@ def describe(conninfo: str) -> str:
     return f"{params.get('user', '')}@{host}:{port}/{params.get('dbname', '')}".lstrip("@")
 
 
-
 def to_uri(conninfo: str) -> str:
     """A postgresql:// URI for the connection (used to hand sandbox servers to Airflow)."""
     p = pg_conninfo.conninfo_to_dict(conninfo)
@@ -182,10 +208,18 @@ def to_uri(conninfo: str) -> str:
 #: ``search_path``: an unqualified name means the same at every server (built-ins first, then
 #: public); the engine's own SQL qualifies everything else, and catalog reads of types use
 #: pg_catalog alone (see catalog.catalog_search_path) so scripted types are always qualified.
-SESSION_SETTINGS = {"DateStyle": "ISO", "IntervalStyle": "postgres", "extra_float_digits": "3",
-                    "TimeZone": "UTC", "bytea_output": "hex", "standard_conforming_strings": "on",
-                    "client_encoding": "UTF8", "search_path": "pg_catalog,public",
-                    "xmloption": "content", "array_nulls": "on"}
+SESSION_SETTINGS = {
+    "DateStyle": "ISO",
+    "IntervalStyle": "postgres",
+    "extra_float_digits": "3",
+    "TimeZone": "UTC",
+    "bytea_output": "hex",
+    "standard_conforming_strings": "on",
+    "client_encoding": "UTF8",
+    "search_path": "pg_catalog,public",
+    "xmloption": "content",
+    "array_nulls": "on",
+}
 
 
 def with_session_settings(conninfo: str) -> str:
@@ -198,11 +232,11 @@ def with_session_settings(conninfo: str) -> str:
 def connect(conninfo: str, role: str, *, autocommit: bool = False, **kwargs) -> psycopg.Connection:
     """Connect, turning an unreachable server into an error that names it and the fix."""
     try:
-        return psycopg.connect(with_session_settings(conninfo), autocommit=autocommit, connect_timeout=10,
-                               **kwargs)
+        return psycopg.connect(with_session_settings(conninfo), autocommit=autocommit, connect_timeout=10, **kwargs)
     except psycopg.OperationalError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConnectionFailed(
             f"cannot connect to the {role} at {describe(conninfo)}: {first}. "
             f"Check that the server is running and that the connection's host, port, "
-            f"user, password and database are right.") from None
+            f"user, password and database are right."
+        ) from None

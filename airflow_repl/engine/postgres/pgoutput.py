@@ -80,7 +80,7 @@ class _Reader:
         self.pos = 0
 
     def byte(self) -> str:
-        b = self.buf[self.pos:self.pos + 1].decode("ascii")
+        b = self.buf[self.pos : self.pos + 1].decode("ascii")
         self.pos += 1
         return b
 
@@ -111,7 +111,7 @@ class _Reader:
 
     def string(self) -> str:
         end = self.buf.index(b"\x00", self.pos)
-        s = self.buf[self.pos:end].decode("utf-8")
+        s = self.buf[self.pos : end].decode("utf-8")
         self.pos = end + 1
         return s
 
@@ -126,7 +126,7 @@ class _Reader:
                 out.append(UNCHANGED_TOAST)
             elif kind in ("t", "b"):
                 size = self.int32()
-                raw = self.buf[self.pos:self.pos + size]
+                raw = self.buf[self.pos : self.pos + size]
                 self.pos += size
                 out.append(raw.decode("utf-8") if kind == "t" else bytes(raw))
             else:  # pragma: no cover - protocol violation

@@ -11,7 +11,8 @@ without parameters are embedded with :class:`psycopg.sql.Literal`.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -19,8 +20,9 @@ from psycopg import sql
 Query = str | bytes | sql.Composable
 
 
-def execute(target: psycopg.Connection | psycopg.Cursor, query: Query,
-            params: Sequence[Any] | None = None) -> psycopg.Cursor:
+def execute(
+    target: psycopg.Connection | psycopg.Cursor, query: Query, params: Sequence[Any] | None = None
+) -> psycopg.Cursor:
     """Execute ``query`` on a connection or on the connection of a cursor.  Placeholders are
     ``$1``, ``$2``, ... and the text itself is sent as it is."""
     if isinstance(target, psycopg.RawCursor):

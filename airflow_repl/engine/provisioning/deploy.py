@@ -24,14 +24,16 @@ log = logging.getLogger(__name__)
 
 def check_reachable(topology: Topology) -> None:
     """Connect once to every server of the topology; unreachable ones raise ConnectionFailed."""
-    for role, endpoint in [("publisher", topology.publisher), ("distributor", topology.distributor),
-                           *[(f"subscriber {k!r}", v) for k, v in topology.subscribers.items()]]:
+    for role, endpoint in [
+        ("publisher", topology.publisher),
+        ("distributor", topology.distributor),
+        *[(f"subscriber {k!r}", v) for k, v in topology.subscribers.items()],
+    ]:
         connections.connect(endpoint.require(role), role).close()
 
 
 def resolve_publication(pub_conn: psycopg.Connection, publication: Publication) -> list[ResolvedArticle]:
-    tables = {a.name: catalog.load_table(pub_conn, a.source_schema, a.source_table)
-              for a in publication.articles}
+    tables = {a.name: catalog.load_table(pub_conn, a.source_schema, a.source_table) for a in publication.articles}
     articles = resolve_articles(publication, tables)
     for art in articles:  # before anything changes at the publisher or the distributor
         call_syntax.check_argument_limit(art)
@@ -49,8 +51,7 @@ def _table_spec(art: ResolvedArticle, row_filter: str | None) -> sql.Composable:
     return sql.SQL("{} WHERE ({})").format(table, sql.SQL(row_filter))
 
 
-def resolve_children(pub_conn: psycopg.Connection, publication: Publication,
-                     articles: list[ResolvedArticle]) -> None:
+def resolve_children(pub_conn: psycopg.Connection, publication: Publication, articles: list[ResolvedArticle]) -> None:
     """The inheritance descendants of every article that includes its children, from pg_inherits
     as it is now (a child created later joins when the topology is applied again).  A table
     cannot be both an article and a child included by another article."""
@@ -59,21 +60,26 @@ def resolve_children(pub_conn: psycopg.Connection, publication: Publication,
         if not art.include_children:
             art.children = None
             continue
-        art.children = [[s, t] for s, t in pub_conn.execute(
-            "WITH RECURSIVE d(oid) AS (SELECT inhrelid FROM pg_catalog.pg_inherits WHERE inhparent = %s "
-            "UNION SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN d ON i.inhparent = d.oid) "
-            "SELECT n.nspname, c.relname FROM d JOIN pg_catalog.pg_class c ON c.oid = d.oid "
-            "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace ORDER BY 1, 2", (art.table.oid,))]
+        art.children = [
+            [s, t]
+            for s, t in pub_conn.execute(
+                "WITH RECURSIVE d(oid) AS (SELECT inhrelid FROM pg_catalog.pg_inherits WHERE inhparent = %s "
+                "UNION SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN d ON i.inhparent = d.oid) "
+                "SELECT n.nspname, c.relname FROM d JOIN pg_catalog.pg_class c ON c.oid = d.oid "
+                "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace ORDER BY 1, 2",
+                (art.table.oid,),
+            )
+        ]
         for schema, table in art.children:
             if (schema, table) in sources:
                 raise TopologyError(
                     f"table {schema}.{table} is published by article {sources[(schema, table)]!r} and is also an "
                     f"inheritance child of {art.table.qualified}, whose article {art.name!r} includes its "
-                    f"children (include_children: true) in publication {publication.name!r}: remove one of them")
+                    f"children (include_children: true) in publication {publication.name!r}: remove one of them"
+                )
 
 
-def prepare_publisher(pub_conn: psycopg.Connection, publication: Publication,
-                      articles: list[ResolvedArticle]) -> None:
+def prepare_publisher(pub_conn: psycopg.Connection, publication: Publication, articles: list[ResolvedArticle]) -> None:
     """REPLICA IDENTITY FULL on every published table (so before images are logged), and a
     PostgreSQL publication listing exactly the article tables with their row filters.  Row
     filters are validated by PostgreSQL here; their deparsed form is stored on the articles."""
@@ -85,36 +91,52 @@ def prepare_publisher(pub_conn: psycopg.Connection, publication: Publication,
             for schema, table in [(art.table.schema, art.table.name), *(art.children or [])]:
                 ident = pub_conn.execute(
                     "SELECT c.relreplident FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
-                    "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s", (schema, table)).fetchone()[0]
+                    "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
+                    (schema, table),
+                ).fetchone()[0]
                 if ident != "f":
-                    pub_conn.execute(sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(
-                        sql.Identifier(schema, table)))
-        exists = pub_conn.execute("SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = %s",
-                                  (pgpub,)).fetchone()
+                    pub_conn.execute(
+                        sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(sql.Identifier(schema, table))
+                    )
+        exists = pub_conn.execute("SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = %s", (pgpub,)).fetchone()
         pub_conn.execute("SET LOCAL standard_conforming_strings = on")  # the quoting check_predicate assumes
         for art in articles:  # one at a time, so that an error names its article
             try:
                 with pub_conn.transaction():
-                    pub_conn.execute(sql.SQL("SELECT 1 FROM {} WHERE ({}) LIMIT 0").format(
-                        sql.Identifier(art.table.schema, art.table.name),
-                        sql.SQL(filters[art.name] or "true")), prepare=True)  # one statement, never a script
+                    pub_conn.execute(
+                        sql.SQL("SELECT 1 FROM {} WHERE ({}) LIMIT 0").format(
+                            sql.Identifier(art.table.schema, art.table.name), sql.SQL(filters[art.name] or "true")
+                        ),
+                        prepare=True,
+                    )  # one statement, never a script
             except psycopg.Error as exc:
                 raise TopologyError(
                     f"row_filter of article {art.name!r} ({art.table.qualified}) is rejected by the "
-                    f"publisher: {exc.diag.message_primary or exc}") from None
+                    f"publisher: {exc.diag.message_primary or exc}"
+                ) from None
         tables = sql.SQL(", ").join(_table_spec(a, filters[a.name]) for a in articles)
-        statement = (sql.SQL("ALTER PUBLICATION {} SET TABLE {}") if exists else sql.SQL(
-            "CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert, update, delete, truncate')"))
+        statement = (
+            sql.SQL("ALTER PUBLICATION {} SET TABLE {}")
+            if exists
+            else sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert, update, delete, truncate')")
+        )
         try:
             pub_conn.execute(statement.format(sql.Identifier(pgpub), tables), prepare=True)
         except psycopg.Error as exc:
-            raise TopologyError(f"publication {publication.name!r}: the publisher rejected its row filters: "
-                                f"{exc.diag.message_primary or exc}") from None
-        stored = {(s_, t): f for s_, t, f in pub_conn.execute(
-            "SELECT n.nspname, c.relname, pg_catalog.pg_get_expr(pr.prqual, pr.prrelid) "
-            "FROM pg_catalog.pg_publication_rel pr JOIN pg_catalog.pg_publication p ON p.oid = pr.prpubid "
-            "JOIN pg_catalog.pg_class c ON c.oid = pr.prrelid "
-            "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE p.pubname = %s", (pgpub,))}
+            raise TopologyError(
+                f"publication {publication.name!r}: the publisher rejected its row filters: "
+                f"{exc.diag.message_primary or exc}"
+            ) from None
+        stored = {
+            (s_, t): f
+            for s_, t, f in pub_conn.execute(
+                "SELECT n.nspname, c.relname, pg_catalog.pg_get_expr(pr.prqual, pr.prrelid) "
+                "FROM pg_catalog.pg_publication_rel pr JOIN pg_catalog.pg_publication p ON p.oid = pr.prpubid "
+                "JOIN pg_catalog.pg_class c ON c.oid = pr.prrelid "
+                "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE p.pubname = %s",
+                (pgpub,),
+            )
+        }
     for art in articles:
         art.row_filter = stored.get((art.table.schema, art.table.name))
 
@@ -137,8 +159,9 @@ def apply_topology(topology: Topology, publications: list[str] | None = None) ->
         distdb.ensure_schema(dist)
         with dist.transaction():
             for name in names:
-                distdb.save_publication(dist, name, naming.pg_publication(name), naming.slot(name, dbname),
-                                        resolved[name])
+                distdb.save_publication(
+                    dist, name, naming.pg_publication(name), naming.slot(name, dbname), resolved[name]
+                )
                 for sub in topology.subscriptions_of(name):
                     distdb.save_subscription(dist, name, sub.subscriber, sub.options())
     log.info("applied topology: %s", ", ".join(f"{n} ({len(a)} articles)" for n, a in resolved.items()))

@@ -1,9 +1,8 @@
 """The distribution database: topology metadata, replicated transactions and commands, agent
 history and errors.  Its schema is created idempotently by :func:`ensure_schema`.
 
-Subscribers hold two small tables of their own (:data:`SUBSCRIBER_DDL`): the watermark of the last
-transaction applied, committed in the same transaction as the applied changes, and the ledger of
-the snapshot files loaded there.
+The subscribers' own ``airflow_repl`` tables are in
+:mod:`~airflow_repl.engine.state.subscriber_state`.
 """
 
 from __future__ import annotations
@@ -118,49 +117,22 @@ CREATE TABLE IF NOT EXISTS airflow_repl.errors (
 ALTER TABLE airflow_repl.errors ADD COLUMN IF NOT EXISTS skipped boolean NOT NULL DEFAULT false;
 """
 
-SUBSCRIBER_DDL = """
-CREATE SCHEMA IF NOT EXISTS airflow_repl;
-CREATE TABLE IF NOT EXISTS airflow_repl.subscription_state (
-    publication     text PRIMARY KEY,
-    snapshot_id     text NOT NULL,
-    xact_seqno      pg_lsn NOT NULL,
-    transactions    bigint NOT NULL DEFAULT 0,
-    updated_at      timestamptz NOT NULL DEFAULT now()
-);
--- The ledger of loaded snapshot files: a file's row is inserted in the transaction that COPYs
--- the file, so a retried or repeated load (Spark task retry, speculative task, re-run) finds it
--- and loads nothing.
-CREATE TABLE IF NOT EXISTS airflow_repl.snapshot_files (
-    publication  text NOT NULL,
-    snapshot_id  text NOT NULL,
-    path         text NOT NULL,
-    rows         bigint NOT NULL,
-    loaded_at    timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (publication, snapshot_id, path)
-);
-CREATE OR REPLACE FUNCTION airflow_repl.row_not_found(what text, key_names text, key_values text)
-RETURNS void LANGUAGE plpgsql AS $fn$
-BEGIN
-    RAISE EXCEPTION USING ERRCODE = 'RP598',
-        MESSAGE = format('row not found at the subscriber: %s with key (%s)=(%s) matched no row [20598]',
-                         what, key_names, key_values);
-END
-$fn$;
-"""
-
 
 def check_encoding(conn: psycopg.Connection) -> None:
     """Commands hold replicated values as JSON (``jsonb``), which a database in another encoding
     than UTF8 cannot store for characters outside its character set: refuse such a
     distribution database up front, naming it and the fix."""
-    dbname, encoding = conn.execute("SELECT current_database(), pg_catalog.pg_encoding_to_char(encoding) "
-                                    "FROM pg_catalog.pg_database WHERE datname = current_database()").fetchone()
+    dbname, encoding = conn.execute(
+        "SELECT current_database(), pg_catalog.pg_encoding_to_char(encoding) "
+        "FROM pg_catalog.pg_database WHERE datname = current_database()"
+    ).fetchone()
     conn.rollback()
     if encoding != "UTF8":
         raise TopologyError(
             f"the distribution database {dbname!r} uses encoding {encoding}, which cannot hold every replicated "
             f"character: create it with ENCODING 'UTF8' (CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE "
-            f"template0) and point the topology's distributor at it")
+            f"template0) and point the topology's distributor at it"
+        )
 
 
 def ensure_schema(conn: psycopg.Connection) -> None:
@@ -171,31 +143,41 @@ def ensure_schema(conn: psycopg.Connection) -> None:
 
 
 # ---------------------------------------------------------------------- articles
-def save_publication(conn: psycopg.Connection, publication: str, pg_publication: str, slot: str,
-                     articles: list[ResolvedArticle]) -> None:
+def save_publication(
+    conn: psycopg.Connection, publication: str, pg_publication: str, slot: str, articles: list[ResolvedArticle]
+) -> None:
     conn.execute(
         "INSERT INTO airflow_repl.publications (name, pg_publication, slot_name) VALUES (%s, %s, %s) "
         "ON CONFLICT (name) DO UPDATE SET pg_publication = excluded.pg_publication, updated_at = now()",
-        (publication, pg_publication, slot))  # the slot keeps the name it was first given
+        (publication, pg_publication, slot),
+    )  # the slot keeps the name it was first given
     names = [a.name for a in articles]
-    conn.execute("DELETE FROM airflow_repl.articles WHERE publication = %s AND NOT (name = ANY(%s))",
-                 (publication, names))
+    conn.execute(
+        "DELETE FROM airflow_repl.articles WHERE publication = %s AND NOT (name = ANY(%s))", (publication, names)
+    )
     for art in articles:
         conn.execute(
             "INSERT INTO airflow_repl.articles (publication, name, definition) VALUES (%s, %s, %s) "
             "ON CONFLICT (publication, name) DO UPDATE SET definition = excluded.definition, "
             "updated_at = now() WHERE airflow_repl.articles.definition IS DISTINCT FROM excluded.definition",
-            (publication, art.name, Jsonb(art.to_dict())))
+            (publication, art.name, Jsonb(art.to_dict())),
+        )
 
 
 def load_articles(conn: psycopg.Connection, publication: str) -> list[ResolvedArticle]:
     deployed = conn.execute("SELECT to_regclass('airflow_repl.articles') IS NOT NULL").fetchone()[0]
-    rows = [] if not deployed else conn.execute("SELECT definition FROM airflow_repl.articles WHERE publication = %s ORDER BY name",
-                        (publication,)).fetchall()
+    rows = (
+        []
+        if not deployed
+        else conn.execute(
+            "SELECT definition FROM airflow_repl.articles WHERE publication = %s ORDER BY name", (publication,)
+        ).fetchall()
+    )
     if not rows:
         raise NotInitialized(
             f"publication {publication!r} is not deployed in the distribution database: run the "
-            f"Snapshot Agent (or 'airflow-repl apply') for it first")
+            f"Snapshot Agent (or 'airflow-repl apply') for it first"
+        )
     return [ResolvedArticle.from_dict(r[0]) for r in rows]
 
 
@@ -203,8 +185,10 @@ def slot_name(conn: psycopg.Connection, publication: str) -> str:
     """The publication's logical slot at the publisher, as recorded when it was first deployed."""
     row = conn.execute("SELECT slot_name FROM airflow_repl.publications WHERE name = %s", (publication,)).fetchone()
     if row is None:
-        raise NotInitialized(f"publication {publication!r} is not deployed in the distribution database: run "
-                             f"the Snapshot Agent (or 'airflow-repl apply') for it first")
+        raise NotInitialized(
+            f"publication {publication!r} is not deployed in the distribution database: run "
+            f"the Snapshot Agent (or 'airflow-repl apply') for it first"
+        )
     return row[0]
 
 
@@ -212,67 +196,112 @@ def save_subscription(conn: psycopg.Connection, publication: str, subscriber: st
     conn.execute(
         "INSERT INTO airflow_repl.subscriptions (publication, subscriber, options) VALUES (%s, %s, %s) "
         "ON CONFLICT (publication, subscriber) DO UPDATE SET options = excluded.options",
-        (publication, subscriber, Jsonb(options)))
+        (publication, subscriber, Jsonb(options)),
+    )
 
 
 # ---------------------------------------------------------------------- history and errors
-def start_run(conn: psycopg.Connection, agent: str, publication: str | None,
-              subscriber: str | None = None) -> int:
+def start_run(conn: psycopg.Connection, agent: str, publication: str | None, subscriber: str | None = None) -> int:
     row = conn.execute(
-        "INSERT INTO airflow_repl.agent_history (agent, publication, subscriber) VALUES (%s, %s, %s) "
-        "RETURNING run_id", (agent, publication, subscriber)).fetchone()
+        "INSERT INTO airflow_repl.agent_history (agent, publication, subscriber) VALUES (%s, %s, %s) RETURNING run_id",
+        (agent, publication, subscriber),
+    ).fetchone()
     conn.commit()
     return int(row[0])
 
 
-def abandon_stale_runs(conn: psycopg.Connection, run_id: int, agent: str, publication: str,
-                       subscriber: str | None = None) -> None:
+def abandon_stale_runs(
+    conn: psycopg.Connection, run_id: int, agent: str, publication: str, subscriber: str | None = None
+) -> None:
     """Mark runs left 'running' by a killed agent as 'abandoned'.  Call it while holding the
     lock that keeps a second agent of the same kind away, so that they cannot be alive."""
     conn.execute(
         "UPDATE airflow_repl.agent_history SET status = 'abandoned', finished_at = clock_timestamp(), "
         "message = 'the agent stopped without reporting (killed or crashed); a later run took over' "
         "WHERE agent = %s AND publication = %s AND subscriber IS NOT DISTINCT FROM %s "
-        "AND status = 'running' AND run_id < %s", (agent, publication, subscriber, run_id))
+        "AND status = 'running' AND run_id < %s",
+        (agent, publication, subscriber, run_id),
+    )
     conn.commit()
 
 
-def finish_run(conn: psycopg.Connection, run_id: int, status: str, *, transactions: int = 0,
-               commands: int = 0, rows_copied: int = 0, message: str | None = None,
-               details: dict[str, Any] | None = None) -> None:
+def finish_run(
+    conn: psycopg.Connection,
+    run_id: int,
+    status: str,
+    *,
+    transactions: int = 0,
+    commands: int = 0,
+    rows_copied: int = 0,
+    message: str | None = None,
+    details: dict[str, Any] | None = None,
+) -> None:
     conn.execute(
         "UPDATE airflow_repl.agent_history SET finished_at = clock_timestamp(), status = %s, "
         "transactions = %s, commands = %s, rows_copied = %s, message = %s, details = %s "
         "WHERE run_id = %s",
-        (status, transactions, commands, rows_copied, message,
-         Jsonb(details) if details is not None else None, run_id))
+        (status, transactions, commands, rows_copied, message, Jsonb(details) if details is not None else None, run_id),
+    )
     conn.commit()
 
 
-def last_stream_rates(conn: psycopg.Connection, publication: str, subscriber: str,
-                      streams: int) -> dict[str, float]:
+def last_stream_rates(conn: psycopg.Connection, publication: str, subscriber: str, streams: int) -> dict[str, float]:
     """The delivery rates (commands per second, spread over ``streams`` streams and on one) that
     the last successful Distribution Agent run of the subscription measured, or {}."""
     row = conn.execute(
         "SELECT details->'stream_rates' FROM airflow_repl.agent_history WHERE agent = 'distribution' "
         "AND publication = %s AND subscriber = %s AND status = 'succeeded' "
         "AND (details->'stream_rates'->>'streams')::int = %s ORDER BY run_id DESC LIMIT 1",
-        (publication, subscriber, streams)).fetchone()
+        (publication, subscriber, streams),
+    ).fetchone()
     return {k: float(v) for k, v in (row[0] or {}).items() if k in ("spread", "one") and v is not None} if row else {}
 
 
-def record_error(conn: psycopg.Connection, *, run_id: int | None, agent: str, publication: str | None,
-                 subscriber: str | None, message: str, xact_seqno: str | None = None,
-                 command_id: int | None = None, article: str | None = None, sqlstate: str | None = None,
-                 command: dict | None = None, skipped: bool = False, commit: bool = True) -> None:
+def record_error(
+    conn: psycopg.Connection,
+    *,
+    run_id: int | None,
+    agent: str,
+    publication: str | None,
+    subscriber: str | None,
+    message: str,
+    xact_seqno: str | None = None,
+    command_id: int | None = None,
+    article: str | None = None,
+    sqlstate: str | None = None,
+    command: dict | None = None,
+    skipped: bool = False,
+    commit: bool = True,
+) -> None:
     conn.execute(
         "INSERT INTO airflow_repl.errors (run_id, agent, publication, subscriber, xact_seqno, command_id, "
         "article, sqlstate, message, command, skipped) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-        (run_id, agent, publication, subscriber, xact_seqno, command_id, article, sqlstate, message,
-         Jsonb(command) if command is not None else None, skipped))
+        (
+            run_id,
+            agent,
+            publication,
+            subscriber,
+            xact_seqno,
+            command_id,
+            article,
+            sqlstate,
+            message,
+            Jsonb(command) if command is not None else None,
+            skipped,
+        ),
+    )
     if commit:
         conn.commit()
 
 
 def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
+
+
+# ---------------------------------------------------------------------- questions of the Snapshot Agent
+
+
+# ---------------------------------------------------------------------- questions of the Log Reader Agent
+
+
+# ---------------------------------------------------------------------- questions of the Distribution Agent

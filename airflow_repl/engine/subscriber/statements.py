@@ -37,8 +37,9 @@ def statement(article: ResolvedArticle, op: str) -> Statement | None:
     """The statement applying ``op`` (I, U, D, T) commands of ``article``; None when the
     article's option for that operation is NONE."""
     if op == "T":
-        return Statement(sql.SQL("TRUNCATE {}").format(sql.Identifier(article.dest_schema, article.dest_table)),
-                         lambda cmd: [])
+        return Statement(
+            sql.SQL("TRUNCATE {}").format(sql.Identifier(article.dest_schema, article.dest_table)), lambda cmd: []
+        )
     operation = _OPS[op]
     prop = article.propagation[operation]
     if prop.method == "none":
@@ -48,8 +49,10 @@ def statement(article: ResolvedArticle, op: str) -> Statement | None:
         params = call_syntax.parameters(article, operation, prop.syntax)
         args = sql.SQL(", ").join(_typed(raw_sql.dollar(i + 1), t) for i, (_, t) in enumerate(params))
         syntax = prop.syntax
-        return Statement(sql.SQL("CALL {}({})").format(sql.Identifier(schema, name), args),
-                         lambda cmd: call_syntax.values(article, cmd, syntax))
+        return Statement(
+            sql.SQL("CALL {}({})").format(sql.Identifier(schema, name), args),
+            lambda cmd: call_syntax.values(article, cmd, syntax),
+        )
     # SQL statements: the CALL-syntax statement with typed placeholders; a server-side check
     # raises the row-not-found error like the generated procedures do.
     params = call_syntax.parameters(article, operation, "CALL")
@@ -58,16 +61,21 @@ def statement(article: ResolvedArticle, op: str) -> Statement | None:
         text = body
     else:
         n = len(params)
-        text = (f"WITH applied AS ({body} RETURNING 1) SELECT airflow_repl.row_not_found(${n + 1}, ${n + 2}, "
-                f"${n + 3}) WHERE NOT EXISTS (SELECT 1 FROM applied)")
+        text = (
+            f"WITH applied AS ({body} RETURNING 1) SELECT airflow_repl.row_not_found(${n + 1}, ${n + 2}, "
+            f"${n + 3}) WHERE NOT EXISTS (SELECT 1 FROM applied)"
+        )
     names = ", ".join(article.primary_key)
 
     def params_of(cmd: Command, _op=operation) -> list:
         values = call_syntax.values(article, cmd, "CALL")
         if _op == "insert":
             return values
-        return values + [f"{_op} of {article.destination}", names,
-                         ", ".join("" if v is None else str(v) for v in cmd.key(article))]
+        return values + [
+            f"{_op} of {article.destination}",
+            names,
+            ", ".join("" if v is None else str(v) for v in cmd.key(article)),
+        ]
 
     # body placeholders are $n in parameter order, which is the CALL layout
     return Statement(sql.SQL(text), params_of)

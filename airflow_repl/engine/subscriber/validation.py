@@ -51,36 +51,56 @@ def _digest(count: int, s1, s2) -> str:
     return hashlib.md5(f"{count}:{s1}:{s2}".encode()).hexdigest()
 
 
-def table_checksum(conn: psycopg.Connection, relation: sql.Composable, columns: list[str],
-                   row_filter: str | None = None) -> tuple[int, str]:
+def table_checksum(
+    conn: psycopg.Connection, relation: sql.Composable, columns: list[str], row_filter: str | None = None
+) -> tuple[int, str]:
     """(row count, order- and encoding-independent checksum) of ``columns`` of ``relation``,
     limited to the rows passing ``row_filter`` (an article's filter, in PostgreSQL's deparsed form)."""
-    count, s1, s2 = raw_sql.execute(conn, sql.SQL("SELECT count(*), {} FROM {}").format(
-        _row_hash_sums(columns), _source(relation, row_filter))).fetchone()
+    count, s1, s2 = raw_sql.execute(
+        conn, sql.SQL("SELECT count(*), {} FROM {}").format(_row_hash_sums(columns), _source(relation, row_filter))
+    ).fetchone()
     return int(count), _digest(count, s1, s2)
 
 
-def _buckets(conn: psycopg.Connection, relation: sql.Composable, columns: list[str], key: list[str],
-             row_filter: str | None) -> dict[str, tuple]:
+def _buckets(
+    conn: psycopg.Connection, relation: sql.Composable, columns: list[str], key: list[str], row_filter: str | None
+) -> dict[str, tuple]:
     bucket = sql.SQL("left({}, {})").format(_utf8_md5(_key_text(key)), sql.Literal(BUCKET_DIGITS))
-    return {b: tuple(rest) for b, *rest in raw_sql.execute(conn, sql.SQL(
-        "SELECT {b} AS bucket, count(*), {sums} FROM {src} GROUP BY 1").format(
-            b=bucket, sums=_row_hash_sums(columns), src=_source(relation, row_filter)))}
+    return {
+        b: tuple(rest)
+        for b, *rest in raw_sql.execute(
+            conn,
+            sql.SQL("SELECT {b} AS bucket, count(*), {sums} FROM {src} GROUP BY 1").format(
+                b=bucket, sums=_row_hash_sums(columns), src=_source(relation, row_filter)
+            ),
+        )
+    }
 
 
-def _rows_in(conn: psycopg.Connection, relation: sql.Composable, columns: list[str], key: list[str],
-             row_filter: str | None, buckets: list[str]) -> dict[str, str]:
+def _rows_in(
+    conn: psycopg.Connection,
+    relation: sql.Composable,
+    columns: list[str],
+    key: list[str],
+    row_filter: str | None,
+    buckets: list[str],
+) -> dict[str, str]:
     """key text -> row hash of the rows whose key falls in ``buckets``."""
     cond = sql.SQL("left({}, {}) = ANY({})").format(
-        _utf8_md5(_key_text(key)), sql.Literal(BUCKET_DIGITS), sql.Literal(buckets))
+        _utf8_md5(_key_text(key)), sql.Literal(BUCKET_DIGITS), sql.Literal(buckets)
+    )
     where = sql.SQL(" AND ").join([sql.SQL("({})").format(sql.SQL(row_filter)), cond]) if row_filter else cond
     row = _utf8_md5(sql.SQL("ROW({})").format(sql.SQL(", ").join(sql.Identifier(c) for c in columns)))
-    return dict(raw_sql.execute(conn, sql.SQL("SELECT {}, {} FROM {} WHERE {}").format(
-        _key_text(key), row, relation, where)).fetchall())
+    return dict(
+        raw_sql.execute(
+            conn, sql.SQL("SELECT {}, {} FROM {} WHERE {}").format(_key_text(key), row, relation, where)
+        ).fetchall()
+    )
 
 
-def differing_keys(pub: psycopg.Connection, sub: psycopg.Connection, art: ResolvedArticle,
-                   limit: int = MAX_KEYS) -> list[dict]:
+def differing_keys(
+    pub: psycopg.Connection, sub: psycopg.Connection, art: ResolvedArticle, limit: int = MAX_KEYS
+) -> list[dict]:
     """Up to ``limit`` keys whose rows differ: missing at the subscriber, extra at the
     subscriber, or with other values.  Reads only the rows of the key buckets that differ."""
     dest = sql.Identifier(art.dest_schema, art.dest_table)
@@ -89,7 +109,7 @@ def differing_keys(pub: psycopg.Connection, sub: psycopg.Connection, art: Resolv
     bad = sorted(b for b in p.keys() | s.keys() if p.get(b) != s.get(b))
     out: list[dict] = []
     for i in range(0, len(bad), 16):
-        chunk = bad[i:i + 16]
+        chunk = bad[i : i + 16]
         prow = _rows_in(pub, art.source, art.column_names, art.primary_key, art.row_filter, chunk)
         srow = _rows_in(sub, dest, art.column_names, art.primary_key, None, chunk)
         for k in sorted(prow.keys() | srow.keys()):
@@ -104,21 +124,30 @@ def differing_keys(pub: psycopg.Connection, sub: psycopg.Connection, art: Resolv
     return out
 
 
-def compare(topology: Topology, publication: str, subscriber: str,
-            articles: list[ResolvedArticle] | None = None) -> list[dict]:
+def compare(
+    topology: Topology, publication: str, subscriber: str, articles: list[ResolvedArticle] | None = None
+) -> list[dict]:
     """Per article: rows and checksum at the publisher and at the subscriber, whether they
     match, and (when they do not) the first keys that differ."""
     if articles is None:
         with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
             articles = distdb.load_articles(dist, publication)
     out = []
-    with connections.connect(topology.publisher.require("publisher"), "publisher") as pub, \
-            connections.connect(topology.subscriber_conninfo(subscriber), f"subscriber {subscriber!r}") as sub:
+    with (
+        connections.connect(topology.publisher.require("publisher"), "publisher") as pub,
+        connections.connect(topology.subscriber_conninfo(subscriber), f"subscriber {subscriber!r}") as sub,
+    ):
         for art in articles:
             p = table_checksum(pub, art.source, art.column_names, art.row_filter)
             s = table_checksum(sub, sql.Identifier(art.dest_schema, art.dest_table), art.column_names)
-            row = {"article": art.name, "publisher_rows": p[0], "subscriber_rows": s[0],
-                   "publisher_checksum": p[1], "subscriber_checksum": s[1], "match": p == s}
+            row = {
+                "article": art.name,
+                "publisher_rows": p[0],
+                "subscriber_rows": s[0],
+                "publisher_checksum": p[1],
+                "subscriber_checksum": s[1],
+                "match": p == s,
+            }
             if not row["match"]:
                 row["differences"] = differing_keys(pub, sub, art)
             out.append(row)
@@ -126,12 +155,16 @@ def compare(topology: Topology, publication: str, subscriber: str,
 
 
 def format_report(rows: list[dict]) -> str:
-    lines = [f"{'article':<20} {'pub rows':>9} {'sub rows':>9}  {'publisher checksum':<32}  "
-             f"{'subscriber checksum':<32}  match"]
+    lines = [
+        f"{'article':<20} {'pub rows':>9} {'sub rows':>9}  {'publisher checksum':<32}  "
+        f"{'subscriber checksum':<32}  match"
+    ]
     for r in rows:
-        lines.append(f"{r['article']:<20} {r['publisher_rows']:>9} {r['subscriber_rows']:>9}  "
-                     f"{r['publisher_checksum']:<32}  {r['subscriber_checksum']:<32}  "
-                     f"{'yes' if r['match'] else 'NO'}")
+        lines.append(
+            f"{r['article']:<20} {r['publisher_rows']:>9} {r['subscriber_rows']:>9}  "
+            f"{r['publisher_checksum']:<32}  {r['subscriber_checksum']:<32}  "
+            f"{'yes' if r['match'] else 'NO'}"
+        )
         for d in r.get("differences", []):
             lines.append(f"    key {d['key']}: {d['difference']}")
     return "\n".join(lines)
