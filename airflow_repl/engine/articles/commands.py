@@ -8,17 +8,39 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from airflow_repl.engine.articles.resolved import ResolvedArticle
+from airflow_repl.engine.model.propagation import Operation, TextEnum
 
-INSERT, UPDATE, DELETE = "I", "U", "D"
 
-Values = list  # list[str | None], article column order
+class OpCode(TextEnum):
+    """A command's operation, as stored in ``airflow_repl.commands.op`` (one letter)."""
+
+    INSERT = "I"
+    UPDATE = "U"
+    DELETE = "D"
+    TRUNCATE = "T"
+
+    @property
+    def operation(self) -> Operation:
+        """The article operation whose propagation option applies this command (TRUNCATE has none)."""
+        if self is OpCode.TRUNCATE:
+            raise ValueError("a TRUNCATE command is applied as TRUNCATE, not through an article option")
+        return _OPERATION[self]
+
+
+_OPERATION = {OpCode.INSERT: Operation.INSERT, OpCode.UPDATE: Operation.UPDATE, OpCode.DELETE: Operation.DELETE}
+
+INSERT, UPDATE, DELETE, TRUNCATE = OpCode.INSERT, OpCode.UPDATE, OpCode.DELETE, OpCode.TRUNCATE
+
+Value = str | None  # a column value in PostgreSQL's text representation; None is NULL
+Values = list[Value]  # article column order
 
 
 @dataclass
 class Command:
-    op: str  # I, U or D
+    op: OpCode
     article: str
     old: Values | None = None  # before image (U, D)
     new: Values | None = None  # after image (I, U)
@@ -27,15 +49,15 @@ class Command:
     def changed(self) -> list[bool]:
         """Which article columns an UPDATE changed (compared by text value)."""
         assert self.old is not None and self.new is not None
-        return [o != n for o, n in zip(self.old, self.new)]
+        return [o != n for o, n in zip(self.old, self.new, strict=True)]
 
-    def key(self, article: ResolvedArticle, image: str | None = None) -> list:
+    def key(self, article: ResolvedArticle, image: str | None = None) -> Values:
         values = self.old if (image == "old" or (image is None and self.op != INSERT)) else self.new
         assert values is not None
         return [values[i] for i in article.pk_positions]
 
-    def to_json(self) -> dict:
-        data: dict = {}
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {}
         if self.old is not None:
             data["o"] = self.old
         if self.new is not None:
@@ -45,8 +67,8 @@ class Command:
         return data
 
     @classmethod
-    def from_json(cls, op: str, article: str, data: dict) -> Command:
-        return cls(op, article, data.get("o"), data.get("n"), bool(data.get("p")))
+    def from_json(cls, op: str, article: str, data: dict[str, Any]) -> Command:
+        return cls(OpCode(op), article, data.get("o"), data.get("n"), bool(data.get("p")))
 
 
 def bitmask(changed: Sequence[bool]) -> bytes:

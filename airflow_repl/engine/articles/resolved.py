@@ -7,15 +7,14 @@ import hashlib
 import json
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from psycopg import sql
 
 from airflow_repl.engine.model import naming
-from airflow_repl.engine.model.propagation import Propagation, parse_propagation
+from airflow_repl.engine.model.propagation import OPERATIONS, Method, Operation, Propagation, parse_propagation
 from airflow_repl.engine.model.topology import Article, Publication
 from airflow_repl.engine.postgres.catalog import Column, TableInfo
-
-_PREFIX = {"insert": "ins", "update": "upd", "delete": "del"}
 
 
 @dataclass
@@ -25,8 +24,8 @@ class ResolvedArticle:
     table: TableInfo  # the source table at the publisher
     dest_schema: str
     dest_table: str
-    propagation: dict[str, Propagation]  # operation -> how it propagates
-    default_procs: dict[str, str]  # operation -> generated procedure name (in dest_schema)
+    propagation: dict[Operation, Propagation]  # how each operation propagates
+    default_procs: dict[Operation, str]  # operation -> generated procedure name (in dest_schema)
     column_list: list[str] | None = None  # column filter (primary key included), None = all
     row_filter: str | None = None  # PostgreSQL's deparsed form of the article's row filter
     update_mode: str = "key_changes"  # see topology.UPDATE_MODES
@@ -69,18 +68,25 @@ class ResolvedArticle:
     def destination(self) -> str:
         return f"{self.dest_schema}.{self.dest_table}"
 
-    def procedure(self, operation: str) -> tuple[str, str] | None:
+    def procedure(self, operation: Operation) -> tuple[str, str] | None:
         """(schema, name) of the procedure called for ``operation``, or None for SQL/NONE."""
-        prop = self.propagation[operation]
-        if prop.method != "proc":
+        if self.propagation[operation].method != Method.PROC:
             return None
+        return self.called_procedure(operation)
+
+    def called_procedure(self, operation: Operation) -> tuple[str, str]:
+        """(schema, name) of the procedure called for ``operation``, which must propagate by a
+        procedure call (ValueError otherwise)."""
+        prop = self.propagation[operation]
+        if prop.method != Method.PROC:
+            raise ValueError(f"{operation}s of article {self.name!r} propagate by {prop.text}, not by a procedure")
         if prop.procedure:
             schema, _, name = prop.procedure.rpartition(".")
             return (schema or self.dest_schema, name)
         return (self.dest_schema, self.default_procs[operation])
 
     # -- serialisation: stored in the distribution database with the article
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "publication": self.publication,
             "name": self.name,
@@ -96,15 +102,18 @@ class ResolvedArticle:
         }
 
     @classmethod
-    def from_dict(cls, data: dict) -> ResolvedArticle:
+    def from_dict(cls, data: dict[str, Any]) -> ResolvedArticle:
         return cls(
             data["publication"],
             data["name"],
             TableInfo.from_dict(data["table"]),
             data["dest_schema"],
             data["dest_table"],
-            {op: parse_propagation(op, text, article=data["name"]) for op, text in data["propagation"].items()},
-            dict(data["default_procs"]),
+            {
+                Operation(op): parse_propagation(op, text, article=data["name"])
+                for op, text in data["propagation"].items()
+            },
+            {Operation(op): name for op, name in data["default_procs"].items()},
             data.get("column_list"),
             data.get("row_filter"),
             data.get("update_mode", "key_changes"),
@@ -128,8 +137,8 @@ def resolve_articles(publication: Publication, tables: dict[str, TableInfo]) -> 
     for art in publication.articles:
         clash = base[art.name] in clashes
         procs = {
-            op: naming.default_procedure(_PREFIX[op], art.dest_schema, art.dest_table, disambiguate=clash)
-            for op in _PREFIX
+            op: naming.default_procedure(op.prefix, art.dest_schema, art.dest_table, disambiguate=clash)
+            for op in OPERATIONS
         }
         out.append(
             ResolvedArticle(
@@ -162,5 +171,5 @@ def _column_list(art: Article, table: TableInfo) -> list[str] | None:
     return [c for c in table.column_names if c in wanted]
 
 
-def _propagation(art: Article) -> dict[str, Propagation]:
-    return {"insert": art.ins_cmd, "update": art.upd_cmd, "delete": art.del_cmd}
+def _propagation(art: Article) -> dict[Operation, Propagation]:
+    return {Operation.INSERT: art.ins_cmd, Operation.UPDATE: art.upd_cmd, Operation.DELETE: art.del_cmd}

@@ -9,53 +9,54 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from airflow_repl.engine.articles.commands import Command, bitmask
+from airflow_repl.engine.articles.commands import DELETE, INSERT, Command, Value, Values, bitmask
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import TopologyError
-from airflow_repl.engine.model.propagation import ALLOWED_SYNTAX, OPERATIONS
+from airflow_repl.engine.model.propagation import ALLOWED_SYNTAX, OPERATIONS, CallSyntax, Method, Operation
 from airflow_repl.engine.postgres.quoting import ident, qualified
 
 Placeholder = Callable[[int], str]  # 1-based parameter position -> SQL text
+Parameter = tuple[str, str]  # (name, type)
+Argument = Value | bytes  # a column's text value, or the SCALL / MCALL bitmap
 
 #: PostgreSQL's limit on the arguments of a function or procedure (FUNC_MAX_ARGS, the
 #: ``max_function_args`` setting; fixed when the server is built).
 MAX_ARGUMENTS = 100
-_OPTION = {"insert": "ins_cmd", "update": "upd_cmd", "delete": "del_cmd"}
 
 
-def parameters(article: ResolvedArticle, operation: str, syntax: str) -> list[tuple[str, str]]:
+def parameters(article: ResolvedArticle, operation: Operation, syntax: CallSyntax) -> list[Parameter]:
     """(name, type) of each parameter, in order, SQL Server style (c1.., pkc1.., bitmap)."""
     cols = article.columns
     n = len(cols)
     pk = [article.columns[i] for i in article.pk_positions]
     all_cols = [(f"c{i + 1}", c.param_type) for i, c in enumerate(cols)]
     pk_cols = [(f"pkc{j + 1}", c.param_type) for j, c in enumerate(pk)]
-    if operation == "insert":
+    if operation == Operation.INSERT:
         return all_cols
-    if operation == "delete":
-        return all_cols if syntax == "XCALL" else pk_cols
-    if syntax == "CALL":
+    if operation == Operation.DELETE:
+        return all_cols if syntax == CallSyntax.XCALL else pk_cols
+    if syntax == CallSyntax.CALL:
         return all_cols + pk_cols
-    if syntax in ("SCALL", "MCALL"):
-        return all_cols + pk_cols + [("bitmap", "bytea")]
-    if syntax == "XCALL":
+    if syntax in (CallSyntax.SCALL, CallSyntax.MCALL):
+        return [*all_cols, *pk_cols, ("bitmap", "bytea")]
+    if syntax == CallSyntax.XCALL:
         return all_cols + [(f"c{n + i + 1}", c.param_type) for i, c in enumerate(cols)]
     raise ValueError(f"unknown call syntax {syntax!r}")
 
 
-def parameter_count(operation: str, syntax: str, columns: int, key_columns: int) -> int:
+def parameter_count(operation: Operation, syntax: CallSyntax, columns: int, key_columns: int) -> int:
     """How many parameters ``syntax`` passes for ``operation`` on a table of ``columns``
     replicated columns, ``key_columns`` of them in the primary key (the lengths of
     :func:`parameters`)."""
-    if operation == "insert":
+    if operation == Operation.INSERT:
         return columns
-    if operation == "delete":
-        return columns if syntax == "XCALL" else key_columns
+    if operation == Operation.DELETE:
+        return columns if syntax == CallSyntax.XCALL else key_columns
     return {
-        "CALL": columns + key_columns,
-        "SCALL": columns + key_columns + 1,
-        "MCALL": columns + key_columns + 1,
-        "XCALL": 2 * columns,
+        CallSyntax.CALL: columns + key_columns,
+        CallSyntax.SCALL: columns + key_columns + 1,
+        CallSyntax.MCALL: columns + key_columns + 1,
+        CallSyntax.XCALL: 2 * columns,
     }[syntax]
 
 
@@ -65,63 +66,71 @@ def check_argument_limit(article: ResolvedArticle) -> None:
     n, k = len(article.columns), len(article.primary_key)
     for operation in OPERATIONS:
         prop = article.propagation[operation]
-        if prop.method != "proc":
+        if prop.method != Method.PROC:
             continue
-        count = parameter_count(operation, str(prop.syntax), n, k)
+        count = parameter_count(operation, prop.call_syntax, n, k)
         if count <= MAX_ARGUMENTS:
             continue
         fit = [s for s in ALLOWED_SYNTAX[operation] if parameter_count(operation, s, n, k) <= MAX_ARGUMENTS]
         raise TopologyError(
             f"article {article.name!r} ({article.table.qualified}, {n} columns replicated): {prop.syntax} "
             f"syntax passes {count} parameters to the {operation} procedure, but PostgreSQL procedures take "
-            f"at most {MAX_ARGUMENTS}; set {_OPTION[operation]} to {' or '.join([*fit, 'SQL'])} "
+            f"at most {MAX_ARGUMENTS}; set {operation.option} to {' or '.join([*fit, 'SQL'])} "
             f"(SQL statements have no such limit) or replicate fewer columns"
         )
 
 
-def values(article: ResolvedArticle, cmd: Command, syntax: str) -> list:
+def values(article: ResolvedArticle, cmd: Command, syntax: CallSyntax) -> list[Argument]:
     """The argument values for one command under ``syntax``."""
     pk = article.pk_positions
-    if cmd.op == "I":
-        return list(cmd.new)
-    if cmd.op == "D":
-        return list(cmd.old) if syntax == "XCALL" else [cmd.old[i] for i in pk]
-    old_pk = [cmd.old[i] for i in pk]
-    if syntax == "CALL":
-        return list(cmd.new) + old_pk
+    if cmd.op == INSERT:
+        return list(_image(cmd.new))
+    old = _image(cmd.old)
+    if cmd.op == DELETE:
+        return list(old) if syntax == CallSyntax.XCALL else [old[i] for i in pk]
+    new = _image(cmd.new)
+    old_pk: list[Argument] = [old[i] for i in pk]
+    if syntax == CallSyntax.CALL:
+        return [*new, *old_pk]
     changed = cmd.changed()
-    if syntax == "SCALL":
-        return [v if c else None for v, c in zip(cmd.new, changed)] + old_pk + [bitmask(changed)]
-    if syntax == "MCALL":
-        return list(cmd.new) + old_pk + [bitmask(changed)]
-    if syntax == "XCALL":
-        return list(cmd.old) + list(cmd.new)
+    if syntax == CallSyntax.SCALL:
+        return [*(v if c else None for v, c in zip(new, changed, strict=True)), *old_pk, bitmask(changed)]
+    if syntax == CallSyntax.MCALL:
+        return [*new, *old_pk, bitmask(changed)]
+    if syntax == CallSyntax.XCALL:
+        return [*old, *new]
     raise ValueError(f"unknown call syntax {syntax!r}")
 
 
-def statement(article: ResolvedArticle, operation: str, syntax: str, ph: Placeholder) -> str:
+def _image(image: Values | None) -> Values:
+    if image is None:
+        raise ValueError("the command lacks the row image its operation needs")
+    return image
+
+
+def statement(article: ResolvedArticle, operation: Operation, syntax: CallSyntax, ph: Placeholder) -> str:
     """The INSERT/UPDATE/DELETE that applies one command with this syntax's parameters."""
     table = qualified(article.dest_schema, article.dest_table)
     names = article.column_names
     n = len(names)
     pk = article.pk_positions
-    if operation == "insert":
+    if operation == Operation.INSERT:
         return (
             f"INSERT INTO {table} ({', '.join(ident(c) for c in names)}) "
             f"VALUES ({', '.join(ph(i + 1) for i in range(n))})"
         )
-    if operation == "delete":
-        if syntax == "XCALL":
+    if operation == Operation.DELETE:
+        if syntax == CallSyntax.XCALL:
             where = [f"{ident(names[i])} = {ph(i + 1)}" for i in pk]
         else:
             where = [f"{ident(names[i])} = {ph(j + 1)}" for j, i in enumerate(pk)]
         return f"DELETE FROM {table} WHERE {' AND '.join(where)}"
-    if syntax == "XCALL":
+    if syntax == CallSyntax.XCALL:
         sets = [f"{ident(c)} = {ph(n + i + 1)}" for i, c in enumerate(names)]
         where = [f"{ident(names[i])} = {ph(i + 1)}" for i in pk]
     else:
         where = [f"{ident(names[i])} = {ph(n + j + 1)}" for j, i in enumerate(pk)]
-        if syntax == "CALL":
+        if syntax == CallSyntax.CALL:
             sets = [f"{ident(c)} = {ph(i + 1)}" for i, c in enumerate(names)]
         else:  # SCALL / MCALL: only the columns flagged in the bitmap
             bm = ph(n + len(pk) + 1)
@@ -133,12 +142,12 @@ def statement(article: ResolvedArticle, operation: str, syntax: str, ph: Placeho
     return f"UPDATE {table} SET {', '.join(sets)} WHERE {' AND '.join(where)}"
 
 
-def key_placeholders(article: ResolvedArticle, operation: str, syntax: str, ph: Placeholder) -> list[str]:
+def key_placeholders(article: ResolvedArticle, operation: Operation, syntax: CallSyntax, ph: Placeholder) -> list[str]:
     """Placeholders holding the key that locates the row (for row-not-found messages)."""
     n = len(article.column_names)
     pk = article.pk_positions
-    if syntax == "XCALL":
+    if syntax == CallSyntax.XCALL:
         return [ph(i + 1) for i in pk]
-    if operation == "delete":
+    if operation == Operation.DELETE:
         return [ph(j + 1) for j in range(len(pk))]
     return [ph(n + j + 1) for j in range(len(pk))]

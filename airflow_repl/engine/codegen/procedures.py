@@ -13,6 +13,7 @@ from __future__ import annotations
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.codegen import call_syntax
 from airflow_repl.engine.errors import ROW_NOT_FOUND_SQLSTATE
+from airflow_repl.engine.model.propagation import OPERATIONS, CallSyntax, Method, Operation
 from airflow_repl.engine.postgres.quoting import dollar_quote, ident, literal, qualified
 
 
@@ -20,34 +21,25 @@ def _dollar(i: int) -> str:
     return f"${i}"
 
 
-def procedure_sql(article: ResolvedArticle, operation: str) -> str | None:
+def procedure_sql(article: ResolvedArticle, operation: Operation) -> str | None:
     """CREATE OR REPLACE PROCEDURE text of the generated procedure for ``operation``, or None
     when the operation does not use a generated procedure (SQL, NONE or a custom procedure)."""
     prop = article.propagation[operation]
-    if prop.method != "proc" or prop.custom:
+    if prop.method != Method.PROC or prop.custom:
         return None
-    schema, name = article.procedure(operation)
-    params = call_syntax.parameters(article, operation, prop.syntax)
+    schema, name = article.called_procedure(operation)
+    syntax = prop.call_syntax
+    params = call_syntax.parameters(article, operation, syntax)
     decl = ", ".join(f"{ident(p)} {t}" for p, t in params)
-    stmt = call_syntax.statement(article, operation, prop.syntax, _dollar)
+    stmt = call_syntax.statement(article, operation, syntax, _dollar)
     lines = [
         "#variable_conflict use_column",
-        f"-- {prop.syntax} syntax: {', '.join(p for p, _ in params)}",
+        f"-- {syntax} syntax: {', '.join(p for p, _ in params)}",
         "BEGIN",
         f"    {stmt};",
     ]
-    if operation != "insert":
-        keys = call_syntax.key_placeholders(article, operation, prop.syntax, _dollar)
-        key_names = ", ".join(article.primary_key)
-        key_values = ", ".join(f"{k}::text" for k in keys)
-        lines += [
-            "    IF NOT FOUND THEN",
-            f"        RAISE EXCEPTION USING ERRCODE = {literal(ROW_NOT_FOUND_SQLSTATE)},",
-            f"            MESSAGE = format('row not found at the subscriber: {operation} of %s "
-            f"with key (%s)=(%s) matched no row [20598]', "
-            f"{literal(article.destination)}, {literal(key_names)}, concat_ws(', ', {key_values}));",
-            "    END IF;",
-        ]
+    if operation != Operation.INSERT:
+        lines += _row_not_found_check(article, operation, syntax)
     lines.append("END;\n")
     return (
         f"CREATE OR REPLACE PROCEDURE {qualified(schema, name)}({decl})\n"
@@ -55,7 +47,22 @@ def procedure_sql(article: ResolvedArticle, operation: str) -> str | None:
     )
 
 
+def _row_not_found_check(article: ResolvedArticle, operation: Operation, syntax: CallSyntax) -> list[str]:
+    """Body lines raising SQL Server's error 20598 when the statement matched no row."""
+    keys = call_syntax.key_placeholders(article, operation, syntax, _dollar)
+    key_names = ", ".join(article.primary_key)
+    key_values = ", ".join(f"{k}::text" for k in keys)
+    return [
+        "    IF NOT FOUND THEN",
+        f"        RAISE EXCEPTION USING ERRCODE = {literal(ROW_NOT_FOUND_SQLSTATE)},",
+        f"            MESSAGE = format('row not found at the subscriber: {operation} of %s "
+        f"with key (%s)=(%s) matched no row [20598]', "
+        f"{literal(article.destination)}, {literal(key_names)}, concat_ws(', ', {key_values}));",
+        "    END IF;",
+    ]
+
+
 def article_script(article: ResolvedArticle) -> str:
     """All generated procedures of one article, as one script."""
-    parts = [sql for op in ("insert", "update", "delete") if (sql := procedure_sql(article, op))]
+    parts = [sql for op in OPERATIONS if (sql := procedure_sql(article, op))]
     return "\n".join(parts)

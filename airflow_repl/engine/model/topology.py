@@ -42,7 +42,7 @@ from pydantic_core import PydanticCustomError
 
 from airflow_repl.engine.errors import TopologyError
 from airflow_repl.engine.model import naming, yaml_source
-from airflow_repl.engine.model.propagation import Propagation, parse_propagation
+from airflow_repl.engine.model.propagation import Operation, Propagation, parse_propagation
 from airflow_repl.engine.model.row_filters import check_predicate
 from airflow_repl.engine.model.yaml_source import Loc, Source, format_loc
 
@@ -267,9 +267,9 @@ class Article(_Model):
     #: Which updates become DELETE + INSERT pairs (see UPDATE_MODES); when not given, the
     #: publication's value.
     updates_as_delete_insert: UpdateMode = "key_changes"
-    ins_cmd: InstanceOf[Propagation] = Field(default_factory=lambda: parse_propagation("insert", None))
-    upd_cmd: InstanceOf[Propagation] = Field(default_factory=lambda: parse_propagation("update", None))
-    del_cmd: InstanceOf[Propagation] = Field(default_factory=lambda: parse_propagation("delete", None))
+    ins_cmd: InstanceOf[Propagation] = Field(default_factory=lambda: parse_propagation(Operation.INSERT, None))
+    upd_cmd: InstanceOf[Propagation] = Field(default_factory=lambda: parse_propagation(Operation.UPDATE, None))
+    del_cmd: InstanceOf[Propagation] = Field(default_factory=lambda: parse_propagation(Operation.DELETE, None))
     #: Publish the table's inheritance children too (PostgreSQL's ``ONLY`` vs. ``*``).
     include_children: bool = False
 
@@ -331,7 +331,7 @@ class Article(_Model):
     def _propagation(cls, value: Any, info: ValidationInfo) -> Propagation:
         if isinstance(value, Propagation):
             return value
-        operation = {"ins_cmd": "insert", "upd_cmd": "update", "del_cmd": "delete"}[info.field_name or ""]
+        operation = next(op for op in Operation if op.option == info.field_name)
         try:
             return parse_propagation(operation, value, article=_article_label(info))
         except TopologyError as exc:

@@ -21,18 +21,20 @@ Query = str | bytes | sql.Composable
 
 
 def execute(
-    target: psycopg.Connection | psycopg.Cursor, query: Query, params: Sequence[Any] | None = None
-) -> psycopg.Cursor:
+    target: psycopg.Connection[Any] | psycopg.Cursor[Any], query: Query, params: Sequence[Any] | None = None
+) -> psycopg.Cursor[Any]:
     """Execute ``query`` on a connection or on the connection of a cursor.  Placeholders are
     ``$1``, ``$2``, ... and the text itself is sent as it is."""
     if isinstance(target, psycopg.RawCursor):
-        cur: psycopg.Cursor = target
+        cur: psycopg.Cursor[Any] = target
     else:  # hot paths pass a cursor from cursor(): a new cursor per statement is slower in a pipeline
         cur = cursor(target if isinstance(target, psycopg.Connection) else target.connection)
+    if not isinstance(query, (str, bytes, sql.SQL, sql.Composed)):
+        query = sql.Composed([query])  # a lone Identifier or Literal
     return cur.execute(query, list(params) if params else None)
 
 
-def cursor(conn: psycopg.Connection) -> psycopg.RawCursor:
+def cursor(conn: psycopg.Connection[Any]) -> psycopg.RawCursor[Any]:
     """A cursor for :func:`execute` to reuse (statements without parameters run on it as usual)."""
     return psycopg.RawCursor(conn)
 

@@ -3,17 +3,20 @@ parameters it binds.  Used by the Distribution Agent."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 from psycopg import sql
 
-from airflow_repl.engine.articles.commands import Command
+from airflow_repl.engine.articles.commands import Command, OpCode
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.codegen import call_syntax
+from airflow_repl.engine.model.propagation import CallSyntax, Method, Operation
 from airflow_repl.engine.postgres import raw_sql
 
-_OPS = {"I": "insert", "U": "update", "D": "delete"}
+ParamsOf = Callable[[Command], Sequence[Any]]
 
 
 @dataclass
@@ -21,10 +24,10 @@ class Statement:
     """A statement with PostgreSQL's native ``$n`` placeholders: its text (which embeds the
     article's identifiers) is never scanned by psycopg; run it with :meth:`execute`."""
 
-    query: sql.Composable
-    params_of: object  # Callable[[Command], list]
+    query: raw_sql.Query
+    params_of: ParamsOf
 
-    def execute(self, cur: psycopg.Cursor, cmd: Command) -> None:
+    def execute(self, cur: psycopg.Cursor[Any], cmd: Command) -> None:
         raw_sql.execute(cur, self.query, self.params_of(cmd))
 
 
@@ -33,56 +36,61 @@ def _typed(ph: str, type_text: str) -> sql.Composable:
     return sql.SQL(ph + "::" + type_text)
 
 
-def statement(article: ResolvedArticle, op: str) -> Statement | None:
+def statement(article: ResolvedArticle, op: OpCode) -> Statement | None:
     """The statement applying ``op`` (I, U, D, T) commands of ``article``; None when the
     article's option for that operation is NONE."""
-    if op == "T":
-        return Statement(
-            sql.SQL("TRUNCATE {}").format(sql.Identifier(article.dest_schema, article.dest_table)), lambda cmd: []
-        )
-    operation = _OPS[op]
-    prop = article.propagation[operation]
-    if prop.method == "none":
+    if op == OpCode.TRUNCATE:
+        table = sql.Identifier(article.dest_schema, article.dest_table)
+        return Statement(sql.SQL("TRUNCATE {}").format(table), lambda cmd: [])
+    operation = OpCode(op).operation
+    method = article.propagation[operation].method
+    if method == Method.NONE:
         return None
-    if prop.method == "proc":
-        schema, name = article.procedure(operation)
-        params = call_syntax.parameters(article, operation, prop.syntax)
-        args = sql.SQL(", ").join(_typed(raw_sql.dollar(i + 1), t) for i, (_, t) in enumerate(params))
-        syntax = prop.syntax
-        return Statement(
-            sql.SQL("CALL {}({})").format(sql.Identifier(schema, name), args),
-            lambda cmd: call_syntax.values(article, cmd, syntax),
-        )
-    # SQL statements: the CALL-syntax statement with typed placeholders; a server-side check
-    # raises the row-not-found error like the generated procedures do.
-    params = call_syntax.parameters(article, operation, "CALL")
-    body = call_syntax.statement(article, operation, "CALL", lambda i: f"${i}::{params[i - 1][1]}")
-    if operation == "insert":
-        text = body
-    else:
-        n = len(params)
-        text = (
-            f"WITH applied AS ({body} RETURNING 1) SELECT airflow_repl.row_not_found(${n + 1}, ${n + 2}, "
-            f"${n + 3}) WHERE NOT EXISTS (SELECT 1 FROM applied)"
-        )
+    if method == Method.PROC:
+        return _procedure_call(article, operation)
+    return _sql_statement(article, operation)
+
+
+def _procedure_call(article: ResolvedArticle, operation: Operation) -> Statement:
+    """CALL of the article's procedure for ``operation``, with its call syntax's arguments."""
+    schema, name = article.called_procedure(operation)
+    syntax = article.propagation[operation].call_syntax
+    params = call_syntax.parameters(article, operation, syntax)
+    args = sql.SQL(", ").join(_typed(raw_sql.dollar(i + 1), t) for i, (_, t) in enumerate(params))
+    return Statement(
+        sql.SQL("CALL {}({})").format(sql.Identifier(schema, name), args),
+        lambda cmd: call_syntax.values(article, cmd, syntax),
+    )
+
+
+def _sql_statement(article: ResolvedArticle, operation: Operation) -> Statement:
+    """The CALL-syntax statement with typed placeholders; for updates and deletes a server-side
+    check raises the row-not-found error like the generated procedures do."""
+    params = call_syntax.parameters(article, operation, CallSyntax.CALL)
+    body = call_syntax.statement(article, operation, CallSyntax.CALL, lambda i: f"${i}::{params[i - 1][1]}")
+    if operation == Operation.INSERT:
+        # body placeholders are $n in parameter order, which is the CALL layout
+        return Statement(sql.SQL(body), lambda cmd: call_syntax.values(article, cmd, CallSyntax.CALL))
+    n = len(params)
+    text = (
+        f"WITH applied AS ({body} RETURNING 1) SELECT airflow_repl.row_not_found(${n + 1}, ${n + 2}, "
+        f"${n + 3}) WHERE NOT EXISTS (SELECT 1 FROM applied)"
+    )
     names = ", ".join(article.primary_key)
 
-    def params_of(cmd: Command, _op=operation) -> list:
-        values = call_syntax.values(article, cmd, "CALL")
-        if _op == "insert":
-            return values
-        return values + [
-            f"{_op} of {article.destination}",
+    def params_of(cmd: Command) -> list[Any]:
+        return [
+            *call_syntax.values(article, cmd, CallSyntax.CALL),
+            f"{operation} of {article.destination}",
             names,
             ", ".join("" if v is None else str(v) for v in cmd.key(article)),
         ]
 
-    # body placeholders are $n in parameter order, which is the CALL layout
     return Statement(sql.SQL(text), params_of)
 
 
 def describe_command(article: ResolvedArticle | None, cmd: Command) -> str:
-    if article is None or cmd.op == "T":
+    if article is None or cmd.op == OpCode.TRUNCATE:
         return f"{cmd.op} on article {cmd.article!r}"
-    key = ", ".join(f"{c}={v}" for c, v in zip(article.primary_key, cmd.key(article)))
-    return f"{_OPS[cmd.op]} on article {cmd.article!r} ({article.destination}) key ({key})"
+    key = ", ".join(f"{c}={v}" for c, v in zip(article.primary_key, cmd.key(article), strict=True))
+    return f"{OpCode(cmd.op).operation} on article {cmd.article!r} ({article.destination}) key ({key})"
