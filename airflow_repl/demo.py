@@ -18,6 +18,7 @@ import sys
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 DAGS = Path(os.environ.get("AIRFLOW_REPL_DAGS", REPO / "dags"))
@@ -64,14 +65,16 @@ def migrate_airflow_db() -> None:
     )
 
 
-def load_dag(filename: str):
+def load_dag(filename: str) -> Any:
     spec = importlib.util.spec_from_file_location(filename[:-3], DAGS / filename)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load the DAG file {DAGS / filename}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.dag
 
 
-def run_dag(dag, logical_date: datetime | None = None) -> str:
+def run_dag(dag: Any, logical_date: datetime | None = None) -> str:
     dr = dag.test(logical_date=logical_date) if logical_date else dag.test()
     state = str(getattr(dr.state, "value", dr.state))
     if state != "success":
@@ -86,22 +89,30 @@ def current_interval_start(now: datetime, minutes: int = 10) -> datetime:
     return floor + timedelta(minutes=minutes)
 
 
-def throughput(dist_conninfo: str) -> dict:
+def throughput(dist_conninfo: str) -> dict[str, float]:
     import psycopg
 
+    from airflow_repl.engine.postgres import raw_sql
+
     with psycopg.connect(dist_conninfo) as conn:
-        snap = conn.execute(
-            "SELECT sum(rows_copied), sum((details->>'read_seconds')::float) FROM airflow_repl.agent_history "
-            "WHERE agent = 'snapshot' AND status = 'succeeded' AND rows_copied > 0"
-        ).fetchone()
-        dist = conn.execute(
-            "SELECT sum(commands), sum((details->>'seconds')::float) FROM airflow_repl.agent_history "
-            "WHERE agent = 'distribution' AND status = 'succeeded'"
-        ).fetchone()
-        lr = conn.execute(
-            "SELECT sum(commands), sum((details->>'seconds')::float) FROM airflow_repl.agent_history "
-            "WHERE agent = 'logreader' AND status = 'succeeded'"
-        ).fetchone()
+        snap = raw_sql.one_row(
+            conn.execute(
+                "SELECT sum(rows_copied), sum((details->>'read_seconds')::float) FROM airflow_repl.agent_history "
+                "WHERE agent = 'snapshot' AND status = 'succeeded' AND rows_copied > 0"
+            )
+        )
+        dist = raw_sql.one_row(
+            conn.execute(
+                "SELECT sum(commands), sum((details->>'seconds')::float) FROM airflow_repl.agent_history "
+                "WHERE agent = 'distribution' AND status = 'succeeded'"
+            )
+        )
+        lr = raw_sql.one_row(
+            conn.execute(
+                "SELECT sum(commands), sum((details->>'seconds')::float) FROM airflow_repl.agent_history "
+                "WHERE agent = 'logreader' AND status = 'succeeded'"
+            )
+        )
     rate = lambda n, s: round(float(n or 0) / float(s), 1) if s else 0.0  # noqa: E731
     return {
         "rows_snapshotted": int(snap[0] or 0),
@@ -113,18 +124,9 @@ def throughput(dist_conninfo: str) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="airflow-repl demo")
-    parser.add_argument("--root", default=".sandbox")
-    parser.add_argument("--cycles", type=int, default=2, help="replication cycles while the workload runs")
-    args = parser.parse_args(argv)
-    root = Path(args.root).resolve()
-    started = time.monotonic()
-
+def _start(root: Path) -> dict[str, str]:
+    """The sandbox started with the demo's three databases (the shop's created); their conninfos."""
     from airflow_repl import demo_workload
-    from airflow_repl.engine.model import topology
-    from airflow_repl.engine.postgres import connections
-    from airflow_repl.engine.subscriber import validation
     from airflow_repl.sandbox import Sandbox
 
     _say(f"starting the PostgreSQL sandbox in {root}")
@@ -139,33 +141,60 @@ def main(argv: list[str] | None = None) -> int:
     prepare_environment(root, conninfos)
     _say("migrating the Airflow metadata database")
     migrate_airflow_db()
+    return conninfos
+
+
+def _replicate(publisher: str, cycles: int) -> tuple[int, list[str]]:
+    """The example DAGs while the workload writes, then a last cycle after it stopped; returns
+    (transactions committed, workload errors)."""
+    from airflow_repl import demo_workload
 
     initial = load_dag("repl_initial_sync.py")
     scheduled = load_dag("repl_scheduled.py")
-    workload = demo_workload.Workload(conninfos["publisher"]).start()
+    workload = demo_workload.Workload(publisher).start()
     try:
         _say("DAG airflow_repl_initial_sync (snapshot -> log reader -> distribution) while the workload writes")
         run_dag(initial)
-        for cycle in range(1, args.cycles + 1):
+        for cycle in range(1, cycles + 1):
             _say(f"DAG airflow_repl_scheduled, cycle {cycle}, while the workload writes")
             run_dag(scheduled, current_interval_start(datetime.now(timezone.utc)) + timedelta(minutes=10 * cycle))
     finally:
         committed = workload.stop()
     _say(f"workload stopped after {committed} transactions; final replication cycle")
-    run_dag(scheduled, current_interval_start(datetime.now(timezone.utc)) + timedelta(minutes=10 * (args.cycles + 1)))
+    run_dag(scheduled, current_interval_start(datetime.now(timezone.utc)) + timedelta(minutes=10 * (cycles + 1)))
+    return committed, workload.errors
+
+
+def _validate() -> list[dict[str, Any]]:
+    """Publisher vs subscriber, per article, printed."""
+    from airflow_repl.engine.model import topology
+    from airflow_repl.engine.postgres import connections
+    from airflow_repl.engine.subscriber import validation
 
     topo = connections.resolve_topology(topology.load(DAGS / "demo_topology.yaml"))
     report = validation.compare(topo, "shop", "reporting")
     _say("publisher vs subscriber")
     print(validation.format_report(report))
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="airflow-repl demo")
+    parser.add_argument("--root", default=".sandbox")
+    parser.add_argument("--cycles", type=int, default=2, help="replication cycles while the workload runs")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    conninfos = _start(Path(args.root).resolve())
+    committed, errors = _replicate(conninfos["publisher"], args.cycles)
+    report = _validate()
     stats = throughput(conninfos["distributor"])
     _say("throughput (agent time, excluding spark-submit start-up)")
     for k, v in stats.items():
         print(f"  {k:<28} {v}")
     print(f"  {'workload_transactions':<28} {committed}")
     print(f"  {'demo_seconds':<28} {time.monotonic() - started:.0f}")
-    if workload.errors:
-        print(f"workload errors: {workload.errors[:3]}", file=sys.stderr)
+    if errors:
+        print(f"workload errors: {errors[:3]}", file=sys.stderr)
     ok = all(r["match"] for r in report)
     print("\nRESULT:", "every article matches" if ok else "MISMATCH", flush=True)
     return 0 if ok else 1

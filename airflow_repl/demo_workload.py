@@ -9,6 +9,8 @@ import time
 
 import psycopg
 
+from airflow_repl.engine.postgres import raw_sql
+
 SCHEMA = """
 CREATE TABLE customers (
     id          bigint PRIMARY KEY,
@@ -100,7 +102,7 @@ class Workload:
 
     def _run(self, limit: int | None = None) -> None:
         with psycopg.connect(self.conninfo) as conn:
-            next_order = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM orders").fetchone()[0]
+            (next_order,) = raw_sql.one_row(conn.execute("SELECT coalesce(max(id), 0) + 1 FROM orders"))
             conn.commit()
             while (
                 not self._stop.is_set() and (limit is None or self.committed < limit) and len(self.errors) < MAX_ERRORS
@@ -116,42 +118,19 @@ class Workload:
                 time.sleep(self.pause)
 
     def _one(self, conn: psycopg.Connection, next_order: int) -> int:
-        r = self.rng
-        kind = r.random()
+        """One random transaction's statements; returns the next free order id."""
+        kind = self.rng.random()
         if kind < 0.35:  # a new order with lines
-            cust = conn.execute("SELECT id FROM customers ORDER BY random() LIMIT 1").fetchone()[0]
-            conn.execute(
-                "INSERT INTO orders (id, customer_id, status, ordered_at, total) VALUES (%s, %s, 'new', now(), 0)",
-                (next_order, cust),
-            )
-            for line in range(1, r.randint(1, 4) + 1):
-                conn.execute(
-                    "INSERT INTO order_lines (order_id, line_no, sku, qty, price) "
-                    "SELECT %s, %s, sku, %s, price FROM products ORDER BY random() LIMIT 1",
-                    (next_order, line, r.randint(1, 9)),
-                )
-            conn.execute(
-                "UPDATE orders SET total = (SELECT sum(qty * price) FROM order_lines "
-                "WHERE order_id = %s) WHERE id = %s",
-                (next_order, next_order),
-            )
+            self._new_order(conn, next_order)
             return next_order + 1
         if kind < 0.60:  # status changes (non-key update)
+            r = self.rng
             conn.execute(
                 "UPDATE orders SET status = %s, note = %s WHERE id = %s",
                 (r.choice(["paid", "shipped", "closed"]), r.choice([None, "rush", "gift"]), r.randint(1, next_order)),
             )
         elif kind < 0.75:  # customer moves; sometimes a new e-mail (unique key -> DELETE/INSERT)
-            cid = r.randint(1, 20000)
-            if r.random() < 0.5:
-                conn.execute(
-                    "UPDATE customers SET city = %s WHERE id = %s",
-                    (r.choice(["Lisbon", "Porto", "Dallas", "New York", "Oslo"]), cid),
-                )
-            else:
-                conn.execute(
-                    "UPDATE customers SET email = %s WHERE id = %s", (f"c{cid}.{r.randint(1, 10**9)}@example.com", cid)
-                )
+            self._customer_change(conn)
         elif kind < 0.85:  # price change
             conn.execute(
                 "UPDATE products SET price = price + 1, attrs = attrs || '{\"sale\": true}' "
@@ -161,8 +140,39 @@ class Workload:
             conn.execute(
                 "UPDATE products SET sku = sku || '-R' || %s "
                 "WHERE sku = (SELECT sku FROM products ORDER BY random() LIMIT 1)",
-                (r.randint(1, 10**6),),
+                (self.rng.randint(1, 10**6),),
             )
         else:  # cancelled order: delete cascades to its lines
-            conn.execute("DELETE FROM orders WHERE id = %s", (r.randint(1, next_order),))
+            conn.execute("DELETE FROM orders WHERE id = %s", (self.rng.randint(1, next_order),))
         return next_order
+
+    def _new_order(self, conn: psycopg.Connection, order_id: int) -> None:
+        r = self.rng
+        (cust,) = raw_sql.one_row(conn.execute("SELECT id FROM customers ORDER BY random() LIMIT 1"))
+        conn.execute(
+            "INSERT INTO orders (id, customer_id, status, ordered_at, total) VALUES (%s, %s, 'new', now(), 0)",
+            (order_id, cust),
+        )
+        for line in range(1, r.randint(1, 4) + 1):
+            conn.execute(
+                "INSERT INTO order_lines (order_id, line_no, sku, qty, price) "
+                "SELECT %s, %s, sku, %s, price FROM products ORDER BY random() LIMIT 1",
+                (order_id, line, r.randint(1, 9)),
+            )
+        conn.execute(
+            "UPDATE orders SET total = (SELECT sum(qty * price) FROM order_lines WHERE order_id = %s) WHERE id = %s",
+            (order_id, order_id),
+        )
+
+    def _customer_change(self, conn: psycopg.Connection) -> None:
+        r = self.rng
+        cid = r.randint(1, 20000)
+        if r.random() < 0.5:
+            conn.execute(
+                "UPDATE customers SET city = %s WHERE id = %s",
+                (r.choice(["Lisbon", "Porto", "Dallas", "New York", "Oslo"]), cid),
+            )
+        else:
+            conn.execute(
+                "UPDATE customers SET email = %s WHERE id = %s", (f"c{cid}.{r.randint(1, 10**9)}@example.com", cid)
+            )

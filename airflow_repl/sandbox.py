@@ -18,12 +18,14 @@ import shutil
 import socket
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg import conninfo as pg_conninfo
 from psycopg import sql
 
 from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.postgres import raw_sql
 from airflow_repl.engine.postgres.lsn import int_to_lsn, lsn_to_int
 
 RUN_AS = "airflowrepl"
@@ -80,7 +82,13 @@ def find_bindir() -> Path:
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _insert_position(conn: psycopg.Connection) -> str:
+    (lsn,) = raw_sql.one_row(conn.execute("SELECT pg_catalog.pg_current_wal_insert_lsn()::text"))
+    return str(lsn)
 
 
 class Sandbox:
@@ -102,7 +110,7 @@ class Sandbox:
                 ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", RUN_AS], check=True
             )
 
-    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         cmd = [str(self.bindir / args[0]), *args[1:]]
         if self.as_root:
             cmd = ["runuser", "-u", RUN_AS, "--", *cmd]
@@ -112,10 +120,10 @@ class Sandbox:
         if self.as_root:
             shutil.chown(path, RUN_AS, RUN_AS)
 
-    def _state(self) -> dict:
+    def _state(self) -> dict[str, Any]:
         return json.loads(self.state_file.read_text()) if self.state_file.exists() else {}
 
-    def _save(self, state: dict) -> None:
+    def _save(self, state: dict[str, Any]) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         self.state_file.write_text(json.dumps(state, indent=2))
         os.chmod(self.state_file, 0o600)
@@ -233,7 +241,7 @@ class Sandbox:
     def wal_position(self, cluster: str) -> str:
         """The cluster's current WAL insert position."""
         with psycopg.connect(self.conninfo(cluster), autocommit=True) as conn:
-            return conn.execute("SELECT pg_catalog.pg_current_wal_insert_lsn()::text").fetchone()[0]
+            return _insert_position(conn)
 
     def advance_wal(self, cluster: str, target: str | int) -> str:
         """Write WAL (segment switches, nothing else) until the cluster's insert position reaches
@@ -243,7 +251,7 @@ class Sandbox:
         goal = lsn_to_int(target) if isinstance(target, str) else target
         with psycopg.connect(self.conninfo(cluster), autocommit=True) as conn:
             while True:
-                pos = conn.execute("SELECT pg_catalog.pg_current_wal_insert_lsn()::text").fetchone()[0]
+                pos = _insert_position(conn)
                 if lsn_to_int(pos) >= goal:
                     return pos
                 # something to switch away from (a switch of an empty segment does nothing)

@@ -123,7 +123,9 @@ class _AgentOperator(SparkSubmitOperator):
                 f"'spark://master-host:7077' for a standalone cluster."
             ) from None
 
-    def execute(self, context: Any) -> dict:
+    # SparkSubmitOperator.execute returns None; ours returns the agent's result, which Airflow
+    # pushes as the task's XCom (BaseOperator.execute may return any value).
+    def execute(self, context: Any) -> dict[str, Any]:  # type: ignore[override]
         self._check_spark_connection()
         try:
             topo = ReplicationHook(self.topology).get_topology()

@@ -22,6 +22,7 @@ import psycopg
 
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.postgres import raw_sql
 from airflow_repl.engine.postgres.catalog import catalog_search_path
 from airflow_repl.engine.postgres.quoting import dollar_quote, ident, literal, qualified
 
@@ -42,11 +43,11 @@ class UserObject:
     def label(self) -> str:
         return f"{self.kind} {self.schema}.{self.name}"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> UserObject:
+    def from_dict(cls, data: dict[str, Any]) -> UserObject:
         return cls(**data)
 
 
@@ -105,11 +106,13 @@ def _collation_name(conn: psycopg.Connection, oid: int) -> str | None:
 
 def describe_collation(conn: psycopg.Connection, oid: int) -> UserObject | None:
     """A collation (None for the database default)."""
-    schema, name, data = conn.execute(
-        "SELECT n.nspname, c.collname, to_jsonb(c) FROM pg_catalog.pg_collation c "
-        "JOIN pg_catalog.pg_namespace n ON n.oid = c.collnamespace WHERE c.oid = %s",
-        (oid,),
-    ).fetchone()
+    schema, name, data = raw_sql.one_row(
+        conn.execute(
+            "SELECT n.nspname, c.collname, to_jsonb(c) FROM pg_catalog.pg_collation c "
+            "JOIN pg_catalog.pg_namespace n ON n.oid = c.collnamespace WHERE c.oid = %s",
+            (oid,),
+        )
+    )
     if name == "default":
         return None
     provider = {"c": "libc", "i": "icu", "d": "default"}.get(data["collprovider"], data["collprovider"])
@@ -143,86 +146,76 @@ def describe_type(conn: psycopg.Connection, oid: int) -> _Described:
     """A type as a :class:`UserObject` (None for built-in types and arrays), with the types and
     collations it uses.  Run with ``search_path = pg_catalog`` (see :func:`~airflow_repl.engine.postgres.catalog.catalog_search_path`)."""
     (schema, name, typtype, category, elem, base, relid, collation, notnull, typmod, array_handler, extension) = (
-        conn.execute(
-            "SELECT n.nspname, t.typname, t.typtype, t.typcategory, t.typelem, t.typbasetype, t.typrelid, "
-            "t.typcollation, t.typnotnull, t.typtypmod, t.typsubscript = 'pg_catalog.array_subscript_handler'::regproc, "
-            "(SELECT e.extname FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid "
-            " WHERE d.classid = 'pg_catalog.pg_type'::regclass AND d.objid = t.oid AND d.deptype = 'e' "
-            " AND d.refclassid = 'pg_catalog.pg_extension'::regclass) "
-            "FROM pg_catalog.pg_type t JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace "
-            "WHERE t.oid = %s",
-            (oid,),
-        ).fetchone()
+        raw_sql.one_row(
+            conn.execute(
+                "SELECT n.nspname, t.typname, t.typtype, t.typcategory, t.typelem, t.typbasetype, t.typrelid, "
+                "t.typcollation, t.typnotnull, t.typtypmod, "
+                "t.typsubscript = 'pg_catalog.array_subscript_handler'::regproc, "
+                "(SELECT e.extname FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid "
+                " WHERE d.classid = 'pg_catalog.pg_type'::regclass AND d.objid = t.oid AND d.deptype = 'e' "
+                " AND d.refclassid = 'pg_catalog.pg_extension'::regclass) "
+                "FROM pg_catalog.pg_type t JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace "
+                "WHERE t.oid = %s",
+                (oid,),
+            )
+        )
     )
     if elem and array_handler and category == "A":
         return None, [elem], []  # an array: what matters is its element type
     if schema in _BUILTIN_SCHEMAS:
         return None, [], []
-    q = qualified(schema, name)
     if extension is not None:
-        return (
-            UserObject(
-                "type",
-                schema,
-                name,
-                {"extension": extension},
-                None,
-                hint=f"CREATE EXTENSION {ident(extension)} WITH SCHEMA {ident(schema)}",
-            ),
-            [],
-            [],
-        )
+        hint = f"CREATE EXTENSION {ident(extension)} WITH SCHEMA {ident(schema)}"
+        return UserObject("type", schema, name, {"extension": extension}, None, hint=hint), [], []
     if typtype == "e":
-        labels = [
-            r[0]
-            for r in conn.execute(
-                "SELECT enumlabel FROM pg_catalog.pg_enum WHERE enumtypid = %s ORDER BY enumsortorder", (oid,)
-            )
-        ]
-        return (
-            UserObject(
-                "enum",
-                schema,
-                name,
-                {"labels": labels},
-                f"CREATE TYPE {q} AS ENUM ({', '.join(literal(x) for x in labels)});",
-            ),
-            [],
-            [],
-        )
+        return _enum(conn, oid, schema, name), [], []
     if typtype == "d":
         return _domain(conn, oid, schema, name, base, typmod, collation, notnull)
     if typtype == "c":
-        return _composite(conn, oid, schema, name, relid)
+        return _composite(conn, schema, name, relid)
     if typtype == "r":
         return _range(conn, oid, schema, name)
-    if typtype == "m":
-        return (
-            None,
-            [conn.execute("SELECT rngtypid FROM pg_catalog.pg_range WHERE rngmultitypid = %s", (oid,)).fetchone()[0]],
-            [],
+    if typtype == "m":  # a multirange: its range type creates it
+        return None, [_range_of_multirange(conn, oid)], []
+    hint = "create it at the subscriber as at the publisher"
+    return UserObject("type", schema, name, {"typtype": typtype}, None, hint=hint), [], []
+
+
+def _enum(conn: psycopg.Connection, oid: int, schema: str, name: str) -> UserObject:
+    labels = [
+        str(r[0])
+        for r in conn.execute(
+            "SELECT enumlabel FROM pg_catalog.pg_enum WHERE enumtypid = %s ORDER BY enumsortorder", (oid,)
         )
-    return (
-        UserObject(
-            "type", schema, name, {"typtype": typtype}, None, hint="create it at the subscriber as at the publisher"
-        ),
-        [],
-        [],
+    ]
+    create = f"CREATE TYPE {qualified(schema, name)} AS ENUM ({', '.join(literal(x) for x in labels)});"
+    return UserObject("enum", schema, name, {"labels": labels}, create)
+
+
+def _range_of_multirange(conn: psycopg.Connection, oid: int) -> int:
+    (range_oid,) = raw_sql.one_row(
+        conn.execute("SELECT rngtypid FROM pg_catalog.pg_range WHERE rngmultitypid = %s", (oid,))
     )
+    return int(range_oid)
 
 
 def _default_collation_of(conn: psycopg.Connection, type_oid: int) -> int:
-    return conn.execute("SELECT typcollation FROM pg_catalog.pg_type WHERE oid = %s", (type_oid,)).fetchone()[0]
+    (collation,) = raw_sql.one_row(
+        conn.execute("SELECT typcollation FROM pg_catalog.pg_type WHERE oid = %s", (type_oid,))
+    )
+    return int(collation)
 
 
 def _domain(
     conn: psycopg.Connection, oid: int, schema: str, name: str, base: int, typmod: int, collation: int, notnull: bool
 ) -> _Described:
-    base_text, default = conn.execute(
-        "SELECT pg_catalog.format_type(%s, %s), pg_catalog.pg_get_expr(typdefaultbin, 0) "
-        "FROM pg_catalog.pg_type WHERE oid = %s",
-        (base, typmod, oid),
-    ).fetchone()
+    base_text, default = raw_sql.one_row(
+        conn.execute(
+            "SELECT pg_catalog.format_type(%s, %s), pg_catalog.pg_get_expr(typdefaultbin, 0) "
+            "FROM pg_catalog.pg_type WHERE oid = %s",
+            (base, typmod, oid),
+        )
+    )
     checks = [
         list(r)
         for r in conn.execute(
@@ -251,65 +244,54 @@ def _domain(
     return UserObject("domain", schema, name, definition, text + ";"), [base], [own_collation] if own_collation else []
 
 
-def _composite(conn: psycopg.Connection, oid: int, schema: str, name: str, relid: int) -> _Described:
-    relkind = conn.execute("SELECT relkind FROM pg_catalog.pg_class WHERE oid = %s", (relid,)).fetchone()[0]
+def _composite(conn: psycopg.Connection, schema: str, name: str, relid: int) -> _Described:
+    (relkind,) = raw_sql.one_row(conn.execute("SELECT relkind FROM pg_catalog.pg_class WHERE oid = %s", (relid,)))
     if relkind != "c":
-        return (
-            UserObject(
-                "type",
-                schema,
-                name,
-                {"row_type_of": relkind},
-                None,
-                hint=f"it is the row type of a table: create table {schema}.{name} at the subscriber",
-            ),
-            [],
-            [],
-        )
-    attrs = conn.execute(
-        "SELECT a.attname, a.atttypid, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attcollation, "
-        "t.typcollation FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid "
-        "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
-        (relid,),
-    ).fetchall()
-    fields: list[list] = []
+        hint = f"it is the row type of a table: create table {schema}.{name} at the subscriber"
+        return UserObject("type", schema, name, {"row_type_of": relkind}, None, hint=hint), [], []
+    fields: list[list[str | None]] = []
     types: list[int] = []
     collations: list[int] = []
     parts: list[str] = []
-    for attname, typid, typ, attcoll, typcoll in attrs:
+    for attname, typid, typ, attcoll, typcoll in _attributes(conn, relid):
         coll = _collation_name(conn, attcoll) if attcoll and attcoll != typcoll else None
         fields.append([attname, typ, coll])
         types.append(typid)
         if coll:
             collations.append(attcoll)
         parts.append(f"{ident(attname)} {typ}" + (f" COLLATE {coll}" if coll else ""))
-    return (
-        UserObject(
-            "composite",
-            schema,
-            name,
-            {"attributes": fields},
-            f"CREATE TYPE {qualified(schema, name)} AS ({', '.join(parts)});",
-        ),
-        types,
-        collations,
-    )
+    create = f"CREATE TYPE {qualified(schema, name)} AS ({', '.join(parts)});"
+    return UserObject("composite", schema, name, {"attributes": fields}, create), types, collations
+
+
+def _attributes(conn: psycopg.Connection, relid: int) -> list[tuple[Any, ...]]:
+    """(name, type oid, format_type text, collation, the type's default collation) of each
+    attribute of a composite type, in order."""
+    return conn.execute(
+        "SELECT a.attname, a.atttypid, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attcollation, "
+        "t.typcollation FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid "
+        "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+        (relid,),
+    ).fetchall()
 
 
 def _range(conn: psycopg.Connection, oid: int, schema: str, name: str) -> _Described:
     subtype, subtype_text, coll, opclass_default, opclass, canonical, subdiff, subdiff_builtin, multirange = (
-        conn.execute(
-            "SELECT r.rngsubtype, pg_catalog.format_type(r.rngsubtype, NULL), r.rngcollation, o.opcdefault, "
-            "pg_catalog.quote_ident(on_.nspname) || '.' || pg_catalog.quote_ident(o.opcname), "
-            "r.rngcanonical::oid <> 0, CASE WHEN r.rngsubdiff::oid <> 0 THEN r.rngsubdiff::regprocedure::text END, "
-            "(SELECT pn.nspname = 'pg_catalog' FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace pn "
-            " ON pn.oid = p.pronamespace WHERE p.oid = r.rngsubdiff), "
-            "(SELECT quote_ident(mn.nspname) || '.' || quote_ident(m.typname) FROM pg_catalog.pg_type m "
-            " JOIN pg_catalog.pg_namespace mn ON mn.oid = m.typnamespace WHERE m.oid = r.rngmultitypid) "
-            "FROM pg_catalog.pg_range r JOIN pg_catalog.pg_opclass o ON o.oid = r.rngsubopc "
-            "JOIN pg_catalog.pg_namespace on_ ON on_.oid = o.opcnamespace WHERE r.rngtypid = %s",
-            (oid,),
-        ).fetchone()
+        raw_sql.one_row(
+            conn.execute(
+                "SELECT r.rngsubtype, pg_catalog.format_type(r.rngsubtype, NULL), r.rngcollation, o.opcdefault, "
+                "pg_catalog.quote_ident(on_.nspname) || '.' || pg_catalog.quote_ident(o.opcname), "
+                "r.rngcanonical::oid <> 0, "
+                "CASE WHEN r.rngsubdiff::oid <> 0 THEN r.rngsubdiff::regprocedure::text END, "
+                "(SELECT pn.nspname = 'pg_catalog' FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace pn "
+                " ON pn.oid = p.pronamespace WHERE p.oid = r.rngsubdiff), "
+                "(SELECT quote_ident(mn.nspname) || '.' || quote_ident(m.typname) FROM pg_catalog.pg_type m "
+                " JOIN pg_catalog.pg_namespace mn ON mn.oid = m.typnamespace WHERE m.oid = r.rngmultitypid) "
+                "FROM pg_catalog.pg_range r JOIN pg_catalog.pg_opclass o ON o.oid = r.rngsubopc "
+                "JOIN pg_catalog.pg_namespace on_ ON on_.oid = o.opcnamespace WHERE r.rngtypid = %s",
+                (oid,),
+            )
+        )
     )
     own_coll = coll if coll and coll != _default_collation_of(conn, subtype) else 0
     coll_name = _collation_name(conn, own_coll) if own_coll else None
@@ -322,34 +304,26 @@ def _range(conn: psycopg.Connection, oid: int, schema: str, name: str) -> _Descr
         "multirange": multirange,
     }
     if canonical or (subdiff is not None and not subdiff_builtin):
-        return (
-            UserObject(
-                "range",
-                schema,
-                name,
-                definition,
-                None,
-                hint="its canonical or subtype_diff function is user-defined: create the function and "
-                "the range type at the subscriber as at the publisher",
-            ),
-            [subtype],
-            [],
+        hint = (
+            "its canonical or subtype_diff function is user-defined: create the function and "
+            "the range type at the subscriber as at the publisher"
         )
-    opts = [f"SUBTYPE = {subtype_text}"]
-    if not opclass_default:
-        opts.append(f"SUBTYPE_OPCLASS = {opclass}")
-    if coll_name:
-        opts.append(f"COLLATION = {coll_name}")
-    if subdiff is not None:
-        opts.append(f"SUBTYPE_DIFF = {subdiff.split('(')[0]}")
-    opts.append(f"MULTIRANGE_TYPE_NAME = {multirange}")
-    return (
-        UserObject(
-            "range", schema, name, definition, f"CREATE TYPE {qualified(schema, name)} AS RANGE ({', '.join(opts)});"
-        ),
-        [subtype],
-        [own_coll] if own_coll else [],
-    )
+        return UserObject("range", schema, name, definition, None, hint=hint), [subtype], []
+    create = f"CREATE TYPE {qualified(schema, name)} AS RANGE ({', '.join(_range_options(definition))});"
+    return UserObject("range", schema, name, definition, create), [subtype], [own_coll] if own_coll else []
+
+
+def _range_options(definition: dict[str, Any]) -> list[str]:
+    """CREATE TYPE ... AS RANGE options of a range whose functions are built in."""
+    opts = [f"SUBTYPE = {definition['subtype']}"]
+    if definition["opclass"] is not None:  # not the subtype's default operator class
+        opts.append(f"SUBTYPE_OPCLASS = {definition['opclass']}")
+    if definition["collation"]:
+        opts.append(f"COLLATION = {definition['collation']}")
+    if definition["subtype_diff"] is not None:
+        opts.append(f"SUBTYPE_DIFF = {definition['subtype_diff'].split('(')[0]}")
+    opts.append(f"MULTIRANGE_TYPE_NAME = {definition['multirange']}")
+    return opts
 
 
 def read(conn: psycopg.Connection, articles: list[ResolvedArticle]) -> Requirements:

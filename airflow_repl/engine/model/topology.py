@@ -38,7 +38,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 from airflow_repl.engine.errors import TopologyError
 from airflow_repl.engine.model import naming, yaml_source
@@ -138,14 +138,15 @@ ColumnName = Annotated[str, AfterValidator(_identifier("column name"))]
 SkipError = Annotated[Literal["row_not_found", "duplicate_key", "20598", "2627", 20598, 2627], AfterValidator(str)]
 
 
-def _bounded(option: str) -> Any:
+def _range(option: str) -> Any:
+    """The ``Field`` bounding an integer option to its range in :data:`RANGES`."""
     low, high = RANGES[option]
-    return Annotated[int, Field(ge=low, le=high)]
+    return Field(ge=low, le=high)
 
 
-BatchSize = _bounded("commit_batch_size")
-BatchThreshold = _bounded("commit_batch_threshold")
-Streams = _bounded("subscription_streams")
+BatchSize = Annotated[int, _range("commit_batch_size")]
+BatchThreshold = Annotated[int, _range("commit_batch_threshold")]
+Streams = Annotated[int, _range("subscription_streams")]
 
 
 class _Model(BaseModel):
@@ -365,6 +366,21 @@ class Article(_Model):
     def source(self) -> str:
         return self.table
 
+    def to_dict(self) -> dict[str, Any]:
+        """The article in the topology file's form, every option written out."""
+        return {
+            "name": self.name,
+            "table": self.source,
+            "destination": self.destination,
+            "row_filter": self.row_filter,
+            "columns": self.columns,
+            "updates_as_delete_insert": self.updates_as_delete_insert,
+            "ins_cmd": self.ins_cmd.text,
+            "upd_cmd": self.upd_cmd.text,
+            "del_cmd": self.del_cmd.text,
+            "include_children": self.include_children,
+        }
+
 
 # ---------------------------------------------------------------------- publications
 class Publication(_Model):
@@ -468,29 +484,10 @@ class TopologyModel(_Model):
 
     @model_validator(mode="after")
     def _references(self) -> TopologyModel:
-        seen: dict[str, int] = {}
-        for index, pub in enumerate(self.publications):
-            if pub.name in seen:
-                raise _error(
-                    f"publication {pub.name!r} is defined twice (also publications[{seen[pub.name]}]): "
-                    f"rename one or merge their articles",
-                    at=("publications", index, "name"),
-                )
-            seen[pub.name] = index
+        publications = self._publication_indexes()
         pairs: dict[tuple[str, str], int] = {}
         for index, sub in enumerate(self.subscriptions):
-            if sub.publication not in seen:
-                raise _error(
-                    f"subscription names unknown publication {sub.publication!r}; the topology defines: "
-                    f"{', '.join(seen)}",
-                    at=("subscriptions", index, "publication"),
-                )
-            if sub.subscriber not in self.subscribers:
-                raise _error(
-                    f"subscription to {sub.publication!r} names unknown subscriber {sub.subscriber!r}; "
-                    f"define it under 'subscribers'",
-                    at=("subscriptions", index, "subscriber"),
-                )
+            self._check_subscription(index, sub, publications)
             pair = (sub.publication, sub.subscriber)
             if pair in pairs:
                 raise _error(
@@ -500,6 +497,34 @@ class TopologyModel(_Model):
                 )
             pairs[pair] = index
         return self
+
+    def _publication_indexes(self) -> dict[str, int]:
+        """Publication name -> its index in the list; a name defined twice is an error."""
+        seen: dict[str, int] = {}
+        for index, pub in enumerate(self.publications):
+            if pub.name in seen:
+                raise _error(
+                    f"publication {pub.name!r} is defined twice (also publications[{seen[pub.name]}]): "
+                    f"rename one or merge their articles",
+                    at=("publications", index, "name"),
+                )
+            seen[pub.name] = index
+        return seen
+
+    def _check_subscription(self, index: int, sub: Subscription, publications: dict[str, int]) -> None:
+        """The subscription names a defined publication and a defined subscriber."""
+        if sub.publication not in publications:
+            raise _error(
+                f"subscription names unknown publication {sub.publication!r}; the topology defines: "
+                f"{', '.join(publications)}",
+                at=("subscriptions", index, "publication"),
+            )
+        if sub.subscriber not in self.subscribers:
+            raise _error(
+                f"subscription to {sub.publication!r} names unknown subscriber {sub.subscriber!r}; "
+                f"define it under 'subscribers'",
+                at=("subscriptions", index, "subscriber"),
+            )
 
 
 @dataclass
@@ -580,25 +605,7 @@ class Topology:
             "subscribers": {k: ep(v) for k, v in self.subscribers.items()},
             "snapshot_folder": self.snapshot_folder,
             "publications": [
-                {
-                    "name": p.name,
-                    "articles": [
-                        {
-                            "name": a.name,
-                            "table": a.source,
-                            "destination": a.destination,
-                            "row_filter": a.row_filter,
-                            "columns": a.columns,
-                            "updates_as_delete_insert": a.updates_as_delete_insert,
-                            "ins_cmd": a.ins_cmd.text,
-                            "upd_cmd": a.upd_cmd.text,
-                            "del_cmd": a.del_cmd.text,
-                            "include_children": a.include_children,
-                        }
-                        for a in p.articles
-                    ],
-                }
-                for p in self.publications.values()
+                {"name": p.name, "articles": [a.to_dict() for a in p.articles]} for p in self.publications.values()
             ],
             "subscriptions": [
                 {"publication": s.publication, "subscriber": s.subscriber, **s.options()} for s in self.subscriptions
@@ -714,7 +721,7 @@ def _known_keys(loc: Loc) -> str:
     return f"{hint}known keys here: {', '.join(known)}"
 
 
-def _message(err: dict[str, Any], loc: Loc) -> str:
+def _message(err: ErrorDetails, loc: Loc) -> str:
     kind, value, ctx = err["type"], err.get("input"), err.get("ctx") or {}
     if kind == "topology":
         return str(ctx["message"])
@@ -788,8 +795,9 @@ _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 def expand_env(value: str, what: str) -> str:
     """Expand ``${VAR}`` and ``${VAR:-default}``; an unset variable without default is an error."""
 
-    def sub(m: re.Match) -> str:
-        name, default = m.group(1), m.group(2)
+    def sub(m: re.Match[str]) -> str:
+        name: str = m.group(1)
+        default: str | None = m.group(2)
         if name in os.environ:
             return os.environ[name]
         if default is not None:

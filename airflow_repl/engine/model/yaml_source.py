@@ -51,7 +51,7 @@ def format_loc(loc: Loc) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif isinstance(part, str) and part.isidentifier():
+        elif part.isidentifier():
             out += f".{part}" if out else part
         else:
             out += f"[{part!r}]"
@@ -147,9 +147,10 @@ class _Walker:
             entries[self.key(key_node, loc)] = (key_node, value_node)
         for key, (key_node, value_node) in entries.items():
             if isinstance(key, (str, int)) and not isinstance(key, bool):
-                self.source.keys[(*loc, key)] = _position(key_node)
-                self.source.values[(*loc, key)] = _position(value_node)
-                self.walk(value_node, (*loc, key))
+                path = (*loc, key)
+                self.source.keys[path] = _position(key_node)
+                self.source.values[path] = _position(value_node)
+                self.walk(value_node, path)
 
 
 def _yaml_error(name: str, exc: yaml.YAMLError, text: str) -> TopologyError:

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg
 
 from airflow_repl.engine.errors import TopologyError
+from airflow_repl.engine.postgres import raw_sql
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,7 @@ class Column:
         unchanged column (SCALL) does not meet a NOT NULL domain; the column checks the domain."""
         return self.base_type or self.type
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if not (k == "base_type" and v is None)}
 
 
@@ -78,8 +80,8 @@ class TableInfo:
                 return "DEFERRABLE INITIALLY DEFERRED" if initially_deferred else "DEFERRABLE"
         return ""
 
-    def to_dict(self) -> dict:
-        data = {
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
             "schema": self.schema,
             "name": self.name,
             "oid": self.oid,
@@ -94,7 +96,7 @@ class TableInfo:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict) -> TableInfo:
+    def from_dict(cls, data: dict[str, Any]) -> TableInfo:
         return cls(
             data["schema"],
             data["name"],
@@ -113,7 +115,7 @@ def catalog_search_path(conn: psycopg.Connection) -> Iterator[None]:
     qualify every name that is not visible on the search_path, so under this setting every type
     outside pg_catalog comes out schema-qualified (``public.mood``, ``other.color``) and means
     the same at every server.  The session's setting is restored afterwards."""
-    previous = conn.execute("SELECT pg_catalog.current_setting('search_path')").fetchone()[0]
+    (previous,) = raw_sql.one_row(conn.execute("SELECT pg_catalog.current_setting('search_path')"))
     conn.execute("SELECT pg_catalog.set_config('search_path', 'pg_catalog', false)")
     try:
         yield
@@ -124,52 +126,10 @@ def catalog_search_path(conn: psycopg.Connection) -> Iterator[None]:
 
 def load_table(conn: psycopg.Connection, schema: str, table: str) -> TableInfo:
     """Read a table's definition; unknown tables and tables without a primary key are errors."""
-    row = conn.execute(
-        "SELECT c.oid, c.relkind FROM pg_catalog.pg_class c "
-        "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-        "WHERE n.nspname = %s AND c.relname = %s",
-        (schema, table),
-    ).fetchone()
-    if row is None:
-        raise TopologyError(
-            f"unknown table {schema}.{table} at the publisher: create it or fix the article's 'table' entry"
-        )
-    oid, relkind = row
-    if relkind == "p":
-        raise TopologyError(
-            f"{schema}.{table} is a partitioned table, which airflow-repl cannot publish yet: "
-            f"publish its partitions as separate articles"
-        )
-    if relkind != "r":
-        raise TopologyError(
-            f"{schema}.{table} is not an ordinary table (relkind {relkind!r}); only tables can be published"
-        )
+    oid = _table_oid(conn, schema, table)
     with catalog_search_path(conn):
-        columns = [
-            Column(name, typ, notnull, typoid, _domain_base(conn, typoid) if is_domain else None)
-            for name, typ, notnull, typoid, is_domain in conn.execute(
-                "SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull, a.atttypid, "
-                "t.typtype = 'd' FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid "
-                "WHERE a.attrelid = %s AND a.attnum > 0 "
-                "AND NOT a.attisdropped AND a.attgenerated = '' ORDER BY a.attnum",
-                (oid,),
-            ).fetchall()
-        ]
-    primary_key: list[str] = []
-    unique_keys: list[list[str]] = []
-    for is_primary, cols in conn.execute(
-        # the key columns only: INCLUDE columns follow the first indnkeyatts entries of indkey
-        "SELECT i.indisprimary, ARRAY(SELECT a.attname FROM unnest(i.indkey) WITH ORDINALITY "
-        "AS k(attnum, ord) JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid "
-        "AND a.attnum = k.attnum WHERE k.ord <= i.indnkeyatts ORDER BY k.ord) "
-        "FROM pg_catalog.pg_index i WHERE i.indrelid = %s AND i.indisunique "
-        "AND i.indpred IS NULL AND i.indexprs IS NULL ORDER BY i.indisprimary DESC, i.indexrelid",
-        (oid,),
-    ):
-        if is_primary:
-            primary_key = list(cols)
-        else:
-            unique_keys.append(list(cols))
+        columns = _columns(conn, oid)
+    primary_key, unique_keys = _unique_keys(conn, oid)
     if not primary_key:
         raise TopologyError(
             f"table {schema}.{table} has no primary key; transactional replication needs one to find "
@@ -190,15 +150,76 @@ def load_table(conn: psycopg.Connection, schema: str, table: str) -> TableInfo:
     )
 
 
+def _table_oid(conn: psycopg.Connection, schema: str, table: str) -> int:
+    """The oid of an ordinary table; other relations (or none) are errors naming the fix."""
+    row = conn.execute(
+        "SELECT c.oid, c.relkind FROM pg_catalog.pg_class c "
+        "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname = %s",
+        (schema, table),
+    ).fetchone()
+    if row is None:
+        raise TopologyError(
+            f"unknown table {schema}.{table} at the publisher: create it or fix the article's 'table' entry"
+        )
+    oid, relkind = row
+    if relkind == "p":
+        raise TopologyError(
+            f"{schema}.{table} is a partitioned table, which airflow-repl cannot publish yet: "
+            f"publish its partitions as separate articles"
+        )
+    if relkind != "r":
+        raise TopologyError(
+            f"{schema}.{table} is not an ordinary table (relkind {relkind!r}); only tables can be published"
+        )
+    return int(oid)
+
+
+def _columns(conn: psycopg.Connection, oid: int) -> list[Column]:
+    """The table's columns in order, generated columns left out (they are not replicated)."""
+    return [
+        Column(name, typ, notnull, typoid, _domain_base(conn, typoid) if is_domain else None)
+        for name, typ, notnull, typoid, is_domain in conn.execute(
+            "SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull, a.atttypid, "
+            "t.typtype = 'd' FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid "
+            "WHERE a.attrelid = %s AND a.attnum > 0 "
+            "AND NOT a.attisdropped AND a.attgenerated = '' ORDER BY a.attnum",
+            (oid,),
+        ).fetchall()
+    ]
+
+
+def _unique_keys(conn: psycopg.Connection, oid: int) -> tuple[list[str], list[list[str]]]:
+    """(primary key, other unique keys) of the table: the key columns of its unique indexes
+    without predicate or expressions; the primary key is empty when there is none."""
+    primary_key: list[str] = []
+    unique_keys: list[list[str]] = []
+    for is_primary, cols in conn.execute(
+        # the key columns only: INCLUDE columns follow the first indnkeyatts entries of indkey
+        "SELECT i.indisprimary, ARRAY(SELECT a.attname FROM unnest(i.indkey) WITH ORDINALITY "
+        "AS k(attnum, ord) JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid "
+        "AND a.attnum = k.attnum WHERE k.ord <= i.indnkeyatts ORDER BY k.ord) "
+        "FROM pg_catalog.pg_index i WHERE i.indrelid = %s AND i.indisunique "
+        "AND i.indpred IS NULL AND i.indexprs IS NULL ORDER BY i.indisprimary DESC, i.indexrelid",
+        (oid,),
+    ):
+        if is_primary:
+            primary_key = list(cols)
+        else:
+            unique_keys.append(list(cols))
+    return primary_key, unique_keys
+
+
 def _domain_base(conn: psycopg.Connection, type_oid: int) -> str:
     """The base type under a domain (through domains over domains), as format_type() text."""
-    return conn.execute(
+    cur = conn.execute(
         "WITH RECURSIVE d(depth, base, typmod) AS (SELECT 0, typbasetype, typtypmod FROM pg_catalog.pg_type "
         "WHERE oid = %s UNION ALL SELECT d.depth + 1, t.typbasetype, t.typtypmod FROM d "
         "JOIN pg_catalog.pg_type t ON t.oid = d.base WHERE t.typtype = 'd') "
         "SELECT pg_catalog.format_type(base, typmod) FROM d ORDER BY depth DESC LIMIT 1",
         (type_oid,),
-    ).fetchone()[0]
+    )
+    return str(raw_sql.one_row(cur)[0])
 
 
 def _deferrable_keys(conn: psycopg.Connection, oid: int) -> list[tuple[list[str], bool]]:

@@ -15,6 +15,7 @@ import json
 import os
 import re
 from collections.abc import Callable
+from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 import psycopg
@@ -32,10 +33,10 @@ def conninfo_from_parts(
     login: str | None,
     password: str | None,
     dbname: str | None,
-    extra: dict | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> str:
     """A libpq key/value connection string from the parts of an Airflow-style connection."""
-    params: dict[str, object] = {}
+    params: dict[str, str | int] = {}
     if host:
         params["host"] = host
     if port:
@@ -49,7 +50,7 @@ def conninfo_from_parts(
     for key in ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout", "options"):
         if extra and key in extra:
             params[key] = extra[key]
-    return pg_conninfo.make_conninfo(**params)
+    return pg_conninfo.make_conninfo("", **params)
 
 
 def _uri_to_conninfo(uri: str) -> str:
@@ -59,7 +60,7 @@ def _uri_to_conninfo(uri: str) -> str:
             f"connection URI scheme {parts.scheme!r} is not supported; use postgresql://user@host:port/dbname"
         )
     try:
-        parts.port
+        _ = parts.port  # raises ValueError when the port is not a number
     except ValueError:
         raise TopologyError(
             f"the connection URI for {parts.hostname or 'a server'} is malformed: its port is "
@@ -229,7 +230,7 @@ def with_session_settings(conninfo: str) -> str:
     return pg_conninfo.make_conninfo(conninfo, options=f"{options} {pinned}".strip())
 
 
-def connect(conninfo: str, role: str, *, autocommit: bool = False, **kwargs) -> psycopg.Connection:
+def connect(conninfo: str, role: str, *, autocommit: bool = False, **kwargs: Any) -> psycopg.Connection:
     """Connect, turning an unreachable server into an error that names it and the fix."""
     try:
         return psycopg.connect(with_session_settings(conninfo), autocommit=autocommit, connect_timeout=10, **kwargs)

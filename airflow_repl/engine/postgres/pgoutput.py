@@ -10,11 +10,21 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from enum import Enum
+from typing import Final
 
 PG_EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
 
-#: A value that was not sent because it is an unchanged TOASTed value.
-UNCHANGED_TOAST = object()
+
+class _Unchanged(Enum):
+    TOAST = "unchanged TOASTed value"
+
+
+#: A value that was not sent because it is an unchanged TOASTed value (compare with ``is``).
+UNCHANGED_TOAST: Final = _Unchanged.TOAST
+
+#: One column of a tuple: text format (str), binary format (bytes), NULL, or not sent.
+Datum = str | bytes | None | _Unchanged
 
 
 @dataclass
@@ -44,20 +54,20 @@ class Relation:
 @dataclass
 class Insert:
     relid: int
-    new: list
+    new: list[Datum]
 
 
 @dataclass
 class Update:
     relid: int
-    old: list | None  # present with REPLICA IDENTITY FULL (or when the key changed)
-    new: list
+    old: list[Datum] | None  # present with REPLICA IDENTITY FULL (or when the key changed)
+    new: list[Datum]
 
 
 @dataclass
 class Delete:
     relid: int
-    old: list
+    old: list[Datum]
 
 
 @dataclass
@@ -70,6 +80,9 @@ class Truncate:
 @dataclass
 class Other:
     kind: str
+
+
+Message = Begin | Commit | Relation | Insert | Update | Delete | Truncate | Other
 
 
 class _Reader:
@@ -90,22 +103,22 @@ class _Reader:
         return v
 
     def int16(self) -> int:
-        (v,) = struct.unpack_from("!h", self.buf, self.pos)
+        v: int = struct.unpack_from("!h", self.buf, self.pos)[0]
         self.pos += 2
         return v
 
     def int32(self) -> int:
-        (v,) = struct.unpack_from("!i", self.buf, self.pos)
+        v: int = struct.unpack_from("!i", self.buf, self.pos)[0]
         self.pos += 4
         return v
 
     def uint32(self) -> int:
-        (v,) = struct.unpack_from("!I", self.buf, self.pos)
+        v: int = struct.unpack_from("!I", self.buf, self.pos)[0]
         self.pos += 4
         return v
 
     def int64(self) -> int:
-        (v,) = struct.unpack_from("!q", self.buf, self.pos)
+        v: int = struct.unpack_from("!q", self.buf, self.pos)[0]
         self.pos += 8
         return v
 
@@ -115,9 +128,9 @@ class _Reader:
         self.pos = end + 1
         return s
 
-    def tuple(self) -> list:
+    def tuple(self) -> list[Datum]:
         n = self.int16()
-        out: list = []
+        out: list[Datum] = []
         for _ in range(n):
             kind = self.byte()
             if kind == "n":
@@ -138,7 +151,7 @@ def _time(us: int) -> datetime:
     return PG_EPOCH + timedelta(microseconds=us)
 
 
-def decode(message: bytes):
+def decode(message: bytes) -> Message:
     """Decode one pgoutput message."""
     r = _Reader(bytes(message))
     kind = r.byte()
@@ -149,7 +162,8 @@ def decode(message: bytes):
         return Commit(r.int64(), r.int64(), _time(r.int64()))
     if kind == "R":
         relid, ns, name, ident = r.uint32(), r.string(), r.string(), chr(r.int8())
-        cols, oids = [], []
+        cols: list[str] = []
+        oids: list[int] = []
         for _ in range(r.int16()):
             r.int8()
             cols.append(r.string())

@@ -21,12 +21,12 @@ Query = str | bytes | sql.Composable
 
 
 def execute(
-    target: psycopg.Connection[Any] | psycopg.Cursor[Any], query: Query, params: Sequence[Any] | None = None
-) -> psycopg.Cursor[Any]:
+    target: psycopg.Connection | psycopg.Cursor, query: Query, params: Sequence[Any] | None = None
+) -> psycopg.Cursor:
     """Execute ``query`` on a connection or on the connection of a cursor.  Placeholders are
     ``$1``, ``$2``, ... and the text itself is sent as it is."""
     if isinstance(target, psycopg.RawCursor):
-        cur: psycopg.Cursor[Any] = target
+        cur: psycopg.Cursor = target
     else:  # hot paths pass a cursor from cursor(): a new cursor per statement is slower in a pipeline
         cur = cursor(target if isinstance(target, psycopg.Connection) else target.connection)
     if not isinstance(query, (str, bytes, sql.SQL, sql.Composed)):
@@ -34,7 +34,7 @@ def execute(
     return cur.execute(query, list(params) if params else None)
 
 
-def cursor(conn: psycopg.Connection[Any]) -> psycopg.RawCursor[Any]:
+def cursor(conn: psycopg.Connection) -> psycopg.RawCursor:
     """A cursor for :func:`execute` to reuse (statements without parameters run on it as usual)."""
     return psycopg.RawCursor(conn)
 
@@ -42,3 +42,12 @@ def cursor(conn: psycopg.Connection[Any]) -> psycopg.RawCursor[Any]:
 def dollar(i: int) -> str:
     """The ``i``-th (1-based) native placeholder."""
     return f"${i}"
+
+
+def one_row(cur: psycopg.Cursor) -> tuple[Any, ...]:
+    """The row of a statement that always returns one (``SELECT count(*) ...``, a setting):
+    none is a broken invariant, reported as such rather than as ``None`` is not subscriptable."""
+    row = cur.fetchone()
+    if row is None:
+        raise LookupError("a statement that returns one row returned none")
+    return row

@@ -16,7 +16,7 @@ from airflow_repl.engine.codegen import call_syntax
 from airflow_repl.engine.errors import TopologyError
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import Publication, Topology
-from airflow_repl.engine.postgres import catalog, connections
+from airflow_repl.engine.postgres import catalog, connections, raw_sql
 from airflow_repl.engine.state import distdb
 
 log = logging.getLogger(__name__)
@@ -87,58 +87,78 @@ def prepare_publisher(pub_conn: psycopg.Connection, publication: Publication, ar
     filters = {a.name: a.row_filter for a in publication.articles}
     resolve_children(pub_conn, publication, articles)
     with pub_conn.transaction():
-        for art in articles:
-            for schema, table in [(art.table.schema, art.table.name), *(art.children or [])]:
-                ident = pub_conn.execute(
+        _replica_identity_full(pub_conn, articles)
+        pub_conn.execute("SET LOCAL standard_conforming_strings = on")  # the quoting check_predicate assumes
+        for art in articles:  # one at a time, so that an error names its article
+            _check_row_filter(pub_conn, art, filters[art.name])
+        _publish(pub_conn, publication, pgpub, sql.SQL(", ").join(_table_spec(a, filters[a.name]) for a in articles))
+        stored = _stored_row_filters(pub_conn, pgpub)
+    for art in articles:
+        art.row_filter = stored.get((art.table.schema, art.table.name))
+
+
+def _replica_identity_full(pub_conn: psycopg.Connection, articles: list[ResolvedArticle]) -> None:
+    """REPLICA IDENTITY FULL on each article table (and included child) that lacks it."""
+    for art in articles:
+        for schema, table in [(art.table.schema, art.table.name), *(art.children or [])]:
+            (ident,) = raw_sql.one_row(
+                pub_conn.execute(
                     "SELECT c.relreplident FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
                     "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
                     (schema, table),
-                ).fetchone()[0]
-                if ident != "f":
-                    pub_conn.execute(
-                        sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(sql.Identifier(schema, table))
-                    )
-        exists = pub_conn.execute("SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = %s", (pgpub,)).fetchone()
-        pub_conn.execute("SET LOCAL standard_conforming_strings = on")  # the quoting check_predicate assumes
-        for art in articles:  # one at a time, so that an error names its article
-            try:
-                with pub_conn.transaction():
-                    pub_conn.execute(
-                        sql.SQL("SELECT 1 FROM {} WHERE ({}) LIMIT 0").format(
-                            sql.Identifier(art.table.schema, art.table.name), sql.SQL(filters[art.name] or "true")
-                        ),
-                        prepare=True,
-                    )  # one statement, never a script
-            except psycopg.Error as exc:
-                raise TopologyError(
-                    f"row_filter of article {art.name!r} ({art.table.qualified}) is rejected by the "
-                    f"publisher: {exc.diag.message_primary or exc}"
-                ) from None
-        tables = sql.SQL(", ").join(_table_spec(a, filters[a.name]) for a in articles)
-        statement = (
-            sql.SQL("ALTER PUBLICATION {} SET TABLE {}")
-            if exists
-            else sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert, update, delete, truncate')")
-        )
-        try:
-            pub_conn.execute(statement.format(sql.Identifier(pgpub), tables), prepare=True)
-        except psycopg.Error as exc:
-            raise TopologyError(
-                f"publication {publication.name!r}: the publisher rejected its row filters: "
-                f"{exc.diag.message_primary or exc}"
-            ) from None
-        stored = {
-            (s_, t): f
-            for s_, t, f in pub_conn.execute(
-                "SELECT n.nspname, c.relname, pg_catalog.pg_get_expr(pr.prqual, pr.prrelid) "
-                "FROM pg_catalog.pg_publication_rel pr JOIN pg_catalog.pg_publication p ON p.oid = pr.prpubid "
-                "JOIN pg_catalog.pg_class c ON c.oid = pr.prrelid "
-                "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE p.pubname = %s",
-                (pgpub,),
+                )
             )
-        }
-    for art in articles:
-        art.row_filter = stored.get((art.table.schema, art.table.name))
+            if ident != "f":
+                pub_conn.execute(sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(sql.Identifier(schema, table)))
+
+
+def _check_row_filter(pub_conn: psycopg.Connection, art: ResolvedArticle, row_filter: str | None) -> None:
+    """Let PostgreSQL parse the article's row filter on its table, naming the article when it
+    refuses it."""
+    try:
+        with pub_conn.transaction():
+            pub_conn.execute(
+                sql.SQL("SELECT 1 FROM {} WHERE ({}) LIMIT 0").format(
+                    sql.Identifier(art.table.schema, art.table.name), sql.SQL(row_filter or "true")
+                ),
+                prepare=True,
+            )  # one statement, never a script
+    except psycopg.Error as exc:
+        raise TopologyError(
+            f"row_filter of article {art.name!r} ({art.table.qualified}) is rejected by the "
+            f"publisher: {exc.diag.message_primary or exc}"
+        ) from None
+
+
+def _publish(pub_conn: psycopg.Connection, publication: Publication, pgpub: str, tables: sql.Composed) -> None:
+    """CREATE the PostgreSQL publication, or set its tables when it exists."""
+    exists = pub_conn.execute("SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = %s", (pgpub,)).fetchone()
+    statement = (
+        sql.SQL("ALTER PUBLICATION {} SET TABLE {}")
+        if exists
+        else sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert, update, delete, truncate')")
+    )
+    try:
+        pub_conn.execute(statement.format(sql.Identifier(pgpub), tables), prepare=True)
+    except psycopg.Error as exc:
+        raise TopologyError(
+            f"publication {publication.name!r}: the publisher rejected its row filters: "
+            f"{exc.diag.message_primary or exc}"
+        ) from None
+
+
+def _stored_row_filters(pub_conn: psycopg.Connection, pgpub: str) -> dict[tuple[str, str], str | None]:
+    """(schema, table) -> the row filter as PostgreSQL stored it (deparsed), None for none."""
+    return {
+        (schema, table): row_filter
+        for schema, table, row_filter in pub_conn.execute(
+            "SELECT n.nspname, c.relname, pg_catalog.pg_get_expr(pr.prqual, pr.prrelid) "
+            "FROM pg_catalog.pg_publication_rel pr JOIN pg_catalog.pg_publication p ON p.oid = pr.prpubid "
+            "JOIN pg_catalog.pg_class c ON c.oid = pr.prrelid "
+            "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE p.pubname = %s",
+            (pgpub,),
+        )
+    }
 
 
 def apply_topology(topology: Topology, publications: list[str] | None = None) -> dict[str, list[ResolvedArticle]]:

@@ -27,7 +27,7 @@ class Statement:
     query: raw_sql.Query
     params_of: ParamsOf
 
-    def execute(self, cur: psycopg.Cursor[Any], cmd: Command) -> None:
+    def execute(self, cur: psycopg.Cursor, cmd: Command) -> None:
         raw_sql.execute(cur, self.query, self.params_of(cmd))
 
 

@@ -12,6 +12,7 @@ buckets only.
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -47,7 +48,7 @@ def _source(relation: sql.Composable, row_filter: str | None) -> sql.Composable:
     return sql.SQL("{}{}").format(relation, where)
 
 
-def _digest(count: int, s1, s2) -> str:
+def _digest(count: int, s1: object, s2: object) -> str:
     return hashlib.md5(f"{count}:{s1}:{s2}".encode()).hexdigest()
 
 
@@ -56,15 +57,17 @@ def table_checksum(
 ) -> tuple[int, str]:
     """(row count, order- and encoding-independent checksum) of ``columns`` of ``relation``,
     limited to the rows passing ``row_filter`` (an article's filter, in PostgreSQL's deparsed form)."""
-    count, s1, s2 = raw_sql.execute(
-        conn, sql.SQL("SELECT count(*), {} FROM {}").format(_row_hash_sums(columns), _source(relation, row_filter))
-    ).fetchone()
+    count, s1, s2 = raw_sql.one_row(
+        raw_sql.execute(
+            conn, sql.SQL("SELECT count(*), {} FROM {}").format(_row_hash_sums(columns), _source(relation, row_filter))
+        )
+    )
     return int(count), _digest(count, s1, s2)
 
 
 def _buckets(
     conn: psycopg.Connection, relation: sql.Composable, columns: list[str], key: list[str], row_filter: str | None
-) -> dict[str, tuple]:
+) -> dict[str, tuple[Any, ...]]:
     bucket = sql.SQL("left({}, {})").format(_utf8_md5(_key_text(key)), sql.Literal(BUCKET_DIGITS))
     return {
         b: tuple(rest)
@@ -100,14 +103,14 @@ def _rows_in(
 
 def differing_keys(
     pub: psycopg.Connection, sub: psycopg.Connection, art: ResolvedArticle, limit: int = MAX_KEYS
-) -> list[dict]:
+) -> list[dict[str, str]]:
     """Up to ``limit`` keys whose rows differ: missing at the subscriber, extra at the
     subscriber, or with other values.  Reads only the rows of the key buckets that differ."""
     dest = sql.Identifier(art.dest_schema, art.dest_table)
     p = _buckets(pub, art.source, art.column_names, art.primary_key, art.row_filter)
     s = _buckets(sub, dest, art.column_names, art.primary_key, None)
     bad = sorted(b for b in p.keys() | s.keys() if p.get(b) != s.get(b))
-    out: list[dict] = []
+    out: list[dict[str, str]] = []
     for i in range(0, len(bad), 16):
         chunk = bad[i : i + 16]
         prow = _rows_in(pub, art.source, art.column_names, art.primary_key, art.row_filter, chunk)
@@ -126,13 +129,13 @@ def differing_keys(
 
 def compare(
     topology: Topology, publication: str, subscriber: str, articles: list[ResolvedArticle] | None = None
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Per article: rows and checksum at the publisher and at the subscriber, whether they
     match, and (when they do not) the first keys that differ."""
     if articles is None:
         with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
             articles = distdb.load_articles(dist, publication)
-    out = []
+    out: list[dict[str, Any]] = []
     with (
         connections.connect(topology.publisher.require("publisher"), "publisher") as pub,
         connections.connect(topology.subscriber_conninfo(subscriber), f"subscriber {subscriber!r}") as sub,
@@ -140,7 +143,7 @@ def compare(
         for art in articles:
             p = table_checksum(pub, art.source, art.column_names, art.row_filter)
             s = table_checksum(sub, sql.Identifier(art.dest_schema, art.dest_table), art.column_names)
-            row = {
+            row: dict[str, Any] = {
                 "article": art.name,
                 "publisher_rows": p[0],
                 "subscriber_rows": s[0],
@@ -154,7 +157,7 @@ def compare(
     return out
 
 
-def format_report(rows: list[dict]) -> str:
+def format_report(rows: list[dict[str, Any]]) -> str:
     lines = [
         f"{'article':<20} {'pub rows':>9} {'sub rows':>9}  {'publisher checksum':<32}  "
         f"{'subscriber checksum':<32}  match"
