@@ -1,12 +1,16 @@
-# airflow-repl: `make demo` runs the product on its embedded sandbox; `make test` runs the suite.
-# Both install whatever is missing first (see scripts/bootstrap.sh).
+# airflow-repl: `make demo` runs the product on its embedded sandbox; `make test` runs the suite;
+# `make lint` checks style and types (`make format` fixes what it can).  Each installs whatever is
+# missing first (see scripts/bootstrap.sh).
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: install demo test bench sandbox-stop clean
+#: Python sources under ruff: the package, and the code around it.
+LINT_PATHS := airflow_repl tests benchmarks dags scripts
+
+.PHONY: install demo test lint format bench sandbox-stop clean
 
 install: $(STAMP)
 
@@ -19,6 +23,15 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q tests
+
+lint: install
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
+	$(VENV)/bin/mypy
+
+format: install
+	$(VENV)/bin/ruff check --fix $(LINT_PATHS)
+	$(VENV)/bin/ruff format $(LINT_PATHS)
 
 bench: install
 	$(PY) benchmarks/throughput.py

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine lacks for airflow-repl: a Java runtime (Spark), PostgreSQL server
-# binaries (the sandbox and the tests), a virtual environment with the package and its test
-# dependencies.  Safe to re-run.
+# binaries (the sandbox and the tests), a virtual environment with the package and its test and
+# lint dependencies.  Safe to re-run.
 set -euo pipefail
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
@@ -33,4 +33,4 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
 echo "bootstrap: installing airflow-repl and its dependencies into $VENV (first time: a few minutes)"
-"$VENV/bin/python" -m pip install -q -e '.[test]'
+"$VENV/bin/python" -m pip install -q -e '.[test,lint]'

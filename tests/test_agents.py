@@ -167,7 +167,7 @@ def test_key_updates_deletes_and_types_replicate(env, spark):
     env.run(env.pub, f"INSERT INTO {table} (k1, k2, big) VALUES (3, 'c', repeat('x', 100000))")
     env.run(env.pub, f"UPDATE {table} SET k1 = k1 + 10")  # every key changes, in one statement
     env.run(env.pub, f"DELETE FROM {table} WHERE k1 = 13")
-    read, delivered = cycle(topo)
+    _read, _delivered = cycle(topo)
     ops = env.rows(env.dist, "SELECT op, count(*) FROM airflow_repl.commands GROUP BY op ORDER BY op")
     assert dict(ops) == {"D": 5, "I": 5, "U": 1}
     assert_in_sync(topo)
@@ -401,7 +401,8 @@ def test_multi_stream_agent_killed_repeatedly_applies_everything_exactly_once(en
             ]
         )
 
-        def progressed() -> bool:  # once a batch committed, let the agent run on a random moment more
+        # once a batch committed, let the agent run on a random moment more
+        def progressed(before: int = before) -> bool:
             if state() <= before:
                 return False
             time.sleep(rng.uniform(0, 0.15))
@@ -433,7 +434,7 @@ def test_recovery_of_prepared_stream_transactions(env, spark):
     """The watermark already reached the batch (stream 0 committed): the rest commit.  All
     streams prepared: commit.  Otherwise (prepare cut short, or a rollback of the batch cut
     short, stream 0 gone but the watermark behind): roll back."""
-    topo = snapshotted_items(env, spark, 10)
+    snapshotted_items(env, spark, 10)
     env.run(env.sub, "UPDATE airflow_repl.subscription_state SET xact_seqno = '0/5000'")
     env.run(env.sub, "CREATE TABLE marks (batch text, stream int)")
     plan = {

@@ -122,7 +122,7 @@ def test_missing_spark_connection_fails_clearly_instead_of_yarn(airflow_env):
         publication="shop",
         conn_id="no_such_spark",
     )
-    with pytest.raises(MissingSparkConnection, match="Spark connection 'no_such_spark' is not defined.*YARN"):
+    with pytest.raises(MissingSparkConnection, match=r"Spark connection 'no_such_spark' is not defined.*YARN"):
         op.execute({})
     assert op._hook is None  # nothing was submitted
 

@@ -489,7 +489,7 @@ def test_the_traceback_of_an_internal_error_shows_only_with_verbose(capsys, monk
         {}["missing"]
     except KeyError as exc:
         assert report_error(exc, verbose=False) == 1
-        out, err = capsys.readouterr()
+        _out, err = capsys.readouterr()
         assert err.count("\n") == 1 and "internal error (KeyError): 'missing'; this is a bug" in err
         assert "Traceback" not in err
         assert report_error(exc, verbose=True) == 1

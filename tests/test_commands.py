@@ -74,7 +74,7 @@ def test_parameter_layouts_of_every_call_syntax():
     new = ["1", "A1", "Acme 2", "2", "t", "t", None, "2026-01-01 00:00:00"]
     upd = Command("U", "Vendor", old=old, new=new)
     assert call_syntax.values(art, Command("I", "Vendor", new=new), "CALL") == new
-    assert call_syntax.values(art, upd, "CALL") == new + ["1"]
+    assert call_syntax.values(art, upd, "CALL") == [*new, "1"]
     assert call_syntax.values(art, upd, "SCALL") == [
         None,
         None,
@@ -87,7 +87,7 @@ def test_parameter_layouts_of_every_call_syntax():
         "1",
         bytes([0b1100]),
     ]
-    assert call_syntax.values(art, upd, "MCALL") == new + ["1", bytes([0b1100])]
+    assert call_syntax.values(art, upd, "MCALL") == [*new, "1", bytes([0b1100])]
     assert call_syntax.values(art, upd, "XCALL") == old + new
     assert call_syntax.values(art, Command("D", "Vendor", old=old), "CALL") == ["1"]
     assert call_syntax.values(art, Command("D", "Vendor", old=old), "XCALL") == old

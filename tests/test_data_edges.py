@@ -321,7 +321,7 @@ def make_changes(conninfo: str, style: str) -> None:
     with psycopg.connect(conninfo) as conn:
         for table, spec in (("scalars", SCALARS), ("others", OTHERS)):
             names = [c for c, _, _ in spec]
-            _insert(conn, s, table, ["id"] + names, _edge_rows(spec, 101, 1))  # edge rows as INSERTs
+            _insert(conn, s, table, ["id", *names], _edge_rows(spec, 101, 1))  # edge rows as INSERTs
             for k in range(EDGE_ROWS):  # every value -> another value
                 _update(conn, s, table, "id", 1 + k, {c: _edge(v, k + 2) for c, _, v in spec})
             conn.commit()
@@ -477,7 +477,7 @@ def diff(label: str, columns: list[str], expected: list[tuple], actual: list[tup
         else:
             out += [
                 f"  row {_short(row[0])} column {c}: expected {_short(e)}, found {_short(a)}"
-                for c, e, a in zip(columns, row, near)
+                for c, e, a in zip(columns, row, near, strict=False)
                 if e != a
             ]
     out += [f"  unexpected row {_short(r[0])}" for r in [r for r in actual if r not in exp][:3]]

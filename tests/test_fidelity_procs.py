@@ -66,7 +66,7 @@ def test_columns_named_like_procedure_parameters_under_every_syntax(env, spark):
             UPDATE "{t}" SET c1 = 30, c10 = 'moved' WHERE c1 = 3;
             DELETE FROM "{t}" WHERE c1 = 5;""",
         )
-    read, delivered = cycle(topo)
+    read, _delivered = cycle(topo)
     assert read["commands"] == 5 * 7  # the key update is a DELETE + INSERT pair
     assert_rows_equal(env, SYNTAX_ARTICLES)
     assert_in_sync(topo)

@@ -316,7 +316,7 @@ def test_children_map_to_their_article_and_partial_truncates_are_refused():
         "only_t",
     ]
     for part in ([own], [c1], [c1, c2], [own, c2]):
-        with pytest.raises(ReplError, match="TRUNCATE of only part of public.fam"):
+        with pytest.raises(ReplError, match=r"TRUNCATE of only part of public.fam"):
             log_reader_agent._truncated_articles(part)
     # the definition (and so the subscription fingerprint) carries the children only when included
     assert "children" not in only.to_dict() and fam.to_dict()["children"] == [["public", "fam_1"], ["s", "fam_2"]]

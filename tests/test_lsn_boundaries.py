@@ -143,7 +143,7 @@ def _assert_rows_equal(expected: dict[str, list[tuple]], conninfo: str, what: st
     got = _table_rows(conninfo)
     for table, rows in expected.items():
         assert len(got[table]) == len(rows), f"{what}: {table} has {len(got[table])} rows, expected {len(rows)}"
-        for want, have in zip(rows, got[table]):
+        for want, have in zip(rows, got[table], strict=True):
             assert have == want, f"{what}: {table} row {have} differs from the publisher's {want}"
 
 

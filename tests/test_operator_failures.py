@@ -64,7 +64,9 @@ def test_not_initialized_fails_the_task_without_retry(env, tmp_path, spark_conn,
     topo = _topology(env, tmp_path)
     assert cli.main(["apply", "-t", topo]) == 0
     op = DistributionAgentOperator(task_id="deliver", topology=topo, publication="p", conn_id=spark_conn)
-    with pytest.raises(AirflowFailException, match="exit code 3.*subscriber 'sub1' has no snapshot of publication 'p'"):
+    with pytest.raises(
+        AirflowFailException, match=r"exit code 3.*subscriber 'sub1' has no snapshot of publication 'p'"
+    ):
         op.execute({})
     output = _task_output(capfd)
     assert "Traceback" not in output

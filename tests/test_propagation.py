@@ -494,7 +494,7 @@ def test_skip_errors_skip_only_the_failing_transaction(env, spark):
     env.run(env.pub, "BEGIN; UPDATE t SET v = 'b' WHERE id = 2; UPDATE t SET v = 'c' WHERE id = 3; COMMIT")
     env.run(env.pub, "INSERT INTO t VALUES (20, 'publisher')")  # duplicate key at the subscriber
     env.run(env.pub, "UPDATE t SET v = 'd' WHERE id = 4")
-    read, delivered = cycle(topo)
+    _read, delivered = cycle(topo)
     assert (delivered["transactions"], delivered["skipped"]) == (4, 2)
     # the skipped transactions applied nothing (not even id 2 of the second); the others applied
     assert env.rows(env.sub, "SELECT id, v FROM t WHERE id IN (1, 2, 4, 20) ORDER BY id") == [
@@ -512,5 +512,5 @@ def test_skip_errors_skip_only_the_failing_transaction(env, spark):
 
 
 def test_unknown_skip_error_name_is_rejected(env):
-    with pytest.raises(TopologyError, match="skip_errors .* must list some of: row_not_found"):
+    with pytest.raises(TopologyError, match=r"skip_errors .* must list some of: row_not_found"):
         env.topology(["t"], skip_errors=["everything"])

@@ -64,7 +64,7 @@ def test_uri_passwords_never_show(tmp_path):
 
 def test_malformed_uri_error_does_not_quote_the_password():
     topo = topology.from_dict(_topo(publisher="postgresql://repl:s%zzecret@db.example:5433/shop"))
-    with pytest.raises(TopologyError, match="connection URI for db.example is malformed") as err:
+    with pytest.raises(TopologyError, match=r"connection URI for db.example is malformed") as err:
         connections.resolve_topology(topo)
     assert "zzecret" not in str(err.value) and "zzecret" not in repr(topo)
 

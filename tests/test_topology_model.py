@@ -367,7 +367,7 @@ def test_yaml_errors_are_one_line_with_position_and_no_file_text():
 
 def test_alias_bombs_and_deep_nesting_are_refused():
     bomb = "a: &a [x,x,x,x,x,x,x,x,x,x]\n" + "".join(
-        f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n" for p, n in zip("abcde", "bcdef")
+        f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n" for p, n in zip("abcde", "bcdef", strict=True)
     )
     with pytest.raises(TopologyError, match="more than 100000 values"):
         yaml_source.parse(bomb, "f.yaml")

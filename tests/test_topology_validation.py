@@ -696,7 +696,7 @@ def test_the_valid_base_topology_deploys_and_changes_the_state(env, tmp_path, ca
     before = state(env)
     path = tmp_path / "t.yaml"
     path.write_text(_base(env))
-    code, out, err = _apply(path, capsys)
+    code, _out, err = _apply(path, capsys)
     assert code == 0, err
     after = state(env)
     assert after["publications"] == [("airflow_repl_p",)] and before["publications"] == []
