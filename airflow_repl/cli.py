@@ -11,7 +11,7 @@ import json
 import logging
 import sys
 import traceback
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from airflow_repl.engine.agents.lifecycle import as_engine_error
 from airflow_repl.engine.codegen import procedures, tsql_script
@@ -24,7 +24,7 @@ from airflow_repl.engine.subscriber import validation
 PROG = "airflow-repl"
 
 
-def _load(args) -> topology.Topology:
+def _load(args: argparse.Namespace) -> topology.Topology:
     return connections.resolve_topology(topology.load(args.topology))
 
 
@@ -46,7 +46,7 @@ def _subscribers(topo: topology.Topology, publication: str, names: list[str] | N
     return names or [s.subscriber for s in topo.subscriptions_of(publication)]
 
 
-def _cmd_agent(args) -> dict:
+def _cmd_agent(args: argparse.Namespace) -> dict[str, Any]:
     from airflow_repl.engine.agents.distribution_agent import parse_until
     from airflow_repl.jobs.agent_job import run_agent
 
@@ -67,13 +67,13 @@ def _cmd_agent(args) -> dict:
     )
 
 
-def _cmd_apply(args) -> dict:
+def _cmd_apply(args: argparse.Namespace) -> dict[str, Any]:
     topo = _load(args)
     resolved = deploy.apply_topology(topo, [args.publication] if args.publication else None)
     return {name: [a.name for a in arts] for name, arts in resolved.items()}
 
 
-def _cmd_validate(args) -> dict:
+def _cmd_validate(args: argparse.Namespace) -> dict[str, Any]:
     topo = _load(args)
     pub = _publication(topo, args.publication)
     subs = _subscribers(topo, pub, args.subscriber)
@@ -85,7 +85,7 @@ def _cmd_validate(args) -> dict:
     return report
 
 
-def _cmd_script_procs(args) -> None:
+def _cmd_script_procs(args: argparse.Namespace) -> None:
     topo = _load(args)
     pub = _publication(topo, args.publication)
     with connections.connect(topo.publisher.require("publisher"), "publisher") as conn:
@@ -97,7 +97,7 @@ def _cmd_script_procs(args) -> None:
     return None
 
 
-def _cmd_sandbox(args) -> dict | None:
+def _cmd_sandbox(args: argparse.Namespace) -> dict[str, Any] | None:
     from airflow_repl.sandbox import Sandbox
 
     sb = Sandbox(args.root)
@@ -112,7 +112,7 @@ def _cmd_sandbox(args) -> dict | None:
     return None
 
 
-def _cmd_demo(args) -> None:
+def _cmd_demo(args: argparse.Namespace) -> None:
     from airflow_repl import demo
 
     sys.exit(demo.main(["--root", args.root, "--cycles", str(args.cycles)]))
@@ -128,31 +128,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description=__doc__.splitlines()[0])
+    parser = _Parser(prog=PROG, description=(__doc__ or PROG).splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
-
-    def with_topology(p):
-        p.add_argument("--topology", "-t", required=True, help="topology YAML file")
-        p.add_argument("--publication", "-p", help="publication (optional when there is only one)")
-        return p
-
-    with_topology(sub.add_parser("apply", help="validate and deploy the topology")).set_defaults(func=_cmd_apply)
-    p = with_topology(sub.add_parser("snapshot", help="run the Snapshot Agent"))
-    p.add_argument("--subscriber", action="append")
-    p.add_argument("--reinitialize", action="store_true", help="re-initialize active subscriptions too")
-    p.set_defaults(func=_cmd_agent)
-    with_topology(sub.add_parser("logreader", help="run the Log Reader Agent")).set_defaults(
-        func=_cmd_agent, subscriber=None
-    )
-    p = with_topology(sub.add_parser("distribution", help="run the Distribution Agent"))
-    p.add_argument("--subscriber", action="append")
-    p.add_argument("--until", help="deliver transactions committed up to this ISO-8601 time")
-    p.set_defaults(func=_cmd_agent)
-    p = with_topology(sub.add_parser("validate", help="compare row counts and checksums"))
+    _with_topology(sub.add_parser("apply", help="validate and deploy the topology")).set_defaults(func=_cmd_apply)
+    _add_agent_commands(sub)
+    p = _with_topology(sub.add_parser("validate", help="compare row counts and checksums"))
     p.add_argument("--subscriber", action="append")
     p.set_defaults(func=_cmd_validate)
-    p = with_topology(sub.add_parser("script-procs", help="print the generated procedures"))
+    p = _with_topology(sub.add_parser("script-procs", help="print the generated procedures"))
     p.add_argument(
         "--dialect",
         choices=["postgresql", "tsql"],
@@ -169,6 +153,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cycles", type=int, default=2, help="replication cycles while the workload runs")
     p.set_defaults(func=_cmd_demo)
     return parser
+
+
+def _with_topology(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("--topology", "-t", required=True, help="topology YAML file")
+    p.add_argument("--publication", "-p", help="publication (optional when there is only one)")
+    return p
+
+
+def _add_agent_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``snapshot``, ``logreader`` and ``distribution``: one agent run each."""
+    p = _with_topology(sub.add_parser("snapshot", help="run the Snapshot Agent"))
+    p.add_argument("--subscriber", action="append")
+    p.add_argument("--reinitialize", action="store_true", help="re-initialize active subscriptions too")
+    p.set_defaults(func=_cmd_agent)
+    _with_topology(sub.add_parser("logreader", help="run the Log Reader Agent")).set_defaults(
+        func=_cmd_agent, subscriber=None
+    )
+    p = _with_topology(sub.add_parser("distribution", help="run the Distribution Agent"))
+    p.add_argument("--subscriber", action="append")
+    p.add_argument("--until", help="deliver transactions committed up to this ISO-8601 time")
+    p.set_defaults(func=_cmd_agent)
 
 
 def report_error(exc: BaseException, verbose: bool = False) -> int:
