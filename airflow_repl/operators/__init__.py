@@ -2,6 +2,6 @@
 
 Owns: ``agents`` (the Snapshot, Log Reader and Distribution Agent operators over one base class).
 
-May import: Airflow, the Spark provider, :mod:`airflow_repl.hooks` and
-:mod:`airflow_repl.engine.errors`.  Never PySpark: the agent runs in the submitted application.
+May import: Airflow, the Spark provider, :mod:`airflow_repl.hooks`, :mod:`airflow_repl.jobs`
+(the application's path and its result format) and the engine.  Never PySpark: the agent runs in the submitted application.
 """
