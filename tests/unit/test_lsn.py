@@ -43,3 +43,19 @@ def test_wal_file_name_of_1mb_segments():
     assert wal_file_name("F/FFC00000") == "000000010000000F00000FFC"
     assert wal_file_name("10/0", timeline=2) == "000000020000001000000000"
     assert wal_file_name(0x1_0FFF_FFFF) == "0000000100000001000000FF"  # the segment below 1/10000000
+
+
+def test_leading_zeros_and_lower_case_parse_and_come_back_in_postgresqls_form():
+    assert lsn_to_int("00000001/0000000a") == lsn_to_int("1/A") == 0x1_0000_000A
+    assert int_to_lsn(lsn_to_int("00000001/0000000a")) == "1/A"
+    assert int_to_lsn(0) == "0/0" and int_to_lsn(2**64 - 1) == "FFFFFFFF/FFFFFFFF"
+    assert lsn_to_int("0/FFFFFFFF") + 1 == lsn_to_int("1/0")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["0/1\n", "\t0/1", "0 /1", "0/ 1", "+0/1", "0/1_0", "000000001/0", "0/000000001", "\uff10/0", "\u0660/0", "0\\1"],
+)
+def test_anything_but_two_groups_of_one_to_eight_hex_digits_is_refused(bad):
+    with pytest.raises(ValueError, match=r"not a WAL position \(pg_lsn\): "):
+        lsn_to_int(bad)
