@@ -1,4 +1,5 @@
-# airflow-repl: `make demo` runs the product on its embedded sandbox; `make test` runs the suite.
+# airflow-repl: `make demo` runs the product on its embedded sandbox; `make test` runs the suite
+# (`make test-unit`: only the unit tests, in seconds).
 # Both install whatever is missing first (see scripts/bootstrap.sh).
 VENV ?= .venv
 PYTHON ?= python3
@@ -18,7 +19,16 @@ demo: install
 	$(VENV)/bin/airflow-repl demo
 
 test: install
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q tests/unit
+	$(PY) -m pytest -q tests/integration
+
+# tests/unit: no server, no Spark, no network; seconds.  tests/integration: real servers and Spark.
+.PHONY: test-unit test-integration
+test-unit: install
+	$(PY) -m pytest -q tests/unit
+
+test-integration: install
+	$(PY) -m pytest -q tests/integration
 
 bench: install
 	$(PY) benchmarks/throughput.py

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from conftest import Env
+from harness import Env
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
