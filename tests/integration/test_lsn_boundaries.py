@@ -32,15 +32,11 @@ def test_batch_query_reads_the_primary_key_index_in_order_without_sorting(env):
             "FROM generate_series(1, 20000) g"
         )
         conn.execute("ANALYZE airflow_repl.transactions")
-        plan = "\n".join(
-            r[0] for r in conn.execute("EXPLAIN " + distribution_agent.BATCH_QUERY, ("p", "0/F000000", 100))
-        )
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + distdb.BATCH_QUERY, ("p", "0/F000000", 100)))
         assert "Index Scan using transactions_pkey" in plan and "Sort" not in plan, plan
-        plan = "\n".join(
-            r[0] for r in conn.execute("EXPLAIN " + distribution_agent.COMMANDS_QUERY, ("p", "0/1", "0/2"))
-        )
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + distdb.COMMANDS_QUERY, ("p", "0/1", "0/2")))
         assert "Sort" not in plan, plan
-        xacts = [r[0] for r in conn.execute(distribution_agent.BATCH_QUERY, ("p", "0/FFE0000", 4))]
+        xacts = [r[0] for r in conn.execute(distdb.BATCH_QUERY, ("p", "0/FFE0000", 4))]
         assert xacts == ["0/FFF0000", "0/10000000", "0/10010000", "0/10020000"]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent, stream_planning
 from airflow_repl.engine.errors import ReplError
 
 
@@ -30,7 +30,7 @@ def _key_updates(env, transactions: int, per_txn: int, rows: int) -> None:
 
 
 def test_key_updates_with_a_unique_column_on_three_streams_never_replay(env, spark, monkeypatch):
-    monkeypatch.setattr(distribution_agent, "ADAPTIVE_STREAMS", False)  # spread every batch, faster or not
+    monkeypatch.setattr(stream_planning, "ADAPTIVE_STREAMS", False)  # spread every batch, faster or not
     _make_kt(env, 2000)
     topo = env.topology(["kt"], subscription_streams=3)
     snapshot_agent.run_snapshot(topo, "p", spark)

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import random
 
-from airflow_repl.engine.agents import distribution_agent
-from airflow_repl.engine.agents.distribution_agent import _Applier, plan_streams
+from airflow_repl.engine.agents import stream_planning
+from airflow_repl.engine.agents.stream_planning import plan_streams
 from airflow_repl.engine.articles.commands import DELETE, INSERT, UPDATE, Command
 from airflow_repl.engine.articles.resolved import ResolvedArticle
+from airflow_repl.engine.subscriber.applier import Applier
 
 
 def _check_plan(touched, shares):
@@ -24,7 +25,7 @@ def _check_plan(touched, shares):
 
 
 def test_stream_chooser_spreads_only_while_spreading_is_faster():
-    chooser = distribution_agent.StreamChooser(probe_every=4)
+    chooser = stream_planning.StreamChooser(probe_every=4)
     assert chooser.may_spread()  # batch 1: try spreading
     chooser.record(True, 1000, 2.0)  # 500 commands/s spread
     assert not chooser.may_spread()  # batch 2: one stream, to compare
@@ -40,17 +41,17 @@ def test_stream_chooser_spreads_only_while_spreading_is_faster():
 
 
 def test_stream_chooser_resumes_from_an_earlier_runs_rates():
-    earlier = distribution_agent.StreamChooser()
+    earlier = stream_planning.StreamChooser()
     earlier.record(True, 1000, 2.0)
     earlier.record(False, 1000, 1.0)
-    later = distribution_agent.StreamChooser(probe_every=4)
+    later = stream_planning.StreamChooser(probe_every=4)
     later.resume(earlier.rates())
     assert later.rates() == {"spread": 500.0, "one": 1000.0}
     assert [later.may_spread() for _ in range(4)] == [False, False, False, True]  # probes at 4 only
 
 
 def test_stream_chooser_not_adaptive_always_lets_batches_spread():
-    chooser = distribution_agent.StreamChooser(adaptive=False)
+    chooser = stream_planning.StreamChooser(adaptive=False)
     chooser.record(True, 1000, 10.0)
     chooser.record(False, 1000, 0.1)
     assert all(chooser.may_spread() for _ in range(50))
@@ -133,7 +134,7 @@ def _article(**overrides) -> ResolvedArticle:
 
 
 def test_commands_touch_every_key_of_both_images():
-    applier = _Applier({"t": _article()})
+    applier = Applier({"t": _article()})
     old, new = ["1", "c1", "x", None, "v"], ["2", "c2", "x", "y", "v"]
     keys = applier.touched(Command(UPDATE, "t", old=old, new=new))
     pk, code, ab = ("public", "t", ("id",)), ("public", "t", ("code",)), ("public", "t", ("a", "b"))
@@ -148,5 +149,5 @@ def test_commands_touch_every_key_of_both_images():
     assert applier.touched(Command(INSERT, "t", new=new))[0] == (pk, ("2",))
     assert applier.touched(Command("T", "t")) is None
     assert applier.touched(Command(INSERT, "unknown", new=new)) == []
-    not_replicated = _Applier({"t": _article(propagation={"insert": "NONE", "update": "SQL", "delete": "SQL"})})
+    not_replicated = Applier({"t": _article(propagation={"insert": "NONE", "update": "SQL", "delete": "SQL"})})
     assert not_replicated.touched(Command(INSERT, "t", new=new)) == []
