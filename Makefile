@@ -1,6 +1,6 @@
-# airflow-repl: `make demo` runs the product on its embedded sandbox; `make test` runs the suite;
-# `make lint` checks style and types (`make format` fixes what it can).  Each installs whatever is
-# missing first (see scripts/bootstrap.sh).
+# airflow-repl: `make demo` runs the product on its embedded sandbox; `make test` runs the suite
+# (`make test-unit`: only the unit tests, in seconds); `make lint` checks style and types
+# (`make format` fixes what it can).  Each installs whatever is missing first (see scripts/bootstrap.sh).
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
@@ -22,7 +22,16 @@ demo: install
 	$(VENV)/bin/airflow-repl demo
 
 test: install
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q tests/unit
+	$(PY) -m pytest -q tests/integration
+
+# tests/unit: no server, no Spark, no network; seconds.  tests/integration: real servers and Spark.
+.PHONY: test-unit test-integration
+test-unit: install
+	$(PY) -m pytest -q tests/unit
+
+test-integration: install
+	$(PY) -m pytest -q tests/integration
 
 lint: install
 	$(VENV)/bin/ruff check $(LINT_PATHS)

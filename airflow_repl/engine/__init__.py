@@ -1,7 +1,10 @@
 """The replication engine: plain Python over psycopg, with no Airflow and no PySpark.
 
 Packages, from the bottom layer up; a package imports only from the layers below it (and
-:mod:`~airflow_repl.engine.errors`, which every layer may use):
+:mod:`~airflow_repl.engine.errors`, which every layer may use).  Packages that share a layer do
+not import each other:
+
+    errors < model < postgres < articles < codegen, state < subscriber, provisioning < agents
 
 =================  ==========================================================================
 ``errors``         the error classes, their exit codes and whether a retry can help

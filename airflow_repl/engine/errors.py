@@ -18,6 +18,8 @@ AgentBusy                    5      yes        another agent of the same kind is
 
 from __future__ import annotations
 
+from typing import Any
+
 #: SQLSTATE raised by generated update/delete procedures when no row matched the key
 #: (SQL Server's error 20598, "The row was not found at the Subscriber").
 ROW_NOT_FOUND_SQLSTATE = "RP598"
@@ -56,12 +58,14 @@ class DeliveryError(ReplError):
         xact_seqno: str | None = None,
         command_id: int | None = None,
         article: str | None = None,
+        command: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.sqlstate = sqlstate
         self.xact_seqno = xact_seqno
         self.command_id = command_id
         self.article = article
+        self.command = command  # the failing command, as stored (Command.to_json)
 
 
 class ConnectionFailed(ReplError):

@@ -1,0 +1,4 @@
+"""Airflow sensors (poke once, then defer to a trigger in :mod:`airflow_repl.triggers`).
+
+May import: Airflow, :mod:`airflow_repl.hooks`, :mod:`airflow_repl.triggers` and the engine.
+"""

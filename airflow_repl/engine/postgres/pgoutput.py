@@ -92,10 +92,26 @@ class _Reader:
         self.buf = buf
         self.pos = 0
 
+    def take(self, size: int) -> bytes:
+        """The next ``size`` bytes: a message that ends before them is refused, never cut short."""
+        if size < 0 or self.pos + size > len(self.buf):
+            raise ValueError(
+                f"pgoutput message ends early or is malformed: {size} bytes wanted at offset {self.pos} "
+                f"of {len(self.buf)}"
+            )
+        raw = self.buf[self.pos : self.pos + size]
+        self.pos += size
+        return raw
+
     def byte(self) -> str:
-        b = self.buf[self.pos : self.pos + 1].decode("ascii")
-        self.pos += 1
-        return b
+        return self.take(1).decode("ascii")
+
+    def marker(self, *allowed: str) -> str:
+        """The next byte, one of ``allowed`` (the 'N', 'K' and 'O' before a tuple)."""
+        found = self.byte()
+        if found not in allowed:
+            raise ValueError(f"pgoutput message is malformed: {found!r} where {' or '.join(allowed)} belongs")
+        return found
 
     def int8(self) -> int:
         v = self.buf[self.pos]
@@ -138,11 +154,9 @@ class _Reader:
             elif kind == "u":
                 out.append(UNCHANGED_TOAST)
             elif kind in ("t", "b"):
-                size = self.int32()
-                raw = self.buf[self.pos : self.pos + size]
-                self.pos += size
+                raw = self.take(self.int32())
                 out.append(raw.decode("utf-8") if kind == "t" else bytes(raw))
-            else:  # pragma: no cover - protocol violation
+            else:  # a protocol violation
                 raise ValueError(f"unknown tuple column kind {kind!r}")
         return out
 
@@ -172,19 +186,18 @@ def decode(message: bytes) -> Message:
         return Relation(relid, ns, name, ident, cols, oids)
     if kind == "I":
         relid = r.uint32()
-        r.byte()  # 'N'
+        r.marker("N")
         return Insert(relid, r.tuple())
     if kind == "U":
         relid = r.uint32()
         old = None
-        marker = r.byte()
-        if marker in ("K", "O"):
+        if r.marker("K", "O", "N") != "N":
             old = r.tuple()
-            marker = r.byte()
+            r.marker("N")
         return Update(relid, old, r.tuple())
     if kind == "D":
         relid = r.uint32()
-        r.byte()  # 'K' or 'O'
+        r.marker("K", "O")
         return Delete(relid, r.tuple())
     if kind == "T":
         n = r.int32()

@@ -8,6 +8,9 @@ The subscribers' own ``airflow_repl`` tables are in
 from __future__ import annotations
 
 import json
+from collections.abc import Generator
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -122,10 +125,12 @@ def check_encoding(conn: psycopg.Connection) -> None:
     """Commands hold replicated values as JSON (``jsonb``), which a database in another encoding
     than UTF8 cannot store for characters outside its character set: refuse such a
     distribution database up front, naming it and the fix."""
-    dbname, encoding = conn.execute(
+    row = conn.execute(
         "SELECT current_database(), pg_catalog.pg_encoding_to_char(encoding) "
         "FROM pg_catalog.pg_database WHERE datname = current_database()"
     ).fetchone()
+    assert row is not None  # the current database is in pg_database
+    dbname, encoding = row
     conn.rollback()
     if encoding != "UTF8":
         raise TopologyError(
@@ -165,7 +170,8 @@ def save_publication(
 
 
 def load_articles(conn: psycopg.Connection, publication: str) -> list[ResolvedArticle]:
-    deployed = conn.execute("SELECT to_regclass('airflow_repl.articles') IS NOT NULL").fetchone()[0]
+    found = conn.execute("SELECT to_regclass('airflow_repl.articles') IS NOT NULL").fetchone()
+    deployed = found is not None and bool(found[0])
     rows = (
         []
         if not deployed
@@ -189,10 +195,10 @@ def slot_name(conn: psycopg.Connection, publication: str) -> str:
             f"publication {publication!r} is not deployed in the distribution database: run "
             f"the Snapshot Agent (or 'airflow-repl apply') for it first"
         )
-    return row[0]
+    return str(row[0])
 
 
-def save_subscription(conn: psycopg.Connection, publication: str, subscriber: str, options: dict) -> None:
+def save_subscription(conn: psycopg.Connection, publication: str, subscriber: str, options: dict[str, Any]) -> None:
     conn.execute(
         "INSERT INTO airflow_repl.subscriptions (publication, subscriber, options) VALUES (%s, %s, %s) "
         "ON CONFLICT (publication, subscriber) DO UPDATE SET options = excluded.options",
@@ -207,6 +213,7 @@ def start_run(conn: psycopg.Connection, agent: str, publication: str | None, sub
         (agent, publication, subscriber),
     ).fetchone()
     conn.commit()
+    assert row is not None  # INSERT ... RETURNING returns the row
     return int(row[0])
 
 
@@ -269,7 +276,7 @@ def record_error(
     command_id: int | None = None,
     article: str | None = None,
     sqlstate: str | None = None,
-    command: dict | None = None,
+    command: dict[str, Any] | None = None,
     skipped: bool = False,
     commit: bool = True,
 ) -> None:
@@ -305,3 +312,74 @@ def dumps(value: Any) -> str:
 
 
 # ---------------------------------------------------------------------- questions of the Distribution Agent
+#: SQL: the next transactions after a watermark.  Orders and compares the pg_lsn column of the
+#: table (qualified: a bare ``xact_seqno`` would bind to the text output column and sort as
+#: text), so the primary key's index returns them in order, with no sort of the backlog.
+BATCH_QUERY = (
+    "SELECT t.xact_seqno::text AS xact, t.command_count, t.article_rows, t.commit_time "
+    "FROM airflow_repl.transactions AS t "
+    "WHERE t.publication = %s AND t.xact_seqno > %s::pg_lsn ORDER BY t.xact_seqno LIMIT %s"
+)
+#: SQL: the commands of the transactions first..last, in commit order.
+COMMANDS_QUERY = (
+    "SELECT c.xact_seqno::text AS xact, c.command_id, c.article, c.op, c.data "
+    "FROM airflow_repl.commands AS c "
+    "WHERE c.publication = %s AND c.xact_seqno BETWEEN %s::pg_lsn AND %s::pg_lsn "
+    "ORDER BY c.xact_seqno, c.command_id"
+)
+
+#: A stored command: (xact_seqno, command_id, article, op, data).
+CommandRow = tuple[str, int, str, str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class PendingTransaction:
+    """A replicated transaction waiting for delivery (a row of ``airflow_repl.transactions``)."""
+
+    xact: str  # its xact_seqno, as text
+    command_count: int
+    article_rows: dict[str, int]  # article -> rows the transaction changed
+    commit_time: datetime
+
+
+def subscription_articles_hash(conn: psycopg.Connection, publication: str, subscriber: str) -> str | None:
+    """The hash of the article definitions the subscriber was initialized with, if any."""
+    row = conn.execute(
+        "SELECT articles_hash FROM airflow_repl.subscriptions WHERE publication = %s AND subscriber = %s",
+        (publication, subscriber),
+    ).fetchone()
+    return str(row[0]) if row is not None and row[0] is not None else None
+
+
+def pending_transactions(
+    conn: psycopg.Connection, publication: str, after: str, limit: int
+) -> list[PendingTransaction]:
+    """Up to ``limit`` transactions of the publication after xact_seqno ``after``, in commit
+    (LSN) order (:data:`BATCH_QUERY`)."""
+    rows = conn.execute(BATCH_QUERY, (publication, after, limit)).fetchall()
+    return [
+        PendingTransaction(xact, count, article_rows or {}, commit_time)
+        for xact, count, article_rows, commit_time in rows
+    ]
+
+
+def batch_commands(
+    conn: psycopg.Connection, publication: str, first: str, last: str
+) -> Generator[CommandRow, None, None]:
+    """The commands of the transactions ``first``..``last`` in commit order, read through a
+    server-side cursor as they are consumed (:data:`COMMANDS_QUERY`); close the generator to
+    close the cursor early."""
+    with conn.cursor(name="airflow_repl_cmds") as cur:
+        cur.itersize = 2000
+        cur.execute(COMMANDS_QUERY, (publication, first, last))
+        yield from cur
+
+
+def mark_delivered(conn: psycopg.Connection, publication: str, subscriber: str, xact: str) -> None:
+    """Record that the subscriber has applied every transaction up to ``xact`` (the caller
+    commits)."""
+    conn.execute(
+        "UPDATE airflow_repl.subscriptions SET delivered_xact_seqno = %s, "
+        "delivered_at = now() WHERE publication = %s AND subscriber = %s",
+        (xact, publication, subscriber),
+    )

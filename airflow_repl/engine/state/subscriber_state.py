@@ -7,6 +7,10 @@ One function per question an agent asks of these tables.
 
 from __future__ import annotations
 
+import psycopg
+
+from airflow_repl.engine.errors import AgentBusy, NotInitialized
+
 SUBSCRIBER_DDL = """
 CREATE SCHEMA IF NOT EXISTS airflow_repl;
 CREATE TABLE IF NOT EXISTS airflow_repl.subscription_state (
@@ -42,3 +46,43 @@ $fn$;
 
 
 # ---------------------------------------------------------------------- questions of the Distribution Agent
+def lock_watermark(conn: psycopg.Connection, publication: str, subscriber: str) -> str:
+    """The subscriber's watermark (the last transaction applied there), its row locked until
+    the transaction ends, so that a second Distribution Agent is refused (AgentBusy); a
+    subscriber without one (no snapshot loaded) raises NotInitialized."""
+    try:
+        row = conn.execute(
+            "SELECT xact_seqno::text FROM airflow_repl.subscription_state WHERE publication = %s FOR UPDATE NOWAIT",
+            (publication,),
+        ).fetchone()
+    except psycopg.errors.LockNotAvailable:
+        raise AgentBusy(
+            f"another Distribution Agent is delivering publication {publication!r} to "
+            f"subscriber {subscriber!r}; wait for it to finish"
+        ) from None
+    except psycopg.errors.UndefinedTable:
+        row = None
+    if row is None:
+        raise NotInitialized(
+            f"subscriber {subscriber!r} has no snapshot of publication {publication!r}: "
+            f"run the Snapshot Agent to initialize the subscription"
+        )
+    return str(row[0])
+
+
+def watermark(conn: psycopg.Connection, publication: str) -> str | None:
+    """The subscriber's watermark as committed, without locking it; None when it has none."""
+    row = conn.execute(
+        "SELECT xact_seqno::text FROM airflow_repl.subscription_state WHERE publication = %s", (publication,)
+    ).fetchone()
+    return str(row[0]) if row is not None else None
+
+
+def set_watermark(conn: psycopg.Connection, publication: str, xact: str, transactions: int) -> None:
+    """Move the watermark to ``xact``, ``transactions`` more applied; in the caller's
+    transaction, which commits it together with the changes applied (exactly once)."""
+    conn.execute(
+        "UPDATE airflow_repl.subscription_state SET xact_seqno = %s, "
+        "transactions = transactions + %s, updated_at = now() WHERE publication = %s",
+        (xact, transactions, publication),
+    )

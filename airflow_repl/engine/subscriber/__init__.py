@@ -1,8 +1,11 @@
-"""The subscriber side: the statements that apply commands there, and the data validation
-that compares a subscriber's tables with the publisher's.
+"""The subscriber side: applying commands there, and the data validation that compares a
+subscriber's tables with the publisher's.
 
 Owns: ``statements`` (one prepared statement per article and operation, with the row-not-found
-check) and ``validation`` (order- and encoding-independent checksums, differing keys).
+check), ``applier`` (the apply backend: pipelined, over several streams at once, or replayed
+command by command), ``conflicts`` (what a failed command means: skip its transaction or stop),
+``streams`` (the connections of one delivery, their two-phase commit and its recovery) and
+``validation`` (order- and encoding-independent checksums, differing keys).
 
 May import: ``errors``, ``model``, ``postgres``, ``articles``, ``codegen`` and ``state``.
 """

@@ -1,15 +1,14 @@
-"""Topology loading and validation: static errors, and errors found against a real publisher."""
+"""Topology loading and validation without a server: the YAML file, static errors naming the
+object, call syntaxes allowed per operation, passwords never shown.  (The errors found against a
+real publisher are in ``tests/integration/test_topology.py``.)"""
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
-from airflow_repl.engine.errors import ConnectionFailed, TopologyError
+from airflow_repl.engine.errors import TopologyError
 from airflow_repl.engine.model import topology
 from airflow_repl.engine.postgres import connections
-from airflow_repl.engine.provisioning import deploy
 
 
 def _topo(**over):
@@ -145,46 +144,13 @@ def test_custom_sql_and_none_propagation_parse():
     assert (art.upd_cmd.syntax, art.upd_cmd.procedure) == ("MCALL", "audit.upd_orders")
 
 
-def test_catalog_errors_name_table_and_fix(env):
-    env.run(env.pub, "CREATE TABLE nopk (a int, b text); CREATE TABLE ok (id int PRIMARY KEY)")
-    with pytest.raises(TopologyError, match=r"table public.nopk has no primary key.*ADD PRIMARY KEY"):
-        deploy.apply_topology(env.topology(["public.nopk"]))
-    with pytest.raises(TopologyError, match=r"unknown table public.missing at the publisher"):
-        deploy.apply_topology(env.topology(["public.missing"]))
-    # nothing was deployed by the failed attempts
-    assert env.rows(env.pub, "SELECT count(*) FROM pg_publication")[0][0] == 0
-
-
-def test_unreachable_server_is_named(env):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    topo = env.topology(["public.ok"])
-    topo.subscribers["sub1"].conninfo = f"host=127.0.0.1 port={port} user=x password=secret dbname=y"
-    env.run(env.pub, "CREATE TABLE ok (id int PRIMARY KEY)")
-    with pytest.raises(ConnectionFailed) as err:
-        deploy.apply_topology(topo)
-    assert f"subscriber 'sub1' at x@127.0.0.1:{port}/y" in str(err.value)
-    assert "secret" not in str(err.value)
-
-
-def test_apply_is_idempotent_and_prepares_publisher(env):
-    env.run(env.pub, "CREATE TABLE t1 (id int PRIMARY KEY, v text); CREATE TABLE t2 (k text PRIMARY KEY)")
-    topo = env.topology(["public.t1", "public.t2"])
-    for _ in range(2):
-        resolved = deploy.apply_topology(topo)
-    assert [a.name for a in resolved["p"]] == ["t1", "t2"]
-    assert env.rows(env.pub, "SELECT relname, relreplident FROM pg_class WHERE relname IN ('t1','t2') ORDER BY 1") == [
-        ("t1", "f"),
-        ("t2", "f"),
-    ]
-    assert env.rows(
-        env.pub, "SELECT tablename FROM pg_publication_tables WHERE pubname = 'airflow_repl_p' ORDER BY 1"
-    ) == [("t1",), ("t2",)]
-    assert env.rows(env.dist, "SELECT count(*) FROM airflow_repl.articles")[0][0] == 2
-    # removing an article from the topology removes it everywhere on the next apply
-    deploy.apply_topology(env.topology(["public.t1"]))
-    assert env.rows(env.pub, "SELECT tablename FROM pg_publication_tables WHERE pubname = 'airflow_repl_p'") == [
-        ("t1",)
-    ]
-    assert env.rows(env.dist, "SELECT name FROM airflow_repl.articles") == [("t1",)]
+def test_include_children_must_be_a_boolean():
+    data = {
+        "publisher": "postgresql://u@h/a",
+        "distributor": "postgresql://u@h/b",
+        "publications": [{"name": "p", "articles": [{"table": "t", "include_children": True}]}],
+    }
+    assert topology.from_dict(data).publication("p").articles[0].include_children is True
+    data["publications"][0]["articles"][0]["include_children"] = "yes"
+    with pytest.raises(TopologyError, match=r"articles\[0\]\.include_children: expected true or false"):
+        topology.from_dict(data)

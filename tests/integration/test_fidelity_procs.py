@@ -5,7 +5,6 @@ collations) created at the subscriber."""
 
 from __future__ import annotations
 
-import json
 import re
 
 import psycopg
@@ -13,12 +12,8 @@ import pytest
 from test_agents import assert_in_sync, cycle
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
-from airflow_repl.engine.articles.commands import DELETE, INSERT, Command
-from airflow_repl.engine.articles.resolved import resolve_articles
-from airflow_repl.engine.codegen import call_syntax, procedures, tsql_script
+from airflow_repl.engine.codegen import procedures, tsql_script
 from airflow_repl.engine.errors import DeliveryError, ReplError, TopologyError
-from airflow_repl.engine.model.topology import from_dict
-from airflow_repl.engine.postgres.catalog import Column, TableInfo
 from airflow_repl.engine.provisioning import deploy
 
 SYNTAX_ARTICLES = {  # article table -> propagation options: every call syntax, and SQL statements
@@ -164,90 +159,7 @@ def test_one_column_more_is_refused_when_the_topology_is_applied(env, table, n, 
     assert env.rows(env.dist, "SELECT to_regclass('airflow_repl.publications')")[0][0] is None
 
 
-def _table(n: int, key: int = 1) -> TableInfo:
-    return TableInfo(
-        "s",
-        "t",
-        1,
-        [Column(f"c{i}", "integer", True, 23) for i in range(1, n + 1)],
-        [f"c{i}" for i in range(1, key + 1)],
-    )
-
-
-@pytest.mark.parametrize("n, key", [(1, 1), (50, 1), (99, 3), (100, 32)])
-def test_parameter_count_is_the_length_of_each_layout(n, key):
-    topo = from_dict({"publisher": "a", "distributor": "b", "publications": [{"name": "p", "articles": ["s.t"]}]})
-    (art,) = resolve_articles(topo.publication("p"), {"t": _table(n, key)})
-    for op, syntaxes in {
-        "insert": ["CALL"],
-        "update": ["CALL", "SCALL", "MCALL", "XCALL"],
-        "delete": ["CALL", "XCALL"],
-    }.items():
-        for syntax in syntaxes:
-            assert call_syntax.parameter_count(op, syntax, n, key) == len(call_syntax.parameters(art, op, syntax))
-
-
 # ---------------------------------------------------------------- 3. deferrable keys and key shifts
-def _run(pairs: list[tuple[list, list]], chunk: int = 1000) -> list[tuple[str, list]]:
-    """What the Log Reader stores for a sequence of key updates (old, new) of one article."""
-    writer = log_reader_agent._TxnWriter(None, "p", chunk)  # no staging below `chunk` pairs: no server
-    writer.begin("0/1")
-    for old, new in pairs:
-        writer.row_change("a", [Command(DELETE, "a", old=old, pair=True), Command(INSERT, "a", new=new, pair=True)])
-    writer.close_run()
-    return [(row[4], json_image(row[5])) for row in writer.buffer]
-
-
-def json_image(data: str) -> list:
-    d = json.loads(data)
-    return d.get("o") or d.get("n")
-
-
-def apply_one_by_one(table: set[tuple], commands: list[tuple[str, list]]) -> set[tuple]:
-    """Apply commands one at a time with an immediately checked unique key (column 0)."""
-    rows_ = {r[0]: tuple(r) for r in table}
-    for op, image in commands:
-        if op == "D":
-            assert rows_.pop(image[0]) == tuple(image)
-        else:
-            assert image[0] not in rows_, f"duplicate key {image[0]}"
-            rows_[image[0]] = tuple(image)
-    return set(rows_.values())
-
-
-SHIFTS = {  # name: (rows before, the row changes one statement or transaction makes, in scan order)
-    "shift_up_equal_rows": (
-        {("1", "x"), ("2", "x"), ("3", "x")},
-        [(["1", "x"], ["2", "x"]), (["2", "x"], ["3", "x"]), (["3", "x"], ["4", "x"])],
-    ),
-    "shift_down_equal_rows": (
-        {("1", "x"), ("2", "x"), ("3", "x")},
-        [(["3", "x"], ["2", "x"]), (["2", "x"], ["1", "x"]), (["1", "x"], ["0", "x"])],
-    ),
-    "swap_equal_rows": ({("1", "x"), ("2", "x")}, [(["1", "x"], ["2", "x"]), (["2", "x"], ["1", "x"])]),
-    "swap_different_rows": ({("1", "a"), ("2", "b")}, [(["1", "a"], ["2", "a"]), (["2", "b"], ["1", "b"])]),
-    "later_statement_moves_the_produced_row": (
-        {("1", "x"), ("5", "y")},
-        [(["1", "x"], ["2", "x"]), (["2", "x"], ["3", "x"]), (["5", "y"], ["1", "y"])],
-    ),
-    "chain_through_a_freed_key": (
-        {("1", "x"), ("2", "y")},
-        [(["2", "y"], ["9", "y"]), (["1", "x"], ["2", "x"]), (["2", "x"], ["2", "z"])],
-    ),
-}
-
-
-@pytest.mark.parametrize("name", SHIFTS)
-def test_key_update_runs_apply_one_by_one_without_duplicates(name):
-    before, pairs = SHIFTS[name]
-    expected = list(before)
-    for old, new in pairs:  # the publisher's effect: a multiset, keys checked only at the end
-        expected.remove(tuple(old))
-        expected.append(tuple(new))
-    commands = _run(pairs)
-    assert apply_one_by_one(before, commands) == set(expected)
-    deletes = [image for op, image in commands if op == "D"]
-    assert deletes == [d for d in deletes if tuple(d) in before]  # only rows that existed before the run
 
 
 DEFERRABLE_DDL = """CREATE TABLE "{t}" (id int PRIMARY KEY DEFERRABLE, v text NOT NULL,
@@ -453,22 +365,6 @@ def test_cli_apply_refuses_a_too_wide_table_in_one_line(env, tmp_path, capsys):
         "set upd_cmd to CALL or SCALL or MCALL or SQL (SQL statements have no such limit) or "
         "replicate fewer columns"
     ]
-
-
-def test_user_type_script_guards_every_creation():
-    from airflow_repl.engine.codegen.user_types import UserObject, script
-
-    objects = [
-        UserObject("collation", "o th", "ci", {}, 'CREATE COLLATION IF NOT EXISTS "o th"."ci" (x);'),
-        UserObject("collation", "pg_catalog", "C", {}, "CREATE COLLATION ...", scripted=False),
-        UserObject("enum", "o th", "it's", {"labels": ["a"]}, 'CREATE TYPE "o th"."it\'s" AS ENUM (\'a\');'),
-        UserObject("type", "public", "citext", {}, None, hint="CREATE EXTENSION citext"),
-    ]
-    text = script(objects)
-    assert text.startswith('CREATE SCHEMA IF NOT EXISTS "o th";\nCREATE COLLATION IF NOT EXISTS "o th"."ci" (x);')
-    assert "pg_catalog" not in text.replace("pg_catalog.to_regtype", "") and "citext" not in text
-    assert "IF pg_catalog.to_regtype('\"o th\".\"it''s\"') IS NULL THEN" in text
-    assert script([]) == ""
 
 
 def test_a_type_from_an_extension_missing_at_the_subscriber_is_named_with_the_fix(env, spark):

@@ -1,22 +1,22 @@
-"""Test harness: private PostgreSQL clusters (publisher and subscriber are separate clusters,
-the distribution database lives beside the publisher), one shared local SparkSession, and a
-factory of fresh databases + topology per test."""
+"""What the integration tests share besides fixtures: the per-test databases (:class:`Env`), the
+WAL boundaries the LSN tests cross, and Airflow's private home for the session.
+
+Test modules import these with ``from harness import ...`` (pytest puts this folder on
+``sys.path``); ``conftest.py`` builds its fixtures from them.  Importing this module points
+``AIRFLOW_HOME`` at a fresh temporary folder before anything imports Airflow.
+"""
 
 from __future__ import annotations
 
 import itertools
-import logging
 import os
-import sys
 import tempfile
 from pathlib import Path
 
 import psycopg
-import pytest
 
 from airflow_repl.engine.model import topology as topology_mod
 from airflow_repl.engine.postgres.connections import resolve_topology, to_uri
-from airflow_repl.engine.postgres.lsn import lsn_to_int
 from airflow_repl.sandbox import Sandbox
 
 _counter = itertools.count(1)
@@ -26,29 +26,6 @@ AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="airflow-repl-tests-")) / "airflow"
 os.environ["AIRFLOW_HOME"] = str(AIRFLOW_HOME)
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__LOGGING__LOGGING_LEVEL"] = "INFO"  # the e2e test reads the spark-submit log lines
-
-
-@pytest.fixture(scope="session")
-def sandbox(tmp_path_factory):
-    # pytest's temporary folders are private to root: as root, the sandbox puts its clusters
-    # where the unprivileged server user can reach them (see Sandbox._pg_base)
-    sb = Sandbox(tmp_path_factory.mktemp("sandbox"))
-    sb.start()
-    yield sb
-    sb.destroy()
-
-
-@pytest.fixture(scope="session")
-def spark():
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from airflow_repl.jobs.session import spark_session
-
-    session = spark_session("airflow-repl-tests", master="local[2]")
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    # py4j says goodbye at INFO from __del__, after pytest closed the streams it would log to
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    session.stop()
 
 
 def _resolved(data: dict) -> topology_mod.Topology:
@@ -127,67 +104,7 @@ class Env:
             self.sandbox.drop_database(cluster, name)
 
 
-@pytest.fixture
-def env(sandbox, tmp_path):
-    e = Env(sandbox, tmp_path)
-    yield e
-    e.drop()
-
-
-@pytest.fixture
-def env2(sandbox, tmp_path):
-    e = Env(sandbox, tmp_path, n_subscribers=2)
-    yield e
-    e.drop()
-
-
 #: Positions where an LSN's text gains a digit (text order breaks there, numeric order does not).
 WAL_BOUNDARIES = ("0/10000000", "1/10000000", "10/0")
 #: A cluster of the wal_cluster fixture starts this far below its boundary.
 WAL_HEADROOM = 4 << 20
-
-
-@pytest.fixture(scope="session")
-def wal_cluster(sandbox):
-    """Factory ``wal_cluster(boundary, room=2 MB) -> cluster name``: a sandbox cluster (1 MB WAL
-    segments) whose WAL insert position is below the LSN ``boundary`` by at least ``room``
-    bytes and by at most WAL_HEADROOM.  One cluster per boundary, cached for the session and
-    replaced by a fresh one (about 1 s) once a test has used up its room."""
-
-    def get(boundary: str, room: int = 2 << 20) -> str:
-        name = "wal_" + boundary.replace("/", "_").lower()
-        goal = lsn_to_int(boundary)
-        if name in sandbox.wal_clusters():
-            try:
-                if lsn_to_int(sandbox.wal_position(name)) + room <= goal:
-                    return name
-            except psycopg.OperationalError:
-                pass  # stopped or broken by an earlier test: make a new one
-        sandbox.add_wal_cluster(name, max(0, goal - WAL_HEADROOM))
-        return name
-
-    return get
-
-
-@pytest.fixture
-def wal_env(sandbox, wal_cluster, tmp_path):
-    """Factory ``wal_env(boundary, n_subscribers=1) -> Env`` whose publisher and distribution
-    databases live in a ``wal_cluster(boundary)`` cluster (subscribers in the usual subscriber
-    cluster).  ``env.cross_boundary()`` then moves the publisher's WAL to the boundary.  The
-    databases are dropped when the test ends."""
-    made: list[Env] = []
-
-    def make(boundary: str, n_subscribers: int = 1) -> Env:
-        e = Env(
-            sandbox,
-            tmp_path / f"wal{len(made)}",
-            n_subscribers,
-            publisher_cluster=wal_cluster(boundary),
-            boundary=boundary,
-        )
-        made.append(e)
-        return e
-
-    yield make
-    for e in made:
-        e.drop()

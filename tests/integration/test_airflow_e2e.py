@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 
 import pendulum
 import pytest
-from conftest import AIRFLOW_HOME
+from harness import AIRFLOW_HOME
 from psycopg.conninfo import conninfo_to_dict
 
 from airflow_repl import demo, demo_workload

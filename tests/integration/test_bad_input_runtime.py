@@ -482,20 +482,6 @@ def test_bad_runtime_input_is_one_line_and_changes_nothing(case: Case, env, spar
             cleanup()
 
 
-def test_the_traceback_of_an_internal_error_shows_only_with_verbose(capsys, monkeypatch):
-    from airflow_repl.cli import report_error
-
-    try:
-        {}["missing"]
-    except KeyError as exc:
-        assert report_error(exc, verbose=False) == 1
-        _out, err = capsys.readouterr()
-        assert err.count("\n") == 1 and "internal error (KeyError): 'missing'; this is a bug" in err
-        assert "Traceback" not in err
-        assert report_error(exc, verbose=True) == 1
-        assert "Traceback" in capsys.readouterr().err
-
-
 def test_a_failure_inside_a_spark_task_is_the_agents_own_line(env2, spark, tmp_path, capsys):
     """With several subscribers, deliveries run as Spark tasks: a subscription's failure comes
     back wrapped in a Java exception, and is still reported as the agent's one line and exit code."""

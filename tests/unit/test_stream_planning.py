@@ -1,20 +1,18 @@
-"""Several subscription streams: the batch planner (pure, no server) and delivery over
-several streams at a real subscriber (no lock waits, no replays; limits checked up front)."""
+"""The batch planner of several subscription streams, without a server: which commands may run on
+separate streams (no key value on two streams), and when spreading is worth it.  Delivery over
+several streams at a real subscriber is in ``tests/integration/test_streams.py``."""
 
 from __future__ import annotations
 
 import random
 
-import pytest
-
-from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
-from airflow_repl.engine.agents.distribution_agent import _Applier, plan_streams
+from airflow_repl.engine.agents import stream_planning
+from airflow_repl.engine.agents.stream_planning import plan_streams
 from airflow_repl.engine.articles.commands import DELETE, INSERT, UPDATE, Command
 from airflow_repl.engine.articles.resolved import ResolvedArticle
-from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.subscriber.applier import Applier
 
 
-# ---------------------------------------------------------------------- the planner (no server)
 def _check_plan(touched, shares):
     """Shares partition the batch, each in commit order, and no key value is on two streams."""
     assert sorted(i for share in shares for i in share) == list(range(len(touched)))
@@ -27,7 +25,7 @@ def _check_plan(touched, shares):
 
 
 def test_stream_chooser_spreads_only_while_spreading_is_faster():
-    chooser = distribution_agent.StreamChooser(probe_every=4)
+    chooser = stream_planning.StreamChooser(probe_every=4)
     assert chooser.may_spread()  # batch 1: try spreading
     chooser.record(True, 1000, 2.0)  # 500 commands/s spread
     assert not chooser.may_spread()  # batch 2: one stream, to compare
@@ -43,17 +41,17 @@ def test_stream_chooser_spreads_only_while_spreading_is_faster():
 
 
 def test_stream_chooser_resumes_from_an_earlier_runs_rates():
-    earlier = distribution_agent.StreamChooser()
+    earlier = stream_planning.StreamChooser()
     earlier.record(True, 1000, 2.0)
     earlier.record(False, 1000, 1.0)
-    later = distribution_agent.StreamChooser(probe_every=4)
+    later = stream_planning.StreamChooser(probe_every=4)
     later.resume(earlier.rates())
     assert later.rates() == {"spread": 500.0, "one": 1000.0}
     assert [later.may_spread() for _ in range(4)] == [False, False, False, True]  # probes at 4 only
 
 
 def test_stream_chooser_not_adaptive_always_lets_batches_spread():
-    chooser = distribution_agent.StreamChooser(adaptive=False)
+    chooser = stream_planning.StreamChooser(adaptive=False)
     chooser.record(True, 1000, 10.0)
     chooser.record(False, 1000, 0.1)
     assert all(chooser.may_spread() for _ in range(50))
@@ -136,7 +134,7 @@ def _article(**overrides) -> ResolvedArticle:
 
 
 def test_commands_touch_every_key_of_both_images():
-    applier = _Applier({"t": _article()})
+    applier = Applier({"t": _article()})
     old, new = ["1", "c1", "x", None, "v"], ["2", "c2", "x", "y", "v"]
     keys = applier.touched(Command(UPDATE, "t", old=old, new=new))
     pk, code, ab = ("public", "t", ("id",)), ("public", "t", ("code",)), ("public", "t", ("a", "b"))
@@ -151,81 +149,5 @@ def test_commands_touch_every_key_of_both_images():
     assert applier.touched(Command(INSERT, "t", new=new))[0] == (pk, ("2",))
     assert applier.touched(Command("T", "t")) is None
     assert applier.touched(Command(INSERT, "unknown", new=new)) == []
-    not_replicated = _Applier({"t": _article(propagation={"insert": "NONE", "update": "SQL", "delete": "SQL"})})
+    not_replicated = Applier({"t": _article(propagation={"insert": "NONE", "update": "SQL", "delete": "SQL"})})
     assert not_replicated.touched(Command(INSERT, "t", new=new)) == []
-
-
-# ---------------------------------------------------------------------- real subscriber
-def _make_kt(env, rows: int) -> None:
-    """A table with a unique column beside its primary key."""
-    env.run(env.pub, "CREATE TABLE kt (id int PRIMARY KEY, code text NOT NULL UNIQUE, v int)")
-    env.run(env.pub, "INSERT INTO kt SELECT g, 'c' || g, 0 FROM generate_series(1, %s) g", (rows,))
-
-
-def _key_updates(env, transactions: int, per_txn: int, rows: int) -> None:
-    """Key updates, ``per_txn`` rows per transaction: each becomes a DELETE + INSERT pair
-    carrying the same unique value (the case that made streams wait on each other's locks
-    and replay)."""
-    for i in range(transactions):
-        env.run(
-            env.pub,
-            "UPDATE kt SET id = id + %s, v = v + 1 WHERE id %% %s = %s",
-            (rows * 10, rows // per_txn, i % (rows // per_txn)),
-        )
-
-
-def test_key_updates_with_a_unique_column_on_three_streams_never_replay(env, spark, monkeypatch):
-    monkeypatch.setattr(distribution_agent, "ADAPTIVE_STREAMS", False)  # spread every batch, faster or not
-    _make_kt(env, 2000)
-    topo = env.topology(["kt"], subscription_streams=3)
-    snapshot_agent.run_snapshot(topo, "p", spark)
-    _key_updates(env, transactions=40, per_txn=50, rows=2000)
-    read = log_reader_agent.run_log_reader(topo, "p")
-    assert (read["transactions"], read["commands"]) == (40, 4000)
-    result = distribution_agent.run_distribution(topo, "p", "sub1")
-    assert (result["transactions"], result["commands"], result["retries"]) == (40, 4000, 0)
-    assert result["parallel_batches"] == result["commits"] >= 4  # every batch spread over the streams
-    assert env.rows(env.sub, "SELECT id, code, v FROM kt ORDER BY id") == env.rows(
-        env.pub, "SELECT id, code, v FROM kt ORDER BY id"
-    )
-    assert env.rows(env.sub, "SELECT count(*) FROM pg_prepared_xacts") == [(0,)]
-    history = env.rows(
-        env.dist,
-        "SELECT status, (details->>'retries')::int FROM airflow_repl.agent_history WHERE agent = 'distribution'",
-    )
-    assert history == [("succeeded", 0)]
-
-
-def test_more_streams_than_the_subscriber_allows_are_refused_up_front(env, spark):
-    _make_kt(env, 100)
-    topo = env.topology(["kt"], subscription_streams=64)  # the topology allows 1-64
-    snapshot_agent.run_snapshot(topo, "p", spark)
-    _key_updates(env, transactions=5, per_txn=10, rows=100)
-    log_reader_agent.run_log_reader(topo, "p")
-
-    def state():
-        return (
-            env.rows(env.sub, "SELECT id, code, v FROM kt ORDER BY id"),
-            env.rows(env.sub, "SELECT xact_seqno::text, transactions FROM airflow_repl.subscription_state"),
-            env.rows(env.dist, "SELECT count(*) FROM airflow_repl.agent_history"),
-            env.rows(env.dist, "SELECT count(*) FROM airflow_repl.errors"),
-            env.rows(env.dist, "SELECT delivered_xact_seqno::text FROM airflow_repl.subscriptions"),
-        )
-
-    before = state()
-    with pytest.raises(ReplError) as info:
-        distribution_agent.run_distribution(topo, "p", "sub1")
-    message = str(info.value)
-    assert "\n" not in message
-    assert message.startswith("subscription_streams = 64 is more than subscriber 'sub1' can serve: it allows 20 (")
-    assert "max_prepared_transactions 20" in message and "max_connections 100" in message
-    assert message.endswith(
-        "set subscription_streams of publication 'p' at subscriber 'sub1' to at most 20, "
-        "or raise those settings at the subscriber"
-    )
-    assert state() == before
-    # within the limit, the same backlog is delivered
-    assert distribution_agent.run_distribution(topo, "p", "sub1", subscription_streams=20)["transactions"] == 5
-    assert env.rows(env.sub, "SELECT id, code, v FROM kt ORDER BY id") == env.rows(
-        env.pub, "SELECT id, code, v FROM kt ORDER BY id"
-    )

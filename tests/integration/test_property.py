@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from conftest import Env
+from harness import Env
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent, stream_planning
 from airflow_repl.engine.subscriber import validation
 
 TABLES = {  # table -> article options
@@ -89,8 +89,8 @@ def _sql(table: str, step) -> tuple[str, tuple]:
 @pytest.fixture(scope="module")
 def world(sandbox, spark, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:  # spread even these small batches over the streams,
-        mp.setattr(distribution_agent, "PARALLEL_MIN_COMMANDS", 2)  # every one of them (not only when faster)
-        mp.setattr(distribution_agent, "ADAPTIVE_STREAMS", False)
+        mp.setattr(stream_planning, "PARALLEL_MIN_COMMANDS", 2)  # every one of them (not only when faster)
+        mp.setattr(stream_planning, "ADAPTIVE_STREAMS", False)
         yield from _world(sandbox, spark, tmp_path_factory)
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import Env
+from harness import Env
 
 from airflow_repl import cli
 from airflow_repl.engine.postgres.connections import to_uri

@@ -17,7 +17,6 @@ Cases whose fix came with other pieces of work (user types, name collisions, arg
 
 from __future__ import annotations
 
-import struct
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,11 +27,8 @@ import pytest
 from psycopg import sql
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
-from airflow_repl.engine.articles.resolved import resolve_articles
 from airflow_repl.engine.errors import TopologyError
-from airflow_repl.engine.model.topology import from_dict
-from airflow_repl.engine.postgres import connections, pgoutput
-from airflow_repl.engine.postgres.catalog import Column, GeneratedColumn, TableInfo
+from airflow_repl.engine.postgres import connections
 from airflow_repl.engine.postgres.quoting import ident
 from airflow_repl.engine.provisioning import deploy
 
@@ -582,7 +578,7 @@ def _compare_all(env, native: str, style: str) -> tuple[list[str], list[str]]:
 
 @pytest.fixture(scope="module")
 def world(sandbox, spark, tmp_path_factory):
-    from conftest import Env
+    from harness import Env
 
     env = Env(sandbox, tmp_path_factory.mktemp("edges"))
     native_name = f"native_{env.databases[0][1]}"
@@ -668,111 +664,6 @@ def test_subscriber_matches_native_logical_replication(world, style):
 
 
 # ---------------------------------------------------------------------- no server
-def test_schema_script_places_generated_columns_and_skips_those_reading_filtered_columns():
-    table = TableInfo(
-        "s",
-        "t",
-        1,
-        [Column("id", "integer", True, 23), Column("a", "integer", False, 23), Column("b", "text", False, 25)],
-        ["id"],
-        generated=[
-            GeneratedColumn("g0", "integer", "(id * 2)", 1, ("id",)),
-            GeneratedColumn("g1", "integer", "(a + 1)", 2, ("a",)),
-            GeneratedColumn("g2", "text", "upper(b)", 3, ("b",)),
-        ],
-    )
-    assert TableInfo.from_dict(table.to_dict()) == table
-
-    def script(**options) -> list[str]:
-        topo = from_dict(
-            {
-                "publisher": "a",
-                "distributor": "b",
-                "publications": [{"name": "p", "articles": [{"table": "s.t", **options}]}],
-            }
-        )
-        text = snapshot_agent.schema_script(resolve_articles(topo.publication("p"), {"t": table})[0])
-        return [line.strip().split()[0] for line in text.splitlines() if line.startswith("    ")]
-
-    assert script() == ['"id"', '"g0"', '"a"', '"g1"', '"b"', '"g2"', "PRIMARY"]
-    assert script(columns=["b"]) == ['"id"', '"g0"', '"b"', '"g2"', "PRIMARY"]  # g1 reads filtered-out a
-
-
-def _tuple_data(*values) -> bytes:
-    out = struct.pack("!h", len(values))
-    for v in values:
-        if v is None:
-            out += b"n"
-        elif v is pgoutput.UNCHANGED_TOAST:
-            out += b"u"
-        else:
-            raw = v.encode()
-            out += b"t" + struct.pack("!i", len(raw)) + raw
-    return out
-
-
-def test_pgoutput_decodes_edge_text_null_and_unchanged_toast():
-    long_name = "\u00e9" * 31 + "x"  # 63 bytes
-    rel = (
-        b"R"
-        + struct.pack("!I", 16384)
-        + b"s p"
-        + b"\0"
-        + long_name.encode()
-        + b"\0"
-        + b"f"
-        + struct.pack("!h", 3)
-        + b"".join(
-            b"\1" * (i == 0) + b"\0" * (i != 0) + c.encode() + b"\0" + struct.pack("!Ii", 25, -1)
-            for i, c in enumerate(["id", "a.b", long_name])
-        )
-    )
-    assert pgoutput.decode(rel) == pgoutput.Relation(
-        16384, "s p", long_name, "f", ["id", "a.b", long_name], [25, 25, 25]
-    )
-    update = (
-        b"U"
-        + struct.pack("!I", 16384)
-        + b"O"
-        + _tuple_data("1", "", None)
-        + b"N"
-        + _tuple_data("1", UNICODE_TEXT + ODD_TEXT, pgoutput.UNCHANGED_TOAST)
-    )
-    assert pgoutput.decode(update) == pgoutput.Update(
-        16384, ["1", "", None], ["1", UNICODE_TEXT + ODD_TEXT, pgoutput.UNCHANGED_TOAST]
-    )
-    delete = b"D" + struct.pack("!I", 7) + b"O" + _tuple_data("\\x00ff", "")
-    assert pgoutput.decode(delete) == pgoutput.Delete(7, ["\\x00ff", ""])
-    truncate = b"T" + struct.pack("!ibII", 2, 3, 7, 8)
-    assert pgoutput.decode(truncate) == pgoutput.Truncate([7, 8], True, True)
-
-
-def test_unchanged_toast_takes_the_before_image():
-    table = TableInfo(
-        "s",
-        "t",
-        1,
-        [Column("id", "integer", True, 23), Column("big", "text", False, 25), Column("n", "integer", False, 23)],
-        ["id"],
-    )
-    topo = from_dict(
-        {
-            "publisher": "a",
-            "distributor": "b",
-            "publications": [{"name": "p", "articles": [{"table": "s.t", "upd_cmd": "SCALL"}]}],
-        }
-    )
-    art = resolve_articles(topo.publication("p"), {"t": table})[0]
-    relmap = log_reader_agent._RelMap(art, [1, 2, 0])  # the relation lists n, id, big
-    (cmd,) = log_reader_agent._commands(
-        pgoutput.Update(1, ["5", "1", "x" * 10], ["6", "1", pgoutput.UNCHANGED_TOAST]), relmap
-    )
-    assert (cmd.op, cmd.old, cmd.new, cmd.changed()) == (
-        "U",
-        ["1", "x" * 10, "5"],
-        ["1", "x" * 10, "6"],
-        [False, False, True],
-    )
 
 
 # ---------------------------------------------------------------------- one case, one database

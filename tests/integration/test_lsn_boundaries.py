@@ -11,48 +11,13 @@ import time
 
 import psycopg
 import pytest
-from conftest import WAL_BOUNDARIES, Env
+from harness import WAL_BOUNDARIES, Env
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
 from airflow_repl.engine.postgres.lsn import int_to_lsn, lsn_to_int
 from airflow_repl.engine.state import distdb
-from airflow_repl.sandbox import wal_file_name
-
 
 # ---------------------------------------------------------------------- no server
-def test_positions_parse_and_sort_as_numbers():
-    text_order = sorted(["0/FFFFFFF", "0/10000000", "1/FFFFFFF", "1/10000000", "F/FFFFFFFF", "10/0", "2/0", "0/0"])
-    assert text_order[:4] == ["0/0", "0/10000000", "0/FFFFFFF", "1/10000000"]  # what text order does
-    assert sorted(text_order, key=lsn_to_int) == [
-        "0/0",
-        "0/FFFFFFF",
-        "0/10000000",
-        "1/FFFFFFF",
-        "1/10000000",
-        "2/0",
-        "F/FFFFFFFF",
-        "10/0",
-    ]
-    assert lsn_to_int("0/10000000") == 0x10000000 and lsn_to_int("10/0") == 0x10_0000_0000
-    assert lsn_to_int("f/ffffffff") + 1 == lsn_to_int("10/0")
-    assert lsn_to_int("FFFFFFFF/FFFFFFFF") == 2**64 - 1
-    for value in (0, 1, 0xFFFFFFF, 0x10000000, 0x1_0FFF_FFFF, 0xF_FFFF_FFFF, 2**64 - 1):
-        assert lsn_to_int(int_to_lsn(value)) == value
-    assert int_to_lsn(0x1_0000_0028) == "1/28"
-    for bad in ("", "0", "0/", "/1", "-1/0", "0/-1", "1/2/3", " 0/1", "0/1 ", "0x1/0", "123456789/0", "G/0"):
-        with pytest.raises(ValueError, match="not a WAL position"):
-            lsn_to_int(bad)
-    for bad in (-1, 2**64):
-        with pytest.raises(ValueError, match="not a WAL position"):
-            int_to_lsn(bad)
-
-
-def test_wal_file_name_of_1mb_segments():
-    assert wal_file_name("0/10000000") == "000000010000000000000100"
-    assert wal_file_name("1/10000000") == "000000010000000100000100"
-    assert wal_file_name("F/FFC00000") == "000000010000000F00000FFC"
-    assert wal_file_name("10/0", timeline=2) == "000000020000001000000000"
-    assert wal_file_name(0x1_0FFF_FFFF) == "0000000100000001000000FF"  # the segment below 1/10000000
 
 
 # ---------------------------------------------------------------------- the queries
@@ -67,15 +32,11 @@ def test_batch_query_reads_the_primary_key_index_in_order_without_sorting(env):
             "FROM generate_series(1, 20000) g"
         )
         conn.execute("ANALYZE airflow_repl.transactions")
-        plan = "\n".join(
-            r[0] for r in conn.execute("EXPLAIN " + distribution_agent.BATCH_QUERY, ("p", "0/F000000", 100))
-        )
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + distdb.BATCH_QUERY, ("p", "0/F000000", 100)))
         assert "Index Scan using transactions_pkey" in plan and "Sort" not in plan, plan
-        plan = "\n".join(
-            r[0] for r in conn.execute("EXPLAIN " + distribution_agent.COMMANDS_QUERY, ("p", "0/1", "0/2"))
-        )
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + distdb.COMMANDS_QUERY, ("p", "0/1", "0/2")))
         assert "Sort" not in plan, plan
-        xacts = [r[0] for r in conn.execute(distribution_agent.BATCH_QUERY, ("p", "0/FFE0000", 4))]
+        xacts = [r[0] for r in conn.execute(distdb.BATCH_QUERY, ("p", "0/FFE0000", 4))]
         assert xacts == ["0/FFF0000", "0/10000000", "0/10010000", "0/10020000"]
 
 

@@ -291,68 +291,6 @@ def test_percent_quotes_spaces_dots_and_case_in_names(env, spark, monkeypatch, s
 
 
 # ---------------------------------------------------------------------- pure logic (no server)
-def _article(name: str, include_children: bool, children: list[list[str]] | None = None):
-    from airflow_repl.engine.articles.resolved import resolve_articles
-    from airflow_repl.engine.model import topology as topology_mod
-    from airflow_repl.engine.postgres.catalog import Column, TableInfo
-
-    pub = topology_mod.Publication(
-        name="p", articles=[topology_mod.Article(table=name, include_children=include_children)]
-    )
-    table = TableInfo("public", name, 1, [Column("id", "integer", True, 23), Column("v", "text", False, 25)], ["id"])
-    art = resolve_articles(pub, {name: table})[0]
-    art.children = children
-    return art
-
-
-def test_children_map_to_their_article_and_partial_truncates_are_refused():
-    only, fam = _article("only_t", False), _article("fam", True, [["public", "fam_1"], ["s", "fam_2"]])
-    rel = log_reader_agent.relation_articles([only, fam])
-    assert rel == {("public", "only_t"): only, ("public", "fam"): fam, ("public", "fam_1"): fam, ("s", "fam_2"): fam}
-    assert fam.source.as_string(None) == '"public"."fam"' and only.source.as_string(None) == 'ONLY "public"."only_t"'
-    own, c1, c2 = (log_reader_agent._RelMap(fam, [0, 1], child) for child in (False, True, True))
-    assert log_reader_agent._truncated_articles([own, c1, c2, log_reader_agent._RelMap(only, [0, 1]), None]) == [
-        "fam",
-        "only_t",
-    ]
-    for part in ([own], [c1], [c1, c2], [own, c2]):
-        with pytest.raises(ReplError, match=r"TRUNCATE of only part of public.fam"):
-            log_reader_agent._truncated_articles(part)
-    # the definition (and so the subscription fingerprint) carries the children only when included
-    assert "children" not in only.to_dict() and fam.to_dict()["children"] == [["public", "fam_1"], ["s", "fam_2"]]
-    from airflow_repl.engine.articles.resolved import ResolvedArticle
-
-    assert ResolvedArticle.from_dict(fam.to_dict()).children == fam.children
-
-
-def test_include_children_must_be_a_boolean():
-    from airflow_repl.engine.model import topology as topology_mod
-
-    data = {
-        "publisher": "postgresql://u@h/a",
-        "distributor": "postgresql://u@h/b",
-        "publications": [{"name": "p", "articles": [{"table": "t", "include_children": True}]}],
-    }
-    assert topology_mod.from_dict(data).publication("p").articles[0].include_children is True
-    data["publications"][0]["articles"][0]["include_children"] = "yes"
-    with pytest.raises(TopologyError, match=r"articles\[0\]\.include_children: expected true or false"):
-        topology_mod.from_dict(data)
-
-
-def test_report_lists_the_keys_that_differ():
-    report = [
-        {
-            "article": "a",
-            "publisher_rows": 2,
-            "subscriber_rows": 1,
-            "publisher_checksum": "x" * 32,
-            "subscriber_checksum": "y" * 32,
-            "match": False,
-            "differences": [{"key": "(1)", "difference": "missing at the subscriber"}],
-        }
-    ]
-    lines = validation.format_report(report).splitlines()
-    assert lines[1].endswith("NO") and lines[2] == "    key (1): missing at the subscriber"
 
 
 def test_a_subscriber_missing_snapshot_rows_is_not_activated(env):

@@ -17,9 +17,10 @@ import psycopg
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent, stream_planning
 from airflow_repl.engine.errors import ROW_NOT_FOUND_SQLSTATE, DeliveryError, NotInitialized, ReplError
 from airflow_repl.engine.subscriber import validation
+from airflow_repl.engine.subscriber.streams import recover_prepared
 from airflow_repl.jobs.agent_job import run_agent
 
 RUNNER = str(Path(__file__).with_name("agent_runner.py"))
@@ -419,8 +420,8 @@ def test_multi_stream_agent_killed_repeatedly_applies_everything_exactly_once(en
     for i in range(16):
         env.run(env.pub, "UPDATE items SET grp = grp + 1 WHERE id %% 300 = %s", (i,))
     log_reader_agent.run_log_reader(topo, "p")
-    monkeypatch.setattr(distribution_agent, "PARALLEL_MIN_COMMANDS", 2)
-    monkeypatch.setattr(distribution_agent, "ADAPTIVE_STREAMS", False)  # spread even if an earlier run found it slower
+    monkeypatch.setattr(stream_planning, "PARALLEL_MIN_COMMANDS", 2)
+    monkeypatch.setattr(stream_planning, "ADAPTIVE_STREAMS", False)  # spread even if an earlier run found it slower
     result = distribution_agent.run_distribution(topo, "p", "sub1", subscription_streams=3, commit_batch_size=8)
     assert state() == 316
     assert env.rows(env.sub, "SELECT count(*) FROM applied")[0][0] == 3160
@@ -454,7 +455,7 @@ def test_recovery_of_prepared_stream_transactions(env, spark):
         conn.execute("INSERT INTO marks VALUES ('other', 0)")
         conn.execute("PREPARE TRANSACTION 'airflow_repl|q|v|0/1|0|2'")
     with psycopg.connect(env.sub) as conn:
-        assert distribution_agent.recover_prepared(conn, "p") == 8
+        assert recover_prepared(conn, "p") == 8
     assert env.rows(env.sub, "SELECT batch, count(*) FROM marks GROUP BY batch ORDER BY batch") == [("x", 2), ("z", 3)]
     assert env.rows(env.sub, "SELECT gid FROM pg_prepared_xacts") == [("airflow_repl|q|v|0/1|0|2",)]
 

@@ -1,0 +1,242 @@
+"""The apply backend at a subscriber: turning a batch's stored commands into statements and
+running them there.
+
+Owns :class:`Applier` (the statement of each article and operation, the merging of a stored
+DELETE + INSERT pair back into one UPDATE, the key values a command touches, which the stream
+planner needs) and the three ways of applying a batch:
+
+* :func:`apply_pipelined`: one connection, pipelined, no round trip per command;
+* :func:`apply_parallel`: a planned batch, each share on its own connection (stream) at once;
+  a failing stream stops the others;
+* :func:`replay`: one connection, one command at a time, a savepoint per transaction, so that
+  a failing command is named and a skippable error skips its transaction only (what an error
+  means is :mod:`~airflow_repl.engine.subscriber.conflicts`' business).
+
+None of them commits: the caller commits the changes together with the subscriber's watermark.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import psycopg
+
+from airflow_repl.engine.articles.commands import DELETE, INSERT, UPDATE, Command
+from airflow_repl.engine.articles.resolved import ResolvedArticle
+from airflow_repl.engine.errors import DeliveryError
+from airflow_repl.engine.postgres import raw_sql
+from airflow_repl.engine.state.distdb import CommandRow
+from airflow_repl.engine.subscriber import conflicts, statements
+
+#: A pipeline is synchronised every so many commands, so that the server's replies (and a
+#: failure) do not wait for the end of a long batch.
+_SYNC_EVERY = 500
+
+#: A unique key of a destination table: (schema, table, column names).
+Constraint = tuple[str, str, tuple[str, ...]]
+#: One key value a command touches: the constraint and the values of its columns.
+KeyValue = tuple[Constraint, tuple[str, ...]]
+#: A command to apply, with where it comes from: (xact_seqno, command_id, command).
+Located = tuple[str, int, Command]
+
+
+def key_constraints(art: ResolvedArticle) -> list[tuple[Constraint, list[int]]]:
+    """(constraint, column positions) of the article's primary key and unique constraints; a
+    constraint is named by its destination table and columns."""
+    names = art.column_names
+    return [
+        ((art.dest_schema, art.dest_table, tuple(names[i] for i in positions)), positions)
+        for positions in [art.pk_positions, *art.unique_positions]
+    ]
+
+
+class Applier:
+    """Applies the commands of a publication's articles at one subscriber."""
+
+    def __init__(self, articles: dict[str, ResolvedArticle]) -> None:
+        self.articles = articles
+        self._stmts: dict[tuple[str, str], statements.Statement | None] = {}
+        self._constraints: dict[str, list[tuple[Constraint, list[int]]]] = {}
+
+    def stmt(self, cmd: Command) -> statements.Statement | None:
+        """The statement applying ``cmd``; None when its article or operation is not applied."""
+        key = (cmd.article, cmd.op)
+        if key not in self._stmts:
+            art = self.articles.get(cmd.article)
+            self._stmts[key] = statements.statement(art, cmd.op) if art is not None else None
+        return self._stmts[key]
+
+    def commands(self, rows: Iterable[CommandRow], article_rows: Mapping[str, Mapping[str, int]]) -> Iterator[Located]:
+        """(xact, command_id, Command) in order.  For articles whose single-row key updates stay
+        UPDATEs, a transaction's only row change of the article (``article_rows``: per
+        transaction, the rows it changed per article), stored as a DELETE + INSERT pair, is
+        merged back into one UPDATE."""
+        held: Located | None = None
+        for xact, cid, article, op, data in rows:
+            cmd = Command.from_json(op, article, data)
+            if held is not None:
+                hx, hc, hd = held
+                held = None
+                if cmd.op == INSERT and cmd.pair and cmd.article == hd.article and xact == hx:
+                    yield hx, hc, Command(UPDATE, hd.article, old=hd.old, new=cmd.new)
+                    continue
+                yield hx, hc, hd
+            if self._holds_pair(cmd, xact, article_rows):
+                held = (xact, cid, cmd)
+                continue
+            yield xact, cid, cmd
+        if held is not None:
+            yield held
+
+    def _holds_pair(self, cmd: Command, xact: str, article_rows: Mapping[str, Mapping[str, int]]) -> bool:
+        """Whether ``cmd`` is the DELETE half of a pair that may become one UPDATE again."""
+        art = self.articles.get(cmd.article)
+        return (
+            cmd.op == DELETE
+            and cmd.pair
+            and art is not None
+            and art.update_mode == "multi_row_key_changes"
+            and article_rows[xact].get(cmd.article) == 1
+        )
+
+    def touched(self, cmd: Command) -> list[KeyValue] | None:
+        """Every key value the command touches at the subscriber: its destination table's
+        primary key and each unique constraint (without NULLs, which never conflict), in its
+        before and after images.  None for a TRUNCATE (it touches every row)."""
+        if self.stmt(cmd) is None:
+            return []
+        if cmd.op == "T":  # a TRUNCATE (commands.py names no constant for it yet)
+            return None
+        constraints = self._constraints.get(cmd.article)
+        if constraints is None:
+            constraints = self._constraints[cmd.article] = key_constraints(self.articles[cmd.article])
+        keys: list[KeyValue] = []
+        for image in (cmd.old, cmd.new):
+            if image is not None:
+                for constraint, positions in constraints:
+                    values = tuple([image[i] for i in positions])
+                    if None not in values:
+                        keys.append((constraint, values))
+        return keys
+
+    def execute(self, cur: psycopg.RawCursor, cmd: Command) -> bool:
+        """Run ``cmd``'s statement; False when the command is not applied (nothing ran)."""
+        st = self.stmt(cmd)
+        if st is None:
+            return False
+        st.execute(cur, cmd)
+        return True
+
+    def describe(self, cmd: Command) -> str:
+        return statements.describe_command(self.articles.get(cmd.article), cmd)
+
+
+# ---------------------------------------------------------------------- one stream, pipelined
+def apply_pipelined(
+    conn: psycopg.Connection, applier: Applier, commands: Iterable[Command], stop: threading.Event | None = None
+) -> int:
+    """Execute commands on one connection in a pipeline; returns how many were executed."""
+    cur = raw_sql.cursor(conn)
+    n = 0
+    with conn.pipeline() as p:
+        for cmd in commands:
+            if stop is not None and stop.is_set():
+                break
+            if applier.execute(cur, cmd):
+                n += 1
+                if n % _SYNC_EVERY == 0:
+                    p.sync()
+    return n
+
+
+# ---------------------------------------------------------------------- several streams at once
+class _Stream(threading.Thread):
+    """Applies its share of a planned batch on its own connection, pipelined; stops early
+    when another stream failed."""
+
+    def __init__(
+        self, conn: psycopg.Connection, applier: Applier, commands: Iterable[Command], failed: threading.Event
+    ) -> None:
+        super().__init__(daemon=True)
+        self.conn, self.applier, self.commands, self.failed = conn, applier, commands, failed
+        self.error: BaseException | None = None
+        self.count = 0
+
+    def run(self) -> None:
+        try:
+            self.count = apply_pipelined(self.conn, self.applier, self.commands, self.failed)
+        except BaseException as exc:
+            self.error = exc
+            self.failed.set()
+            try:
+                self.conn.rollback()  # release our locks at once
+            except psycopg.Error:
+                pass
+
+
+def apply_parallel(conns: Sequence[psycopg.Connection], applier: Applier, shares: Sequence[Iterable[Command]]) -> int:
+    """Apply each share on its own stream, in parallel (share i on ``conns[i]``); returns how
+    many commands were executed, or raises the first stream's error once all have stopped."""
+    failed = threading.Event()
+    workers = [_Stream(conn, applier, share, failed) for conn, share in zip(conns, shares, strict=False)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    errors = [w.error for w in workers if w.error is not None]
+    if errors:
+        raise errors[0]
+    return sum(w.count for w in workers)
+
+
+# ---------------------------------------------------------------------- replay, command by command
+@dataclass
+class ReplayOutcome:
+    """What a replay applied: commands executed, transactions skipped, the failure it stopped
+    at (if any) and the last transaction done (applied or skipped) before it."""
+
+    commands: int = 0
+    skipped: list[conflicts.Skipped] = field(default_factory=list)
+    failure: DeliveryError | None = None
+    last_good: str | None = None
+
+
+def replay(conn: psycopg.Connection, applier: Applier, commands: Iterable[Located], skip: set[str]) -> ReplayOutcome:
+    """One stream, one command at a time, a savepoint per transaction: skips the transactions
+    failing with a skippable error (SQLSTATEs ``skip``), stops at any other error."""
+    cur = raw_sql.cursor(conn)
+    out = ReplayOutcome()
+    current: str | None = None
+    failed_txn: str | None = None
+    for xact, cid, cmd in commands:
+        if xact != current:
+            _next_transaction(cur, out, current)
+            current = xact
+        if failed_txn == xact:
+            continue  # the rest of a skipped transaction
+        try:
+            if applier.execute(cur, cmd):
+                out.commands += 1
+        except psycopg.Error as exc:
+            cur.execute("ROLLBACK TO SAVEPOINT airflow_repl_txn")
+            resolution = conflicts.resolve(exc, conflicts.FailedCommand(xact, cid, cmd, applier.describe(cmd)), skip)
+            if isinstance(resolution, DeliveryError):
+                out.failure = resolution
+                return out
+            out.skipped.append(resolution)
+            failed_txn = xact
+    if current is not None:
+        cur.execute("RELEASE SAVEPOINT airflow_repl_txn")
+        out.last_good = current
+    return out
+
+
+def _next_transaction(cur: psycopg.RawCursor, out: ReplayOutcome, done: str | None) -> None:
+    """Close the savepoint of transaction ``done`` (applied, or skipped: either way it is done)
+    and open the next one's."""
+    if done is not None:
+        out.last_good = done
+        cur.execute("RELEASE SAVEPOINT airflow_repl_txn")
+    cur.execute("SAVEPOINT airflow_repl_txn")
