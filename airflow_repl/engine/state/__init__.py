@@ -2,7 +2,9 @@
 ``airflow_repl`` schema at each subscriber (the watermark of the last applied transaction and
 the ledger of loaded snapshot files).
 
-Owns: ``distdb``, the schema of both and one function per question an agent asks of them.
+Owns: ``distdb`` (the distribution database's schema and every statement on its tables) and
+``subscriber_state`` (the subscriber's ``airflow_repl`` schema and every statement on it); one
+function per question an agent asks.
 
 May import: ``errors``, ``model``, ``postgres`` and ``articles``.
 """

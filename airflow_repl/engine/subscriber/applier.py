@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from airflow_repl.engine.articles.commands import DELETE, INSERT, UPDATE, Command
+from airflow_repl.engine.articles.commands import DELETE, INSERT, TRUNCATE, UPDATE, Command
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import DeliveryError
 from airflow_repl.engine.postgres import raw_sql
@@ -107,7 +107,7 @@ class Applier:
         before and after images.  None for a TRUNCATE (it touches every row)."""
         if self.stmt(cmd) is None:
             return []
-        if cmd.op == "T":  # a TRUNCATE (commands.py names no constant for it yet)
+        if cmd.op == TRUNCATE:
             return None
         constraints = self._constraints.get(cmd.article)
         if constraints is None:
@@ -116,9 +116,10 @@ class Applier:
         for image in (cmd.old, cmd.new):
             if image is not None:
                 for constraint, positions in constraints:
-                    values = tuple([image[i] for i in positions])
-                    if None not in values:
-                        keys.append((constraint, values))
+                    values = [image[i] for i in positions]
+                    present = [v for v in values if v is not None]
+                    if len(present) == len(values):  # a NULL in a unique key conflicts with nothing
+                        keys.append((constraint, tuple(present)))
         return keys
 
     def execute(self, cur: psycopg.RawCursor, cmd: Command) -> bool:
