@@ -27,7 +27,13 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
+from airflow_repl.engine.agents import (
+    change_mapping,
+    distribution_agent,
+    log_reader_agent,
+    snapshot_agent,
+    snapshot_folder,
+)
 from airflow_repl.engine.articles.resolved import resolve_articles
 from airflow_repl.engine.errors import TopologyError
 from airflow_repl.engine.model.topology import from_dict
@@ -691,7 +697,7 @@ def test_schema_script_places_generated_columns_and_skips_those_reading_filtered
                 "publications": [{"name": "p", "articles": [{"table": "s.t", **options}]}],
             }
         )
-        text = snapshot_agent.schema_script(resolve_articles(topo.publication("p"), {"t": table})[0])
+        text = snapshot_folder.schema_script(resolve_articles(topo.publication("p"), {"t": table})[0])
         return [line.strip().split()[0] for line in text.splitlines() if line.startswith("    ")]
 
     assert script() == ['"id"', '"g0"', '"a"', '"g1"', '"b"', '"g2"', "PRIMARY"]
@@ -763,8 +769,8 @@ def test_unchanged_toast_takes_the_before_image():
         }
     )
     art = resolve_articles(topo.publication("p"), {"t": table})[0]
-    relmap = log_reader_agent._RelMap(art, [1, 2, 0])  # the relation lists n, id, big
-    (cmd,) = log_reader_agent._commands(
+    relmap = change_mapping.RelationMap(art, [1, 2, 0])  # the relation lists n, id, big
+    (cmd,) = change_mapping.row_commands(
         pgoutput.Update(1, ["5", "1", "x" * 10], ["6", "1", pgoutput.UNCHANGED_TOAST]), relmap
     )
     assert (cmd.op, cmd.old, cmd.new, cmd.changed()) == (
