@@ -12,6 +12,11 @@ outcome as JSON, in every case:
   exits with the error class's exit code (see :mod:`airflow_repl.engine.errors`).  The
   operators turn a non-retryable failure into ``AirflowFailException`` and a retryable one
   (lost connection, busy agent, lock timeout) into an ordinary, retried task failure.
+
+Owns the job's side of every agent: :data:`AGENTS`, the table from an agent's name to its
+entry (which starts a SparkSession only when the agent needs one), :func:`run_agent` (the one
+entry point of spark-submit, the CLI and the tests) and the result file.  The agents
+themselves are in :mod:`airflow_repl.engine.agents`.
 """
 
 from __future__ import annotations

@@ -250,9 +250,7 @@ class AgentRun:
     def __enter__(self) -> AgentRun:
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
-    ) -> Literal[False]:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> Literal[False]:
         try:
             if exc is not None and not self._done and isinstance(exc, Exception):
                 self._run_cleanups()
