@@ -12,6 +12,11 @@ outcome as JSON, in every case:
   exits with the error class's exit code (see :mod:`airflow_repl.engine.errors`).  The
   operators turn a non-retryable failure into ``AirflowFailException`` and a retryable one
   (lost connection, busy agent, lock timeout) into an ordinary, retried task failure.
+
+Owns the job's side of every agent: :data:`AGENTS`, the table from an agent's name to its
+entry (which starts a SparkSession only when the agent needs one), :func:`run_agent` (the one
+entry point of spark-submit, the CLI and the tests) and the result file.  The agents
+themselves are in :mod:`airflow_repl.engine.agents`.
 """
 
 from __future__ import annotations
@@ -23,68 +28,64 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_repl.engine.agents import distribution_agent, lifecycle, log_reader_agent, snapshot_agent
 from airflow_repl.engine.errors import INTERNAL_EXIT_CODE, ReplError
 from airflow_repl.engine.model.topology import Topology, from_dict
 from airflow_repl.engine.postgres import connections
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 log = logging.getLogger("airflow_repl.job")
 
 
-def _deliver_one(spec: dict, publication: str, subscriber: str, until: str | None) -> dict:
-    """Executor side: one subscription's delivery (several run in parallel as Spark tasks)."""
-    topo = from_dict(spec)
-    return {"subscriber": subscriber, **distribution_agent.run_distribution(topo, publication, subscriber, until=until)}
+@dataclass(frozen=True)
+class Request:
+    """One run of an agent, as spark-submit, the CLI or a test asks for it."""
+
+    topology: Topology
+    publication: str
+    subscribers: list[str] | None = None
+    until: str | None = None  # deliver transactions committed up to this ISO-8601 time
+    reinitialize: bool = False
 
 
-def _snapshot(
-    topo: Topology, publication: str, *, subscribers: list[str] | None, until: str | None, reinitialize: bool, spark
-) -> tuple[dict, Any]:
+#: An agent's entry: runs it for the request, in the given SparkSession or (None) one it starts
+#: if it needs one; returns its summary and the session it ran in (None: it needed none).
+Entry = Callable[[Request, "SparkSession | None"], "tuple[dict[str, Any], SparkSession | None]"]
+
+
+def _snapshot(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any], SparkSession | None]:
     from airflow_repl.jobs.session import spark_session
 
-    for name in subscribers or []:  # an unknown subscriber is refused before Spark starts (seconds)
-        topo.subscription(publication, name)
-    spark = spark or spark_session(f"airflow-repl-snapshot-{publication}")
-    return snapshot_agent.run_snapshot(
-        topo, publication, spark, subscribers=subscribers, reinitialize=reinitialize
-    ), spark
+    for name in req.subscribers or []:  # an unknown subscriber is refused before Spark starts (seconds)
+        req.topology.subscription(req.publication, name)
+    spark = spark or spark_session(f"airflow-repl-snapshot-{req.publication}")
+    summary = snapshot_agent.run_snapshot(
+        req.topology, req.publication, spark, subscribers=req.subscribers, reinitialize=req.reinitialize
+    )
+    return summary, spark
 
 
-def _logreader(
-    topo: Topology, publication: str, *, subscribers: list[str] | None, until: str | None, reinitialize: bool, spark
-) -> tuple[dict, Any]:
-    return log_reader_agent.run_log_reader(topo, publication), spark
+def _logreader(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any], SparkSession | None]:
+    return log_reader_agent.run_log_reader(req.topology, req.publication), spark
 
 
-def _distribution(
-    topo: Topology, publication: str, *, subscribers: list[str] | None, until: str | None, reinitialize: bool, spark
-) -> tuple[dict, Any]:
-    from airflow_repl.jobs.session import spark_session
-
-    names = subscribers or [s.subscriber for s in topo.subscriptions_of(publication)]
+def _distribution(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any], SparkSession | None]:
+    """Every named subscription (all by default); several are delivered in parallel, one Spark
+    task each."""
+    topo, publication = req.topology, req.publication
+    names = req.subscribers or [s.subscriber for s in topo.subscriptions_of(publication)]
     for name in names:
         topo.subscription(publication, name)  # unknown subscription -> error before any delivery
     if len(names) <= 1:
-        results = [
-            {"subscriber": n, **distribution_agent.run_distribution(topo, publication, n, until=until)} for n in names
-        ]
+        results = [_deliver(topo, publication, n, req.until) for n in names]
     else:
-        spark = spark or spark_session(f"airflow-repl-distribution-{publication}")
-        spec = topo.to_dict(with_secrets=True)
-        try:
-            results = (
-                spark.sparkContext.parallelize(names, len(names))
-                .map(lambda n: _deliver_one(spec, publication, n, until))
-                .collect()
-            )
-        except Exception as exc:  # a subscription's failure, wrapped by Spark: report the agent's own error
-            unwrapped = lifecycle.unwrap_spark_error(exc)
-            if unwrapped is exc:
-                raise
-            raise unwrapped from None
+        spark, results = _deliver_in_parallel(req, names, spark)
     return {
         "subscriptions": results,
         "transactions": sum(r["transactions"] for r in results),
@@ -92,8 +93,35 @@ def _distribution(
     }, spark
 
 
-#: The agents, by the name the CLI, the operators and spark-submit use.
-AGENTS: dict[str, Callable[..., tuple[dict, Any]]] = {
+def _deliver(topo: Topology, publication: str, subscriber: str, until: str | None) -> dict[str, Any]:
+    return {"subscriber": subscriber, **distribution_agent.run_distribution(topo, publication, subscriber, until=until)}
+
+
+def _deliver_one(spec: dict[str, Any], publication: str, subscriber: str, until: str | None) -> dict[str, Any]:
+    """Executor side: one subscription's delivery (several run in parallel as Spark tasks)."""
+    return _deliver(from_dict(spec), publication, subscriber, until)
+
+
+def _deliver_in_parallel(
+    req: Request, names: list[str], spark: SparkSession | None
+) -> tuple[SparkSession, list[dict[str, Any]]]:
+    from airflow_repl.jobs.session import spark_session
+
+    spark = spark or spark_session(f"airflow-repl-distribution-{req.publication}")
+    spec, publication, until = req.topology.to_dict(with_secrets=True), req.publication, req.until
+    try:
+        rdd = spark.sparkContext.parallelize(names, len(names))
+        return spark, rdd.map(lambda n: _deliver_one(spec, publication, n, until)).collect()
+    except Exception as exc:  # a subscription's failure, wrapped by Spark: report the agent's own error
+        unwrapped = lifecycle.unwrap_spark_error(exc)
+        if unwrapped is exc:
+            raise
+        raise unwrapped from None
+
+
+#: The agents, by the name the CLI, the operators and spark-submit use.  A new agent is one
+#: entry here (and its module in airflow_repl.engine.agents).
+AGENTS: dict[str, Entry] = {
     "snapshot": _snapshot,
     "logreader": _logreader,
     "distribution": _distribution,
@@ -108,23 +136,22 @@ def run_agent(
     subscribers: list[str] | None = None,
     until: str | None = None,
     reinitialize: bool = False,
-    spark=None,
-) -> dict:
+    spark: SparkSession | None = None,
+) -> dict[str, Any]:
     """Run one agent; the same entry point serves spark-submit, the CLI and the tests."""
     if agent not in AGENTS:
         raise ReplError(f"unknown agent {agent!r}; choose one of {', '.join(AGENTS)}")
     topo.publication(publication)  # unknown publication -> clear error
     if until is not None:
         distribution_agent.parse_until(until)  # a bad time -> clear error before anything runs
-    result, spark = AGENTS[agent](
-        topo, publication, subscribers=subscribers, until=until, reinitialize=reinitialize, spark=spark
-    )
+    request = Request(topo, publication, subscribers, until, reinitialize)
+    result, spark = AGENTS[agent](request, spark)
     if spark is not None:
         result["spark_application_id"] = spark.sparkContext.applicationId
     return result
 
 
-def failure(exc: BaseException) -> dict:
+def failure(exc: BaseException) -> dict[str, Any]:
     """The result-file outcome of a failed run (one line of message, no password)."""
     exc = lifecycle.as_engine_error(exc) if isinstance(exc, Exception) else exc
     if isinstance(exc, ReplError):
@@ -146,7 +173,7 @@ def failure(exc: BaseException) -> dict:
     }
 
 
-def write_result(path: str, outcome: dict) -> None:
+def write_result(path: str, outcome: dict[str, Any]) -> None:
     """Write the outcome atomically (a reader never sees half a file)."""
     tmp = Path(path + ".tmp")
     tmp.write_text(json.dumps(outcome, default=str))

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from test_agents import assert_in_sync, cycle
 
-from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent, snapshot_folder
 from airflow_repl.engine.codegen import procedures, tsql_script
 from airflow_repl.engine.errors import DeliveryError, ReplError, TopologyError
 from airflow_repl.engine.provisioning import deploy
@@ -223,11 +223,11 @@ def test_deferrable_keys_are_scripted_deferrable(env):
     env.run(env.pub, DEFERRABLE_DDL.format(t="t") + 'CREATE TABLE "n" (id int PRIMARY KEY, u int UNIQUE)')
     with psycopg.connect(env.pub, autocommit=True) as conn:
         t, n = deploy.resolve_publication(conn, env.topology(["t", "n"]).publication("p"))
-    script = snapshot_agent.schema_script(t)
+    script = snapshot_folder.schema_script(t)
     assert 'PRIMARY KEY ("id") DEFERRABLE,' in script
     assert 'UNIQUE ("u") DEFERRABLE INITIALLY DEFERRED' in script
     assert "ENABLE ALWAYS TRIGGER" in script
-    assert "DEFERRABLE" not in snapshot_agent.schema_script(n) and "TRIGGER" not in snapshot_agent.schema_script(n)
+    assert "DEFERRABLE" not in snapshot_folder.schema_script(n) and "TRIGGER" not in snapshot_folder.schema_script(n)
     assert "deferrable_keys" not in n.to_dict()["table"]  # unchanged definitions keep their hash
 
 

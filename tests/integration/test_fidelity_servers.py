@@ -13,7 +13,7 @@ import pytest
 from psycopg import sql
 from test_agents import assert_in_sync, cycle
 
-from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent, snapshot_folder
 from airflow_repl.engine.errors import ReplError, TopologyError
 from airflow_repl.engine.postgres import catalog
 from airflow_repl.engine.provisioning import deploy
@@ -54,7 +54,7 @@ def test_icu_subscriber_gets_every_row_and_validate_matches(env, spark, monkeypa
         "INSERT INTO words SELECT CASE WHEN g % 2 = 0 THEN 'K' ELSE 'k' END || lpad(g::text, 6, '0'), "
         "g, 'row ' || g FROM generate_series(1, 20000) g",
     )
-    monkeypatch.setattr(snapshot_agent, "ROWS_PER_PARTITION", 2000)
+    monkeypatch.setattr(snapshot_folder, "ROWS_PER_PARTITION", 2000)
     topo = env.topology(["words"])
     summary = snapshot_agent.run_snapshot(topo, "p", spark, max_partitions=4)
     assert summary["partitions"] == 4 and summary["rows"] == 20000
@@ -64,7 +64,7 @@ def test_icu_subscriber_gets_every_row_and_validate_matches(env, spark, monkeypa
     manifest = json.loads((Path(summary["folder"]) / "manifest.json").read_text())
     art = deploy.apply_topology(topo, ["p"])["p"][0]
     for f in manifest["articles"][0]["files"]:
-        assert snapshot_agent.load_file(env.sub, summary["folder"], art.to_dict(), f, summary["snapshot_id"]) == 0
+        assert snapshot_folder.load_file(env.sub, summary["folder"], art.to_dict(), f, summary["snapshot_id"]) == 0
     assert sub_rows(env, "SELECT count(*) FROM words") == [(20000,)]
     assert_in_sync(topo)  # same values, different orderings: a match
     env.run(
@@ -258,7 +258,7 @@ INSERT INTO "Odd %s Schema"."Pct%s SQL" SELECT g, '%%' || g, g FROM generate_ser
 @pytest.mark.parametrize("style", ["CALL", "SQL"])
 def test_percent_quotes_spaces_dots_and_case_in_names(env, spark, monkeypatch, style):
     env.run(env.pub, ODD_DDL)
-    monkeypatch.setattr(snapshot_agent, "ROWS_PER_PARTITION", 10)  # several key ranges
+    monkeypatch.setattr(snapshot_folder, "ROWS_PER_PARTITION", 10)  # several key ranges
     prop = {} if style == "CALL" else {"ins_cmd": "SQL", "upd_cmd": "SQL", "del_cmd": "SQL"}
     topo = env.topology(
         [

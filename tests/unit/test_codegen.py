@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_repl.engine.agents import snapshot_agent
+from airflow_repl.engine.agents import snapshot_folder
 from airflow_repl.engine.articles.commands import Command
 from airflow_repl.engine.articles.resolved import ResolvedArticle, resolve_articles
 from airflow_repl.engine.codegen import call_syntax, procedures
@@ -37,7 +37,7 @@ def test_schema_script_places_generated_columns_and_skips_those_reading_filtered
                 "publications": [{"name": "p", "articles": [{"table": "s.t", **options}]}],
             }
         )
-        text = snapshot_agent.schema_script(resolve_articles(topo.publication("p"), {"t": table})[0])
+        text = snapshot_folder.schema_script(resolve_articles(topo.publication("p"), {"t": table})[0])
         return [line.strip().split()[0] for line in text.splitlines() if line.startswith("    ")]
 
     assert script() == ['"id"', '"g0"', '"a"', '"g1"', '"b"', '"g2"', "PRIMARY"]

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from airflow_repl.engine.agents import log_reader_agent
+from airflow_repl.engine.agents import change_mapping, log_reader_agent
 from airflow_repl.engine.articles.commands import DELETE, INSERT, Command
 from airflow_repl.engine.articles.resolved import resolve_articles
 from airflow_repl.engine.errors import ReplError
@@ -34,8 +34,8 @@ def test_unchanged_toast_takes_the_before_image():
         }
     )
     art = resolve_articles(topo.publication("p"), {"t": table})[0]
-    relmap = log_reader_agent._RelMap(art, [1, 2, 0])  # the relation lists n, id, big
-    (cmd,) = log_reader_agent._commands(
+    relmap = change_mapping.RelationMap(art, [1, 2, 0])  # the relation lists n, id, big
+    (cmd,) = change_mapping.row_commands(
         pgoutput.Update(1, ["5", "1", "x" * 10], ["6", "1", pgoutput.UNCHANGED_TOAST]), relmap
     )
     assert (cmd.op, cmd.old, cmd.new, cmd.changed()) == (
@@ -63,17 +63,17 @@ def _article(name: str, include_children: bool, children: list[list[str]] | None
 
 def test_children_map_to_their_article_and_partial_truncates_are_refused():
     only, fam = _article("only_t", False), _article("fam", True, [["public", "fam_1"], ["s", "fam_2"]])
-    rel = log_reader_agent.relation_articles([only, fam])
+    rel = change_mapping.relation_articles([only, fam])
     assert rel == {("public", "only_t"): only, ("public", "fam"): fam, ("public", "fam_1"): fam, ("s", "fam_2"): fam}
     assert fam.source.as_string(None) == '"public"."fam"' and only.source.as_string(None) == 'ONLY "public"."only_t"'
-    own, c1, c2 = (log_reader_agent._RelMap(fam, [0, 1], child) for child in (False, True, True))
-    assert log_reader_agent._truncated_articles([own, c1, c2, log_reader_agent._RelMap(only, [0, 1]), None]) == [
+    own, c1, c2 = (change_mapping.RelationMap(fam, [0, 1], child) for child in (False, True, True))
+    assert change_mapping.truncated_articles([own, c1, c2, change_mapping.RelationMap(only, [0, 1]), None]) == [
         "fam",
         "only_t",
     ]
     for part in ([own], [c1], [c1, c2], [own, c2]):
         with pytest.raises(ReplError, match=r"TRUNCATE of only part of public.fam"):
-            log_reader_agent._truncated_articles(part)
+            change_mapping.truncated_articles(part)
     # the definition (and so the subscription fingerprint) carries the children only when included
     assert "children" not in only.to_dict() and fam.to_dict()["children"] == [["public", "fam_1"], ["s", "fam_2"]]
     from airflow_repl.engine.articles.resolved import ResolvedArticle

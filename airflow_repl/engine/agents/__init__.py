@@ -1,10 +1,12 @@
 """The agents, one module each, over one lifecycle.
 
 Owns: ``lifecycle`` (:class:`~airflow_repl.engine.agents.lifecycle.AgentRun`: lock, run
-history, stale runs, error classification, progress and result), ``snapshot_agent``,
-``log_reader_agent`` and ``distribution_agent`` (with ``stream_planning``, the pure logic that
-spreads its batches over subscription streams).  A new agent is a module with only its own
-logic, run inside an ``AgentRun``.
+history, stale runs, error classification, progress and result), ``snapshot_agent`` (with
+``snapshot_folder``: the folder's scripts, Parquet files and manifest, read and loaded on Spark
+executors), ``log_reader_agent`` (with ``change_mapping``: pgoutput row changes to commands)
+and ``distribution_agent`` (with ``stream_planning``, the pure logic that spreads its batches
+over subscription streams).  A new agent is a module with only its own logic, run inside an
+``AgentRun`` (the lifecycle module's documentation says how to write one).
 
 May import: every other engine package.  Never Airflow, never PySpark: the Snapshot Agent is
 handed the SparkSession by :mod:`airflow_repl.jobs` and uses it without importing PySpark.

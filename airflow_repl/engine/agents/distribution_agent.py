@@ -303,7 +303,6 @@ def run_distribution(
     skip_errors: list[str] | None = None,
 ) -> dict[str, Any]:
     """Deliver every pending transaction (committed up to ``until``, when given)."""
-    started = time.monotonic()
     overrides = _Overrides(until, commit_batch_size, commit_batch_threshold, subscription_streams, skip_errors)
     delivery = _Delivery(topology, publication, subscriber, _settings(topology, publication, subscriber, overrides))
     with AgentRun(AGENT, publication, subscriber) as run:
@@ -315,7 +314,7 @@ def run_distribution(
         run.counts = run.details = delivery.totals
         run.step = "delivery"
         delivery.run(dist, run_id, applier)
-        totals = _succeed(run, delivery, started)
+        totals = _succeed(run, delivery)
     return totals
 
 
@@ -376,19 +375,10 @@ def _start(run: AgentRun, delivery: _Delivery) -> None:
     delivery.streams.first.rollback()
 
 
-def _succeed(run: AgentRun, delivery: _Delivery, started: float) -> dict[str, Any]:
-    """Finish the run: its totals in the history row, the log and the result."""
+def _succeed(run: AgentRun, delivery: _Delivery) -> dict[str, Any]:
+    """Finish the run: its totals (with the streams' measured rates) in the history row, the log
+    and the result."""
     totals = delivery.totals
-    totals["seconds"] = round(time.monotonic() - started, 3)
     if delivery.n > 1:
         totals["stream_rates"] = {"streams": delivery.n, **delivery.chooser.rates()}
-    run.succeed(totals, transactions=totals["transactions"], commands=totals["commands"])
-    log.info(
-        "distribution %s -> %s: %s transactions, %s commands in %.1fs",
-        delivery.publication,
-        delivery.subscriber,
-        totals["transactions"],
-        totals["commands"],
-        totals["seconds"],
-    )
-    return totals
+    return run.succeed(totals)

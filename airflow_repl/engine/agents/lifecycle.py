@@ -1,5 +1,9 @@
-"""One agent run, from lock to history row: the lifecycle the Snapshot, Log Reader and
-Distribution Agents share.
+"""One agent run, from lock to history row: the lifecycle every agent shares.
+
+Owns, for the Snapshot, Log Reader and Distribution Agents alike: the agent's session lock,
+its ``agent_history`` row (and marking runs left 'running' by dead agents 'abandoned'), the
+step the run is at (progress, and what a failure message names), error classification, and
+the summary the run returns for the operator (result file, XCom) and writes to its history.
 
 ::
 
@@ -8,9 +12,10 @@ Distribution Agents share.
         run.lock(dist)                    # another agent of this kind running -> AgentBusy
         ...checks that change nothing...
         run.begin(dist)                   # the agent_history row; stale 'running' rows -> 'abandoned'
-        run.step = "reading the slot"     # named by a lost-connection message
+        run.counts = totals               # running totals, written to the history row if the run fails
+        run.step = "reading the slot"     # progress (logged at DEBUG), named by a lost-connection message
         ...work...
-        run.succeed(summary, transactions=..., commands=...)
+        return run.succeed(totals)        # history 'succeeded', one log line, "seconds" added
 
 Leaving the block with an exception marks the run failed (history and error rows), runs the
 agent's cleanups, closes every connection the run opened and re-raises, translated:
@@ -26,15 +31,36 @@ agent's cleanups, closes every connection the run opened and re-raises, translat
 
 Everything else is re-raised as it is.  Messages never carry a password: servers are named
 by role and host:port only.
+
+Writing a new agent (a Queue Reader, a cleanup agent)
+-----------------------------------------------------
+A new agent is one module in this package with only its own logic:
+
+1. a ``run_<agent>(topology, publication, ...) -> dict`` function that opens
+   ``with AgentRun("<agent>", publication[, subscriber]) as run:`` and add its label to
+   :data:`LABELS`;
+2. inside, open every connection with :meth:`AgentRun.connect` (or watch one opened elsewhere
+   with :meth:`AgentRun.track`), take the lock with :meth:`AgentRun.lock`, make the checks
+   that change nothing, then :meth:`AgentRun.begin`; name each step with ``run.step = ...``
+   (or :meth:`AgentRun.spark_step` for work done in Spark tasks); register what must be undone
+   on failure in ``run.cleanups``; keep the running totals in ``run.counts``;
+3. its questions to the distribution database are functions of
+   :mod:`airflow_repl.engine.state.distdb` (and of ``subscriber_state`` at a subscriber),
+   never SQL in the agent;
+4. end with ``return run.succeed(summary)``; raise an :mod:`~airflow_repl.engine.errors`
+   class for every failure the operator can act on (the rest is classified here);
+5. add one entry to :data:`airflow_repl.jobs.agent_job.AGENTS` (and an operator, if Airflow
+   should run it).
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 from psycopg import conninfo as pg_conninfo
@@ -46,6 +72,7 @@ from airflow_repl.engine.state import distdb
 
 log = logging.getLogger(__name__)
 
+#: The agents' names for the operator, by the name they are run and recorded under.
 LABELS = {"snapshot": "Snapshot Agent", "logreader": "Log Reader Agent", "distribution": "Distribution Agent"}
 
 #: SQLSTATE classes/codes that mean the server or the connection went away.
@@ -70,7 +97,7 @@ class _Lost(ConnectionLost):
 
 @dataclass
 class _Server:
-    conn: psycopg.Connection
+    conn: psycopg.Connection[Any]
     role: str
     conninfo: str
 
@@ -121,51 +148,69 @@ class AgentRun:
     def __init__(self, agent: str, publication: str, subscriber: str | None = None) -> None:
         self.agent, self.publication, self.subscriber = agent, publication, subscriber
         self.label = LABELS.get(agent, agent)
-        self.step = "starting"
+        self.started = time.monotonic()
+        self._step = "starting"
         #: role of the server a step talks to through Spark tasks (their connections are not ours)
         self.spark_role: tuple[str, str] | None = None
         self.run_id: int | None = None
-        self.dist: psycopg.Connection | None = None
-        self.counts: dict[str, int] = {}
+        self.dist: psycopg.Connection[Any] | None = None
+        #: running totals; a failed run's history row takes its transactions and commands from them
+        self.counts: dict[str, Any] = {}
+        #: what a failed run's history row keeps as details (None: nothing)
         self.details: dict[str, Any] | None = None
+        #: called, in order, when the run fails (their own errors are only logged)
         self.cleanups: list[Callable[[], None]] = []
         self._servers: list[_Server] = []
         self._done = False
 
+    # ------------------------------------------------------------------ progress
+    @property
+    def step(self) -> str:
+        """The step the run is at, as a failure message names it ("during <step>")."""
+        return self._step
+
+    @step.setter
+    def step(self, step: str) -> None:
+        """Enter a step done here (not in Spark tasks); logged at DEBUG as the run's progress."""
+        self._step, self.spark_role = step, None
+        log.debug("%s for %s: %s", self.label, self.where(), step)
+
+    def spark_step(self, step: str, role: str, conninfo: str) -> None:
+        """A step whose connections live in Spark tasks: name their server if they are lost."""
+        self.step = step
+        self.spark_role = (role, conninfo)
+
     # ------------------------------------------------------------------ connections
-    def connect(self, conninfo: str, role: str, **kwargs: Any) -> psycopg.Connection:
+    def connect(self, conninfo: str, role: str, **kwargs: Any) -> psycopg.Connection[Any]:
         """Connect (an unreachable server raises ConnectionFailed) and watch the connection."""
         conn = connections.connect(conninfo, role, **kwargs)
         self.track(conn, role, conninfo)
         return conn
 
-    def track(self, conn: psycopg.Connection, role: str, conninfo: str) -> None:
+    def track(self, conn: psycopg.Connection[Any], role: str, conninfo: str) -> None:
         """Watch a connection opened elsewhere: if it breaks, failures name its server, and it
         is closed when the run ends."""
         self._servers.append(_Server(conn, role, conninfo))
 
-    def spark_step(self, step: str, role: str, conninfo: str) -> None:
-        """A step whose connections live in Spark tasks: name their server if they are lost."""
-        self.step, self.spark_role = step, (role, conninfo)
-
     # ------------------------------------------------------------------ lock and history
     def where(self) -> str:
+        """What the run is for, as messages name it."""
         to = f" to subscriber {self.subscriber!r}" if self.subscriber else ""
         return f"publication {self.publication!r}{to}"
 
-    def lock(self, conn: psycopg.Connection) -> None:
+    def lock(self, conn: psycopg.Connection[Any]) -> None:
         """Take this agent's session lock for the publication on ``conn`` (released when the
         connection ends, also when the process dies); held by another agent -> AgentBusy."""
         key = f"airflow_repl.{self.agent}.{self.publication}"
-        locked = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()[0]
+        row = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()
         conn.commit()
-        if not locked:
+        if row is None or not row[0]:
             raise AgentBusy(
                 f"another {self.label} is {'delivering' if self.subscriber else 'running for'} "
                 f"{self.where()}; wait for it to finish, then run it again"
             )
 
-    def begin(self, dist: psycopg.Connection) -> int:
+    def begin(self, dist: psycopg.Connection[Any]) -> int:
         """Start the history row and mark runs left 'running' by dead agents 'abandoned'.
         Call it holding the lock, after the checks that can fail without changing anything."""
         self.dist = dist
@@ -177,30 +222,35 @@ class AgentRun:
         self,
         summary: dict[str, Any],
         *,
-        transactions: int = 0,
-        commands: int = 0,
+        transactions: int | None = None,
+        commands: int | None = None,
         rows_copied: int = 0,
         message: str | None = None,
     ) -> dict[str, Any]:
+        """The run succeeded: ``summary`` (given its ``seconds`` unless it has them) becomes the
+        history row's details and the result for the operator, and is logged in one line.
+        ``transactions`` and ``commands`` default to the summary's own counts."""
+        summary.setdefault("seconds", round(time.monotonic() - self.started, 3))
         if self.dist is not None and self.run_id is not None:
             distdb.finish_run(
                 self.dist,
                 self.run_id,
                 "succeeded",
-                transactions=transactions,
-                commands=commands,
+                transactions=_count(summary, "transactions") if transactions is None else transactions,
+                commands=_count(summary, "commands") if commands is None else commands,
                 rows_copied=rows_copied,
                 message=message,
                 details=summary,
             )
         self._done = True
+        log.info("%s for %s succeeded: %s", self.label, self.where(), message or _summary_line(summary))
         return summary
 
     # ------------------------------------------------------------------ failure
     def __enter__(self) -> AgentRun:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> Literal[False]:
         try:
             if exc is not None and not self._done and isinstance(exc, Exception):
                 self._run_cleanups()
@@ -337,6 +387,17 @@ class AgentRun:
                 server.conn.close()
             except Exception:
                 pass
+
+
+def _count(summary: dict[str, Any], key: str) -> int:
+    value = summary.get(key, 0)
+    return value if isinstance(value, int) else 0
+
+
+def _summary_line(summary: dict[str, Any]) -> str:
+    """``3 transactions, 10 commands in 0.4s``: the summary's counts, for the log."""
+    counts = [f"{v} {k}" for k, v in summary.items() if isinstance(v, int) and not isinstance(v, bool)]
+    return f"{', '.join(counts) or 'done'} in {summary.get('seconds', 0):.1f}s"
 
 
 def _first_line(exc: BaseException) -> str:

@@ -8,18 +8,29 @@ The subscribers' own ``airflow_repl`` tables are in
 from __future__ import annotations
 
 import json
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.rows import TupleRow
 from psycopg.types.json import Jsonb
 
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import NotInitialized, TopologyError
+from airflow_repl.engine.postgres import lsn
 
 SCHEMA = "airflow_repl"
+
+#: A row written to ``airflow_repl.commands`` by the Log Reader: publication, xact_seqno,
+#: command_id, article, op, data (JSON text).
+NewCommandRow = tuple[str, str | None, int, str, str, str]
+#: A row of ``airflow_repl.transactions``: publication, xact_seqno, xid, commit_time, end_lsn,
+#: command_count, article_rows (JSON text).
+TransactionRow = tuple[str, str | None, int, datetime, str, int, str]
+#: A staged INSERT of the Log Reader: seq, article, op, data (JSON text).
+StagedRow = tuple[int, str, str, str]
 
 DISTRIBUTION_DDL = """
 CREATE SCHEMA IF NOT EXISTS airflow_repl;
@@ -125,12 +136,12 @@ def check_encoding(conn: psycopg.Connection) -> None:
     """Commands hold replicated values as JSON (``jsonb``), which a database in another encoding
     than UTF8 cannot store for characters outside its character set: refuse such a
     distribution database up front, naming it and the fix."""
-    row = conn.execute(
-        "SELECT current_database(), pg_catalog.pg_encoding_to_char(encoding) "
-        "FROM pg_catalog.pg_database WHERE datname = current_database()"
-    ).fetchone()
-    assert row is not None  # the current database is in pg_database
-    dbname, encoding = row
+    dbname, encoding = _one(
+        conn.execute(
+            "SELECT current_database(), pg_catalog.pg_encoding_to_char(encoding) "
+            "FROM pg_catalog.pg_database WHERE datname = current_database()"
+        )
+    )
     conn.rollback()
     if encoding != "UTF8":
         raise TopologyError(
@@ -170,11 +181,9 @@ def save_publication(
 
 
 def load_articles(conn: psycopg.Connection, publication: str) -> list[ResolvedArticle]:
-    found = conn.execute("SELECT to_regclass('airflow_repl.articles') IS NOT NULL").fetchone()
-    deployed = found is not None and bool(found[0])
     rows = (
         []
-        if not deployed
+        if not _deployed(conn, "articles")
         else conn.execute(
             "SELECT definition FROM airflow_repl.articles WHERE publication = %s ORDER BY name", (publication,)
         ).fetchall()
@@ -208,10 +217,13 @@ def save_subscription(conn: psycopg.Connection, publication: str, subscriber: st
 
 # ---------------------------------------------------------------------- history and errors
 def start_run(conn: psycopg.Connection, agent: str, publication: str | None, subscriber: str | None = None) -> int:
-    row = conn.execute(
-        "INSERT INTO airflow_repl.agent_history (agent, publication, subscriber) VALUES (%s, %s, %s) RETURNING run_id",
-        (agent, publication, subscriber),
-    ).fetchone()
+    row = _one(
+        conn.execute(
+            "INSERT INTO airflow_repl.agent_history (agent, publication, subscriber) VALUES (%s, %s, %s) "
+            "RETURNING run_id",
+            (agent, publication, subscriber),
+        )
+    )
     conn.commit()
     assert row is not None  # INSERT ... RETURNING returns the row
     return int(row[0])
@@ -302,13 +314,172 @@ def record_error(
 
 
 def dumps(value: Any) -> str:
+    """Compact JSON text, as commands and transaction rows store it."""
     return json.dumps(value, separators=(",", ":"))
 
 
+def _one(cur: psycopg.Cursor[TupleRow]) -> TupleRow:
+    """The row of a statement that always returns one."""
+    row = cur.fetchone()
+    if row is None:
+        raise psycopg.ProgrammingError("the statement returned no row")
+    return row
+
+
+def _deployed(conn: psycopg.Connection[Any], table: str) -> bool:
+    """Does the distribution database have the table ``airflow_repl.<table>`` yet?"""
+    return bool(_one(conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{SCHEMA}.{table}",)))[0])
+
+
 # ---------------------------------------------------------------------- questions of the Snapshot Agent
+def publication_was_read(conn: psycopg.Connection[Any], publication: str) -> bool:
+    """Has the Log Reader ever stored a transaction of the publication, or does it have an
+    active subscription?  (Then a missing slot means lost changes.)"""
+    row = conn.execute(
+        "SELECT 1 FROM airflow_repl.logreader_state WHERE publication = %s "
+        "UNION ALL SELECT 1 FROM airflow_repl.subscriptions WHERE publication = %s "
+        "AND status = 'active'",
+        (publication, publication),
+    ).fetchone()
+    return row is not None
+
+
+def active_subscriptions(conn: psycopg.Connection[Any], publication: str) -> dict[str, str | None]:
+    """The publication's active subscribers -> the hash of the article definitions each was
+    initialized with (None for a subscription initialized before hashes were kept); {} before
+    the distribution database has its schema."""
+    if not _deployed(conn, "subscriptions"):
+        return {}
+    rows = conn.execute(
+        "SELECT subscriber, articles_hash FROM airflow_repl.subscriptions WHERE publication = %s AND status = 'active'",
+        (publication,),
+    ).fetchall()
+    return {str(subscriber): articles_hash for subscriber, articles_hash in rows}
+
+
+def record_snapshot(
+    conn: psycopg.Connection[Any],
+    publication: str,
+    snapshot_id: str,
+    folder: str,
+    consistent_lsn: str,
+    manifest: dict[str, Any],
+) -> None:
+    """Enter a snapshot folder written for the publication (committed by the caller)."""
+    conn.execute(
+        "INSERT INTO airflow_repl.snapshots (publication, snapshot_id, folder, consistent_lsn, "
+        "manifest) VALUES (%s, %s, %s, %s, %s)",
+        (publication, snapshot_id, folder, consistent_lsn, Jsonb(manifest)),
+    )
+
+
+def mark_initializing(conn: psycopg.Connection[Any], publication: str, subscriber: str, snapshot_id: str) -> None:
+    """The subscription is being initialized from ``snapshot_id`` (committed by the caller)."""
+    conn.execute(
+        "UPDATE airflow_repl.subscriptions SET status = 'initializing', snapshot_id = %s "
+        "WHERE publication = %s AND subscriber = %s",
+        (snapshot_id, publication, subscriber),
+    )
+
+
+def activate_subscription(
+    conn: psycopg.Connection[Any], publication: str, subscriber: str, consistent_lsn: str, articles_hash: str
+) -> None:
+    """The subscription holds the snapshot taken at ``consistent_lsn``: it is active, and
+    delivered up to just before that point (committed by the caller)."""
+    conn.execute(
+        "UPDATE airflow_repl.subscriptions SET status = 'active', start_xact_seqno = %s::pg_lsn - 1, "
+        "delivered_xact_seqno = %s::pg_lsn - 1, delivered_at = now(), articles_hash = %s "
+        "WHERE publication = %s AND subscriber = %s",
+        (consistent_lsn, consistent_lsn, articles_hash, publication, subscriber),
+    )
 
 
 # ---------------------------------------------------------------------- questions of the Log Reader Agent
+#: The Log Reader's staging table of the INSERTs of a long run of key updates (see
+#: ``log_reader_agent._TxnWriter``): temporary, emptied at each commit.
+_STAGED = "airflow_repl_staged"
+
+
+def last_read_lsn(conn: psycopg.Connection[Any], publication: str) -> int:
+    """The commit LSN of the last transaction the Log Reader stored, as a number (0: none)."""
+    row = conn.execute(
+        "SELECT read_xact_seqno::text FROM airflow_repl.logreader_state WHERE publication = %s", (publication,)
+    ).fetchone()
+    return lsn.lsn_to_int(row[0]) if row is not None and row[0] else 0
+
+
+def transaction_stored(conn: psycopg.Connection[Any], publication: str, xact_seqno: str) -> bool:
+    """Is the transaction that commits at ``xact_seqno`` stored already?"""
+    row = conn.execute(
+        "SELECT 1 FROM airflow_repl.transactions WHERE publication = %s AND xact_seqno = %s",
+        (publication, xact_seqno),
+    ).fetchone()
+    return row is not None
+
+
+def copy_commands(conn: psycopg.Connection[Any], rows: list[NewCommandRow]) -> None:
+    """COPY command rows (publication, xact_seqno, command_id, article, op, data)."""
+    _copy(conn, "commands (publication, xact_seqno, command_id, article, op, data)", rows)
+
+
+def copy_transactions(conn: psycopg.Connection[Any], rows: list[TransactionRow]) -> None:
+    """COPY transaction rows (publication, xact_seqno, xid, commit_time, end_lsn,
+    command_count, article_rows); their commands first, in the same distributor transaction."""
+    _copy(conn, "transactions (publication, xact_seqno, xid, commit_time, end_lsn, command_count, article_rows)", rows)
+
+
+def _copy(conn: psycopg.Connection[Any], target: str, rows: Sequence[Sequence[Any]]) -> None:
+    if rows:
+        with conn.cursor() as cur, cur.copy(f"COPY airflow_repl.{target} FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+
+
+def stage_inserts(conn: psycopg.Connection[Any], rows: list[StagedRow], first: bool) -> None:
+    """COPY (seq, article, op, data) rows into the staging table (created by the ``first``
+    call of a transaction)."""
+    if first:
+        conn.execute(
+            f"CREATE TEMP TABLE IF NOT EXISTS {_STAGED} "
+            "(seq bigint, article text, op text, data jsonb) ON COMMIT DELETE ROWS"
+        )
+    with conn.cursor() as cur, cur.copy(f"COPY {_STAGED} (seq, article, op, data) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
+
+
+def unstage_insert(conn: psycopg.Connection[Any], image: list[Any]) -> bool:
+    """Drop the last staged INSERT whose after image is ``image``; False when there is none."""
+    cur = conn.execute(
+        f"DELETE FROM {_STAGED} WHERE seq = (SELECT max(seq) FROM {_STAGED} WHERE data -> 'n' = %s::jsonb)",
+        (dumps(image),),
+    )
+    return cur.rowcount > 0
+
+
+def store_staged(conn: psycopg.Connection[Any], publication: str, xact_seqno: str | None, after: int) -> int:
+    """Move the staged INSERTs, in staging order, into the transaction's commands, numbered
+    from ``after`` + 1; returns how many."""
+    cur = conn.execute(
+        "INSERT INTO airflow_repl.commands (publication, xact_seqno, command_id, article, op, data) "
+        f"SELECT %s, %s, %s + row_number() OVER (ORDER BY seq), article, op, data FROM {_STAGED}",
+        (publication, xact_seqno, after),
+    )
+    conn.execute(f"TRUNCATE {_STAGED}")
+    return cur.rowcount
+
+
+def save_read_position(conn: psycopg.Connection[Any], publication: str, xact_seqno: str, end_lsn: str) -> None:
+    """The Log Reader stored every transaction up to ``xact_seqno`` (committed by the caller,
+    with them)."""
+    conn.execute(
+        "INSERT INTO airflow_repl.logreader_state (publication, read_xact_seqno, read_end_lsn) "
+        "VALUES (%s, %s, %s) ON CONFLICT (publication) DO UPDATE SET "
+        "read_xact_seqno = excluded.read_xact_seqno, read_end_lsn = excluded.read_end_lsn, "
+        "updated_at = now()",
+        (publication, xact_seqno, end_lsn),
+    )
 
 
 # ---------------------------------------------------------------------- questions of the Distribution Agent
@@ -328,7 +499,7 @@ COMMANDS_QUERY = (
     "ORDER BY c.xact_seqno, c.command_id"
 )
 
-#: A stored command: (xact_seqno, command_id, article, op, data).
+#: A stored command as the Distribution Agent reads it: (xact_seqno, command_id, article, op, data).
 CommandRow = tuple[str, int, str, str, dict[str, Any]]
 
 

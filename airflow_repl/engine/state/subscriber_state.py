@@ -2,10 +2,14 @@
 applied (committed in the same transaction as the applied changes), the ledger of the snapshot
 files loaded there, and the ``row_not_found()`` function the generated procedures raise with.
 
-One function per question an agent asks of these tables.
+Owns: the subscriber's ``airflow_repl`` schema (:data:`SUBSCRIBER_DDL`) and one function per
+question an agent asks of these tables; the distribution database's are in
+:mod:`~airflow_repl.engine.state.distdb`.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import psycopg
 
@@ -43,6 +47,35 @@ $fn$;
 
 
 # ---------------------------------------------------------------------- questions of the Snapshot Agent
+def reset_for_snapshot(conn: psycopg.Connection[Any], publication: str) -> None:
+    """Create the schema where it is missing and forget the publication's watermark and loaded
+    snapshot files: the subscription is about to be initialized again (committed by the caller)."""
+    conn.execute(SUBSCRIBER_DDL)
+    conn.execute("DELETE FROM airflow_repl.subscription_state WHERE publication = %s", (publication,))
+    conn.execute("DELETE FROM airflow_repl.snapshot_files WHERE publication = %s", (publication,))
+
+
+def claim_snapshot_file(
+    conn: psycopg.Connection[Any], publication: str, snapshot_id: str, path: str, rows: int
+) -> bool:
+    """Enter a snapshot file in the ledger, in the transaction that will load it; False when it
+    is there already (loaded, or being loaded by a concurrent attempt, which this one waits for)."""
+    row = conn.execute(
+        "INSERT INTO airflow_repl.snapshot_files (publication, snapshot_id, path, rows) VALUES (%s, %s, %s, %s) "
+        "ON CONFLICT DO NOTHING RETURNING 1",
+        (publication, snapshot_id, path, rows),
+    ).fetchone()
+    return row is not None
+
+
+def start_watermark(conn: psycopg.Connection[Any], publication: str, snapshot_id: str, consistent_lsn: str) -> None:
+    """The subscription holds the snapshot taken at ``consistent_lsn``: its watermark starts just
+    before that point, where the publication's slot starts decoding (committed by the caller)."""
+    conn.execute(
+        "INSERT INTO airflow_repl.subscription_state (publication, snapshot_id, xact_seqno) "
+        "VALUES (%s, %s, %s::pg_lsn - 1)",
+        (publication, snapshot_id, consistent_lsn),
+    )
 
 
 # ---------------------------------------------------------------------- questions of the Distribution Agent

@@ -1,0 +1,346 @@
+"""The snapshot folder: what a snapshot of a publication is made of, and how each part is
+written and loaded.
+
+A snapshot folder (one per publication and run) holds ``schema.sql`` (each article's
+pre-creation script, after the user types it needs), ``procedures.sql``, Parquet data files
+(``data/<article>-<hash>/part-NNNNN.parquet``, one per key range) and ``manifest.json``.
+
+Owns: the key ranges (:func:`plan_partitions`, planned in the exported snapshot), reading one
+range into a Parquet file (:func:`read_partition`) and loading one file into a subscriber table
+exactly once (:func:`load_file`), both run on Spark executors, and the scripts and manifest.
+The Snapshot Agent (:mod:`~airflow_repl.engine.agents.snapshot_agent`) decides when each runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pyarrow.parquet as pq
+from psycopg import sql
+
+from airflow_repl.engine.articles.resolved import ResolvedArticle
+from airflow_repl.engine.codegen import procedures, user_types
+from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.postgres import connections, raw_sql, slots
+from airflow_repl.engine.postgres.quoting import dollar_quote, ident, literal, qualified
+from airflow_repl.engine.state import subscriber_state
+
+#: PostgreSQL types stored as typed Parquet columns; every other type is stored as its
+#: PostgreSQL text form (exact for numeric, timestamps, arrays, json, ...) and typed by the manifest.
+ARROW_TYPES: dict[int, Any] = {
+    16: pa.bool_(),
+    20: pa.int64(),
+    21: pa.int16(),
+    23: pa.int32(),
+    700: pa.float32(),
+    701: pa.float64(),
+    25: pa.string(),
+    1043: pa.string(),
+    1042: pa.string(),
+    17: pa.binary(),
+}
+#: Rows of one key range (one data file), roughly.
+ROWS_PER_PARTITION = 50_000
+#: Rows fetched, written and loaded at a time.
+FETCH_ROWS = 10_000
+
+#: One data file to read: the article (its definition), the file's index, its key range
+#: (lower bound included, upper excluded; None: unbounded) and the article's estimated rows.
+Partition = dict[str, Any]
+#: One data file read: article, path (relative to the folder), rows, lower, upper.
+DataFile = dict[str, Any]
+
+
+# ---------------------------------------------------------------------- scripts and manifest
+def schema_script(article: ResolvedArticle, collations: dict[str, str] | None = None) -> str:
+    """DROP + CREATE of the subscriber table (SQL Server's pre-creation command 'drop');
+    ``collations`` maps columns to their (quoted) collation where it is not their type's default.
+    Stored generated columns are created with the publisher's expression, in their place,
+    unless they read a column the article filters out."""
+    collations = collations or {}
+    place = {c.name: i for i, c in enumerate(article.table.columns)}
+    cols = [
+        line
+        for _, line in sorted(
+            [
+                (
+                    (place[c.name], 1, 0),
+                    f"    {ident(c.name)} {c.type}"
+                    f"{' COLLATE ' + collations[c.name] if c.name in collations else ''}{' NOT NULL' if c.not_null else ''}",
+                )
+                for c in article.columns
+            ]
+            + [
+                ((g.position, 0, i), f"    {ident(g.name)} {g.type} GENERATED ALWAYS AS ({g.expression}) STORED")
+                for i, g in enumerate(article.table.generated)
+                if set(g.depends_on) <= set(article.column_names)
+            ]
+        )
+    ]
+    keys = [("PRIMARY KEY", article.primary_key)] + [
+        ("UNIQUE", key) for key in article.table.unique_keys if set(key) <= set(article.column_names)
+    ]
+    cols += [_key_clause(kind, key, article.table.deferral(key)) for kind, key in keys]
+    table = qualified(article.dest_schema, article.dest_table)
+    deferrable = any(article.table.deferral(key) for _, key in keys)
+    return (
+        f"CREATE SCHEMA IF NOT EXISTS {ident(article.dest_schema)};\n"
+        f"DROP TABLE IF EXISTS {table} CASCADE;\n"
+        f"CREATE TABLE {table} (\n"
+        + ",\n".join(cols)
+        + "\n);\n"
+        + (_enforce_deferrable_keys(table) if deferrable else "")
+    )
+
+
+def _enforce_deferrable_keys(table: str) -> str:
+    """A DEFERRABLE key is checked by an internal trigger, which, like every trigger, does not fire
+    under ``session_replication_role = replica`` (the Distribution Agent's and the loader's): a
+    duplicate key would get in silently.  Firing it ALWAYS keeps the key enforced there."""
+    body = (
+        "DECLARE\n    trigger_name name;\nBEGIN\n"
+        "    FOR trigger_name IN SELECT t.tgname FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_constraint k "
+        f"ON k.oid = t.tgconstraint\n        WHERE t.tgrelid = {literal(table)}::regclass AND t.tgisinternal "
+        "AND k.contype IN ('p', 'u') LOOP\n"
+        f"        EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER %I', {literal(table)}::regclass, "
+        "trigger_name);\n    END LOOP;\nEND;\n"
+    )
+    return f"DO {dollar_quote(body)};\n"
+
+
+def _key_clause(kind: str, key: list[str], deferral: str) -> str:
+    """A PRIMARY KEY / UNIQUE table constraint, as deferrable as at the publisher."""
+    return f"    {kind} ({', '.join(ident(c) for c in key)}){' ' + deferral if deferral else ''}"
+
+
+def _select_list(article: ResolvedArticle) -> sql.Composable:
+    """The article's columns; those without an Arrow type as their type's output text, which is
+    what pgoutput sends for later changes and what native replication copies.  Not ``::text``:
+    a cast to text differs from the output function for some types (``xml`` keeps a default
+    XML declaration that xml_out drops; ``inet`` adds ``/32``).  ``concat`` calls the output
+    function (and NULL stays NULL through the CASE)."""
+    parts = []
+    for c in article.columns:
+        col = sql.Identifier(c.name)
+        parts.append(
+            col
+            if c.type_oid in ARROW_TYPES
+            else sql.SQL("CASE WHEN {c} IS NULL THEN NULL ELSE pg_catalog.concat({c}) END").format(c=col)
+        )
+    return sql.SQL(", ").join(parts)
+
+
+def arrow_schema(article: ResolvedArticle) -> Any:
+    """The Parquet schema of an article's data files (``pa.Schema``)."""
+    return pa.schema(
+        [
+            pa.field(
+                c.name, ARROW_TYPES.get(c.type_oid, pa.string()), nullable=not c.not_null, metadata={"pg_type": c.type}
+            )
+            for c in article.columns
+        ]
+    )
+
+
+# ---------------------------------------------------------------------- partitions
+# Key ranges exist on the publisher side only: they are planned and read inside the same
+# exported snapshot, under the publisher's own ordering.  The subscriber never evaluates a
+# range (its collation may order the keys differently): each file loads exactly once thanks to
+# the ledger below, so no step depends on two servers ordering keys alike.
+def _key_tuple(article: ResolvedArticle) -> sql.Composable:
+    return sql.SQL("({})").format(sql.SQL(", ").join(sql.Identifier(c) for c in article.primary_key))
+
+
+def _key_values(article: ResolvedArticle, values: list[str]) -> sql.Composable:
+    # literals, not parameters: a statement embedding identifiers is never scanned for placeholders
+    types = [article.table.column(c).type for c in article.primary_key]
+    return sql.SQL("({})").format(
+        sql.SQL(", ").join(sql.SQL("{}::" + t).format(sql.Literal(v)) for v, t in zip(values, types, strict=True))
+    )
+
+
+def _filter(article: ResolvedArticle) -> sql.Composable:
+    """The article's row filter (PostgreSQL's own deparsed, validated form), or true."""
+    return sql.SQL("({})").format(sql.SQL(article.row_filter)) if article.row_filter else sql.SQL("true")
+
+
+def plan_partitions(conn: psycopg.Connection[Any], article: ResolvedArticle, max_parts: int) -> list[Partition]:
+    """Key ranges of roughly equal size, computed inside the exported snapshot."""
+    count = raw_sql.execute(
+        conn, sql.SQL("SELECT count(*) FROM {} WHERE {}").format(article.source, _filter(article))
+    ).fetchone()
+    rows = int(count[0]) if count is not None else 0
+    parts = max(1, min(max_parts, math.ceil(rows / ROWS_PER_PARTITION)))
+    bounds = _range_bounds(conn, article, math.ceil(rows / parts)) if parts > 1 else []
+    edges: list[list[str] | None] = [None, *bounds, None]
+    return [
+        {"article": article.to_dict(), "index": i, "lower": edges[i], "upper": edges[i + 1], "estimated_rows": rows}
+        for i in range(len(edges) - 1)
+    ]
+
+
+def _range_bounds(conn: psycopg.Connection[Any], article: ResolvedArticle, step: int) -> list[list[str]]:
+    """The key of every ``step``-th row (after the first), in key order: the ranges' bounds."""
+    pk = [sql.Identifier(c) for c in article.primary_key]
+    query = sql.SQL(
+        "SELECT {keys} FROM (SELECT {keys_text}, row_number() OVER (ORDER BY {order}) AS rn "
+        "FROM {t} WHERE {where}) s WHERE rn % {step} = 1 AND rn > 1 ORDER BY rn"
+    ).format(
+        keys=sql.SQL(", ").join(pk),
+        keys_text=sql.SQL(", ").join(sql.SQL("{}::text AS {}").format(c, c) for c in pk),
+        order=sql.SQL(", ").join(pk),
+        t=article.source,
+        where=_filter(article),
+        step=sql.Literal(step),
+    )
+    return [list(r) for r in raw_sql.execute(conn, query)]
+
+
+def _folder_name(article: str) -> str:
+    """A file-system-safe folder for an article's data files (article names may hold any character)."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", article).strip(".") or "article"
+    return f"{safe[:60]}-{hashlib.sha1(article.encode()).hexdigest()[:8]}"
+
+
+def read_partition(conninfo: str, snapshot_name: str, folder: str, task: Partition) -> DataFile:
+    """Executor side: read one key range inside the exported snapshot into a Parquet file."""
+    article = ResolvedArticle.from_dict(task["article"])
+    query = sql.SQL("SELECT {} FROM {} WHERE {} AND {}").format(
+        _select_list(article), article.source, _range_condition(article, task["lower"], task["upper"]), _filter(article)
+    )
+    rel = Path("data") / _folder_name(article.name) / f"part-{task['index']:05d}.parquet"
+    path = Path(folder) / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    schema = arrow_schema(article)
+    rows = 0
+    with connections.connect(conninfo, "publisher", autocommit=True) as conn:
+        slots.join_snapshot(conn, snapshot_name)
+        with conn.cursor(name="airflow_repl_snapshot") as cur, pq.ParquetWriter(str(path), schema) as writer:
+            cur.execute(query)  # no parameters: the text is sent as it is
+            while batch := cur.fetchmany(FETCH_ROWS):
+                columns = list(zip(*batch, strict=True))  # rows of one query: of one length
+                arrays = [pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=True)]
+                writer.write_batch(pa.record_batch(arrays, schema=schema))
+                rows += len(batch)
+        conn.execute("COMMIT")
+    return {"article": article.name, "path": str(rel), "rows": rows, "lower": task["lower"], "upper": task["upper"]}
+
+
+def _range_condition(article: ResolvedArticle, lower: list[str] | None, upper: list[str] | None) -> sql.Composable:
+    where = []
+    if lower is not None:
+        where.append(sql.SQL("{} >= {}").format(_key_tuple(article), _key_values(article, lower)))
+    if upper is not None:
+        where.append(sql.SQL("{} < {}").format(_key_tuple(article), _key_values(article, upper)))
+    return sql.SQL(" AND ").join(where) if where else sql.SQL("true")
+
+
+def load_file(conninfo: str, folder: str, article_data: dict[str, Any], file: DataFile, snapshot_id: str) -> int:
+    """Executor side: bulk-load one Parquet file into the subscriber table with COPY, exactly
+    once: the file is entered in the subscriber's ledger in the same transaction (a concurrent
+    attempt waits for it, then finds the entry).  Returns the rows loaded by this call."""
+    article = ResolvedArticle.from_dict(article_data)
+    rel_path = file["path"]
+    copy_sql = sql.SQL("COPY {} ({}) FROM STDIN").format(
+        sql.Identifier(article.dest_schema, article.dest_table),
+        sql.SQL(", ").join(sql.Identifier(c) for c in article.column_names),
+    )
+    rows = 0
+    with connections.connect(conninfo, "subscriber") as conn:
+        conn.execute("SET session_replication_role = replica")
+        if not subscriber_state.claim_snapshot_file(conn, article.publication, snapshot_id, rel_path, file["rows"]):
+            return 0  # loaded already
+        table = pq.ParquetFile(str(Path(folder) / rel_path))
+        try:
+            with conn.cursor() as cur, cur.copy(copy_sql) as copy:
+                for batch in table.iter_batches(batch_size=FETCH_ROWS):
+                    columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
+                    for row in zip(*columns, strict=True):  # columns of one batch: of one length
+                        copy.write_row(row)
+                    rows += batch.num_rows
+        except psycopg.errors.UntranslatableCharacter as exc:
+            raise ReplError(
+                f"the subscriber database {conn.info.dbname!r} (encoding {conn.info.parameter_status('server_encoding')}) "
+                f"cannot store a character of article {article.name!r} ({article.destination}): "
+                f"{exc.diag.message_primary}. Use a subscriber database whose encoding holds the publisher's "
+                f"characters (UTF8 holds them all)"
+            ) from None
+    return rows
+
+
+# ---------------------------------------------------------------------- the folder
+def check_writable(folder: Path) -> None:
+    """The snapshot folder must be a directory this process can write (checked before the
+    publication's slot is created, so that an unusable folder changes nothing)."""
+    existing = folder
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent  # the folder is made later: probe what exists of it now
+    try:
+        if not existing.is_dir():
+            raise NotADirectoryError(20, f"{existing} is not a directory")
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as exc:
+        raise ReplError(
+            f"snapshot folder {folder} cannot be written ({exc.strerror or exc}): set snapshot_folder "
+            f"to a writable directory"
+        ) from None
+
+
+def write_scripts(folder: Path, articles: list[ResolvedArticle], needs: user_types.Requirements) -> None:
+    """``schema.sql`` (the user types the articles need, then each article's table) and
+    ``procedures.sql`` (the generated procedures)."""
+    (folder / "schema.sql").write_text(
+        user_types.script(needs.objects)
+        + "\n".join(schema_script(a, needs.column_collations.get(a.name)) for a in articles)
+    )
+    (folder / "procedures.sql").write_text("\n".join(procedures.article_script(a) for a in articles))
+
+
+def write_manifest(
+    folder: Path,
+    snapshot_id: str,
+    publication: str,
+    consistent_lsn: str,
+    articles: list[ResolvedArticle],
+    files: list[DataFile],
+    objects: list[user_types.UserObject],
+) -> dict[str, Any]:
+    """``manifest.json``: what the folder holds, for loading it; returns it."""
+    by_article: dict[str, list[DataFile]] = {a.name: [] for a in articles}
+    for f in sorted(files, key=lambda f: str(f["path"])):
+        by_article[f["article"]].append(
+            {"path": f["path"], "rows": f["rows"], "lower": f["lower"], "upper": f["upper"]}
+        )
+    manifest = {
+        "snapshot_id": snapshot_id,
+        "publication": publication,
+        "consistent_lsn": consistent_lsn,
+        "created_at": datetime.now(timezone.utc).isoformat(),
+        "format": "parquet",
+        "articles": [_manifest_article(a, by_article[a.name]) for a in articles],
+        "user_types": [o.to_dict() for o in objects],
+    }
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return manifest
+
+
+def _manifest_article(article: ResolvedArticle, files: list[DataFile]) -> dict[str, Any]:
+    return {
+        "name": article.name,
+        "source": article.table.qualified,
+        "destination": article.destination,
+        "columns": [{"name": c.name, "pg_type": c.type} for c in article.columns],
+        "primary_key": article.primary_key,
+        "files": files,
+        "rows": sum(f["rows"] for f in files),
+    }

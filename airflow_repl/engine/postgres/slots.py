@@ -1,0 +1,77 @@
+"""A publication's logical replication slot at the publisher (pgoutput): whether it exists,
+creating it with an exported snapshot (and joining that snapshot), peeking at its changes and advancing it.
+
+Positions are passed as pg_lsn text and compared by the server as ``pg_lsn``, never as text.
+Transactions are the caller's: each function leaves its connection's transaction open.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+#: Rows a server-side cursor over a slot's changes fetches at a time.
+PEEK_FETCH_ROWS = 2000
+
+
+def exists(conn: psycopg.Connection[Any], slot: str) -> bool:
+    """Is there a replication slot named ``slot`` at the server?"""
+    row = conn.execute("SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
+    return row is not None
+
+
+def current_flush_lsn(conn: psycopg.Connection[Any]) -> str:
+    """Where the server's WAL is flushed up to now."""
+    row = conn.execute("SELECT pg_catalog.pg_current_wal_flush_lsn()::text").fetchone()
+    assert row is not None  # the function always returns one row
+    return str(row[0])
+
+
+def create_with_snapshot(repl_conn: psycopg.Connection[Any], slot: str, permanent: bool) -> tuple[str, str]:
+    """Create a logical slot on a replication connection (``replication="database"``,
+    autocommit) and export its snapshot; returns the consistent point and the snapshot's name.
+    The connection must stay open, and idle, while readers use the snapshot; a temporary slot
+    is dropped when it closes."""
+    kind = "" if permanent else " TEMPORARY"
+    row = repl_conn.execute(
+        sql.SQL("CREATE_REPLICATION_SLOT {}{} LOGICAL pgoutput (SNAPSHOT 'export')").format(
+            sql.Identifier(slot), sql.SQL(kind)
+        )
+    ).fetchone()
+    assert row is not None  # the command returns one row: slot, consistent point, snapshot, plugin
+    return str(row[1]), str(row[2])
+
+
+def join_snapshot(conn: psycopg.Connection[Any], snapshot_name: str) -> None:
+    """Start, on an autocommit connection, a read-only transaction that sees the database as the
+    exported snapshot does (end it with ``COMMIT``)."""
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)))
+
+
+def peek_changes(cur: psycopg.ServerCursor[Any], slot: str, upto: str, changes: int, pg_publication: str) -> None:
+    """Run, on a server-side cursor, the peek (not get: the slot does not move) at the slot's
+    pgoutput messages of ``pg_publication``, of whole transactions committed up to ``upto``,
+    stopping after the transaction that reaches ``changes`` rows."""
+    cur.itersize = PEEK_FETCH_ROWS
+    cur.execute(
+        "SELECT data FROM pg_catalog.pg_logical_slot_peek_binary_changes("
+        "%s, %s, %s, 'proto_version', '1', 'publication_names', %s)",
+        (slot, upto, changes, pg_publication),
+    )
+
+
+def advance(conn: psycopg.Connection[Any], slot: str, to: str) -> None:
+    """Move the slot to ``to``: the server may drop the WAL before it."""
+    conn.execute("SELECT pg_catalog.pg_replication_slot_advance(%s, %s)", (slot, to))
+
+
+def advance_at_least(conn: psycopg.Connection[Any], slot: str, to: str) -> None:
+    """Move the slot to ``to`` unless it is already past it."""
+    conn.execute(
+        "SELECT pg_catalog.pg_replication_slot_advance(%s, greatest(%s::pg_lsn, "
+        "confirmed_flush_lsn)) FROM pg_catalog.pg_replication_slots WHERE slot_name = %s",
+        (slot, to, slot),
+    )
