@@ -95,10 +95,7 @@ class _Reader:
     def take(self, size: int) -> bytes:
         """The next ``size`` bytes: a message that ends before them is refused, never cut short."""
         if size < 0 or self.pos + size > len(self.buf):
-            raise ValueError(
-                f"pgoutput message ends early or is malformed: {size} bytes wanted at offset {self.pos} "
-                f"of {len(self.buf)}"
-            )
+            raise _ends_early(size, self.pos, len(self.buf))
         raw = self.buf[self.pos : self.pos + size]
         self.pos += size
         return raw
@@ -145,20 +142,42 @@ class _Reader:
         return s
 
     def tuple(self) -> list[Datum]:
-        n = self.int16()
+        """A row image: per column 'n' (NULL), 'u' (unchanged TOAST), or 't'/'b' and a length-prefixed
+        value.  The hot path of the Log Reader, so read inline rather than through :meth:`take`."""
+        buf, pos, end = self.buf, self.pos, len(self.buf)
+        (n,) = _INT16.unpack_from(buf, pos)
+        pos += 2
         out: list[Datum] = []
+        append = out.append
         for _ in range(n):
-            kind = self.byte()
-            if kind == "n":
-                out.append(None)
-            elif kind == "u":
-                out.append(UNCHANGED_TOAST)
-            elif kind in ("t", "b"):
-                raw = self.take(self.int32())
-                out.append(raw.decode("utf-8") if kind == "t" else bytes(raw))
+            if pos >= end:
+                raise _ends_early(1, pos, end)
+            kind = buf[pos]
+            pos += 1
+            if kind in (_TEXT, _BINARY):
+                (size,) = _INT32.unpack_from(buf, pos)
+                pos += 4
+                if size < 0 or pos + size > end:
+                    raise _ends_early(size, pos, end)
+                raw = buf[pos : pos + size]
+                pos += size
+                append(raw.decode("utf-8") if kind == _TEXT else raw)
+            elif kind == _NULL:
+                append(None)
+            elif kind == _UNCHANGED:
+                append(UNCHANGED_TOAST)
             else:  # a protocol violation
-                raise ValueError(f"unknown tuple column kind {kind!r}")
+                raise ValueError(f"unknown tuple column kind {chr(kind)!r}")
+        self.pos = pos
         return out
+
+
+def _ends_early(size: int, pos: int, end: int) -> ValueError:
+    return ValueError(f"pgoutput message ends early or is malformed: {size} bytes wanted at offset {pos} of {end}")
+
+
+_INT16, _INT32 = struct.Struct("!h"), struct.Struct("!i")
+_TEXT, _BINARY, _NULL, _UNCHANGED = b"t"[0], b"b"[0], b"n"[0], b"u"[0]
 
 
 def _time(us: int) -> datetime:
