@@ -27,8 +27,8 @@ SCHEMA = "airflow_repl"
 #: command_id, article, op, data (JSON text).
 NewCommandRow = tuple[str, str | None, int, str, str, str]
 #: A row of ``airflow_repl.transactions``: publication, xact_seqno, xid, commit_time, end_lsn,
-#: command_count, article_rows (JSON text).
-TransactionRow = tuple[str, str | None, int, datetime, str, int, str]
+#: command_count, article_rows (JSON text), origin (the replication origin it came from, or None).
+TransactionRow = tuple[str, str | None, int, datetime, str, int, str, str | None]
 #: A staged INSERT of the Log Reader: seq, article, op, data (JSON text).
 StagedRow = tuple[int, str, str, str]
 
@@ -93,6 +93,8 @@ CREATE TABLE IF NOT EXISTS airflow_repl.commands (
 );
 -- columns added after the first release of a table: keep older distribution databases current
 ALTER TABLE airflow_repl.transactions ADD COLUMN IF NOT EXISTS article_rows jsonb NOT NULL DEFAULT '{}';
+-- the replication origin a transaction came from (a Queue Reader's: a subscriber's queued change)
+ALTER TABLE airflow_repl.transactions ADD COLUMN IF NOT EXISTS origin text;
 CREATE TABLE IF NOT EXISTS airflow_repl.logreader_state (
     publication     text PRIMARY KEY,
     read_xact_seqno pg_lsn,
@@ -425,8 +427,12 @@ def copy_commands(conn: psycopg.Connection[Any], rows: list[NewCommandRow]) -> N
 
 def copy_transactions(conn: psycopg.Connection[Any], rows: list[TransactionRow]) -> None:
     """COPY transaction rows (publication, xact_seqno, xid, commit_time, end_lsn,
-    command_count, article_rows); their commands first, in the same distributor transaction."""
-    _copy(conn, "transactions (publication, xact_seqno, xid, commit_time, end_lsn, command_count, article_rows)", rows)
+    command_count, article_rows, origin); their commands first, in the same distributor transaction."""
+    _copy(
+        conn,
+        "transactions (publication, xact_seqno, xid, commit_time, end_lsn, command_count, article_rows, origin)",
+        rows,
+    )
 
 
 def _copy(conn: psycopg.Connection[Any], target: str, rows: Sequence[Sequence[Any]]) -> None:
@@ -487,7 +493,7 @@ def save_read_position(conn: psycopg.Connection[Any], publication: str, xact_seq
 #: table (qualified: a bare ``xact_seqno`` would bind to the text output column and sort as
 #: text), so the primary key's index returns them in order, with no sort of the backlog.
 BATCH_QUERY = (
-    "SELECT t.xact_seqno::text AS xact, t.command_count, t.article_rows, t.commit_time "
+    "SELECT t.xact_seqno::text AS xact, t.command_count, t.article_rows, t.commit_time, t.origin "
     "FROM airflow_repl.transactions AS t "
     "WHERE t.publication = %s AND t.xact_seqno > %s::pg_lsn ORDER BY t.xact_seqno LIMIT %s"
 )
@@ -511,6 +517,7 @@ class PendingTransaction:
     command_count: int
     article_rows: dict[str, int]  # article -> rows the transaction changed
     commit_time: datetime
+    origin: str | None = None  # the replication origin it came from (a Queue Reader's), if any
 
 
 def subscription_articles_hash(conn: psycopg.Connection, publication: str, subscriber: str) -> str | None:
@@ -529,8 +536,8 @@ def pending_transactions(
     (LSN) order (:data:`BATCH_QUERY`)."""
     rows = conn.execute(BATCH_QUERY, (publication, after, limit)).fetchall()
     return [
-        PendingTransaction(xact, count, article_rows or {}, commit_time)
-        for xact, count, article_rows, commit_time in rows
+        PendingTransaction(xact, count, article_rows or {}, commit_time, origin)
+        for xact, count, article_rows, commit_time, origin in rows
     ]
 
 
