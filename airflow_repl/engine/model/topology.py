@@ -44,6 +44,7 @@ from airflow_repl.engine.errors import TopologyError
 from airflow_repl.engine.model import naming, yaml_source
 from airflow_repl.engine.model.propagation import Operation, Propagation, parse_propagation
 from airflow_repl.engine.model.row_filters import check_predicate
+from airflow_repl.engine.model.updating import ConflictPolicy, UpdateMode, parse_conflict_policy, parse_update_mode
 from airflow_repl.engine.model.yaml_source import Loc, Source, format_loc
 
 #: PostgreSQL's identifier limit (NAMEDATALEN - 1), in bytes of the database encoding (UTF-8).
@@ -53,11 +54,11 @@ _NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,39}")
 #: Airflow's own rule for connection ids (airflow.models.connection.RE_SANITIZE_CONN_ID).
 _CONN_ID_RE = re.compile(r"[\w#!()\-.:/\\]{1,250}")
 
-UpdateMode = Literal["key_changes", "all", "multi_row_key_changes"]
+DeleteInsertMode = Literal["key_changes", "all", "multi_row_key_changes"]
 #: ``updates_as_delete_insert`` values: updates that change a primary-key or unique column
 #: (the default); every update (SQL Server trace flag 8202); or key changes except when the
 #: transaction changed a single row of the article, which stays one UPDATE (trace flag 8207).
-UPDATE_MODES: tuple[str, ...] = get_args(UpdateMode)
+UPDATE_MODES: tuple[str, ...] = get_args(DeleteInsertMode)
 
 #: SkipErrors names (and SQL Server's error numbers) -> SQLSTATE.
 SKIPPABLE_ERRORS = {"row_not_found": "RP598", "20598": "RP598", "duplicate_key": "23505", "2627": "23505"}
@@ -267,7 +268,7 @@ class Article(_Model):
     columns: Annotated[list[ColumnName], Field(min_length=1)] | None = None
     #: Which updates become DELETE + INSERT pairs (see UPDATE_MODES); when not given, the
     #: publication's value.
-    updates_as_delete_insert: UpdateMode = "key_changes"
+    updates_as_delete_insert: DeleteInsertMode = "key_changes"
     ins_cmd: InstanceOf[Propagation] = Field(default_factory=lambda: parse_propagation(Operation.INSERT, None))
     upd_cmd: InstanceOf[Propagation] = Field(default_factory=lambda: parse_propagation(Operation.UPDATE, None))
     del_cmd: InstanceOf[Propagation] = Field(default_factory=lambda: parse_propagation(Operation.DELETE, None))
@@ -387,7 +388,45 @@ class Publication(_Model):
     name: PublicationName
     articles: Annotated[list[Article], Field(min_length=1)]
     #: Default of the articles' option of the same name.
-    updates_as_delete_insert: UpdateMode = "key_changes"
+    updates_as_delete_insert: DeleteInsertMode = "key_changes"
+    #: Subscriptions may update immediately (two-phase commit at the publisher; SQL Server's
+    #: ``@allow_sync_tran``).  Once allowed, it cannot be turned off (drop and recreate instead).
+    allow_sync_tran: bool = False
+    #: Subscriptions may queue their changes for the Queue Reader (``@allow_queued_tran``).
+    allow_queued_tran: bool = False
+    #: How the Queue Reader resolves conflicts (``@conflict_policy``); needs ``allow_queued_tran``.
+    conflict_policy: InstanceOf[ConflictPolicy] = ConflictPolicy.PUB_WINS
+
+    @field_validator("conflict_policy", mode="before")
+    @classmethod
+    def _policy(cls, value: Any) -> ConflictPolicy:
+        try:
+            return parse_conflict_policy(value)
+        except TopologyError as exc:
+            raise _error(str(exc)) from None
+
+    @model_validator(mode="after")
+    def _updating(self) -> Publication:
+        if "conflict_policy" in self.model_fields_set and not self.allow_queued_tran:
+            raise _error(
+                f"publication {self.name!r} sets conflict_policy but does not allow queued updating: "
+                f"add 'allow_queued_tran: true' or remove conflict_policy",
+                at=("conflict_policy",),
+            )
+        return self
+
+    @property
+    def updatable(self) -> bool:
+        """Subscriptions may update (immediately or queued): published tables carry row versions."""
+        return self.allow_sync_tran or self.allow_queued_tran
+
+    def updating_options(self) -> dict[str, Any]:
+        """``allow_sync_tran``, ``allow_queued_tran`` and, when queued updating is allowed,
+        ``conflict_policy``, as written in the file (a policy without queued updating is an error)."""
+        options: dict[str, Any] = {"allow_sync_tran": self.allow_sync_tran, "allow_queued_tran": self.allow_queued_tran}
+        if self.allow_queued_tran:
+            options["conflict_policy"] = str(self.conflict_policy)
+        return options
 
     @model_validator(mode="after")
     def _articles(self) -> Publication:
@@ -439,14 +478,25 @@ class Subscription(_Model):
     #: Distribution Agent: errors that skip the failing transaction (SQL Server's SkipErrors):
     #: "row_not_found" (20598) and/or "duplicate_key" (2627).
     skip_errors: list[SkipError] = Field(default_factory=list)
+    #: How the subscriber's own changes reach the publisher (SQL Server's ``@update_mode``):
+    #: read only (default), sync tran, queued tran, failover or queued failover.
+    update_mode: InstanceOf[UpdateMode] = UpdateMode.READ_ONLY
+
+    @field_validator("update_mode", mode="before")
+    @classmethod
+    def _update_mode(cls, value: Any) -> UpdateMode:
+        try:
+            return parse_update_mode(value)
+        except TopologyError as exc:
+            raise _error(str(exc)) from None
 
     @property
     def name(self) -> str:
         return f"{self.publication}__{self.subscriber}"
 
     def options(self) -> dict[str, Any]:
-        """The Distribution Agent's options (everything but the two names)."""
-        return self.model_dump(exclude={"publication", "subscriber"})
+        """The Distribution Agent's options (everything but the two names and the update mode)."""
+        return self.model_dump(exclude={"publication", "subscriber", "update_mode"})
 
 
 # ---------------------------------------------------------------------- the whole file
@@ -525,6 +575,27 @@ class TopologyModel(_Model):
                 f"define it under 'subscribers'",
                 at=("subscriptions", index, "subscriber"),
             )
+        _check_update_mode(index, sub, self.publications[publications[sub.publication]])
+
+
+def _check_update_mode(index: int, sub: Subscription, pub: Publication) -> None:
+    """An updating mode needs its publication to allow it: queued modes ``allow_queued_tran``,
+    immediate modes ``allow_sync_tran``, failover modes both."""
+    needed = [
+        option
+        for option, needs in (
+            ("allow_sync_tran", sub.update_mode.needs_sync_tran),
+            ("allow_queued_tran", sub.update_mode.needs_queued_tran),
+        )
+        if needs and not getattr(pub, option)
+    ]
+    if needed:
+        raise _error(
+            f"subscription of {sub.subscriber!r} uses update_mode {str(sub.update_mode)!r}, which publication "
+            f"{pub.name!r} does not allow: set {' and '.join(f'{o}: true' for o in needed)} on the publication "
+            f"or choose another update_mode",
+            at=("subscriptions", index, "update_mode"),
+        )
 
 
 @dataclass
@@ -605,10 +676,17 @@ class Topology:
             "subscribers": {k: ep(v) for k, v in self.subscribers.items()},
             "snapshot_folder": self.snapshot_folder,
             "publications": [
-                {"name": p.name, "articles": [a.to_dict() for a in p.articles]} for p in self.publications.values()
+                {"name": p.name, **p.updating_options(), "articles": [a.to_dict() for a in p.articles]}
+                for p in self.publications.values()
             ],
             "subscriptions": [
-                {"publication": s.publication, "subscriber": s.subscriber, **s.options()} for s in self.subscriptions
+                {
+                    "publication": s.publication,
+                    "subscriber": s.subscriber,
+                    **s.options(),
+                    "update_mode": str(s.update_mode),
+                }
+                for s in self.subscriptions
             ],
         }
 
