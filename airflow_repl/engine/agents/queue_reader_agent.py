@@ -15,16 +15,19 @@ Per queued transaction (``airflow_repl.queue_commits`` order at the subscriber):
    not fire, so the publisher keeps the subscriber's new row versions;
 2. record its conflicts in the distribution database (each once);
 3. at the subscriber, in one transaction under ``session_replication_role = replica`` (no queue
-   trigger fires): compensate the keys the outcome names with the publisher's current rows
-   (unless a later queued transaction changes that row again: it will be decided in its turn),
-   and delete the transaction from the queue; commit.
+   trigger fires): when the publisher won, compensate every key the transaction touched with
+   the publisher's current row (unless a later queued transaction changes that row again: it
+   is decided in its turn), and delete the transaction from the queue; commit.
 
 A run killed anywhere re-runs from the queue: a transaction the publisher has taken is found in
 ``queue_applied`` and only steps 2 and 3 are done again.  The Log Reader records the origin of
 the applied transactions, and the Distribution Agent does not send them back to the subscriber
-they came from.  Under "sub reinit" the first conflict stops the subscriber's queue: the
-subscription is marked 'reinitialize' and the next Snapshot Agent run initializes it again (and
-empties its queue); until then this agent leaves that queue alone.
+they came from, with one exception: a transaction that won a conflict under "sub wins" commits
+without the origin, so that it reaches its subscriber after the publisher's older change to the
+same row (still on its way there) and the subscriber ends with the winning row.  Under "sub
+reinit" the first conflict stops the subscriber's queue: the subscription is marked
+'reinitialize' and the next Snapshot Agent run initializes it again (and empties its queue);
+until then this agent leaves that queue alone.
 
 Owns the per-transaction steps; the queue's SQL is
 :mod:`~airflow_repl.engine.state.subscriber_state`'s, the publisher's
@@ -65,13 +68,14 @@ class _Outcome:
     compensate: list[tuple[str, Image]] = field(default_factory=list)  # (article, key)
 
     def to_json(self) -> dict[str, Any]:
-        return row_images.plain(
+        data: dict[str, Any] = row_images.plain(
             {
                 "resolution": self.resolution.value,
                 "conflicts": self.conflicts,
                 "compensate": [[a, k] for a, k in self.compensate],
             }
         )
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> _Outcome:
@@ -114,7 +118,8 @@ class _QueueReader:
         self.pub = self.run.connect(self.topology.publisher.require("publisher"), "publisher")
         row_images.exact_numbers(self.pub)
         publisher_state.ensure_schema(self.pub)
-        publisher_state.use_origin(self.pub, naming.queue_origin(self.subscriber))
+        self.origin = naming.queue_origin(self.subscriber)
+        publisher_state.use_origin(self.pub, self.origin)
         self.pub.execute("SET session_replication_role = replica")
         self.pub.commit()
 
@@ -166,6 +171,10 @@ class _QueueReader:
                 return _Outcome.from_json(stored)
             outcome = self._apply(commands)
             publisher_state.record_applied(self.pub, self.publication, self.subscriber, txn.xid, outcome.to_json())
+            if outcome.resolution.returns_to_origin:
+                publisher_state.without_origin(self.pub)
+        if outcome.resolution.returns_to_origin:
+            publisher_state.use_origin(self.pub, self.origin)
         return outcome
 
     def _apply(self, commands: list[QueuedCommand]) -> _Outcome:
@@ -189,7 +198,7 @@ class _QueueReader:
             pass
         for c in found:
             c["outcome"] = resolution.value
-        return _Outcome(resolution, found, self._to_compensate(commands, resolution, found))
+        return _Outcome(resolution, found, self._to_compensate(commands, resolution))
 
     def _apply_one(self, cmd: QueuedCommand) -> tuple[ConflictKind | None, Image | None]:
         """Classify one command against the publisher's (locked) rows and apply it: as it is
@@ -237,18 +246,11 @@ class _QueueReader:
             "detected_at": datetime.now(timezone.utc).isoformat(),
         }
 
-    def _to_compensate(
-        self, commands: list[QueuedCommand], resolution: Resolution, found: list[dict[str, Any]]
-    ) -> list[tuple[str, Image]]:
-        """The keys to bring back to the publisher's rows: every key a rejected transaction
-        touched; under subscriber wins the conflicting ones (the Distribution Agent may have
-        overwritten the subscriber's row there with the publisher's, which lost)."""
+    def _to_compensate(self, commands: list[QueuedCommand], resolution: Resolution) -> list[tuple[str, Image]]:
+        """The keys to bring back to the publisher's rows: every key a rejected transaction touched."""
         if not resolution.compensates:
             return []
         keys: list[tuple[str, Image]] = []
-        if resolution is Resolution.SUBSCRIBER_WINS:
-            wanted = {c["queue_id"] for c in found}
-            commands = [c for c in commands if c.id in wanted]
         for cmd in commands:
             table = self._tables(cmd.article).publisher
             for image in (cmd.old, cmd.new):

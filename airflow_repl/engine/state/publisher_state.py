@@ -70,3 +70,9 @@ def record_applied(
         "VALUES (%s, %s, %s::text::xid8, %s)",
         (publication, subscriber, xid, Jsonb(outcome)),
     )
+
+
+def without_origin(conn: psycopg.Connection[Any]) -> None:
+    """The transaction in progress commits without the session's replication origin (the
+    caller sets the origin up again with :func:`use_origin` after the commit)."""
+    conn.execute("SELECT pg_catalog.pg_replication_origin_session_reset()")

@@ -126,7 +126,10 @@ class Resolution(TextEnum):
 
     APPLIED = "applied"
     PUBLISHER_WINS = "publisher wins: the subscriber's transaction was not applied; the subscriber was compensated"
-    SUBSCRIBER_WINS = "subscriber wins: the subscriber's change overwrote the publisher's row"
+    SUBSCRIBER_WINS = (
+        "subscriber wins: the subscriber's change overwrote the publisher's row (and is replicated back to the "
+        "subscriber after the publisher's own change)"
+    )
     KEY_UPDATE_NOT_SUPPORTED = (
         "not applied: subscriber wins does not support primary-key updates, so the publisher's row was kept "
         "and the subscriber compensated"
@@ -144,7 +147,14 @@ class Resolution(TextEnum):
     @property
     def compensates(self) -> bool:
         """The subscriber's rows are brought back to the publisher's."""
-        return self in (Resolution.PUBLISHER_WINS, Resolution.KEY_UPDATE_NOT_SUPPORTED, Resolution.SUBSCRIBER_WINS)
+        return self in (Resolution.PUBLISHER_WINS, Resolution.KEY_UPDATE_NOT_SUPPORTED)
+
+    @property
+    def returns_to_origin(self) -> bool:
+        """The applied transaction is replicated back to its subscriber too: a publisher change
+        older than it, which it overwrote, may still be on its way there, and would otherwise
+        leave the subscriber with the losing row."""
+        return self is Resolution.SUBSCRIBER_WINS
 
 
 @dataclass(frozen=True)
