@@ -18,7 +18,7 @@ from airflow_repl.engine.codegen import procedures, tsql_script
 from airflow_repl.engine.errors import INTERNAL_EXIT_CODE, ReplError
 from airflow_repl.engine.model import topology
 from airflow_repl.engine.postgres import connections
-from airflow_repl.engine.provisioning import deploy
+from airflow_repl.engine.provisioning import deploy, update_mode
 from airflow_repl.engine.subscriber import validation
 
 PROG = "airflow-repl"
@@ -71,6 +71,11 @@ def _cmd_apply(args: argparse.Namespace) -> dict[str, Any]:
     topo = _load(args)
     resolved = deploy.apply_topology(topo, [args.publication] if args.publication else None)
     return {name: [a.name for a in arts] for name, arts in resolved.items()}
+
+
+def _cmd_set_update_mode(args: argparse.Namespace) -> dict[str, Any]:
+    topo = _load(args)
+    return update_mode.set_update_mode(topo, _publication(topo, args.publication), args.subscriber, args.mode)
 
 
 def _cmd_validate(args: argparse.Namespace) -> dict[str, Any]:
@@ -148,6 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _with_topology(sub.add_parser("apply", help="validate and deploy the topology")).set_defaults(func=_cmd_apply)
     _add_agent_commands(sub)
+    p = _with_topology(
+        sub.add_parser("set-update-mode", help="switch a failover subscription between immediate and queued updating")
+    )
+    p.add_argument("--subscriber", required=True)
+    p.add_argument("--mode", required=True, choices=sorted(update_mode.TARGETS))
+    p.set_defaults(func=_cmd_set_update_mode)
     p = _with_topology(sub.add_parser("validate", help="compare row counts and checksums"))
     p.add_argument("--subscriber", action="append")
     p.set_defaults(func=_cmd_validate)

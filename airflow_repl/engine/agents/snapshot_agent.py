@@ -38,7 +38,7 @@ from airflow_repl.engine.agents import snapshot_folder
 from airflow_repl.engine.agents.lifecycle import AgentRun
 from airflow_repl.engine.agents.snapshot_folder import DataFile, Partition
 from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
-from airflow_repl.engine.codegen import call_syntax, queue_triggers, user_types
+from airflow_repl.engine.codegen import call_syntax, queue_triggers, updating_scripts, user_types
 from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.model.propagation import Operation
 from airflow_repl.engine.model.topology import Topology
@@ -285,6 +285,7 @@ class _Initialization:
         self.snapshot_id: str = manifest["snapshot_id"]
         self.conninfos = {s: topology.subscriber_conninfo(s) for s in subscribers}
         self.queued = {s for s in subscribers if topology.subscription(publication, s).update_mode.queued}
+        self.updatable = {s for s in subscribers if topology.subscription(publication, s).update_mode.updatable}
         self.schema_sql = (folder / "schema.sql").read_text()
         self.procs_sql = (folder / "procedures.sql").read_text()
 
@@ -300,6 +301,8 @@ class _Initialization:
             _check_custom_procedures(sub, self.articles, name)  # before anything is dropped
             subscriber_state.reset_for_snapshot(sub, self.publication)
             sub.execute(self.schema_sql)
+            if name in self.updatable:  # row versions kept current by the subscriber's own updates
+                sub.execute("".join(updating_scripts.row_version_script(a) for a in self.articles).encode())
             if self.procs_sql.strip():
                 sub.execute(self.procs_sql)
 

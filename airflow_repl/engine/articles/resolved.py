@@ -14,6 +14,7 @@ from psycopg import sql
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.propagation import OPERATIONS, Method, Operation, Propagation, parse_propagation
 from airflow_repl.engine.model.topology import Article, Publication
+from airflow_repl.engine.model.updating import ROW_VERSION_COLUMN
 from airflow_repl.engine.postgres.catalog import Column, TableInfo
 
 
@@ -149,7 +150,7 @@ def resolve_articles(publication: Publication, tables: dict[str, TableInfo]) -> 
                 art.dest_table,
                 _propagation(art),
                 procs,
-                _column_list(art, tables[art.name]),
+                _column_list(art, tables[art.name], publication.updatable),
                 None,
                 art.updates_as_delete_insert,
                 art.include_children,
@@ -158,8 +159,9 @@ def resolve_articles(publication: Publication, tables: dict[str, TableInfo]) -> 
     return out
 
 
-def _column_list(art: Article, table: TableInfo) -> list[str] | None:
-    """Validate a column filter against the table; the primary key is always replicated."""
+def _column_list(art: Article, table: TableInfo, updatable: bool = False) -> list[str] | None:
+    """Validate a column filter against the table; the primary key is always replicated, and so
+    is the row-version column of an updatable publication's table."""
     if art.columns is None:
         return None
     for name in art.columns:
@@ -167,7 +169,7 @@ def _column_list(art: Article, table: TableInfo) -> list[str] | None:
             table.column(name)
         except Exception as exc:
             raise type(exc)(f"column filter of article {art.name!r}: {exc}") from None
-    wanted = set(art.columns) | set(table.primary_key)
+    wanted = set(art.columns) | set(table.primary_key) | ({ROW_VERSION_COLUMN} if updatable else set())
     return [c for c in table.column_names if c in wanted]
 
 

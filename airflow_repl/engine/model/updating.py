@@ -11,6 +11,10 @@ from __future__ import annotations
 from airflow_repl.engine.errors import TopologyError
 from airflow_repl.engine.model.propagation import TextEnum
 
+#: The row-version column every published table of an updatable publication carries (SQL
+#: Server's name); see :mod:`airflow_repl.engine.codegen.updating_scripts`.
+ROW_VERSION_COLUMN = "msrepl_tran_version"
+
 
 class ConflictPolicy(TextEnum):
     """How the Queue Reader resolves a conflict between a queued change and the publisher."""

@@ -189,6 +189,20 @@ def _columns(conn: psycopg.Connection, oid: int) -> list[Column]:
     ]
 
 
+def required_columns(conn: psycopg.Connection, oid: int) -> list[str]:
+    """The columns an INSERT must give a value for: NOT NULL, without a default, not an
+    identity and not generated."""
+    return [
+        str(name)
+        for (name,) in conn.execute(
+            "SELECT a.attname FROM pg_catalog.pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0 "
+            "AND NOT a.attisdropped AND a.attnotnull AND NOT a.atthasdef AND a.attidentity = '' "
+            "AND a.attgenerated = '' ORDER BY a.attnum",
+            (oid,),
+        )
+    ]
+
+
 def _unique_keys(conn: psycopg.Connection, oid: int) -> tuple[list[str], list[list[str]]]:
     """(primary key, other unique keys) of the table: the key columns of its unique indexes
     without predicate or expressions; the primary key is empty when there is none."""

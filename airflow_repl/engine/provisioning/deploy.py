@@ -17,6 +17,7 @@ from airflow_repl.engine.errors import TopologyError
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import Publication, Topology
 from airflow_repl.engine.postgres import catalog, connections, raw_sql
+from airflow_repl.engine.provisioning import updating_setup
 from airflow_repl.engine.state import distdb
 
 log = logging.getLogger(__name__)
@@ -165,24 +166,52 @@ def apply_topology(topology: Topology, publications: list[str] | None = None) ->
     """Validate and deploy the topology (or some of its publications).  Returns the resolved
     articles per publication."""
     check_reachable(topology)
+    names = publications or list(topology.publications)
+    updating_setup.refuse_immediate_modes(topology, names)
     with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
         distdb.check_encoding(dist)  # before the publisher is changed
-    names = publications or list(topology.publications)
-    resolved: dict[str, list[ResolvedArticle]] = {}
+        updating_setup.refuse_turning_off(topology, distdb.recorded_updating_options(dist, names))
+        dist.rollback()
     with connections.connect(topology.publisher.require("publisher"), "publisher") as pub_conn:
         dbname = pub_conn.info.dbname
-        for name in names:
-            resolved[name] = resolve_publication(pub_conn, topology.publication(name))
-        for name in names:
-            prepare_publisher(pub_conn, topology.publication(name), resolved[name])
+        resolved = _prepare_publications(pub_conn, topology, names)
     with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
         distdb.ensure_schema(dist)
         with dist.transaction():
             for name in names:
-                distdb.save_publication(
-                    dist, name, naming.pg_publication(name), naming.slot(name, dbname), resolved[name]
-                )
-                for sub in topology.subscriptions_of(name):
-                    distdb.save_subscription(dist, name, sub.subscriber, sub.options())
+                _save_publication(dist, topology, name, dbname, resolved[name])
     log.info("applied topology: %s", ", ".join(f"{n} ({len(a)} articles)" for n, a in resolved.items()))
     return resolved
+
+
+def _prepare_publications(
+    pub_conn: psycopg.Connection, topology: Topology, names: list[str]
+) -> dict[str, list[ResolvedArticle]]:
+    """Resolve and check every publication first, then add row versions (re-resolving the
+    articles, which now have the column) and prepare the publisher."""
+    resolved = {name: resolve_publication(pub_conn, topology.publication(name)) for name in names}
+    for name in names:
+        updating_setup.check_publication(pub_conn, topology.publication(name), resolved[name])
+    for name in names:
+        if updating_setup.add_row_versions(pub_conn, topology.publication(name), resolved[name]):
+            resolved[name] = resolve_publication(pub_conn, topology.publication(name))
+    for name in names:
+        prepare_publisher(pub_conn, topology.publication(name), resolved[name])
+    return resolved
+
+
+def _save_publication(
+    dist: psycopg.Connection, topology: Topology, name: str, dbname: str, articles: list[ResolvedArticle]
+) -> None:
+    """The publication, its options, articles and subscriptions in the distribution database."""
+    publication = topology.publication(name)
+    distdb.save_publication(
+        dist,
+        name,
+        naming.pg_publication(name),
+        naming.slot(name, dbname),
+        articles,
+        updating_setup.updating_options(publication),
+    )
+    for sub in topology.subscriptions_of(name):
+        distdb.save_subscription(dist, name, sub.subscriber, sub.options(), str(sub.update_mode))

@@ -161,6 +161,14 @@ CREATE TABLE IF NOT EXISTS airflow_repl.conflicts (
     UNIQUE (publication, subscriber, queued_xid, queue_id)
 );
 CREATE INDEX IF NOT EXISTS conflicts_detected ON airflow_repl.conflicts (detected_at);
+-- updatable subscriptions: the publication's options, the subscription's current update mode
+-- (a failover subscription switches between 'failover' and 'queued failover') and when it was
+-- last initialized
+ALTER TABLE airflow_repl.publications ADD COLUMN IF NOT EXISTS allow_sync_tran boolean NOT NULL DEFAULT false;
+ALTER TABLE airflow_repl.publications ADD COLUMN IF NOT EXISTS allow_queued_tran boolean NOT NULL DEFAULT false;
+ALTER TABLE airflow_repl.publications ADD COLUMN IF NOT EXISTS conflict_policy text NOT NULL DEFAULT 'pub wins';
+ALTER TABLE airflow_repl.subscriptions ADD COLUMN IF NOT EXISTS update_mode text NOT NULL DEFAULT 'read only';
+ALTER TABLE airflow_repl.subscriptions ADD COLUMN IF NOT EXISTS initialized_at timestamptz;
 """
 
 
@@ -191,13 +199,41 @@ def ensure_schema(conn: psycopg.Connection) -> None:
 
 
 # ---------------------------------------------------------------------- articles
+@dataclass(frozen=True)
+class UpdatingOptions:
+    """A publication's updatable-subscription options as recorded in ``airflow_repl.publications``."""
+
+    allow_sync_tran: bool = False
+    allow_queued_tran: bool = False
+    conflict_policy: str = "pub wins"
+
+
 def save_publication(
-    conn: psycopg.Connection, publication: str, pg_publication: str, slot: str, articles: list[ResolvedArticle]
+    conn: psycopg.Connection,
+    publication: str,
+    pg_publication: str,
+    slot: str,
+    articles: list[ResolvedArticle],
+    updating: UpdatingOptions | None = None,
 ) -> None:
+    """Upsert the publication and its articles.  Updating options once allowed stay allowed
+    (``apply`` refuses a topology that turns them off before anything changes)."""
+    updating = updating or UpdatingOptions()
     conn.execute(
-        "INSERT INTO airflow_repl.publications (name, pg_publication, slot_name) VALUES (%s, %s, %s) "
-        "ON CONFLICT (name) DO UPDATE SET pg_publication = excluded.pg_publication, updated_at = now()",
-        (publication, pg_publication, slot),
+        "INSERT INTO airflow_repl.publications (name, pg_publication, slot_name, allow_sync_tran, "
+        "allow_queued_tran, conflict_policy) VALUES (%s, %s, %s, %s, %s, %s) "
+        "ON CONFLICT (name) DO UPDATE SET pg_publication = excluded.pg_publication, updated_at = now(), "
+        "allow_sync_tran = airflow_repl.publications.allow_sync_tran OR excluded.allow_sync_tran, "
+        "allow_queued_tran = airflow_repl.publications.allow_queued_tran OR excluded.allow_queued_tran, "
+        "conflict_policy = excluded.conflict_policy",
+        (
+            publication,
+            pg_publication,
+            slot,
+            updating.allow_sync_tran,
+            updating.allow_queued_tran,
+            updating.conflict_policy,
+        ),
     )  # the slot keeps the name it was first given
     names = [a.name for a in articles]
     conn.execute(
@@ -239,12 +275,86 @@ def slot_name(conn: psycopg.Connection, publication: str) -> str:
     return str(row[0])
 
 
-def save_subscription(conn: psycopg.Connection, publication: str, subscriber: str, options: dict[str, Any]) -> None:
+def recorded_updating_options(conn: psycopg.Connection, publications: list[str]) -> dict[str, UpdatingOptions]:
+    """The updating options recorded for those of ``publications`` already applied ({} before the
+    distribution database has the columns: nothing allowed updating then)."""
+    has_columns = _one(
+        conn.execute(
+            "SELECT count(*) FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass(%s) "
+            "AND attname IN ('allow_sync_tran', 'allow_queued_tran', 'conflict_policy') AND NOT attisdropped",
+            (f"{SCHEMA}.publications",),
+        )
+    )[0]
+    if has_columns != 3:
+        return {}
+    rows = conn.execute(
+        "SELECT name, allow_sync_tran, allow_queued_tran, conflict_policy FROM airflow_repl.publications "
+        "WHERE name = ANY(%s)",
+        (publications,),
+    ).fetchall()
+    return {str(name): UpdatingOptions(bool(sync), bool(queued), str(policy)) for name, sync, queued, policy in rows}
+
+
+#: The two modes of a failover subscription, between which ``set-update-mode`` switches.
+FAILOVER_MODES = ("failover", "queued failover")
+
+
+def save_subscription(
+    conn: psycopg.Connection, publication: str, subscriber: str, options: dict[str, Any], update_mode: str = "read only"
+) -> None:
+    """Upsert the subscription with its options and update mode.  A failover subscription keeps
+    the mode ``set-update-mode`` switched it to while the topology still names a failover mode."""
     conn.execute(
-        "INSERT INTO airflow_repl.subscriptions (publication, subscriber, options) VALUES (%s, %s, %s) "
-        "ON CONFLICT (publication, subscriber) DO UPDATE SET options = excluded.options",
-        (publication, subscriber, Jsonb(options)),
+        "INSERT INTO airflow_repl.subscriptions (publication, subscriber, options, update_mode) "
+        "VALUES (%s, %s, %s, %s) ON CONFLICT (publication, subscriber) DO UPDATE SET options = excluded.options, "
+        "update_mode = CASE WHEN airflow_repl.subscriptions.update_mode = ANY(%s) AND excluded.update_mode = ANY(%s) "
+        "THEN airflow_repl.subscriptions.update_mode ELSE excluded.update_mode END",
+        (publication, subscriber, Jsonb(options), update_mode, list(FAILOVER_MODES), list(FAILOVER_MODES)),
     )
+
+
+@dataclass(frozen=True)
+class SubscriptionUpdating:
+    """What ``set-update-mode`` needs to know about a subscription."""
+
+    update_mode: str
+    status: str
+    initialized_at: datetime | None
+
+
+def subscription_updating(conn: psycopg.Connection, publication: str, subscriber: str) -> SubscriptionUpdating | None:
+    """The subscription's recorded update mode, status and initialization time; None when it
+    has not been applied."""
+    if not _deployed(conn, "subscriptions"):
+        return None
+    row = conn.execute(
+        "SELECT update_mode, status, initialized_at FROM airflow_repl.subscriptions "
+        "WHERE publication = %s AND subscriber = %s",
+        (publication, subscriber),
+    ).fetchone()
+    return SubscriptionUpdating(str(row[0]), str(row[1]), row[2]) if row is not None else None
+
+
+def set_update_mode(conn: psycopg.Connection, publication: str, subscriber: str, update_mode: str) -> None:
+    """Record the subscription's current update mode (committed by the caller)."""
+    conn.execute(
+        "UPDATE airflow_repl.subscriptions SET update_mode = %s WHERE publication = %s AND subscriber = %s",
+        (update_mode, publication, subscriber),
+    )
+
+
+def agent_succeeded_since(
+    conn: psycopg.Connection, agent: str, publication: str, subscriber: str, since: datetime
+) -> bool:
+    """Has a run of ``agent`` for the subscription (or for all subscriptions of the publication:
+    subscriber NULL) started at or after ``since`` and succeeded?"""
+    row = conn.execute(
+        "SELECT 1 FROM airflow_repl.agent_history WHERE agent = %s AND publication = %s "
+        "AND (subscriber = %s OR subscriber IS NULL) "
+        "AND status = 'succeeded' AND started_at >= %s LIMIT 1",
+        (agent, publication, subscriber, since),
+    ).fetchone()
+    return row is not None
 
 
 # ---------------------------------------------------------------------- history and errors
@@ -421,7 +531,7 @@ def activate_subscription(
     delivered up to just before that point (committed by the caller)."""
     conn.execute(
         "UPDATE airflow_repl.subscriptions SET status = 'active', start_xact_seqno = %s::pg_lsn - 1, "
-        "delivered_xact_seqno = %s::pg_lsn - 1, delivered_at = now(), articles_hash = %s "
+        "delivered_xact_seqno = %s::pg_lsn - 1, delivered_at = now(), articles_hash = %s, initialized_at = now() "
         "WHERE publication = %s AND subscriber = %s",
         (consistent_lsn, consistent_lsn, articles_hash, publication, subscriber),
     )
