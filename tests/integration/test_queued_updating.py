@@ -152,7 +152,10 @@ CONFLICTS = {
     "update/update": ("UPDATE items SET v = 'sub' WHERE id = 1", "UPDATE items SET v = 'pub' WHERE id = 1"),
     "update/delete": ("UPDATE items SET v = 'sub' WHERE id = 1", "DELETE FROM items WHERE id = 1"),
     "delete/update": ("DELETE FROM items WHERE id = 1", "UPDATE items SET v = 'pub' WHERE id = 1"),
-    "insert/insert": ("INSERT INTO items (id, v, n) VALUES (1, 'sub', 0)", "INSERT INTO items (id, v) VALUES (1, 'pub')"),
+    "insert/insert": (
+        "INSERT INTO items (id, v, n) VALUES (1, 'sub', 0)",
+        "INSERT INTO items (id, v) VALUES (1, 'pub')",
+    ),
 }
 #: (kind, policy) -> row 1's v everywhere at the end (None: no row)
 FINAL = {
@@ -292,3 +295,18 @@ def test_queue_reader_runs_through_the_job_for_every_queued_subscriber(env2, spa
     assert result["transactions"] == 2 and result["conflicts"] == 0
     cycle(topo, "sub1", "sub2")
     assert rows(env2.subs["sub1"]) == rows(env2.subs["sub2"]) == rows(env2.pub)
+
+
+# ---------------------------------------------------------------------- Airflow
+def test_the_updatable_example_dag_parses_queue_reader_then_log_reader_then_distribution(monkeypatch):
+    from airflow_repl import demo
+    from airflow_repl.operators.agents import QueueReaderAgentOperator
+
+    monkeypatch.syspath_prepend(str(demo.DAGS))  # the DAGs import repl_common, as in the DAGs folder
+    dag = demo.load_dag("repl_updatable.py")
+    assert dag.dag_id == "airflow_repl_updatable"
+    reader = dag.get_task("queue_reader")
+    assert isinstance(reader, QueueReaderAgentOperator) and reader.agent == "queuereader"
+    assert {"topology", "publication", "subscribers"} <= set(reader.template_fields)
+    assert reader.downstream_task_ids == {"log_reader"}
+    assert dag.get_task("log_reader").downstream_task_ids == {"distribution"}
