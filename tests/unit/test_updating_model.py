@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from airflow_repl.engine.codegen import updating_scripts
 from airflow_repl.engine.errors import TopologyError
 from airflow_repl.engine.model import topology
 from airflow_repl.engine.model.updating import ConflictPolicy, UpdateMode, parse_conflict_policy, parse_update_mode
@@ -170,3 +171,15 @@ def test_options_and_to_dict_write_the_file_spellings():
     assert spec["subscriptions"][0]["update_mode"] == "queued tran"
     assert "update_mode" not in topo.subscription("shop", "s1").options()  # the Distribution Agent's options
     assert "conflict_policy" not in topology.from_dict(_data()).to_dict()["publications"][0]
+
+
+def test_row_version_scripts_quote_every_identifier():
+    script = updating_scripts.table_row_version_script('My "Schema"', "odd table")
+    assert (
+        'ALTER TABLE "My ""Schema"""."odd table" ADD COLUMN IF NOT EXISTS "msrepl_tran_version" uuid NOT NULL' in script
+    )
+    assert (
+        'CREATE TRIGGER "airflow_repl_tran_version" BEFORE UPDATE ON "My ""Schema"""."odd table" FOR EACH ROW' in script
+    )
+    assert 'EXECUTE FUNCTION "airflow_repl"."tran_version"()' in script
+    assert updating_scripts.ROW_VERSION_COLUMN == "msrepl_tran_version"
