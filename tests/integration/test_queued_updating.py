@@ -227,6 +227,26 @@ def test_sub_wins_refuses_a_conflicting_primary_key_update(env, spark):
     assert_in_sync(topo)
 
 
+@pytest.mark.parametrize("policy", ["pub wins", "sub wins"])
+def test_a_change_the_publisher_refuses_is_rejected_whole_and_compensated(env, spark, policy):
+    topo = setup_queued(env, spark, policy)
+    env.run(env.pub, "CREATE UNIQUE INDEX items_v ON items (v)")  # a constraint only the publisher has
+    with psycopg.connect(env.sub) as conn:
+        conn.execute("UPDATE items SET n = 7 WHERE id = 3")
+        conn.execute("UPDATE items SET v = 'v2' WHERE id = 1")  # the publisher's row 2 has v2
+    env.run(env.sub, "UPDATE items SET n = 8 WHERE id = 4")  # the next transaction still goes through
+    result = queue_reader_agent.run_queue_reader(topo, "p", "sub1")
+    assert (result["transactions"], result["rejected"], result["queued"]) == (2, 1, 0)
+    (found,) = conflicts(env)
+    assert found["kind"] == "constraint violation" and found["key"] == {"id": 1}
+    assert found["outcome"].startswith("rejected") and "duplicate key value" in found["outcome"]
+    assert "public.items" in found["outcome"]
+    assert rows(env.sub) == rows(env.pub)  # row 3's change went with the rejected transaction
+    assert rows(env.pub, "id = 3")[3][1] == 0 and rows(env.pub, "id = 4")[4][1] == 8
+    cycle(topo, "sub1")
+    assert_in_sync(topo)
+
+
 def test_conflicts_cli_lists_and_filters(env, spark, tmp_path, capsys):
     from airflow_repl import cli
 

@@ -76,7 +76,11 @@ def test_decide_by_policy(policy, met, expected):
 def test_what_each_resolution_means():
     kept = {r for r in Resolution if r.applied}
     assert kept == {Resolution.APPLIED, Resolution.SUBSCRIBER_WINS}
-    assert {r for r in Resolution if r.compensates} == {Resolution.PUBLISHER_WINS, Resolution.KEY_UPDATE_NOT_SUPPORTED}
+    assert {r for r in Resolution if r.compensates} == {
+        Resolution.PUBLISHER_WINS,
+        Resolution.KEY_UPDATE_NOT_SUPPORTED,
+        Resolution.REFUSED,
+    }
     assert {r for r in Resolution if r.returns_to_origin} == {Resolution.SUBSCRIBER_WINS}
     assert "not support primary-key updates" in Resolution.KEY_UPDATE_NOT_SUPPORTED.value
 

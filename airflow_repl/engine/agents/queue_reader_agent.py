@@ -38,9 +38,12 @@ Owns the per-transaction steps; the queue's SQL is
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
+
+import psycopg
 
 from airflow_repl.engine.agents.lifecycle import AgentRun
 from airflow_repl.engine.articles.resolved import ResolvedArticle
@@ -178,10 +181,13 @@ class _QueueReader:
         return outcome
 
     def _apply(self, commands: list[QueuedCommand]) -> _Outcome:
-        """The commands in a savepoint, kept only when the policy keeps the transaction."""
+        """The commands in a savepoint, kept only when the policy keeps the transaction; a
+        constraint the publisher enforces (a unique key: ``SET k = k + 1`` applied row by row)
+        rejects the whole transaction."""
         met: list[Met] = []
         found: list[dict[str, Any]] = []
         resolution = Resolution.APPLIED
+        cmd: QueuedCommand | None = None
         try:
             with self.pub.transaction():
                 for cmd in commands:
@@ -196,9 +202,21 @@ class _QueueReader:
                     raise _Rejected  # rolls the savepoint back
         except _Rejected:
             pass
+        except psycopg.errors.IntegrityError as exc:
+            assert cmd is not None  # the error came from a command
+            resolution, found = Resolution.REFUSED, [self._refused(cmd, exc)]
         for c in found:
-            c["outcome"] = resolution.value
+            c["outcome"] = resolution.value if "outcome" not in c else f"{resolution.value}: {c['outcome']}"
         return _Outcome(resolution, found, self._to_compensate(commands, resolution))
+
+    def _refused(self, cmd: QueuedCommand, exc: psycopg.Error) -> dict[str, Any]:
+        """The record of a command the publisher refused, with the server's reason."""
+        record = self._conflict(cmd, ConflictKind.CONSTRAINT, None)
+        table = self._tables(cmd.article).publisher
+        record["outcome"] = (
+            f"{exc.diag.message_primary or exc} ({table.schema}.{table.name}, key {json.dumps(record['key'], default=str)})"
+        )
+        return record
 
     def _apply_one(self, cmd: QueuedCommand) -> tuple[ConflictKind | None, Image | None]:
         """Classify one command against the publisher's (locked) rows and apply it: as it is

@@ -90,6 +90,7 @@ class ConflictKind(TextEnum):
     DELETE_UPDATE = "delete/update"  # the subscriber deleted a row the publisher changed since
     INSERT_INSERT = "insert/insert"  # the subscriber inserted (or moved a row to) a key the publisher has
     ROW_MISSING = "row missing"  # the subscriber deleted a row the publisher does not have
+    CONSTRAINT = "constraint violation"  # the publisher refused the change (unique key, check, not null)
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,10 @@ class Resolution(TextEnum):
         "not applied: subscriber wins does not support primary-key updates, so the publisher's row was kept "
         "and the subscriber compensated"
     )
+    REFUSED = (
+        "rejected: the publisher refused the subscriber's transaction (a constraint violation); the subscriber "
+        "was compensated"
+    )
     REINITIALIZE = (
         "publisher wins and reinitialize: the transaction and the rest of the queue were not applied; "
         "the subscription is marked for reinitialization"
@@ -147,7 +152,7 @@ class Resolution(TextEnum):
     @property
     def compensates(self) -> bool:
         """The subscriber's rows are brought back to the publisher's."""
-        return self in (Resolution.PUBLISHER_WINS, Resolution.KEY_UPDATE_NOT_SUPPORTED)
+        return self in (Resolution.PUBLISHER_WINS, Resolution.KEY_UPDATE_NOT_SUPPORTED, Resolution.REFUSED)
 
     @property
     def returns_to_origin(self) -> bool:
