@@ -105,9 +105,10 @@ def test_queued_change_reaches_publisher_and_other_subscriber_once_and_not_its_o
     assert (other["transactions"], other["own_queued"]) == (2, 0)  # applied once at the other subscriber
     assert_in_sync(topo, "sub1")
     assert_in_sync(topo, "sub2")
+    assert result["forgotten"] == 2  # the queue is empty: the publisher's record of it is pruned
+    assert env2.rows(env2.pub, "SELECT count(*) FROM airflow_repl.queue_applied")[0][0] == 0
     again = queue_reader_agent.run_queue_reader(topo, "p", "sub1")
-    assert again["transactions"] == 0
-    assert env2.rows(env2.pub, "SELECT count(*) FROM airflow_repl.queue_applied")[0][0] == 2
+    assert again["transactions"] == 0 and again["message"] == "the queue is empty; nothing to apply"
     # a publisher change after the queued ones still reaches both
     env2.run(env2.pub, "UPDATE items SET v = 'pub' WHERE id = 5")
     _, delivered = cycle(topo, "sub1", "sub2")
@@ -297,7 +298,7 @@ def test_queue_reader_killed_mid_run_rerun_applies_nothing_twice(env, spark, tmp
     assert 20 <= taken < 300
     assert queued(env.sub)[0] >= 300 - taken  # the queue keeps what the publisher has not taken
     result = queue_reader_agent.run_queue_reader(topo, "p", "sub1")
-    assert result["queued"] == 0 and applied() == 300
+    assert result["queued"] == 0 and result["forgotten"] == 300 and applied() == 0
     assert result["transactions"] in (300 - taken, 300 - taken + 1)  # + the one killed after its publisher commit
     assert {n for _, n, _ in rows(env.pub).values()} == {6}
     assert rows(env.pub) == rows(env.sub)

@@ -46,7 +46,7 @@ from typing import Any
 import psycopg
 
 from airflow_repl.engine.agents.lifecycle import AgentRun
-from airflow_repl.engine.articles.resolved import ResolvedArticle
+from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
 from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import Topology
@@ -110,10 +110,24 @@ class _QueueReader:
         """The articles, and the subscription's status in the distribution database."""
         self.run.step = "the subscription check"
         distdb.ensure_schema(self.dist)
-        self.tables = {a.name: _Tables(a) for a in distdb.load_articles(self.dist, self.publication)}
+        articles = distdb.load_articles(self.dist, self.publication)
+        initialized_with = distdb.subscription_articles_hash(self.dist, self.publication, self.subscriber)
+        if initialized_with is not None and initialized_with != definition_hash(articles):
+            raise ReplError(
+                f"the articles of publication {self.publication!r} changed since subscriber {self.subscriber!r} "
+                f"was initialized, so its queued changes may not fit the publisher's tables: run the Snapshot "
+                f"Agent with reinitialize for it (its queue is given up)"
+            )
+        self.tables = {a.name: _Tables(a) for a in articles}
         status = distdb.subscription_status(self.dist, self.publication, self.subscriber)
         self.dist.commit()
         return status
+
+    def forget_taken(self) -> None:
+        """Prune the publisher's record of taken transactions no longer queued."""
+        oldest = subscriber_state.oldest_queued_xid(self.sub, self.publication)
+        self.sub.commit()
+        self.totals["forgotten"] = publisher_state.forget_applied(self.pub, self.publication, self.subscriber, oldest)
 
     def open_publisher(self) -> None:
         """The publisher session: the subscriber's replication origin, the replica role."""
@@ -331,9 +345,13 @@ def run_queue_reader(
                 f"'sub reinit'): its queue is left alone; run the Snapshot Agent to initialize it again"
             )
             return run.succeed({**totals, "queued": _depth(reader), "message": message}, message=message)
+        if not _depth(reader):
+            message = "the queue is empty; nothing to apply"
+            return run.succeed({**totals, "queued": 0, "message": message}, message=message)
         reader.open_publisher()
         run.step = "applying the queue"
         reader.drain(max_transactions)
+        reader.forget_taken()
         totals["queued"] = _depth(reader)
         totals["reinitialize"] = distdb.subscription_status(reader.dist, publication, subscriber) == "reinitialize"
         reader.dist.commit()

@@ -76,3 +76,15 @@ def without_origin(conn: psycopg.Connection[Any]) -> None:
     """The transaction in progress commits without the session's replication origin (the
     caller sets the origin up again with :func:`use_origin` after the commit)."""
     conn.execute("SELECT pg_catalog.pg_replication_origin_session_reset()")
+
+
+def forget_applied(conn: psycopg.Connection[Any], publication: str, subscriber: str, below: int | None) -> int:
+    """Forget the taken transactions of the subscriber's queue with ids below ``below`` (all
+    with None): they are no longer queued, so no re-run can meet them again.  Returns how many."""
+    cur = conn.execute(
+        "DELETE FROM airflow_repl.queue_applied WHERE publication = %s AND subscriber = %s "
+        "AND (%s::bigint IS NULL OR xid < %s::text::xid8)",
+        (publication, subscriber, below, below),
+    )
+    conn.commit()
+    return cur.rowcount

@@ -278,6 +278,16 @@ def dequeue(conn: psycopg.Connection[Any], publication: str, xid: int) -> None:
     )
 
 
+def oldest_queued_xid(conn: psycopg.Connection[Any], publication: str) -> int | None:
+    """The smallest transaction id in the publication's queue (None: the queue is empty)."""
+    if not _has_queue(conn):
+        return None
+    row = conn.execute(
+        "SELECT min(xid::text::bigint) FROM airflow_repl.queue_commits WHERE publication = %s", (publication,)
+    ).fetchone()
+    return int(row[0]) if row is not None and row[0] is not None else None
+
+
 def queue_depth(conn: psycopg.Connection[Any], publication: str) -> int:
     """How many transactions of the publication wait in the queue."""
     if not _has_queue(conn):
