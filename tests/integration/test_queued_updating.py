@@ -215,6 +215,21 @@ def test_conflict_is_detected_recorded_and_resolved_by_the_policy(env, spark, ki
     assert_in_sync(topo)
 
 
+@pytest.mark.parametrize(("policy", "winner"), [("pub wins", "one"), ("sub wins", "two")])
+def test_two_subscribers_updating_one_row_end_equal_everywhere(env2, spark, policy, winner):
+    topo = setup_queued(env2, spark, policy)
+    env2.run(env2.subs["sub1"], "UPDATE items SET v = 'one' WHERE id = 1")
+    env2.run(env2.subs["sub2"], "UPDATE items SET v = 'two' WHERE id = 1")
+    first = queue_reader_agent.run_queue_reader(topo, "p", "sub1")  # applied: the publisher had not changed
+    second = queue_reader_agent.run_queue_reader(topo, "p", "sub2")  # meets sub1's change
+    assert (first["conflicts"], second["conflicts"]) == (0, 1)
+    (found,) = conflicts(env2)
+    assert (found["subscriber"], found["kind"], found["publisher_row"]["v"]) == ("sub2", "update/update", "one")
+    cycle(topo, "sub1", "sub2")
+    assert rows(env2.pub, "id = 1")[1][0] == winner
+    assert rows(env2.subs["sub1"]) == rows(env2.subs["sub2"]) == rows(env2.pub)
+
+
 def test_sub_wins_refuses_a_conflicting_primary_key_update(env, spark):
     topo = setup_queued(env, spark, "sub wins")
     env.run(env.sub, "UPDATE items SET id = 500 WHERE id = 1")
