@@ -346,3 +346,19 @@ def test_the_updatable_example_dag_parses_queue_reader_then_log_reader_then_dist
     assert {"topology", "publication", "subscribers"} <= set(reader.template_fields)
     assert reader.downstream_task_ids == {"log_reader"}
     assert dag.get_task("log_reader").downstream_task_ids == {"distribution"}
+
+
+def test_queue_reader_operator_spark_submits_the_agent_and_returns_its_summary(env, spark, tmp_path, monkeypatch):
+    from airflow_repl.operators.agents import QueueReaderAgentOperator
+
+    monkeypatch.setenv("AIRFLOW_CONN_REPL_QUEUED_SPARK", json.dumps({"conn_type": "spark", "host": "local[1]"}))
+    topo = setup_queued(env, spark)
+    env.run(env.sub, "UPDATE items SET v = 'via airflow' WHERE id = 1")
+    path = tmp_path / "topology.yaml"
+    path.write_text(json.dumps(topo.to_dict(with_secrets=True)))
+    op = QueueReaderAgentOperator(
+        task_id="queue_reader", topology=str(path), publication="p", conn_id="repl_queued_spark"
+    )
+    summary = op.execute({})
+    assert summary["transactions"] == 1 and summary["subscriptions"][0]["subscriber"] == "sub1"
+    assert rows(env.pub, "id = 1")[1][0] == "via airflow"
