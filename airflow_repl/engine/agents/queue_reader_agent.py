@@ -182,6 +182,7 @@ class _QueueReader:
     # ------------------------------------------------------------------ step 1: the publisher
     def _at_publisher(self, txn: QueuedTransaction, commands: list[QueuedCommand]) -> _Outcome:
         """Apply (or reject) the transaction and record it as taken, in one publisher transaction."""
+        self.pub.rollback()  # idle: the block below is the transaction itself (never a savepoint of another)
         with self.pub.transaction():
             stored = publisher_state.applied(self.pub, self.publication, self.subscriber, txn.xid)
             if stored is not None:
