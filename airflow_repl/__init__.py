@@ -15,7 +15,7 @@ def get_provider_info() -> dict:
         "package-name": "airflow-repl",
         "name": "Transactional replication (airflow-repl)",
         "description": "SQL Server-style transactional replication for PostgreSQL: snapshot, "
-        "log reader and distribution agents submitted as Spark applications.",
+        "log reader, distribution and queue reader agents submitted as Spark applications.",
         "versions": [__version__],
         "integrations": [
             {

@@ -90,6 +90,21 @@ def _cmd_validate(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+def _cmd_conflicts(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The conflicts the Queue Reader recorded, oldest first, filtered by the options given."""
+    from airflow_repl.engine.agents.distribution_agent import parse_until
+    from airflow_repl.engine.state import distdb
+
+    since = parse_until(args.since) if args.since else None  # ISO-8601; without an offset, UTC
+    topo = _load(args)
+    if args.publication:
+        topo.publication(args.publication)
+    with connections.connect(topo.distributor.require("distributor"), "distributor") as dist:
+        return distdb.list_conflicts(
+            dist, publication=args.publication, subscriber=args.subscriber, article=args.article, since=since
+        )
+
+
 def _cmd_script_procs(args: argparse.Namespace) -> None:
     topo = _load(args)
     pub = _publication(topo, args.publication)
@@ -147,6 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = _with_topology(sub.add_parser("validate", help="compare row counts and checksums"))
     p.add_argument("--subscriber", action="append")
     p.set_defaults(func=_cmd_validate)
+    p = _with_topology(sub.add_parser("conflicts", help="list the conflicts the Queue Reader recorded"))
+    p.add_argument("--subscriber")
+    p.add_argument("--article")
+    p.add_argument("--since", help="only conflicts detected at or after this ISO-8601 time (UTC without offset)")
+    p.set_defaults(func=_cmd_conflicts)
     p = _with_topology(sub.add_parser("script-procs", help="print the generated procedures"))
     p.add_argument(
         "--dialect",
@@ -173,7 +193,7 @@ def _with_topology(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def _add_agent_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
-    """``snapshot``, ``logreader`` and ``distribution``: one agent run each."""
+    """``snapshot``, ``logreader``, ``distribution`` and ``queuereader``: one agent run each."""
     p = _with_topology(sub.add_parser("snapshot", help="run the Snapshot Agent"))
     p.add_argument("--subscriber", action="append")
     p.add_argument("--reinitialize", action="store_true", help="re-initialize active subscriptions too")
@@ -184,6 +204,9 @@ def _add_agent_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = _with_topology(sub.add_parser("distribution", help="run the Distribution Agent"))
     p.add_argument("--subscriber", action="append")
     p.add_argument("--until", help="deliver transactions committed up to this ISO-8601 time")
+    p.set_defaults(func=_cmd_agent)
+    p = _with_topology(sub.add_parser("queuereader", help="run the Queue Reader Agent (queued updating)"))
+    p.add_argument("--subscriber", action="append", help="limit to these subscribers (default: the queued ones)")
     p.set_defaults(func=_cmd_agent)
 
 

@@ -32,7 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_repl.engine.agents import distribution_agent, lifecycle, log_reader_agent, snapshot_agent
+from airflow_repl.engine.agents import (
+    distribution_agent,
+    lifecycle,
+    log_reader_agent,
+    queue_reader_agent,
+    snapshot_agent,
+)
 from airflow_repl.engine.errors import INTERNAL_EXIT_CODE, ReplError
 from airflow_repl.engine.model.topology import Topology, from_dict
 from airflow_repl.engine.postgres import connections
@@ -119,12 +125,58 @@ def _deliver_in_parallel(
         raise unwrapped from None
 
 
+def _queuereader(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any], SparkSession | None]:
+    """Every named subscription (by default the publication's queued updating ones); several
+    subscribers' queues are read in parallel, one Spark task each."""
+    topo, publication = req.topology, req.publication
+    names = req.subscribers or [s.subscriber for s in topo.subscriptions_of(publication) if s.update_mode.queued]
+    for name in names:
+        topo.subscription(publication, name)  # unknown subscription -> error before anything is applied
+    if len(names) <= 1:
+        results = [_read_queue(topo, publication, n) for n in names]
+    else:
+        spark, results = _read_queues_in_parallel(req, names, spark)
+    return {
+        "subscriptions": results,
+        "transactions": sum(r["transactions"] for r in results),
+        "commands": sum(r["commands"] for r in results),
+        "conflicts": sum(r["conflicts"] for r in results),
+    }, spark
+
+
+def _read_queue(topo: Topology, publication: str, subscriber: str) -> dict[str, Any]:
+    return {"subscriber": subscriber, **queue_reader_agent.run_queue_reader(topo, publication, subscriber)}
+
+
+def _read_queue_one(spec: dict[str, Any], publication: str, subscriber: str) -> dict[str, Any]:
+    """Executor side: one subscriber's queue (several run in parallel as Spark tasks)."""
+    return _read_queue(from_dict(spec), publication, subscriber)
+
+
+def _read_queues_in_parallel(
+    req: Request, names: list[str], spark: SparkSession | None
+) -> tuple[SparkSession, list[dict[str, Any]]]:
+    from airflow_repl.jobs.session import spark_session
+
+    spark = spark or spark_session(f"airflow-repl-queuereader-{req.publication}")
+    spec, publication = req.topology.to_dict(with_secrets=True), req.publication
+    try:
+        rdd = spark.sparkContext.parallelize(names, len(names))
+        return spark, rdd.map(lambda n: _read_queue_one(spec, publication, n)).collect()
+    except Exception as exc:  # a subscriber's failure, wrapped by Spark: report the agent's own error
+        unwrapped = lifecycle.unwrap_spark_error(exc)
+        if unwrapped is exc:
+            raise
+        raise unwrapped from None
+
+
 #: The agents, by the name the CLI, the operators and spark-submit use.  A new agent is one
 #: entry here (and its module in airflow_repl.engine.agents).
 AGENTS: dict[str, Entry] = {
     "snapshot": _snapshot,
     "logreader": _logreader,
     "distribution": _distribution,
+    "queuereader": _queuereader,
 }
 
 

@@ -216,3 +216,23 @@ class DistributionAgentOperator(_AgentOperator):
 
     def _extra_args(self) -> list[str]:
         return ["--until", str(self.until)] if self.until else []
+
+
+class QueueReaderAgentOperator(_AgentOperator):
+    """Run the Queue Reader Agent (queued updating subscriptions): apply the transactions queued
+    at the subscribers of ``publication`` at the publisher, in each subscriber's commit order,
+    exactly once, resolving conflicts by the publication's ``conflict_policy``.  Several
+    subscribers' queues are read in parallel, one Spark task each.  The summary (transactions,
+    commands, conflicts per subscriber) is pushed to XCom; conflicts are listed by
+    ``airflow-repl conflicts``.
+
+    :param topology: path of the topology YAML file. (templated)
+    :param publication: publication whose subscribers' queues are read. (templated)
+    :param subscribers: read only these subscribers' queues (default: every queued updating
+        subscription of the publication). (templated)
+    :param conn_id: Spark connection id (must exist; no silent YARN fallback).
+    :param spark_log_level: log level of the Spark driver (``spark.log.level``); WARN by default
+        so task logs show the agent, not Spark's scheduler chatter.
+    """
+
+    agent = "queuereader"

@@ -238,8 +238,8 @@ def test_set_update_mode_rules(env, spark):
     # queued changes waiting
     env.run(
         env.sub,
-        "CREATE TABLE IF NOT EXISTS airflow_repl.queue (id bigint, publication text); "
-        "INSERT INTO airflow_repl.queue VALUES (1, 'p'), (2, 'p'), (3, 'other')",
+        "INSERT INTO airflow_repl.queue (publication, article, op) "
+        "VALUES ('p', 'items', 'U'), ('p', 'items', 'U'), ('other', 'items', 'U')",
     )
     with pytest.raises(
         NotInitialized, match=r"2 queued change.*run 'airflow-repl queuereader' until the queue is empty"
@@ -252,7 +252,7 @@ def test_set_update_mode_rules(env, spark):
     assert env.rows(env.dist, mode) == [("queued failover",)]
     # immediate -> queued at any time (immediate recorded as a later release would)
     env.run(env.dist, "UPDATE airflow_repl.subscriptions SET update_mode = 'failover'")
-    env.run(env.sub, "INSERT INTO airflow_repl.queue VALUES (4, 'p')")
+    env.run(env.sub, "INSERT INTO airflow_repl.queue (publication, article, op) VALUES ('p', 'items', 'U')")
     result = update_mode.set_update_mode(topo, "p", "sub1", "queued")
     assert (result["previous"], result["update_mode"], result["changed"]) == ("failover", "queued failover", True)
     assert env.rows(env.dist, mode) == [("queued failover",)]

@@ -22,7 +22,17 @@ import pytest
 
 from airflow_repl.engine.postgres import pgoutput
 from airflow_repl.engine.postgres.lsn import lsn_to_int
-from airflow_repl.engine.postgres.pgoutput import Begin, Commit, Delete, Insert, Other, Relation, Truncate, Update
+from airflow_repl.engine.postgres.pgoutput import (
+    Begin,
+    Commit,
+    Delete,
+    Insert,
+    Origin,
+    Other,
+    Relation,
+    Truncate,
+    Update,
+)
 
 DATA = json.loads((Path(__file__).parent / "data" / "pgoutput_messages.json").read_text())
 STEPS = {step["name"]: step for step in DATA["steps"]}
@@ -68,7 +78,11 @@ TRANSACTIONS: dict[str, list[Any]] = {
     "truncate_restart_cascade": [T1_RELATION, T2_RELATION, Truncate([T1, T2], True, True)],
     "truncate_plain": [T2_RELATION, Truncate([T2], False, False)],
     "message_in_transaction": [Other("M"), T1_RELATION, Insert(T1, ["1"])],
-    "origin": [Other("O"), T1_RELATION, Insert(T1, ["2"])],
+    "origin": [
+        Origin(lsn_to_int(STEPS["origin"]["origin"]["lsn"]), STEPS["origin"]["origin"]["name"]),
+        T1_RELATION,
+        Insert(T1, ["2"]),
+    ],
 }
 
 
@@ -158,7 +172,7 @@ def test_binary_columns_arrive_as_bytes():
 
 
 # ---------------------------------------------------------------------- damaged messages
-READ = {"B", "C", "R", "I", "U", "D", "T"}  # the kinds the decoder reads past their first byte
+READ = {"B", "C", "O", "R", "I", "U", "D", "T"}  # the kinds the decoder reads past their first byte
 CAPTURED = {
     f"{step['name']}-{key.split('_')[0]}-{i}": bytes.fromhex(m["hex"])
     for step in DATA["steps"]
@@ -276,3 +290,12 @@ def test_pgoutput_decodes_edge_text_null_and_unchanged_toast():
     assert pgoutput.decode(delete) == pgoutput.Delete(7, ["\\x00ff", ""])
     truncate = b"T" + struct.pack("!ibII", 2, 3, 7, 8)
     assert pgoutput.decode(truncate) == pgoutput.Truncate([7, 8], True, True)
+
+
+def test_an_origin_message_names_the_origin_and_its_commit_lsn():
+    """Origin ('O'): the commit LSN at the origin (uint64) and the origin's name (cstring), as
+    a Queue Reader's transaction at the publisher carries it."""
+    message = b"O" + struct.pack("!q", 0x1_0000_00AB) + b"airflow_repl_q_0123456789abcdef" + b"\0"
+    assert pgoutput.decode(message) == Origin(0x1_0000_00AB, "airflow_repl_q_0123456789abcdef")
+    with pytest.raises((ValueError, struct.error)):
+        pgoutput.decode(b"O" + struct.pack("!q", 1) + b"no terminator")

@@ -49,6 +49,7 @@ from airflow_repl.engine.agents.lifecycle import AgentRun
 from airflow_repl.engine.articles.commands import Command
 from airflow_repl.engine.articles.resolved import definition_hash
 from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import SKIPPABLE_ERRORS, Topology
 from airflow_repl.engine.postgres import lsn
 from airflow_repl.engine.state import distdb, subscriber_state
@@ -111,9 +112,12 @@ class _Batch:
         return [t.xact for t in self.txns].index(xact) + 1
 
 
-def _cut_batch(txns: list[PendingTransaction], until: datetime | None, threshold: int) -> list[PendingTransaction]:
+def _cut_batch(
+    txns: list[PendingTransaction], until: datetime | None, threshold: int, own_origin: str | None = None
+) -> list[PendingTransaction]:
     """The leading transactions committed up to ``until`` and within about ``threshold``
-    commands (always at least one, however large).  Commit order is LSN order; commit
+    commands (always at least one, however large), up to the first that came from
+    ``own_origin`` (the subscriber's own queued change, never applied there again).  Commit order is LSN order; commit
     timestamps of concurrent commits need not follow it, so point-in-time delivery stops at the
     first transaction (in LSN order) committed after ``until``, never skipping an earlier-LSN one."""
     out: list[PendingTransaction] = []
@@ -121,10 +125,22 @@ def _cut_batch(txns: list[PendingTransaction], until: datetime | None, threshold
     for txn in txns:
         if until is not None and txn.commit_time > until:
             break
+        if own_origin is not None and txn.origin == own_origin:
+            break
         if out and total + txn.command_count > threshold:
             break
         out.append(txn)
         total += txn.command_count
+    return out
+
+
+def _own_leading(txns: list[PendingTransaction], own_origin: str, until: datetime | None) -> list[PendingTransaction]:
+    """The leading transactions that came from ``own_origin`` (committed up to ``until``)."""
+    out: list[PendingTransaction] = []
+    for txn in txns:
+        if txn.origin != own_origin or (until is not None and txn.commit_time > until):
+            break
+        out.append(txn)
     return out
 
 
@@ -134,6 +150,7 @@ class _Delivery:
     def __init__(self, topology: Topology, publication: str, subscriber: str, settings: _Settings) -> None:
         self.topology, self.publication, self.subscriber = topology, publication, subscriber
         self.settings = settings
+        self.own_origin = naming.queue_origin(subscriber)  # its queued changes, applied at the publisher
         self.n = settings.streams
         self.streams = Streams(publication, subscriber, settings.streams)
         self.totals: dict[str, Any] = {
@@ -143,6 +160,7 @@ class _Delivery:
             "retries": 0,
             "skipped": 0,
             "parallel_batches": 0,
+            "own_queued": 0,
             "last_xact_seqno": None,
         }
         self.chooser = stream_planning.StreamChooser(adaptive=stream_planning.ADAPTIVE_STREAMS)
@@ -171,12 +189,28 @@ class _Delivery:
         there are none."""
         watermark = subscriber_state.lock_watermark(self.streams.first, self.publication, self.subscriber)
         pending = distdb.pending_transactions(dist, self.publication, watermark, self.settings.size)
-        txns = _cut_batch(pending, self.settings.until, self.settings.threshold)
+        while own := _own_leading(pending, self.own_origin, self.settings.until):
+            watermark = self._pass_own(dist, own)
+            pending = distdb.pending_transactions(dist, self.publication, watermark, self.settings.size)
+        txns = _cut_batch(pending, self.settings.until, self.settings.threshold, self.own_origin)
         if not txns:
             self.streams.rollback_all()
             dist.rollback()
             return None
         return _Batch(watermark, txns)
+
+    def _pass_own(self, dist: psycopg.Connection, own: list[PendingTransaction]) -> str:
+        """Move the watermark past the subscriber's own queued changes, which the Queue Reader
+        applied at the publisher (they came from here: never apply them again), and lock it
+        again; returns it."""
+        last = own[-1].xact
+        subscriber_state.set_watermark(self.streams.first, self.publication, last, 0)
+        self.streams.first.commit()
+        distdb.mark_delivered(dist, self.publication, self.subscriber, last)
+        dist.commit()
+        self.totals["own_queued"] += len(own)
+        self.totals["last_xact_seqno"] = last
+        return subscriber_state.lock_watermark(self.streams.first, self.publication, self.subscriber)
 
     # ------------------------------------------------------------------ fast path
     def _fast_path(self, dist: psycopg.Connection, applier: Applier, batch: _Batch) -> bool:

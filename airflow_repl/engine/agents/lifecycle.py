@@ -73,7 +73,12 @@ from airflow_repl.engine.state import distdb
 log = logging.getLogger(__name__)
 
 #: The agents' names for the operator, by the name they are run and recorded under.
-LABELS = {"snapshot": "Snapshot Agent", "logreader": "Log Reader Agent", "distribution": "Distribution Agent"}
+LABELS = {
+    "snapshot": "Snapshot Agent",
+    "logreader": "Log Reader Agent",
+    "distribution": "Distribution Agent",
+    "queuereader": "Queue Reader Agent",
+}
 
 #: SQLSTATE classes/codes that mean the server or the connection went away.
 _LOST_SQLSTATE_PREFIXES = ("08", "57P01", "57P02", "57P03")

@@ -79,6 +79,7 @@ class _TxnWriter:
 
     def begin(self, xact_seqno: str | None, xid: int = 0) -> None:
         self.xact, self.xid, self.count = xact_seqno, xid, 0
+        self.origin: str | None = None  # the replication origin the transaction came from
         self.article_rows: dict[str, int] = {}
         self.run_article: str | None = None
         self.run_inserts: list[Command | None] = []  # in memory; None = cancelled
@@ -160,6 +161,7 @@ class _TxnWriter:
                 lsn.int_to_lsn(end_lsn),
                 self.count,
                 distdb.dumps(self.article_rows),
+                self.origin,
             )
         )
 
@@ -254,6 +256,8 @@ class _LogReader:
         """One decoded pgoutput message."""
         if isinstance(msg, pgoutput.Begin):
             self._begin(msg, batch)
+        elif isinstance(msg, pgoutput.Origin):
+            self.writer.origin = msg.name
         elif isinstance(msg, pgoutput.Relation):
             batch.relmaps[msg.relid] = map_relation(msg, self.articles)
         elif isinstance(msg, (pgoutput.Insert, pgoutput.Update, pgoutput.Delete)):

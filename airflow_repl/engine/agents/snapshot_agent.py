@@ -38,7 +38,7 @@ from airflow_repl.engine.agents import snapshot_folder
 from airflow_repl.engine.agents.lifecycle import AgentRun
 from airflow_repl.engine.agents.snapshot_folder import DataFile, Partition
 from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
-from airflow_repl.engine.codegen import call_syntax, updating_scripts, user_types
+from airflow_repl.engine.codegen import call_syntax, queue_triggers, updating_scripts, user_types
 from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.model.propagation import Operation
 from airflow_repl.engine.model.topology import Topology
@@ -284,6 +284,7 @@ class _Initialization:
         self.dist, self.run = dist, run
         self.snapshot_id: str = manifest["snapshot_id"]
         self.conninfos = {s: topology.subscriber_conninfo(s) for s in subscribers}
+        self.queued = {s for s in subscribers if topology.subscription(publication, s).update_mode.queued}
         self.updatable = {s for s in subscribers if topology.subscription(publication, s).update_mode.updatable}
         self.schema_sql = (folder / "schema.sql").read_text()
         self.procs_sql = (folder / "procedures.sql").read_text()
@@ -331,10 +332,20 @@ class _Initialization:
             for art in self.articles:
                 sub.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(art.dest_schema, art.dest_table)))
             subscriber_state.start_watermark(sub, self.publication, self.snapshot_id, self.manifest["consistent_lsn"])
+            if name in self.queued:
+                install_queue(sub, self.articles)
         distdb.activate_subscription(
             self.dist, self.publication, name, self.manifest["consistent_lsn"], definition_hash(self.articles)
         )
         self.dist.commit()
+
+
+def install_queue(sub: psycopg.Connection[Any], articles: list[ResolvedArticle]) -> None:
+    """A queued updating subscription: the queue, and the queue trigger on each article table
+    (after the load, which must not be queued; committed by the caller)."""
+    subscriber_state.ensure_queue(sub)
+    for art in articles:
+        sub.execute(queue_triggers.install(art))
 
 
 LoadTask = tuple[str, str, DataFile, str]  # subscriber, its conninfo, the file, its article

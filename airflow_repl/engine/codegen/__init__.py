@@ -3,7 +3,8 @@ T-SQL-style script a subscriber can run, and the DDL of user-defined types.
 
 Owns: ``call_syntax`` (CALL / SCALL / MCALL / XCALL / SQL parameter lists), ``procedures``
 (the default insert, update and delete procedures), ``tsql_script`` (``airflow-repl script``)
-and ``user_types`` (enums, domains, composites, ranges and collations a subscriber needs).
+``user_types`` (enums, domains, composites, ranges and collations a subscriber needs) and
+``queue_triggers`` (the triggers that queue a queued updating subscriber's changes).
 
 May import: ``errors``, ``model``, ``postgres`` and ``articles``.
 """

@@ -41,3 +41,12 @@ def default_procedure(prefix: str, dest_schema: str, dest_table: str, *, disambi
         digest = hashlib.sha1(salt.encode()).hexdigest()[:8]
         return _fit(f"{base}_{digest}", salt + "#")
     return _fit(base, salt)
+
+
+def queue_origin(subscriber: str) -> str:
+    """The replication origin the Queue Reader Agent applies a subscriber's queued transactions
+    under at the publisher: the Log Reader records it with each such transaction, and the
+    Distribution Agent does not send those transactions back to that subscriber.
+
+    Origins are cluster-wide names of at most 63 bytes: a hash of the subscriber's name."""
+    return f"airflow_repl_q_{hashlib.sha1(subscriber.encode()).hexdigest()[:16]}"

@@ -78,11 +78,20 @@ class Truncate:
 
 
 @dataclass
+class Origin:
+    """The transaction was replayed from a replication origin (sent after its Begin): the
+    commit LSN at the origin and the origin's name."""
+
+    commit_lsn: int
+    name: str
+
+
+@dataclass
 class Other:
     kind: str
 
 
-Message = Begin | Commit | Relation | Insert | Update | Delete | Truncate | Other
+Message = Begin | Commit | Origin | Relation | Insert | Update | Delete | Truncate | Other
 
 
 class _Reader:
@@ -218,6 +227,8 @@ def decode(message: bytes) -> Message:
         relid = r.uint32()
         r.marker("K", "O")
         return Delete(relid, r.tuple())
+    if kind == "O":
+        return Origin(r.int64(), r.string())
     if kind == "T":
         n = r.int32()
         opts = r.int8()

@@ -27,8 +27,8 @@ SCHEMA = "airflow_repl"
 #: command_id, article, op, data (JSON text).
 NewCommandRow = tuple[str, str | None, int, str, str, str]
 #: A row of ``airflow_repl.transactions``: publication, xact_seqno, xid, commit_time, end_lsn,
-#: command_count, article_rows (JSON text).
-TransactionRow = tuple[str, str | None, int, datetime, str, int, str]
+#: command_count, article_rows (JSON text), origin (the replication origin it came from, or None).
+TransactionRow = tuple[str, str | None, int, datetime, str, int, str, str | None]
 #: A staged INSERT of the Log Reader: seq, article, op, data (JSON text).
 StagedRow = tuple[int, str, str, str]
 
@@ -52,7 +52,7 @@ CREATE TABLE IF NOT EXISTS airflow_repl.subscriptions (
     publication          text NOT NULL REFERENCES airflow_repl.publications ON DELETE CASCADE,
     subscriber           text NOT NULL,
     status               text NOT NULL DEFAULT 'pending'
-                         CHECK (status IN ('pending', 'initializing', 'active')),
+                         CHECK (status IN ('pending', 'initializing', 'active', 'reinitialize')),
     snapshot_id          text,
     start_xact_seqno     pg_lsn,
     delivered_xact_seqno pg_lsn,
@@ -93,6 +93,8 @@ CREATE TABLE IF NOT EXISTS airflow_repl.commands (
 );
 -- columns added after the first release of a table: keep older distribution databases current
 ALTER TABLE airflow_repl.transactions ADD COLUMN IF NOT EXISTS article_rows jsonb NOT NULL DEFAULT '{}';
+-- the replication origin a transaction came from (a Queue Reader's: a subscriber's queued change)
+ALTER TABLE airflow_repl.transactions ADD COLUMN IF NOT EXISTS origin text;
 CREATE TABLE IF NOT EXISTS airflow_repl.logreader_state (
     publication     text PRIMARY KEY,
     read_xact_seqno pg_lsn,
@@ -129,6 +131,36 @@ CREATE TABLE IF NOT EXISTS airflow_repl.errors (
     skipped         boolean NOT NULL DEFAULT false  -- the transaction was skipped (SkipErrors)
 );
 ALTER TABLE airflow_repl.errors ADD COLUMN IF NOT EXISTS skipped boolean NOT NULL DEFAULT false;
+-- 'reinitialize': the Queue Reader met a conflict under "sub reinit"; the next snapshot run initializes it
+DO $do$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint WHERE conrelid = 'airflow_repl.subscriptions'::regclass
+                   AND conname = 'subscriptions_status_check'
+                   AND pg_catalog.pg_get_constraintdef(oid) LIKE '%reinitialize%') THEN
+        ALTER TABLE airflow_repl.subscriptions DROP CONSTRAINT IF EXISTS subscriptions_status_check;
+        ALTER TABLE airflow_repl.subscriptions ADD CONSTRAINT subscriptions_status_check
+            CHECK (status IN ('pending', 'initializing', 'active', 'reinitialize'));
+    END IF;
+END
+$do$;
+-- conflicts the Queue Reader met applying queued subscriber transactions at the publisher
+CREATE TABLE IF NOT EXISTS airflow_repl.conflicts (
+    conflict_id     bigserial PRIMARY KEY,
+    publication     text NOT NULL,
+    subscriber      text NOT NULL,
+    article         text NOT NULL,
+    key             jsonb NOT NULL,
+    kind            text NOT NULL,
+    publisher_row   jsonb,
+    subscriber_row  jsonb,
+    policy          text NOT NULL,
+    outcome         text NOT NULL,
+    queued_xid      bigint NOT NULL,
+    queue_id        bigint NOT NULL,  -- the row of the subscriber's queue (its command)
+    detected_at     timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (publication, subscriber, queued_xid, queue_id)
+);
+CREATE INDEX IF NOT EXISTS conflicts_detected ON airflow_repl.conflicts (detected_at);
 -- updatable subscriptions: the publication's options, the subscription's current update mode
 -- (a failover subscription switches between 'failover' and 'queued failover') and when it was
 -- last initialized
@@ -535,8 +567,12 @@ def copy_commands(conn: psycopg.Connection[Any], rows: list[NewCommandRow]) -> N
 
 def copy_transactions(conn: psycopg.Connection[Any], rows: list[TransactionRow]) -> None:
     """COPY transaction rows (publication, xact_seqno, xid, commit_time, end_lsn,
-    command_count, article_rows); their commands first, in the same distributor transaction."""
-    _copy(conn, "transactions (publication, xact_seqno, xid, commit_time, end_lsn, command_count, article_rows)", rows)
+    command_count, article_rows, origin); their commands first, in the same distributor transaction."""
+    _copy(
+        conn,
+        "transactions (publication, xact_seqno, xid, commit_time, end_lsn, command_count, article_rows, origin)",
+        rows,
+    )
 
 
 def _copy(conn: psycopg.Connection[Any], target: str, rows: Sequence[Sequence[Any]]) -> None:
@@ -597,7 +633,7 @@ def save_read_position(conn: psycopg.Connection[Any], publication: str, xact_seq
 #: table (qualified: a bare ``xact_seqno`` would bind to the text output column and sort as
 #: text), so the primary key's index returns them in order, with no sort of the backlog.
 BATCH_QUERY = (
-    "SELECT t.xact_seqno::text AS xact, t.command_count, t.article_rows, t.commit_time "
+    "SELECT t.xact_seqno::text AS xact, t.command_count, t.article_rows, t.commit_time, t.origin "
     "FROM airflow_repl.transactions AS t "
     "WHERE t.publication = %s AND t.xact_seqno > %s::pg_lsn ORDER BY t.xact_seqno LIMIT %s"
 )
@@ -621,6 +657,7 @@ class PendingTransaction:
     command_count: int
     article_rows: dict[str, int]  # article -> rows the transaction changed
     commit_time: datetime
+    origin: str | None = None  # the replication origin it came from (a Queue Reader's), if any
 
 
 def subscription_articles_hash(conn: psycopg.Connection, publication: str, subscriber: str) -> str | None:
@@ -639,8 +676,8 @@ def pending_transactions(
     (LSN) order (:data:`BATCH_QUERY`)."""
     rows = conn.execute(BATCH_QUERY, (publication, after, limit)).fetchall()
     return [
-        PendingTransaction(xact, count, article_rows or {}, commit_time)
-        for xact, count, article_rows, commit_time in rows
+        PendingTransaction(xact, count, article_rows or {}, commit_time, origin)
+        for xact, count, article_rows, commit_time, origin in rows
     ]
 
 
@@ -664,3 +701,92 @@ def mark_delivered(conn: psycopg.Connection, publication: str, subscriber: str, 
         "delivered_at = now() WHERE publication = %s AND subscriber = %s",
         (xact, publication, subscriber),
     )
+
+
+# ---------------------------------------------------------------------- questions of the Queue Reader Agent
+def subscription_status(conn: psycopg.Connection[Any], publication: str, subscriber: str) -> str | None:
+    """The subscription's status ('pending', 'initializing', 'active', 'reinitialize'), or None."""
+    row = conn.execute(
+        "SELECT status FROM airflow_repl.subscriptions WHERE publication = %s AND subscriber = %s",
+        (publication, subscriber),
+    ).fetchone()
+    return str(row[0]) if row is not None else None
+
+
+def mark_reinitialize(conn: psycopg.Connection[Any], publication: str, subscriber: str) -> None:
+    """The subscription must be initialized again: the next Snapshot Agent run does it (the
+    caller commits)."""
+    conn.execute(
+        "UPDATE airflow_repl.subscriptions SET status = 'reinitialize' WHERE publication = %s AND subscriber = %s",
+        (publication, subscriber),
+    )
+
+
+def record_conflicts(
+    conn: psycopg.Connection[Any],
+    publication: str,
+    subscriber: str,
+    xid: int,
+    policy: str,
+    conflicts: list[dict[str, Any]],
+) -> None:
+    """Record a queued transaction's conflicts (each once: a re-run records nothing twice);
+    the caller commits."""
+    for c in conflicts:
+        conn.execute(
+            "INSERT INTO airflow_repl.conflicts (publication, subscriber, article, key, kind, publisher_row, "
+            "subscriber_row, policy, outcome, queued_xid, queue_id, detected_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+            (
+                publication,
+                subscriber,
+                c["article"],
+                Jsonb(c["key"]),
+                c["kind"],
+                Jsonb(c["publisher_row"]) if c["publisher_row"] is not None else None,
+                Jsonb(c["subscriber_row"]) if c["subscriber_row"] is not None else None,
+                policy,
+                c["outcome"],
+                xid,
+                c["queue_id"],
+                c["detected_at"],
+            ),
+        )
+
+
+#: The columns :func:`list_conflicts` returns, in order.
+CONFLICT_COLUMNS = (
+    "conflict_id",
+    "detected_at",
+    "publication",
+    "subscriber",
+    "article",
+    "key",
+    "kind",
+    "policy",
+    "outcome",
+    "queued_xid",
+    "publisher_row",
+    "subscriber_row",
+)
+
+
+def list_conflicts(
+    conn: psycopg.Connection[Any],
+    *,
+    publication: str | None = None,
+    subscriber: str | None = None,
+    article: str | None = None,
+    since: datetime | None = None,
+) -> list[dict[str, Any]]:
+    """The recorded conflicts, oldest first, filtered by whichever arguments are given."""
+    if not _deployed(conn, "conflicts"):
+        return []
+    rows = conn.execute(
+        f"SELECT {', '.join(CONFLICT_COLUMNS)} FROM airflow_repl.conflicts "
+        "WHERE (%(p)s::text IS NULL OR publication = %(p)s) AND (%(s)s::text IS NULL OR subscriber = %(s)s) "
+        "AND (%(a)s::text IS NULL OR article = %(a)s) AND (%(t)s::timestamptz IS NULL OR detected_at >= %(t)s) "
+        "ORDER BY detected_at, conflict_id",
+        {"p": publication, "s": subscriber, "a": article, "t": since},
+    ).fetchall()
+    return [dict(zip(CONFLICT_COLUMNS, row, strict=True)) for row in rows]

@@ -1,6 +1,18 @@
 """The ``airflow_repl`` schema at each subscriber: the watermark of the last transaction
 applied (committed in the same transaction as the applied changes), the ledger of the snapshot
-files loaded there, and the ``row_not_found()`` function the generated procedures raise with.
+files loaded there, the ``row_not_found()`` function the generated procedures raise with, and
+the queue of a queued updating subscription's own changes.
+
+The queue: ``airflow_repl_queue`` row triggers on the article tables (their text is
+:mod:`~airflow_repl.engine.codegen.queue_triggers`') call :data:`QUEUE_DDL`'s
+``airflow_repl.queue_capture()``, which writes each changed row's old and new images and row
+versions (``msrepl_tran_version``) to ``airflow_repl.queue``, tagged with the transaction's id.
+A deferred constraint trigger on the queue, run at commit, takes a transaction-scoped advisory
+lock and gives the transaction the next ``commit_seq`` in ``airflow_repl.queue_commits``: the
+lock is held until the commit completes, so ``commit_seq`` order is commit order, and a
+transaction's row there becomes visible with its queue rows.  Ordinary triggers do not fire
+under ``session_replication_role = replica`` (the Distribution Agent's, the snapshot load's and
+the Queue Reader's compensating writes), so only the subscriber's own changes are queued.
 
 Owns: the subscriber's ``airflow_repl`` schema (:data:`SUBSCRIBER_DDL`) and one function per
 question an agent asks of these tables; the distribution database's are in
@@ -9,9 +21,11 @@ question an agent asks of these tables; the distribution database's are in
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from airflow_repl.engine.errors import AgentBusy, NotInitialized
 
@@ -45,6 +59,64 @@ END
 $fn$;
 """
 
+#: The queue of a queued updating subscriber (see the module's documentation).
+QUEUE_DDL = """
+CREATE SCHEMA IF NOT EXISTS airflow_repl;
+CREATE TABLE IF NOT EXISTS airflow_repl.queue (
+    id           bigserial PRIMARY KEY,
+    publication  text NOT NULL,
+    xid          xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    article      text NOT NULL,
+    op           text NOT NULL CHECK (op IN ('I', 'U', 'D')),
+    old          jsonb,
+    new          jsonb,
+    old_version  uuid,
+    new_version  uuid,
+    queued_at    timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX IF NOT EXISTS queue_transaction ON airflow_repl.queue (publication, xid, id);
+CREATE SEQUENCE IF NOT EXISTS airflow_repl.queue_commit_seq;
+CREATE TABLE IF NOT EXISTS airflow_repl.queue_commits (
+    publication  text NOT NULL,
+    xid          xid8 NOT NULL,
+    commit_seq   bigint NOT NULL,
+    PRIMARY KEY (publication, xid)
+);
+CREATE INDEX IF NOT EXISTS queue_commits_order ON airflow_repl.queue_commits (publication, commit_seq);
+CREATE OR REPLACE FUNCTION airflow_repl.queue_capture() RETURNS trigger LANGUAGE plpgsql AS $fn$
+DECLARE
+    old_image jsonb := CASE WHEN TG_OP <> 'INSERT' THEN to_jsonb(OLD) END;
+    new_image jsonb := CASE WHEN TG_OP <> 'DELETE' THEN to_jsonb(NEW) END;
+BEGIN
+    INSERT INTO airflow_repl.queue (publication, article, op, old, new, old_version, new_version)
+    VALUES (TG_ARGV[0], TG_ARGV[1], left(TG_OP, 1), old_image, new_image,
+            (old_image ->> 'msrepl_tran_version')::uuid, (new_image ->> 'msrepl_tran_version')::uuid);
+    RETURN NULL;
+END
+$fn$;
+-- run at commit (deferred), once per transaction and publication: the lock, held until the
+-- commit completes, makes commit_seq order the commit order
+CREATE OR REPLACE FUNCTION airflow_repl.queue_commit() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM airflow_repl.queue_commits WHERE publication = NEW.publication AND xid = NEW.xid) THEN
+        PERFORM pg_advisory_xact_lock(hashtext('airflow_repl.queue_commit'));
+        INSERT INTO airflow_repl.queue_commits (publication, xid, commit_seq)
+        VALUES (NEW.publication, NEW.xid, nextval('airflow_repl.queue_commit_seq'));
+    END IF;
+    RETURN NULL;
+END
+$fn$;
+DO $do$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger
+                   WHERE tgrelid = 'airflow_repl.queue'::regclass AND tgname = 'airflow_repl_queue_commit') THEN
+        CREATE CONSTRAINT TRIGGER airflow_repl_queue_commit AFTER INSERT ON airflow_repl.queue
+            DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION airflow_repl.queue_commit();
+    END IF;
+END
+$do$;
+"""
+
 
 # ---------------------------------------------------------------------- questions of the Snapshot Agent
 def reset_for_snapshot(conn: psycopg.Connection[Any], publication: str) -> None:
@@ -53,6 +125,27 @@ def reset_for_snapshot(conn: psycopg.Connection[Any], publication: str) -> None:
     conn.execute(SUBSCRIBER_DDL)
     conn.execute("DELETE FROM airflow_repl.subscription_state WHERE publication = %s", (publication,))
     conn.execute("DELETE FROM airflow_repl.snapshot_files WHERE publication = %s", (publication,))
+    clear_queue(conn, publication)
+
+
+def clear_queue(conn: psycopg.Connection[Any], publication: str) -> None:
+    """Forget the publication's queued changes (the subscription is initialized again; its
+    changes not yet applied at the publisher are given up), in the caller's transaction."""
+    if _has_queue(conn):
+        conn.execute("DELETE FROM airflow_repl.queue WHERE publication = %s", (publication,))
+        conn.execute("DELETE FROM airflow_repl.queue_commits WHERE publication = %s", (publication,))
+
+
+def _has_queue(conn: psycopg.Connection[Any]) -> bool:
+    row = conn.execute("SELECT to_regclass('airflow_repl.queue_commits') IS NOT NULL").fetchone()
+    return bool(row and row[0])
+
+
+def ensure_queue(conn: psycopg.Connection[Any]) -> None:
+    """Create the queue, its capture function and its commit-order trigger where they are
+    missing (idempotent; committed by the caller)."""
+    conn.execute("SELECT pg_advisory_xact_lock(hashtext('airflow_repl.subscriber_ddl'))")
+    conn.execute(QUEUE_DDL)
 
 
 def claim_snapshot_file(
@@ -119,3 +212,87 @@ def set_watermark(conn: psycopg.Connection, publication: str, xact: str, transac
         "transactions = transactions + %s, updated_at = now() WHERE publication = %s",
         (xact, transactions, publication),
     )
+
+
+# ---------------------------------------------------------------------- questions of the Queue Reader Agent
+@dataclass(frozen=True)
+class QueuedCommand:
+    """One row change a subscriber's application made, as its queue trigger recorded it; the
+    images are the article's columns as JSON (destination names, ``msrepl_tran_version`` among
+    them)."""
+
+    id: int
+    article: str
+    op: str  # 'I', 'U' or 'D'
+    old: dict[str, Any] | None
+    new: dict[str, Any] | None
+    old_version: str | None
+    new_version: str | None
+
+
+@dataclass(frozen=True)
+class QueuedTransaction:
+    """A subscriber transaction whose changes are queued, in commit order."""
+
+    xid: int
+    commit_seq: int
+
+
+def queued_transactions(conn: psycopg.Connection[Any], publication: str, limit: int) -> list[QueuedTransaction]:
+    """The publication's first ``limit`` queued transactions, in commit order ([] without a queue)."""
+    if not _has_queue(conn):
+        return []
+    rows = conn.execute(
+        "SELECT xid::text::bigint, commit_seq FROM airflow_repl.queue_commits WHERE publication = %s "
+        "ORDER BY commit_seq LIMIT %s",
+        (publication, limit),
+    ).fetchall()
+    return [QueuedTransaction(int(xid), int(seq)) for xid, seq in rows]
+
+
+def queued_commands(conn: psycopg.Connection[Any], publication: str, xid: int) -> list[QueuedCommand]:
+    """The row changes of one queued transaction, in the order they were made."""
+    rows = conn.execute(
+        "SELECT id, article, op, old, new, old_version::text, new_version::text FROM airflow_repl.queue "
+        "WHERE publication = %s AND xid = %s::text::xid8 ORDER BY id",
+        (publication, xid),
+    ).fetchall()
+    return [QueuedCommand(*row) for row in rows]
+
+
+def queued_later(conn: psycopg.Connection[Any], publication: str, xid: int, article: str, key: dict[str, Any]) -> bool:
+    """Does another queued transaction change the row with this key (its old or new image)?"""
+    row = conn.execute(
+        "SELECT 1 FROM airflow_repl.queue WHERE publication = %s AND article = %s AND xid <> %s::text::xid8 "
+        "AND (old @> %s OR new @> %s) LIMIT 1",
+        (publication, article, xid, Jsonb(key), Jsonb(key)),
+    ).fetchone()
+    return row is not None
+
+
+def dequeue(conn: psycopg.Connection[Any], publication: str, xid: int) -> None:
+    """Remove a queued transaction that the publisher has taken (in the caller's transaction)."""
+    conn.execute("DELETE FROM airflow_repl.queue WHERE publication = %s AND xid = %s::text::xid8", (publication, xid))
+    conn.execute(
+        "DELETE FROM airflow_repl.queue_commits WHERE publication = %s AND xid = %s::text::xid8", (publication, xid)
+    )
+
+
+def oldest_queued_xid(conn: psycopg.Connection[Any], publication: str) -> int | None:
+    """The smallest transaction id in the publication's queue (None: the queue is empty)."""
+    if not _has_queue(conn):
+        return None
+    row = conn.execute(
+        "SELECT min(xid::text::bigint) FROM airflow_repl.queue_commits WHERE publication = %s", (publication,)
+    ).fetchone()
+    return int(row[0]) if row is not None and row[0] is not None else None
+
+
+def queue_depth(conn: psycopg.Connection[Any], publication: str) -> int:
+    """How many transactions of the publication wait in the queue."""
+    if not _has_queue(conn):
+        return 0
+    row = conn.execute(
+        "SELECT count(*) FROM airflow_repl.queue_commits WHERE publication = %s", (publication,)
+    ).fetchone()
+    return int(row[0]) if row else 0

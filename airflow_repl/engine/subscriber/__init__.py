@@ -3,7 +3,8 @@ subscriber's tables with the publisher's.
 
 Owns: ``statements`` (one prepared statement per article and operation, with the row-not-found
 check), ``applier`` (the apply backend: pipelined, over several streams at once, or replayed
-command by command), ``conflicts`` (what a failed command means: skip its transaction or stop),
+command by command), ``conflicts`` (what a failed command means: skip its transaction or stop; and the queued
+updating conflict rules), ``row_images`` (rows written and read as JSON images),
 ``streams`` (the connections of one delivery, their two-phase commit and its recovery) and
 ``validation`` (order- and encoding-independent checksums, differing keys).
 

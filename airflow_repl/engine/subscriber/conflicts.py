@@ -1,6 +1,12 @@
-"""Conflicts at a subscriber: what a command that failed to apply means for its transaction.
+"""Conflicts: what a command that failed to apply at a subscriber means for its transaction, and
+what a queued subscriber change that meets a changed publisher row means (updatable subscriptions).
 
-Owns :func:`resolve`: a failure whose SQLSTATE the subscription's ``skip_errors`` names (a row
+Queued updating (pure functions, no server): :func:`classify` names the conflict a queued
+command meets from the row versions (``msrepl_tran_version``) and the publisher's row at its
+key; :func:`decide` resolves a queued transaction's conflicts by the publication's policy;
+:func:`sub_wins_action` says what "subscriber wins" does at the publisher for each kind.
+
+Delivery: :func:`resolve`: a failure whose SQLSTATE the subscription's ``skip_errors`` names (a row
 not found, a duplicate key) skips the command's transaction and is recorded as
 :class:`Skipped`; any other failure stops delivery as a :class:`DeliveryError` naming the
 command, with a hint for a row the subscriber is missing.  The apply loop
@@ -10,6 +16,7 @@ savepoint and asks here, so policies for more kinds of conflict belong in this m
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +24,8 @@ import psycopg
 
 from airflow_repl.engine.articles.commands import Command
 from airflow_repl.engine.errors import ROW_NOT_FOUND_SQLSTATE, DeliveryError
+from airflow_repl.engine.model.propagation import TextEnum
+from airflow_repl.engine.model.updating import ConflictPolicy
 
 _ROW_NOT_FOUND_HINT = (
     " The subscriber is missing a row the publisher had: repair the row, reinitialize "
@@ -70,3 +79,135 @@ def resolve(exc: psycopg.Error, at: FailedCommand, skip: set[str]) -> Skipped | 
         article=at.command.article,
         command=at.command.to_json(),
     )
+
+
+# ---------------------------------------------------------------------- queued updating
+class ConflictKind(TextEnum):
+    """How a queued subscriber change and the publisher's row disagree."""
+
+    UPDATE_UPDATE = "update/update"  # the subscriber updated a row the publisher changed since
+    UPDATE_DELETE = "update/delete"  # the subscriber updated a row the publisher does not have (deleted)
+    DELETE_UPDATE = "delete/update"  # the subscriber deleted a row the publisher changed since
+    INSERT_INSERT = "insert/insert"  # the subscriber inserted (or moved a row to) a key the publisher has
+    ROW_MISSING = "row missing"  # the subscriber deleted a row the publisher does not have
+    CONSTRAINT = "constraint violation"  # the publisher refused the change (unique key, check, not null)
+
+
+@dataclass(frozen=True)
+class PublisherRow:
+    """What the publisher holds at a queued command's key: whether the row exists, and its
+    row version."""
+
+    exists: bool
+    version: str | None = None
+
+
+def classify(op: str, old_version: str | None, at_old_key: PublisherRow, new_key_taken: bool) -> ConflictKind | None:
+    """The conflict a queued command meets, or None.  ``op`` is 'I', 'U' or 'D';
+    ``old_version`` the row version the subscriber changed (U, D); ``at_old_key`` the
+    publisher's row at the command's old key (U, D; ignored for I); ``new_key_taken`` whether
+    the publisher has a row at the new key when the command inserts it or moves a row to it."""
+    if op == "I":
+        return ConflictKind.INSERT_INSERT if new_key_taken else None
+    if op == "U":
+        if not at_old_key.exists:
+            return ConflictKind.UPDATE_DELETE
+        if at_old_key.version != old_version:
+            return ConflictKind.UPDATE_UPDATE
+        return ConflictKind.INSERT_INSERT if new_key_taken else None
+    if op == "D":
+        if not at_old_key.exists:
+            return ConflictKind.ROW_MISSING
+        return ConflictKind.DELETE_UPDATE if at_old_key.version != old_version else None
+    raise ValueError(f"unknown queued operation {op!r}")
+
+
+class Resolution(TextEnum):
+    """What became of a queued transaction (the ``outcome`` recorded with its conflicts)."""
+
+    APPLIED = "applied"
+    PUBLISHER_WINS = "publisher wins: the subscriber's transaction was not applied; the subscriber was compensated"
+    SUBSCRIBER_WINS = (
+        "subscriber wins: the subscriber's change overwrote the publisher's row (and is replicated back to the "
+        "subscriber after the publisher's own change)"
+    )
+    KEY_UPDATE_NOT_SUPPORTED = (
+        "not applied: subscriber wins does not support primary-key updates, so the publisher's row was kept "
+        "and the subscriber compensated"
+    )
+    REFUSED = (
+        "rejected: the publisher refused the subscriber's transaction (a constraint violation); the subscriber "
+        "was compensated"
+    )
+    REINITIALIZE = (
+        "publisher wins and reinitialize: the transaction and the rest of the queue were not applied; "
+        "the subscription is marked for reinitialization"
+    )
+
+    @property
+    def applied(self) -> bool:
+        """The subscriber's changes are kept at the publisher."""
+        return self in (Resolution.APPLIED, Resolution.SUBSCRIBER_WINS)
+
+    @property
+    def compensates(self) -> bool:
+        """The subscriber's rows are brought back to the publisher's."""
+        return self in (Resolution.PUBLISHER_WINS, Resolution.KEY_UPDATE_NOT_SUPPORTED, Resolution.REFUSED)
+
+    @property
+    def returns_to_origin(self) -> bool:
+        """The applied transaction is replicated back to its subscriber too: a publisher change
+        older than it, which it overwrote, may still be on its way there, and would otherwise
+        leave the subscriber with the losing row."""
+        return self is Resolution.SUBSCRIBER_WINS
+
+
+@dataclass(frozen=True)
+class Met:
+    """A conflict met by one command of a queued transaction: its kind, and whether the
+    command changes the row's primary key."""
+
+    kind: ConflictKind
+    key_changed: bool = False
+
+
+def decide(policy: ConflictPolicy, met: Sequence[Met]) -> Resolution:
+    """Resolve a queued transaction's conflicts by the publication's policy: publisher wins
+    rejects the transaction; subscriber wins keeps it, unless a conflicting command changes a
+    primary key (not supported); publisher wins and reinitialize rejects it and stops the queue."""
+    if not met:
+        return Resolution.APPLIED
+    if policy is ConflictPolicy.SUB_WINS:
+        if any(m.key_changed for m in met):
+            return Resolution.KEY_UPDATE_NOT_SUPPORTED
+        return Resolution.SUBSCRIBER_WINS
+    if policy is ConflictPolicy.SUB_REINIT:
+        return Resolution.REINITIALIZE
+    return Resolution.PUBLISHER_WINS
+
+
+def stops_at_first(policy: ConflictPolicy) -> bool:
+    """Is a transaction decided by its first conflict (it is rejected whatever follows)?"""
+    return policy is not ConflictPolicy.SUB_WINS
+
+
+class Action(TextEnum):
+    """What applying a queued command does at the publisher."""
+
+    INSERT = "insert"  # insert the new image
+    UPDATE = "update"  # update the row at the old key to the new image
+    OVERWRITE = "overwrite"  # update the row at the new key to the new image
+    DELETE = "delete"  # delete the row at the old key
+    NOTHING = "nothing"
+
+
+def action(op: str, kind: ConflictKind | None) -> Action:
+    """What to do at the publisher for a command applied as it is (no conflict) or under
+    subscriber wins (the subscriber's image wins whatever the publisher holds)."""
+    if op == "I":
+        return Action.OVERWRITE if kind is ConflictKind.INSERT_INSERT else Action.INSERT
+    if op == "U":
+        return Action.INSERT if kind is ConflictKind.UPDATE_DELETE else Action.UPDATE
+    if kind is ConflictKind.ROW_MISSING:
+        return Action.NOTHING
+    return Action.DELETE

@@ -1,0 +1,365 @@
+"""The Queue Reader Agent: applies a queued updating subscriber's own transactions at the
+publisher, in the subscriber's commit order, exactly once, resolving conflicts by the
+publication's policy.
+
+Per queued transaction (``airflow_repl.queue_commits`` order at the subscriber):
+
+1. at the publisher, in ONE transaction of a session marked with the subscriber's replication
+   origin (:func:`~airflow_repl.engine.model.naming.queue_origin`): unless
+   ``airflow_repl.queue_applied`` has the transaction already, lock and read the publisher's row
+   at each command's key, classify the conflict from the row versions
+   (:mod:`~airflow_repl.engine.subscriber.conflicts`), apply the commands (in a savepoint,
+   rolled back when the policy rejects the transaction), and insert its ``queue_applied`` row
+   with the outcome; commit.  The writes run under ``session_replication_role = replica``, like
+   every replication write: the publisher's triggers (the row-version trigger among them) do
+   not fire, so the publisher keeps the subscriber's new row versions;
+2. record its conflicts in the distribution database (each once);
+3. at the subscriber, in one transaction under ``session_replication_role = replica`` (no queue
+   trigger fires): when the publisher won, compensate every key the transaction touched with
+   the publisher's current row (unless a later queued transaction changes that row again: it
+   is decided in its turn), and delete the transaction from the queue; commit.
+
+A run killed anywhere re-runs from the queue: a transaction the publisher has taken is found in
+``queue_applied`` and only steps 2 and 3 are done again.  The Log Reader records the origin of
+the applied transactions, and the Distribution Agent does not send them back to the subscriber
+they came from, with one exception: a transaction that won a conflict under "sub wins" commits
+without the origin, so that it reaches its subscriber after the publisher's older change to the
+same row (still on its way there) and the subscriber ends with the winning row.  Under "sub
+reinit" the first conflict stops the subscriber's queue: the subscription is marked
+'reinitialize' and the next Snapshot Agent run initializes it again (and empties its queue);
+until then this agent leaves that queue alone.
+
+Owns the per-transaction steps; the queue's SQL is
+:mod:`~airflow_repl.engine.state.subscriber_state`'s, the publisher's
+:mod:`~airflow_repl.engine.state.publisher_state`'s, the conflict rules
+:mod:`~airflow_repl.engine.subscriber.conflicts`', the row statements
+:mod:`~airflow_repl.engine.subscriber.row_images`'.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import psycopg
+
+from airflow_repl.engine.agents.lifecycle import AgentRun
+from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
+from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.model import naming
+from airflow_repl.engine.model.topology import Topology
+from airflow_repl.engine.model.updating import ConflictPolicy
+from airflow_repl.engine.state import distdb, publisher_state, subscriber_state
+from airflow_repl.engine.state.subscriber_state import QueuedCommand, QueuedTransaction
+from airflow_repl.engine.subscriber import conflicts, row_images
+from airflow_repl.engine.subscriber.conflicts import Action, ConflictKind, Met, PublisherRow, Resolution
+from airflow_repl.engine.subscriber.row_images import Image, Table
+
+AGENT = "queuereader"
+VERSION = "msrepl_tran_version"
+_BATCH = 100  # queued transactions read per look at the queue
+
+
+@dataclass
+class _Outcome:
+    """What the publisher made of one queued transaction (stored in ``queue_applied``)."""
+
+    resolution: Resolution
+    conflicts: list[dict[str, Any]] = field(default_factory=list)
+    compensate: list[tuple[str, Image]] = field(default_factory=list)  # (article, key)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = row_images.plain(
+            {
+                "resolution": self.resolution.value,
+                "conflicts": self.conflicts,
+                "compensate": [[a, k] for a, k in self.compensate],
+            }
+        )
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> _Outcome:
+        return cls(Resolution(data["resolution"]), data["conflicts"], [(a, k) for a, k in data["compensate"]])
+
+
+class _Tables:
+    """An article's table at the publisher and at the subscriber, written by image."""
+
+    def __init__(self, art: ResolvedArticle) -> None:
+        cols, key = art.column_names, art.primary_key
+        self.publisher = Table(art.table.schema, art.table.name, cols, key, only=not art.include_children)
+        self.subscriber = Table(art.dest_schema, art.dest_table, cols, key)
+
+
+class _QueueReader:
+    """One run of the Queue Reader for one subscription."""
+
+    def __init__(self, run: AgentRun, topology: Topology, publication: str, subscriber: str) -> None:
+        self.run, self.topology, self.publication, self.subscriber = run, topology, publication, subscriber
+        self.policy: ConflictPolicy = topology.publication(publication).conflict_policy
+        self.totals: dict[str, Any] = {"transactions": 0, "commands": 0, "conflicts": 0, "rejected": 0}
+        run.step = "connecting"
+        self.dist = run.connect(topology.distributor.require("distributor"), "distributor")
+        self.sub = run.connect(topology.subscriber_conninfo(subscriber), f"subscriber {subscriber!r}")
+        row_images.exact_numbers(self.sub)
+
+    def check(self) -> str | None:
+        """The articles, and the subscription's status in the distribution database."""
+        self.run.step = "the subscription check"
+        distdb.ensure_schema(self.dist)
+        articles = distdb.load_articles(self.dist, self.publication)
+        initialized_with = distdb.subscription_articles_hash(self.dist, self.publication, self.subscriber)
+        if initialized_with is not None and initialized_with != definition_hash(articles):
+            raise ReplError(
+                f"the articles of publication {self.publication!r} changed since subscriber {self.subscriber!r} "
+                f"was initialized, so its queued changes may not fit the publisher's tables: run the Snapshot "
+                f"Agent with reinitialize for it (its queue is given up)"
+            )
+        self.tables = {a.name: _Tables(a) for a in articles}
+        status = distdb.subscription_status(self.dist, self.publication, self.subscriber)
+        self.dist.commit()
+        return status
+
+    def forget_taken(self) -> None:
+        """Prune the publisher's record of taken transactions no longer queued."""
+        oldest = subscriber_state.oldest_queued_xid(self.sub, self.publication)
+        self.sub.commit()
+        self.totals["forgotten"] = publisher_state.forget_applied(self.pub, self.publication, self.subscriber, oldest)
+
+    def open_publisher(self) -> None:
+        """The publisher session: the subscriber's replication origin, the replica role."""
+        self.run.step = "the publisher session"
+        self.pub = self.run.connect(self.topology.publisher.require("publisher"), "publisher")
+        row_images.exact_numbers(self.pub)
+        publisher_state.ensure_schema(self.pub)
+        self.origin = naming.queue_origin(self.subscriber)
+        publisher_state.use_origin(self.pub, self.origin)
+        self.pub.execute("SET session_replication_role = replica")
+        self.pub.commit()
+
+    # ------------------------------------------------------------------ the loop
+    def drain(self, max_transactions: int | None) -> None:
+        """Take queued transactions in commit order until the queue is empty (or
+        ``max_transactions``), or a conflict under "sub reinit" stops it."""
+        while max_transactions is None or self.totals["transactions"] < max_transactions:
+            queued = subscriber_state.queued_transactions(self.sub, self.publication, _BATCH)
+            self.sub.commit()
+            if not queued:
+                return
+            for txn in queued:
+                if not self._take(txn):
+                    return
+                if max_transactions is not None and self.totals["transactions"] >= max_transactions:
+                    return
+
+    def _take(self, txn: QueuedTransaction) -> bool:
+        """Steps 1-3 for one transaction; False when the subscriber's queue must stop."""
+        self.run.step = f"queued transaction {txn.xid}"
+        commands = subscriber_state.queued_commands(self.sub, self.publication, txn.xid)
+        self.sub.commit()
+        outcome = self._at_publisher(txn, commands)
+        distdb.record_conflicts(
+            self.dist, self.publication, self.subscriber, txn.xid, self.policy.value, outcome.conflicts
+        )
+        if outcome.resolution is Resolution.REINITIALIZE:
+            distdb.mark_reinitialize(self.dist, self.publication, self.subscriber)
+        self.dist.commit()
+        self._count(outcome, len(commands))
+        if outcome.resolution is Resolution.REINITIALIZE:
+            return False
+        self._at_subscriber(txn, outcome)
+        return True
+
+    def _count(self, outcome: _Outcome, commands: int) -> None:
+        self.totals["transactions"] += 1
+        self.totals["commands"] += commands
+        self.totals["conflicts"] += len(outcome.conflicts)
+        self.totals["rejected"] += 0 if outcome.resolution.applied else 1
+
+    # ------------------------------------------------------------------ step 1: the publisher
+    def _at_publisher(self, txn: QueuedTransaction, commands: list[QueuedCommand]) -> _Outcome:
+        """Apply (or reject) the transaction and record it as taken, in one publisher transaction."""
+        self.pub.rollback()  # idle: the block below is the transaction itself (never a savepoint of another)
+        with self.pub.transaction():
+            stored = publisher_state.applied(self.pub, self.publication, self.subscriber, txn.xid)
+            if stored is not None:
+                return _Outcome.from_json(stored)
+            outcome = self._apply(commands)
+            publisher_state.record_applied(self.pub, self.publication, self.subscriber, txn.xid, outcome.to_json())
+            if outcome.resolution.returns_to_origin:
+                publisher_state.without_origin(self.pub)
+        if outcome.resolution.returns_to_origin:
+            publisher_state.use_origin(self.pub, self.origin)
+        return outcome
+
+    def _apply(self, commands: list[QueuedCommand]) -> _Outcome:
+        """The commands in a savepoint, kept only when the policy keeps the transaction; a
+        constraint the publisher enforces (a unique key: ``SET k = k + 1`` applied row by row)
+        rejects the whole transaction."""
+        met: list[Met] = []
+        found: list[dict[str, Any]] = []
+        resolution = Resolution.APPLIED
+        cmd: QueuedCommand | None = None
+        try:
+            with self.pub.transaction():
+                for cmd in commands:
+                    kind, row = self._apply_one(cmd)
+                    if kind is not None:
+                        met.append(Met(kind, self._key_changed(cmd)))
+                        found.append(self._conflict(cmd, kind, row))
+                        if conflicts.stops_at_first(self.policy):
+                            break
+                resolution = conflicts.decide(self.policy, met)
+                if not resolution.applied:
+                    raise _Rejected  # rolls the savepoint back
+        except _Rejected:
+            pass
+        except psycopg.errors.IntegrityError as exc:
+            assert cmd is not None  # the error came from a command
+            resolution, found = Resolution.REFUSED, [self._refused(cmd, exc)]
+        for c in found:
+            c["outcome"] = resolution.value if "outcome" not in c else f"{resolution.value}: {c['outcome']}"
+        return _Outcome(resolution, found, self._to_compensate(commands, resolution))
+
+    def _refused(self, cmd: QueuedCommand, exc: psycopg.Error) -> dict[str, Any]:
+        """The record of a command the publisher refused, with the server's reason."""
+        record = self._conflict(cmd, ConflictKind.CONSTRAINT, None)
+        table = self._tables(cmd.article).publisher
+        record["outcome"] = (
+            f"{exc.diag.message_primary or exc} ({table.schema}.{table.name}, key {json.dumps(record['key'], default=str)})"
+        )
+        return record
+
+    def _apply_one(self, cmd: QueuedCommand) -> tuple[ConflictKind | None, Image | None]:
+        """Classify one command against the publisher's (locked) rows and apply it: as it is
+        without a conflict, by "subscriber wins" with one (rolled back if the policy rejects).
+        Returns the conflict and the publisher's row it met."""
+        table = self._tables(cmd.article).publisher
+        old_key = table.key_of(cmd.old) if cmd.old is not None else None
+        new_key = table.key_of(cmd.new) if cmd.new is not None else None
+        at_old = row_images.fetch(self.pub, table, old_key, lock=True) if old_key is not None else None
+        at_new = None
+        if new_key is not None and new_key != old_key:
+            at_new = row_images.fetch(self.pub, table, new_key, lock=True)
+        found = PublisherRow(at_old is not None, at_old.get(VERSION) if at_old is not None else None)
+        kind = conflicts.classify(cmd.op, cmd.old_version, found, at_new is not None)
+        self._write(table, conflicts.action(cmd.op, kind), cmd, old_key, new_key)
+        return kind, at_new if kind is ConflictKind.INSERT_INSERT else at_old
+
+    def _write(
+        self, table: Table, what: Action, cmd: QueuedCommand, old_key: Image | None, new_key: Image | None
+    ) -> None:
+        if what is Action.INSERT:
+            row_images.insert(self.pub, table, table.project(cmd.new or {}))
+        elif what is Action.UPDATE and old_key is not None:
+            row_images.update(self.pub, table, old_key, table.project(cmd.new or {}))
+        elif what is Action.OVERWRITE and new_key is not None:
+            row_images.update(self.pub, table, new_key, table.project(cmd.new or {}))
+        elif what is Action.DELETE and old_key is not None:
+            row_images.delete(self.pub, table, old_key)
+
+    def _key_changed(self, cmd: QueuedCommand) -> bool:
+        table = self._tables(cmd.article).publisher
+        return cmd.old is not None and cmd.new is not None and table.key_of(cmd.old) != table.key_of(cmd.new)
+
+    def _conflict(self, cmd: QueuedCommand, kind: ConflictKind, publisher_row: Image | None) -> dict[str, Any]:
+        """The conflict's record: the publisher's row it met and the subscriber's change."""
+        table = self._tables(cmd.article).publisher
+        image = cmd.new if kind is ConflictKind.INSERT_INSERT else cmd.old
+        return {
+            "queue_id": cmd.id,
+            "article": cmd.article,
+            "key": table.key_of(image or {}),
+            "kind": kind.value,
+            "publisher_row": publisher_row,
+            "subscriber_row": table.project(cmd.new) if cmd.new is not None else None,
+            "detected_at": datetime.now(timezone.utc).isoformat(),
+        }
+
+    def _to_compensate(self, commands: list[QueuedCommand], resolution: Resolution) -> list[tuple[str, Image]]:
+        """The keys to bring back to the publisher's rows: every key a rejected transaction touched."""
+        if not resolution.compensates:
+            return []
+        keys: list[tuple[str, Image]] = []
+        for cmd in commands:
+            table = self._tables(cmd.article).publisher
+            for image in (cmd.old, cmd.new):
+                if image is not None and (cmd.article, table.key_of(image)) not in keys:
+                    keys.append((cmd.article, table.key_of(image)))
+        return keys
+
+    # ------------------------------------------------------------------ step 3: the subscriber
+    def _at_subscriber(self, txn: QueuedTransaction, outcome: _Outcome) -> None:
+        """Compensate the outcome's keys with the publisher's current rows and dequeue the
+        transaction, in one subscriber transaction (no queue trigger fires)."""
+        with self.sub.transaction():
+            self.sub.execute("SET LOCAL session_replication_role = replica")
+            for article, key in outcome.compensate:
+                if not subscriber_state.queued_later(self.sub, self.publication, txn.xid, article, key):
+                    self._compensate(article, key)
+            subscriber_state.dequeue(self.sub, self.publication, txn.xid)
+        self.pub.rollback()
+
+    def _compensate(self, article: str, key: Image) -> None:
+        """The subscriber's row at ``key`` becomes the publisher's (or goes, when the publisher has none)."""
+        tables = self._tables(article)
+        row = row_images.fetch(self.pub, tables.publisher, key)
+        row_images.delete(self.sub, tables.subscriber, key)
+        if row is not None:
+            row_images.insert(self.sub, tables.subscriber, row)
+        self.totals["compensated"] = self.totals.get("compensated", 0) + 1
+
+    def _tables(self, article: str) -> _Tables:
+        try:
+            return self.tables[article]
+        except KeyError:
+            raise ReplError(
+                f"the queue of subscriber {self.subscriber!r} holds a change of {article!r}, which is not an article "
+                f"of publication {self.publication!r} (any more): run the Snapshot Agent with reinitialize for it"
+            ) from None
+
+
+class _Rejected(Exception):
+    """Rolls back the savepoint of a transaction the policy rejects."""
+
+
+# ---------------------------------------------------------------------- the run
+def run_queue_reader(
+    topology: Topology, publication: str, subscriber: str, *, max_transactions: int | None = None
+) -> dict[str, Any]:
+    """Apply the subscriber's queued transactions at the publisher (all of them, or the first
+    ``max_transactions``).  Returns a summary (transactions, commands, conflicts, rejected,
+    compensated, queued: what is left)."""
+    topology.subscription(publication, subscriber)  # an unknown subscription -> error
+    with AgentRun(AGENT, publication, subscriber) as run:
+        reader = _QueueReader(run, topology, publication, subscriber)
+        run.lock(reader.sub)
+        status = reader.check()
+        run.begin(reader.dist)
+        run.counts = totals = reader.totals
+        if status == "reinitialize":
+            message = (
+                f"subscription of {subscriber!r} to {publication!r} is marked for reinitialization (a conflict under "
+                f"'sub reinit'): its queue is left alone; run the Snapshot Agent to initialize it again"
+            )
+            return run.succeed({**totals, "queued": _depth(reader), "message": message}, message=message)
+        if not _depth(reader):
+            message = "the queue is empty; nothing to apply"
+            return run.succeed({**totals, "queued": 0, "message": message}, message=message)
+        reader.open_publisher()
+        run.step = "applying the queue"
+        reader.drain(max_transactions)
+        reader.forget_taken()
+        totals["queued"] = _depth(reader)
+        totals["reinitialize"] = distdb.subscription_status(reader.dist, publication, subscriber) == "reinitialize"
+        reader.dist.commit()
+        return run.succeed(totals)
+
+
+def _depth(reader: _QueueReader) -> int:
+    depth = subscriber_state.queue_depth(reader.sub, reader.publication)
+    reader.sub.commit()
+    return depth

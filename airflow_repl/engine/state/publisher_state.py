@@ -1,0 +1,90 @@
+"""The ``airflow_repl`` schema at the publisher, kept by the Queue Reader Agent: which queued
+subscriber transactions the publisher has taken, and the replication origin it applies them under.
+
+``airflow_repl.queue_applied`` gets a transaction's row in the same publisher transaction that
+applies (or rejects) it, so the row exists exactly when its effect does: a Queue Reader killed
+after that commit finds the row on its next run and only finishes the subscriber's side
+(records the conflicts, compensates, dequeues), never applying the transaction twice.  The row
+keeps the outcome needed for that (resolution, conflicts, keys to compensate).
+
+Owns: :data:`PUBLISHER_DDL` and one function per question the Queue Reader asks at the publisher.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+PUBLISHER_DDL = """
+CREATE SCHEMA IF NOT EXISTS airflow_repl;
+CREATE TABLE IF NOT EXISTS airflow_repl.queue_applied (
+    publication  text NOT NULL,
+    subscriber   text NOT NULL,
+    xid          xid8 NOT NULL,
+    applied_at   timestamptz NOT NULL DEFAULT now(),
+    outcome      jsonb NOT NULL,
+    PRIMARY KEY (publication, subscriber, xid)
+);
+"""
+
+
+def ensure_schema(conn: psycopg.Connection[Any]) -> None:
+    """Create the publisher's ``airflow_repl.queue_applied`` where it is missing, and commit."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('airflow_repl.publisher_ddl'))")
+        conn.execute(PUBLISHER_DDL)
+
+
+def use_origin(conn: psycopg.Connection[Any], origin: str) -> None:
+    """Create the replication origin where it is missing and make it this session's: every
+    transaction the session commits is marked with it in the WAL (and so in what the Log Reader
+    decodes).  An origin another session uses raises ObjectInUse."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('airflow_repl.origin_create'))")
+        conn.execute(
+            "SELECT pg_catalog.pg_replication_origin_create(%s) WHERE pg_catalog.pg_replication_origin_oid(%s) IS NULL",
+            (origin, origin),
+        )
+    conn.execute("SELECT pg_catalog.pg_replication_origin_session_setup(%s)", (origin,))
+    conn.commit()
+
+
+def applied(conn: psycopg.Connection[Any], publication: str, subscriber: str, xid: int) -> dict[str, Any] | None:
+    """The stored outcome of a queued transaction the publisher has taken, or None."""
+    row = conn.execute(
+        "SELECT outcome FROM airflow_repl.queue_applied WHERE publication = %s AND subscriber = %s "
+        "AND xid = %s::text::xid8",
+        (publication, subscriber, xid),
+    ).fetchone()
+    return dict(row[0]) if row is not None else None
+
+
+def record_applied(
+    conn: psycopg.Connection[Any], publication: str, subscriber: str, xid: int, outcome: dict[str, Any]
+) -> None:
+    """The publisher has taken the queued transaction (in the transaction that applies it)."""
+    conn.execute(
+        "INSERT INTO airflow_repl.queue_applied (publication, subscriber, xid, outcome) "
+        "VALUES (%s, %s, %s::text::xid8, %s)",
+        (publication, subscriber, xid, Jsonb(outcome)),
+    )
+
+
+def without_origin(conn: psycopg.Connection[Any]) -> None:
+    """The transaction in progress commits without the session's replication origin (the
+    caller sets the origin up again with :func:`use_origin` after the commit)."""
+    conn.execute("SELECT pg_catalog.pg_replication_origin_session_reset()")
+
+
+def forget_applied(conn: psycopg.Connection[Any], publication: str, subscriber: str, below: int | None) -> int:
+    """Forget the taken transactions of the subscriber's queue with ids below ``below`` (all
+    with None): they are no longer queued, so no re-run can meet them again.  Returns how many."""
+    cur = conn.execute(
+        "DELETE FROM airflow_repl.queue_applied WHERE publication = %s AND subscriber = %s "
+        "AND (%s::bigint IS NULL OR xid < %s::text::xid8)",
+        (publication, subscriber, below, below),
+    )
+    conn.commit()
+    return cur.rowcount

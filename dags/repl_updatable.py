@@ -1,0 +1,49 @@
+"""Updatable subscriptions (queued updating): every interval, the Queue Reader Agent applies
+the changes queued at the subscribers at the publisher (conflicts resolved by the publication's
+conflict_policy and listed by ``airflow-repl conflicts``), the Log Reader Agent stores what the
+publisher committed (those changes among it), and the Distribution Agent delivers it to every
+subscriber but the one each change came from.
+
+The publication of the topology file must allow queued updating (``allow_queued_tran: true``)
+and its subscriptions use ``update_mode: queued tran``; see docs/updatable-subscriptions.md.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pendulum
+from airflow.sdk import DAG, CronDataIntervalTimetable
+from repl_common import PUBLICATION, SPARK_CONN_ID, TOPOLOGY
+
+from airflow_repl.operators.agents import (
+    DistributionAgentOperator,
+    LogReaderAgentOperator,
+    QueueReaderAgentOperator,
+)
+
+UPDATABLE_PUBLICATION = os.environ.get("AIRFLOW_REPL_UPDATABLE_PUBLICATION", PUBLICATION)
+
+with DAG(
+    dag_id="airflow_repl_updatable",
+    description="Queue Reader Agent, Log Reader Agent, then Distribution Agent, every 10 minutes",
+    schedule=CronDataIntervalTimetable("*/10 * * * *", timezone="UTC"),
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["airflow-repl", "example", "updatable"],
+) as dag:
+    queue_reader = QueueReaderAgentOperator(
+        task_id="queue_reader", topology=TOPOLOGY, publication=UPDATABLE_PUBLICATION, conn_id=SPARK_CONN_ID
+    )
+    log_reader = LogReaderAgentOperator(
+        task_id="log_reader", topology=TOPOLOGY, publication=UPDATABLE_PUBLICATION, conn_id=SPARK_CONN_ID
+    )
+    distribution = DistributionAgentOperator(
+        task_id="distribution",
+        topology=TOPOLOGY,
+        publication=UPDATABLE_PUBLICATION,
+        until="{{ data_interval_end }}",
+        conn_id=SPARK_CONN_ID,
+    )
+    queue_reader >> log_reader >> distribution
