@@ -45,6 +45,7 @@ format: install
 bench: install
 	$(PY) benchmarks/throughput.py
 	$(PY) benchmarks/streams.py
+	$(PY) benchmarks/queue_reader.py
 
 sandbox-stop:
 	-$(VENV)/bin/airflow-repl sandbox stop

@@ -175,8 +175,8 @@ FINAL = {
 @pytest.mark.parametrize("kind", list(CONFLICTS))
 def test_conflict_is_detected_recorded_and_resolved_by_the_policy(env, spark, kind, policy):
     # the publisher's own change may reach the subscriber after the queued one was decided: it
-    # then meets a missing row or a duplicate key there, which queued subscribers skip
-    topo = setup_queued(env, spark, policy, skip_errors=["row_not_found", "duplicate_key"])
+    # then meets a missing row or a duplicate key there, and converges (no skip_errors needed)
+    topo = setup_queued(env, spark, policy)
     if kind == "insert/insert":
         env.run(env.pub, "DELETE FROM items WHERE id = 1")
         cycle(topo, "sub1")
@@ -187,7 +187,7 @@ def test_conflict_is_detected_recorded_and_resolved_by_the_policy(env, spark, ki
 
     result = queue_reader_agent.run_queue_reader(topo, "p", "sub1")
     assert result["conflicts"] == 1
-    (found,) = conflicts(env)
+    (found,) = [c for c in conflicts(env) if c["agent"] == "queuereader"]
     assert (found["subscriber"], found["article"], found["key"], found["kind"]) == ("sub1", "items", {"id": 1}, kind)
     assert found["policy"] == policy
     assert (found["publisher_row"] or {}).get("v") == (before_pub[1][0] if before_pub else None)
@@ -215,6 +215,78 @@ def test_conflict_is_detected_recorded_and_resolved_by_the_policy(env, spark, ki
     assert_in_sync(topo)
 
 
+# ---------------------------------------------------------------------- delivery to a queued subscriber
+def delivered_conflicts(env):
+    return [(c["kind"], c["key"], c["outcome"]) for c in conflicts(env) if c["agent"] == "distribution"]
+
+
+@pytest.mark.parametrize("policy", ["pub wins", "sub wins"])
+def test_a_row_with_a_queued_change_is_kept_and_decided_by_the_queue_reader(env, spark, policy):
+    topo = setup_queued(env, spark, policy)
+    env.run(env.sub, "INSERT INTO items (id, v, n) VALUES (1000, 'sub', 0)")  # queued
+    env.run(env.pub, "INSERT INTO items (id, v) VALUES (1000, 'pub')")
+    env.run(env.pub, "DELETE FROM items WHERE id = 1000")  # the publisher ends without the row
+    env.run(env.sub, "UPDATE items SET v = 'sub' WHERE id = 1")  # queued
+    env.run(env.pub, "UPDATE items SET v = 'pub' WHERE id = 1")
+    env.run(env.pub, "UPDATE items SET v = 'pub' WHERE id = 2")  # no queued change: delivered as usual
+    _, (delivered,) = cycle(topo, "sub1")  # before the Queue Reader: the queued rows are kept
+    assert delivered["conflicts"] == 3 and delivered["skipped"] == 0
+    kept = delivered_conflicts(env)
+    assert [(k, key) for k, key, _ in kept] == [("queued at the subscriber", {"id": "1000"})] * 2 + [
+        ("queued at the subscriber", {"id": "1"})
+    ]
+    assert all(outcome.startswith("the subscriber's row was kept") for _, _, outcome in kept)
+    assert rows(env.sub, "id IN (1, 2, 1000)")[1000][0] == "sub" and rows(env.sub, "id = 2")[2][0] == "pub"
+    assert rows(env.sub, "id = 1")[1][0] == "sub"
+    result = queue_reader_agent.run_queue_reader(topo, "p", "sub1")
+    assert result["conflicts"] == 1  # row 1 (update/update); the insert of 1000 meets no row there
+    cycle(topo, "sub1")
+    assert rows(env.pub, "id = 1000")[1000][0] == "sub"
+    assert rows(env.pub, "id = 1")[1][0] == ("pub" if policy == "pub wins" else "sub")
+    assert rows(env.sub) == rows(env.pub)
+    assert_in_sync(topo)
+
+
+def test_the_publishers_older_change_converges_at_the_subscriber_and_is_recorded(env, spark):
+    topo = setup_queued(env, spark, "sub wins")
+    env.run(env.pub, "DELETE FROM items WHERE id = 1")
+    cycle(topo, "sub1")
+    env.run(env.sub, "INSERT INTO items (id, v, n) VALUES (1, 'sub', 0)")
+    env.run(env.sub, "DELETE FROM items WHERE id = 2")
+    env.run(env.sub, "DELETE FROM items WHERE id = 3")
+    with psycopg.connect(env.pub) as conn:  # one publisher transaction meeting all three, and a fourth row
+        conn.execute("INSERT INTO items (id, v) VALUES (1, 'pub')")
+        conn.execute("UPDATE items SET v = 'pub' WHERE id = 2")
+        conn.execute("DELETE FROM items WHERE id = 3")
+        conn.execute("UPDATE items SET v = 'pub' WHERE id = 4")
+    result = queue_reader_agent.run_queue_reader(topo, "p", "sub1")  # the subscriber wins all three first
+    assert (result["conflicts"], result["rejected"]) == (3, 0)
+    _, (delivered,) = cycle(topo, "sub1")  # the publisher's transaction, then the winners sent back
+    assert (delivered["skipped"], delivered["conflicts"]) == (0, 3)
+    assert sorted(delivered_conflicts(env)) == [
+        ("delete of a missing row", {"id": "3"}, "nothing to do: the row is not at the subscriber"),
+        ("duplicate key", {"id": "1"}, "the subscriber's row was set to the publisher's"),
+        ("update of a missing row", {"id": "2"}, "the subscriber's row was set to the publisher's"),
+    ]
+    assert rows(env.sub, "id <= 4") == rows(env.pub, "id <= 4")
+    assert {i: r[0] for i, r in rows(env.pub, "id <= 4").items()} == {1: "sub", 4: "pub"}
+    assert_in_sync(topo)
+
+
+def test_queue_reader_and_distribution_agent_never_write_at_one_subscriber_together(env, spark):
+    from airflow_repl.engine.errors import AgentBusy
+
+    topo = setup_queued(env, spark)
+    env.run(env.sub, "UPDATE items SET v = 'sub' WHERE id = 1")
+    with psycopg.connect(env.sub, autocommit=True) as other:  # what a running Distribution Agent holds
+        other.execute("SELECT pg_advisory_lock(hashtext('airflow_repl.distribution.p'))")
+        with pytest.raises(AgentBusy, match=r"the Distribution Agent .* is busy with publication 'p' to subscriber"):
+            queue_reader_agent.run_queue_reader(topo, "p", "sub1")
+    assert queued(env.sub) == (1, 1)  # nothing taken
+    assert env.rows(env.pub, "SELECT v FROM items WHERE id = 1") == [("v1",)]
+    assert queue_reader_agent.run_queue_reader(topo, "p", "sub1")["transactions"] == 1
+
+
 @pytest.mark.parametrize(("policy", "winner"), [("pub wins", "one"), ("sub wins", "two")])
 def test_two_subscribers_updating_one_row_end_equal_everywhere(env2, spark, policy, winner):
     topo = setup_queued(env2, spark, policy)
@@ -223,7 +295,7 @@ def test_two_subscribers_updating_one_row_end_equal_everywhere(env2, spark, poli
     first = queue_reader_agent.run_queue_reader(topo, "p", "sub1")  # applied: the publisher had not changed
     second = queue_reader_agent.run_queue_reader(topo, "p", "sub2")  # meets sub1's change
     assert (first["conflicts"], second["conflicts"]) == (0, 1)
-    (found,) = conflicts(env2)
+    (found,) = [c for c in conflicts(env2) if c["agent"] == "queuereader"]
     assert (found["subscriber"], found["kind"], found["publisher_row"]["v"]) == ("sub2", "update/update", "one")
     cycle(topo, "sub1", "sub2")
     assert rows(env2.pub, "id = 1")[1][0] == winner

@@ -9,12 +9,16 @@ from airflow_repl.engine.model.updating import ConflictPolicy
 from airflow_repl.engine.subscriber.conflicts import (
     Action,
     ConflictKind,
+    Convergence,
+    DeliveryConflict,
     Met,
     PublisherRow,
     Resolution,
     action,
     classify,
+    converge,
     decide,
+    delivery_conflict,
     stops_at_first,
 )
 
@@ -111,3 +115,28 @@ def test_queue_origin_names_fit_and_differ():
 
     a, b = naming.queue_origin("sub1"), naming.queue_origin("x" * 500)
     assert a.startswith("airflow_repl_q_") and len(b.encode()) <= 63 and a != naming.queue_origin("sub2")
+
+
+# ---------------------------------------------------------------------- delivery to a queued subscriber
+@pytest.mark.parametrize(
+    ("op", "sqlstate", "expected"),
+    [
+        ("U", "RP598", DeliveryConflict.UPDATE_MISSING),
+        ("D", "RP598", DeliveryConflict.DELETE_MISSING),
+        ("I", "23505", DeliveryConflict.DUPLICATE_KEY),
+        ("U", "23505", DeliveryConflict.DUPLICATE_KEY),
+        ("I", "RP598", None),  # not a delivery conflict: handled as at any subscriber
+        ("D", "23505", None),
+        ("U", "23502", None),  # a NOT NULL violation
+        ("U", None, None),
+    ],
+)
+def test_delivery_conflict_names_the_failures_that_converge(op, sqlstate, expected):
+    assert delivery_conflict(op, sqlstate) is expected
+
+
+def test_a_queued_row_is_kept_a_missing_delete_does_nothing_and_the_rest_take_the_publishers_row():
+    assert converge(DeliveryConflict.QUEUED_ROW) is Convergence.KEPT
+    assert converge(DeliveryConflict.DELETE_MISSING) is Convergence.NOTHING
+    assert converge(DeliveryConflict.UPDATE_MISSING) is Convergence.PUBLISHERS_ROW
+    assert converge(DeliveryConflict.DUPLICATE_KEY) is Convergence.PUBLISHERS_ROW

@@ -55,6 +55,7 @@ from airflow_repl.engine.postgres import lsn
 from airflow_repl.engine.state import distdb, subscriber_state
 from airflow_repl.engine.state.distdb import CommandRow, PendingTransaction
 from airflow_repl.engine.subscriber.applier import Applier, ReplayOutcome, apply_parallel, apply_pipelined, replay
+from airflow_repl.engine.subscriber.convergence import QueueGuard, replay_queued
 from airflow_repl.engine.subscriber.streams import Streams, recover_prepared
 
 log = logging.getLogger(__name__)
@@ -164,6 +165,11 @@ class _Delivery:
             "last_xact_seqno": None,
         }
         self.chooser = stream_planning.StreamChooser(adaptive=stream_planning.ADAPTIVE_STREAMS)
+        mode = topology.subscription(publication, subscriber).update_mode
+        #: a queued updating subscriber (with its queue): batches converge there (see _converge)
+        self.guard: QueueGuard | None = None
+        self.queued = mode.queued or mode.failover
+        self.policy = topology.publication(publication).conflict_policy
 
     def connect(self, run: AgentRun) -> None:
         """Open the streams, take the subscription's lock, recover an interrupted batch."""
@@ -175,13 +181,19 @@ class _Delivery:
         run.lock(self.streams.first)
         run.step = "the recovery of an interrupted two-phase commit"
         recover_prepared(self.streams.first, self.publication)
+        if self.queued and subscriber_state.has_queue(self.streams.first):
+            self.guard = QueueGuard(self.streams.first, self.publication, self.policy)
+            self.totals["conflicts"] = 0
+        self.streams.first.rollback()
 
     # ------------------------------------------------------------------ the loop
     def run(self, dist: psycopg.Connection, run_id: int, applier: Applier) -> None:
         """Deliver batch after batch until none is pending; a batch that fails on the fast path
         is replayed on one stream, which skips what ``skip_errors`` allows or raises."""
         while (batch := self._next_batch(dist)) is not None:
-            if not self._fast_path(dist, applier, batch):
+            if self.guard is not None:
+                self._converge(dist, run_id, applier, batch, self.guard)
+            elif not self._fast_path(dist, applier, batch):
                 self._replay(dist, run_id, applier, batch)
 
     def _next_batch(self, dist: psycopg.Connection) -> _Batch | None:
@@ -282,6 +294,22 @@ class _Delivery:
         if outcome.failure is not None:
             raise outcome.failure
 
+    def _converge(
+        self, dist: psycopg.Connection, run_id: int, applier: Applier, batch: _Batch, guard: QueueGuard
+    ) -> None:
+        """A queued subscriber's batch: one stream, command by command, each converging with the
+        subscriber's own changes (:mod:`~airflow_repl.engine.subscriber.convergence`) instead of
+        failing on them; commit what it applied, then raise its failure, if any."""
+        guard.taken(applier.articles, distdb.commands_of_origin(dist, self.publication, self.own_origin, batch.first))
+        rows = distdb.batch_commands(dist, self.publication, batch.first, batch.last)
+        commands = applier.commands(rows, batch.article_rows())
+        outcome = replay_queued(self.streams.first, applier, commands, self.settings.skip, guard)
+        done = batch.last if outcome.failure is None else outcome.last_good
+        if done is not None:
+            self._commit_replayed(dist, run_id, batch, done, outcome)
+        if outcome.failure is not None:
+            raise outcome.failure
+
     def _check_watermark_unmoved(self, batch: _Batch) -> None:
         """Lock the watermark again: it must still be where the batch began (never re-apply)."""
         now = subscriber_state.lock_watermark(self.streams.first, self.publication, self.subscriber)
@@ -311,6 +339,11 @@ class _Delivery:
                 **dataclasses.asdict(skipped),
             )
         self.totals["skipped"] += len(outcome.skipped)
+        if outcome.conflicts:
+            through = lsn.lsn_to_int(done)
+            met = [c for c in outcome.conflicts if lsn.lsn_to_int(c["xact_seqno"]) <= through]
+            distdb.record_delivery_conflicts(dist, self.publication, self.subscriber, met)
+            self.totals["conflicts"] += len(met)
         self._delivered(dist, done, applied, outcome.commands)
 
     # ------------------------------------------------------------------ progress

@@ -203,17 +203,30 @@ class AgentRun:
         to = f" to subscriber {self.subscriber!r}" if self.subscriber else ""
         return f"publication {self.publication!r}{to}"
 
-    def lock(self, conn: psycopg.Connection[Any]) -> None:
+    def lock(self, conn: psycopg.Connection[Any], of: str | None = None) -> None:
         """Take this agent's session lock for the publication on ``conn`` (released when the
-        connection ends, also when the process dies); held by another agent -> AgentBusy."""
-        key = f"airflow_repl.{self.agent}.{self.publication}"
+        connection ends, also when the process dies); held by another agent -> AgentBusy.
+        ``of``: take that agent's lock instead (the Queue Reader takes the Distribution Agent's
+        at a subscriber, as both write there)."""
+        key = f"airflow_repl.{of or self.agent}.{self.publication}"
         row = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()
         conn.commit()
-        if row is None or not row[0]:
+        if row is not None and row[0]:
+            return
+        if of is not None:
             raise AgentBusy(
-                f"another {self.label} is {'delivering' if self.subscriber else 'running for'} "
-                f"{self.where()}; wait for it to finish, then run it again"
+                f"the {LABELS.get(of, of)} (or another agent writing at the subscriber) is busy with "
+                f"{self.where()}, where the {self.label} writes too; wait for it to finish, then run it again"
             )
+        raise AgentBusy(
+            f"another {self.label} is {'delivering' if self.subscriber else 'running for'} "
+            f"{self.where()}; wait for it to finish, then run it again"
+            + (
+                " (the Queue Reader Agent holds this lock too while it writes there)"
+                if self.agent == "distribution"
+                else ""
+            )
+        )
 
     def begin(self, dist: psycopg.Connection[Any]) -> int:
         """Start the history row and mark runs left 'running' by dead agents 'abandoned'.

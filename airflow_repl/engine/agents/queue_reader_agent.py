@@ -19,6 +19,13 @@ Per queued transaction (``airflow_repl.queue_commits`` order at the subscriber):
    the publisher's current row (unless a later queued transaction changes that row again: it
    is decided in its turn), and delete the transaction from the queue; commit.
 
+One writer at a time at the subscriber: once it finds something queued, a run takes the
+Distribution Agent's session lock for the subscription there (besides its own), and holds it to
+the end, so that its compensation and the Distribution Agent's delivery never interleave; a
+Distribution Agent delivering there refuses the run (AgentBusy), and the other way round.  The
+Distribution Agent in turn keeps a row with a queued change as it is (see
+:mod:`~airflow_repl.engine.subscriber.convergence`): this agent decides it.
+
 A run killed anywhere re-runs from the queue: a transaction the publisher has taken is found in
 ``queue_applied`` and only steps 2 and 3 are done again.  The Log Reader records the origin of
 the applied transactions, and the Distribution Agent does not send them back to the subscriber
@@ -45,6 +52,7 @@ from typing import Any
 
 import psycopg
 
+from airflow_repl.engine.agents import distribution_agent
 from airflow_repl.engine.agents.lifecycle import AgentRun
 from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
 from airflow_repl.engine.errors import ReplError
@@ -349,6 +357,8 @@ def run_queue_reader(
         if not _depth(reader):
             message = "the queue is empty; nothing to apply"
             return run.succeed({**totals, "queued": 0, "message": message}, message=message)
+        # the subscriber is written here too (compensation, the queue): never beside a Distribution Agent
+        run.lock(reader.sub, of=distribution_agent.AGENT)
         reader.open_publisher()
         run.step = "applying the queue"
         reader.drain(max_transactions)

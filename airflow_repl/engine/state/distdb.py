@@ -161,6 +161,15 @@ CREATE TABLE IF NOT EXISTS airflow_repl.conflicts (
     UNIQUE (publication, subscriber, queued_xid, queue_id)
 );
 CREATE INDEX IF NOT EXISTS conflicts_detected ON airflow_repl.conflicts (detected_at);
+-- ... and those the Distribution Agent met delivering the publisher's commands to a queued
+-- subscriber (agent 'distribution': the publisher's transaction and command, no queued one)
+ALTER TABLE airflow_repl.conflicts ADD COLUMN IF NOT EXISTS agent text NOT NULL DEFAULT 'queuereader';
+ALTER TABLE airflow_repl.conflicts ADD COLUMN IF NOT EXISTS xact_seqno pg_lsn;
+ALTER TABLE airflow_repl.conflicts ADD COLUMN IF NOT EXISTS command_id integer;
+ALTER TABLE airflow_repl.conflicts ALTER COLUMN queued_xid DROP NOT NULL;
+ALTER TABLE airflow_repl.conflicts ALTER COLUMN queue_id DROP NOT NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS conflicts_delivered
+    ON airflow_repl.conflicts (publication, subscriber, xact_seqno, command_id) WHERE xact_seqno IS NOT NULL;
 -- updatable subscriptions: the publication's options, the subscription's current update mode
 -- (a failover subscription switches between 'failover' and 'queued failover') and when it was
 -- last initialized
@@ -693,6 +702,18 @@ def batch_commands(
         yield from cur
 
 
+def commands_of_origin(conn: psycopg.Connection, publication: str, origin: str, after: str) -> list[CommandRow]:
+    """The commands of the transactions after ``after`` that came from replication origin
+    ``origin`` (a queued subscriber's changes the Queue Reader applied), in commit order."""
+    rows = conn.execute(
+        "SELECT c.xact_seqno::text, c.command_id, c.article, c.op, c.data FROM airflow_repl.transactions AS t "
+        "JOIN airflow_repl.commands AS c ON c.publication = t.publication AND c.xact_seqno = t.xact_seqno "
+        "WHERE t.publication = %s AND t.origin = %s AND t.xact_seqno > %s::pg_lsn ORDER BY c.xact_seqno, c.command_id",
+        (publication, origin, after),
+    ).fetchall()
+    return [(str(x), int(i), str(a), str(o), d) for x, i, a, o, d in rows]
+
+
 def mark_delivered(conn: psycopg.Connection, publication: str, subscriber: str, xact: str) -> None:
     """Record that the subscriber has applied every transaction up to ``xact`` (the caller
     commits)."""
@@ -754,7 +775,35 @@ def record_conflicts(
         )
 
 
-#: The columns :func:`list_conflicts` returns, in order.
+def record_delivery_conflicts(
+    conn: psycopg.Connection[Any], publication: str, subscriber: str, conflicts: list[dict[str, Any]]
+) -> None:
+    """Record the conflicts the Distribution Agent met at a queued subscriber (each once, keyed
+    by the publisher's transaction and command); the caller commits."""
+    for c in conflicts:
+        conn.execute(
+            "INSERT INTO airflow_repl.conflicts (publication, subscriber, article, key, kind, publisher_row, "
+            "subscriber_row, policy, outcome, agent, xact_seqno, command_id, detected_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, 'distribution', %s, %s, %s) ON CONFLICT DO NOTHING",
+            (
+                publication,
+                subscriber,
+                c["article"],
+                Jsonb(c["key"]),
+                c["kind"],
+                Jsonb(c["publisher_row"]) if c["publisher_row"] is not None else None,
+                Jsonb(c["subscriber_row"]) if c["subscriber_row"] is not None else None,
+                c["policy"],
+                c["outcome"],
+                c["xact_seqno"],
+                c["command_id"],
+                c["detected_at"],
+            ),
+        )
+
+
+#: The columns :func:`list_conflicts` returns, in order (``agent``: the Queue Reader's
+#: conflicts name their ``queued_xid``, the Distribution Agent's their ``xact_seqno``).
 CONFLICT_COLUMNS = (
     "conflict_id",
     "detected_at",
@@ -765,7 +814,9 @@ CONFLICT_COLUMNS = (
     "kind",
     "policy",
     "outcome",
+    "agent",
     "queued_xid",
+    "xact_seqno",
     "publisher_row",
     "subscriber_row",
 )
@@ -783,7 +834,7 @@ def list_conflicts(
     if not _deployed(conn, "conflicts"):
         return []
     rows = conn.execute(
-        f"SELECT {', '.join(CONFLICT_COLUMNS)} FROM airflow_repl.conflicts "
+        f"SELECT {', '.join(c + '::text' if c == 'xact_seqno' else c for c in CONFLICT_COLUMNS)} FROM airflow_repl.conflicts "
         "WHERE (%(p)s::text IS NULL OR publication = %(p)s) AND (%(s)s::text IS NULL OR subscriber = %(s)s) "
         "AND (%(a)s::text IS NULL OR article = %(a)s) AND (%(t)s::timestamptz IS NULL OR detected_at >= %(t)s) "
         "ORDER BY detected_at, conflict_id",

@@ -131,12 +131,13 @@ def reset_for_snapshot(conn: psycopg.Connection[Any], publication: str) -> None:
 def clear_queue(conn: psycopg.Connection[Any], publication: str) -> None:
     """Forget the publication's queued changes (the subscription is initialized again; its
     changes not yet applied at the publisher are given up), in the caller's transaction."""
-    if _has_queue(conn):
+    if has_queue(conn):
         conn.execute("DELETE FROM airflow_repl.queue WHERE publication = %s", (publication,))
         conn.execute("DELETE FROM airflow_repl.queue_commits WHERE publication = %s", (publication,))
 
 
-def _has_queue(conn: psycopg.Connection[Any]) -> bool:
+def has_queue(conn: psycopg.Connection[Any]) -> bool:
+    """Does the subscriber have the queue of queued updating?"""
     row = conn.execute("SELECT to_regclass('airflow_repl.queue_commits') IS NOT NULL").fetchone()
     return bool(row and row[0])
 
@@ -240,7 +241,7 @@ class QueuedTransaction:
 
 def queued_transactions(conn: psycopg.Connection[Any], publication: str, limit: int) -> list[QueuedTransaction]:
     """The publication's first ``limit`` queued transactions, in commit order ([] without a queue)."""
-    if not _has_queue(conn):
+    if not has_queue(conn):
         return []
     rows = conn.execute(
         "SELECT xid::text::bigint, commit_seq FROM airflow_repl.queue_commits WHERE publication = %s "
@@ -280,7 +281,7 @@ def dequeue(conn: psycopg.Connection[Any], publication: str, xid: int) -> None:
 
 def oldest_queued_xid(conn: psycopg.Connection[Any], publication: str) -> int | None:
     """The smallest transaction id in the publication's queue (None: the queue is empty)."""
-    if not _has_queue(conn):
+    if not has_queue(conn):
         return None
     row = conn.execute(
         "SELECT min(xid::text::bigint) FROM airflow_repl.queue_commits WHERE publication = %s", (publication,)
@@ -290,7 +291,7 @@ def oldest_queued_xid(conn: psycopg.Connection[Any], publication: str) -> int | 
 
 def queue_depth(conn: psycopg.Connection[Any], publication: str) -> int:
     """How many transactions of the publication wait in the queue."""
-    if not _has_queue(conn):
+    if not has_queue(conn):
         return 0
     row = conn.execute(
         "SELECT count(*) FROM airflow_repl.queue_commits WHERE publication = %s", (publication,)

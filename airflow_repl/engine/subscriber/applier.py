@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg
 
@@ -202,6 +203,8 @@ class ReplayOutcome:
     skipped: list[conflicts.Skipped] = field(default_factory=list)
     failure: DeliveryError | None = None
     last_good: str | None = None
+    #: conflicts met at a queued subscriber (:mod:`~airflow_repl.engine.subscriber.convergence`)
+    conflicts: list[dict[str, Any]] = field(default_factory=list)
 
 
 def replay(conn: psycopg.Connection, applier: Applier, commands: Iterable[Located], skip: set[str]) -> ReplayOutcome:
@@ -213,7 +216,7 @@ def replay(conn: psycopg.Connection, applier: Applier, commands: Iterable[Locate
     failed_txn: str | None = None
     for xact, cid, cmd in commands:
         if xact != current:
-            _next_transaction(cur, out, current)
+            next_transaction(cur, out, current)
             current = xact
         if failed_txn == xact:
             continue  # the rest of a skipped transaction
@@ -234,7 +237,7 @@ def replay(conn: psycopg.Connection, applier: Applier, commands: Iterable[Locate
     return out
 
 
-def _next_transaction(cur: psycopg.RawCursor, out: ReplayOutcome, done: str | None) -> None:
+def next_transaction(cur: psycopg.RawCursor, out: ReplayOutcome, done: str | None) -> None:
     """Close the savepoint of transaction ``done`` (applied, or skipped: either way it is done)
     and open the next one's."""
     if done is not None:

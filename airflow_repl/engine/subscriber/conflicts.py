@@ -211,3 +211,50 @@ def action(op: str, kind: ConflictKind | None) -> Action:
     if kind is ConflictKind.ROW_MISSING:
         return Action.NOTHING
     return Action.DELETE
+
+
+# ---------------------------------------------------------------------- delivery to a queued subscriber
+class DeliveryConflict(TextEnum):
+    """How a publisher command the Distribution Agent delivers to a queued updating subscriber
+    meets the subscriber's own changes."""
+
+    QUEUED_ROW = "queued at the subscriber"  # the row has a change in the subscriber's queue
+    UPDATE_MISSING = "update of a missing row"  # the publisher's update found no row there
+    DELETE_MISSING = "delete of a missing row"  # the publisher's delete found no row there
+    DUPLICATE_KEY = "duplicate key"  # the publisher's insert (or key update) met a row there
+
+
+class Convergence(TextEnum):
+    """What the Distribution Agent did with such a command (the outcome recorded with it)."""
+
+    KEPT = (
+        "the subscriber's row was kept: its queued change is decided by the Queue Reader at the publisher, "
+        "which brings the subscriber to the winning row (a row the command touched at a key without a queued "
+        "change became the publisher's)"
+    )
+    PUBLISHERS_ROW = "the subscriber's row was set to the publisher's"
+    NOTHING = "nothing to do: the row is not at the subscriber"
+
+
+def delivery_conflict(op: str, sqlstate: str | None) -> DeliveryConflict | None:
+    """The conflict a failed command met at a queued subscriber (None: a failure that is not one
+    of these, handled as at any subscriber).  ``op`` is the command's 'I', 'U' or 'D'."""
+    if sqlstate == ROW_NOT_FOUND_SQLSTATE:
+        return {"U": DeliveryConflict.UPDATE_MISSING, "D": DeliveryConflict.DELETE_MISSING}.get(op)
+    if sqlstate == "23505" and op in ("I", "U"):
+        return DeliveryConflict.DUPLICATE_KEY
+    return None
+
+
+def converge(kind: DeliveryConflict) -> Convergence:
+    """What a queued subscriber's row becomes when a publisher command meets it, under every
+    policy.  A row with a change still queued at the subscriber is kept: the Queue Reader
+    decides it at the publisher by the policy (publisher wins: it compensates the subscriber with
+    the publisher's current row; subscriber wins: the change overwrites the publisher and comes
+    back).  Any other row becomes the publisher's (the command's after image): the Queue Reader
+    has decided that row already, and the publisher's current row includes the command."""
+    if kind is DeliveryConflict.QUEUED_ROW:
+        return Convergence.KEPT
+    if kind is DeliveryConflict.DELETE_MISSING:
+        return Convergence.NOTHING
+    return Convergence.PUBLISHERS_ROW
