@@ -22,8 +22,8 @@ from airflow_repl.engine.postgres.connections import resolve_topology, to_uri
 from airflow_repl.engine.state import distdb
 
 ROUNDS = 8
-STEPS = 12  # random steps per round, before its final drain
-KEYS = range(1, 13)
+STEPS = 24  # random steps per round, before its final drain
+KEYS = range(1, 7)
 SUBSCRIBERS = ("sub1", "sub2")
 
 
@@ -31,7 +31,7 @@ SUBSCRIBERS = ("sub1", "sub2")
 def world(request, sandbox, spark, tmp_path_factory):
     env = Env(sandbox, tmp_path_factory.mktemp("queued_property"), n_subscribers=2)
     env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text, n int NOT NULL DEFAULT 0)")
-    env.run(env.pub, "INSERT INTO items (id, v) SELECT g, 'v' || g FROM generate_series(1, 8) g")
+    env.run(env.pub, "INSERT INTO items (id, v) SELECT g, 'v' || g FROM generate_series(1, 4) g")
     data = {
         "publisher": to_uri(env.pub),
         "distributor": to_uri(env.dist),

@@ -247,6 +247,21 @@ def test_a_row_with_a_queued_change_is_kept_and_decided_by_the_queue_reader(env,
     assert_in_sync(topo)
 
 
+def test_a_row_whose_own_change_the_publisher_took_later_is_kept(env, spark):
+    topo = setup_queued(env, spark)  # pub wins
+    env.run(env.pub, "INSERT INTO items (id, v) VALUES (1000, 'pub')")
+    env.run(env.sub, "INSERT INTO items (id, v, n) VALUES (1000, 'sub', 0)")  # queued
+    env.run(env.pub, "DELETE FROM items WHERE id = 1000")
+    result = queue_reader_agent.run_queue_reader(topo, "p", "sub1")  # the key is free there again
+    assert (result["transactions"], result["conflicts"]) == (1, 0) and queued(env.sub) == (0, 0)
+    _, (delivered,) = cycle(topo, "sub1")  # the publisher's insert and delete, then its own insert
+    assert (delivered["transactions"], delivered["own_queued"], delivered["conflicts"]) == (2, 1, 2)
+    assert [k for k, _, _ in delivered_conflicts(env)] == ["taken from the subscriber's queue"] * 2
+    assert rows(env.sub, "id = 1000")[1000][0] == "sub"
+    assert rows(env.sub) == rows(env.pub)
+    assert_in_sync(topo)
+
+
 def test_the_publishers_older_change_converges_at_the_subscriber_and_is_recorded(env, spark):
     topo = setup_queued(env, spark, "sub wins")
     env.run(env.pub, "DELETE FROM items WHERE id = 1")

@@ -137,6 +137,7 @@ def test_delivery_conflict_names_the_failures_that_converge(op, sqlstate, expect
 
 def test_a_queued_row_is_kept_a_missing_delete_does_nothing_and_the_rest_take_the_publishers_row():
     assert converge(DeliveryConflict.QUEUED_ROW) is Convergence.KEPT
+    assert converge(DeliveryConflict.TAKEN_ROW) is Convergence.KEPT
     assert converge(DeliveryConflict.DELETE_MISSING) is Convergence.NOTHING
     assert converge(DeliveryConflict.UPDATE_MISSING) is Convergence.PUBLISHERS_ROW
     assert converge(DeliveryConflict.DUPLICATE_KEY) is Convergence.PUBLISHERS_ROW

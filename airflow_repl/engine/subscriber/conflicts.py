@@ -219,6 +219,7 @@ class DeliveryConflict(TextEnum):
     meets the subscriber's own changes."""
 
     QUEUED_ROW = "queued at the subscriber"  # the row has a change in the subscriber's queue
+    TAKEN_ROW = "taken from the subscriber's queue"  # the row's own change, applied by the Queue Reader, comes later
     UPDATE_MISSING = "update of a missing row"  # the publisher's update found no row there
     DELETE_MISSING = "delete of a missing row"  # the publisher's delete found no row there
     DUPLICATE_KEY = "duplicate key"  # the publisher's insert (or key update) met a row there
@@ -251,9 +252,11 @@ def converge(kind: DeliveryConflict) -> Convergence:
     policy.  A row with a change still queued at the subscriber is kept: the Queue Reader
     decides it at the publisher by the policy (publisher wins: it compensates the subscriber with
     the publisher's current row; subscriber wins: the change overwrites the publisher and comes
-    back).  Any other row becomes the publisher's (the command's after image): the Queue Reader
+    back); so is a row whose own change the Queue Reader applied at the publisher after the
+    command (without a conflict: the publisher's commands of the row before it net to nothing).
+    Any other row becomes the publisher's (the command's after image): the Queue Reader
     has decided that row already, and the publisher's current row includes the command."""
-    if kind is DeliveryConflict.QUEUED_ROW:
+    if kind in (DeliveryConflict.QUEUED_ROW, DeliveryConflict.TAKEN_ROW):
         return Convergence.KEPT
     if kind is DeliveryConflict.DELETE_MISSING:
         return Convergence.NOTHING

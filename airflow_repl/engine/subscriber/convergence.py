@@ -12,6 +12,11 @@ command and is based on its row):
   Queue Reader decides that row at the publisher by the publication's policy: under publisher
   wins it compensates the subscriber with the publisher's current row (which includes this
   command); under subscriber wins the queued change overwrites the publisher and is sent back;
+* the row's own change was taken by the Queue Reader *after* the command at the publisher (a
+  transaction of the subscriber's replication origin later in the log, which the Distribution
+  Agent passes over): the subscriber's row is kept too.  It met no conflict there, so the
+  publisher's commands of the row before it net to nothing (an insert and a delete of the key
+  the subscriber inserted, say), and applying them would lose the subscriber's row;
 * otherwise a command that meets a missing row or a duplicate key converges: an update of a
   missing row, or an insert or update meeting an existing key, writes the publisher's row (an
   upsert of the after image, the old key's row deleted when the key changed); a delete of a
@@ -79,13 +84,13 @@ class QueueGuard:
                 for key in _keys(art, Command.from_json(op, article, data)):
                     self._taken[(article, tuple(key))] = lsn.lsn_to_int(xact)
 
-    def kept(self, art: ResolvedArticle, key: Values, xact: str) -> bool:
-        """Is the subscriber's row at ``key`` its own, for a command at ``xact``: a change of it
-        in the queue, or one the Queue Reader applied at the publisher after ``xact`` (the
+    def kept(self, art: ResolvedArticle, key: Values, xact: str) -> DeliveryConflict | None:
+        """Why the subscriber's row at ``key`` is its own, for a command at ``xact``: a change of
+        it in the queue, or one the Queue Reader applied at the publisher after ``xact`` (the
         publisher's changes of the row before it net to nothing: it met no conflict there)."""
         if self._taken.get((art.name, tuple(key)), -1) > lsn.lsn_to_int(xact):
-            return True
-        return self.queued(art, key)
+            return DeliveryConflict.TAKEN_ROW
+        return DeliveryConflict.QUEUED_ROW if self.queued(art, key) else None
 
     def _statement(self, art: ResolvedArticle, what: str) -> sql.Composed:
         if (art.name, what) not in self._sql:
@@ -192,11 +197,12 @@ def deliver(
     if art is None or cmd.op == TRUNCATE or applier.stmt(cmd) is None:
         return applier.execute(cur, cmd), None
     kind = _apply(cur, applier, cmd)
-    pending = [key for key in _keys(art, cmd) if guard.kept(art, key, xact)]
-    if pending:
+    own = [(key, why) for key in _keys(art, cmd) if (why := guard.kept(art, key, xact)) is not None]
+    pending = [key for key, _ in own]
+    if own:
         if kind is None:
             cur.execute("ROLLBACK TO SAVEPOINT airflow_repl_cmd")
-        kind = DeliveryConflict.QUEUED_ROW
+        kind = own[0][1]
     if kind is None:
         cur.execute("RELEASE SAVEPOINT airflow_repl_cmd")
         return True, None
