@@ -4,7 +4,9 @@ Starts the private PostgreSQL sandbox, creates a shop database with a live workl
 the example DAGs through Airflow (``dag.test()``), whose operators spark-submit the agents in
 Spark local mode: initial sync while the workload writes, scheduled replication cycles while it
 keeps writing, then a last cycle once it stops.  Ends with per-article row counts and checksums
-at the publisher and the subscriber, and the measured throughput.
+at the publisher and the subscriber, the measured throughput, and queued updating subscriptions
+(:mod:`airflow_repl.demo_updatable`): a subscriber's change reaching the publisher and the other
+subscriber, and one conflict.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
+
+from airflow_repl import demo_updatable
 
 REPO = Path(__file__).resolve().parent.parent
 DAGS = Path(os.environ.get("AIRFLOW_REPL_DAGS", REPO / "dags"))
@@ -46,6 +50,7 @@ def prepare_environment(root: Path, conninfos: dict[str, str], airflow_home: Pat
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
             "AIRFLOW_REPL_SNAPSHOT_FOLDER": str(root / "snapshots"),
             "PYSPARK_PYTHON": sys.executable,
+            **demo_updatable.connection_ids(conninfos),
         }
     )
     os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
@@ -136,6 +141,7 @@ def _start(root: Path) -> dict[str, str]:
         "publisher": sb.create_database("publisher", "shop", recreate=True),
         "distributor": sb.create_database("publisher", "distribution", recreate=True),
         "subscriber": sb.create_database("subscriber", "shop_copy", recreate=True),
+        **{b: sb.create_database("subscriber", f"shop_{b}", recreate=True) for b in demo_updatable.BRANCHES},
     }
     demo_workload.create(conninfos["publisher"])
     prepare_environment(root, conninfos)
@@ -195,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {'demo_seconds':<28} {time.monotonic() - started:.0f}")
     if errors:
         print(f"workload errors: {errors[:3]}", file=sys.stderr)
-    ok = all(r["match"] for r in report)
+    updatable_ok = demo_updatable.run(sys.modules[__name__], conninfos)
+    ok = all(r["match"] for r in report) and updatable_ok
     print("\nRESULT:", "every article matches" if ok else "MISMATCH", flush=True)
     return 0 if ok else 1
 
