@@ -262,6 +262,25 @@ def test_a_row_whose_own_change_the_publisher_took_later_is_kept(env, spark):
     assert_in_sync(topo)
 
 
+def test_a_row_taken_before_the_log_reader_read_its_transaction_is_kept(env, spark):
+    topo = setup_queued(env, spark)
+    env.run(env.sub, "INSERT INTO items (id, v, n) VALUES (1000, 'sub', 0)")  # queued
+    env.run(env.pub, "INSERT INTO items (id, v) VALUES (1000, 'pub')")
+    env.run(env.pub, "DELETE FROM items WHERE id = 1000")
+    log_reader_agent.run_log_reader(topo, "p")  # stores the publisher's two transactions only
+    queue_reader_agent.run_queue_reader(topo, "p", "sub1")  # the publisher takes the insert
+    assert env.rows(env.sub, "SELECT count(*) FROM airflow_repl.queue_taken")[0][0] == 1
+    delivered = distribution_agent.run_distribution(topo, "p", "sub1")
+    assert (delivered["transactions"], delivered["conflicts"]) == (2, 2)
+    assert [k for k, _, _ in delivered_conflicts(env)] == ["taken from the subscriber's queue"] * 2
+    assert rows(env.sub, "id = 1000")[1000][0] == "sub"
+    _, (last,) = cycle(topo, "sub1")  # passes its own transaction and forgets the taken row
+    assert last["own_queued"] == 1
+    distribution_agent.run_distribution(topo, "p", "sub1")
+    assert rows(env.sub) == rows(env.pub)
+    assert_in_sync(topo)
+
+
 def test_the_publishers_older_change_converges_at_the_subscriber_and_is_recorded(env, spark):
     topo = setup_queued(env, spark, "sub wins")
     env.run(env.pub, "DELETE FROM items WHERE id = 1")

@@ -182,6 +182,7 @@ class _Delivery:
         run.step = "the recovery of an interrupted two-phase commit"
         recover_prepared(self.streams.first, self.publication)
         if self.queued and subscriber_state.has_queue(self.streams.first):
+            subscriber_state.ensure_taken(self.streams.first)
             self.guard = QueueGuard(self.streams.first, self.publication, self.policy)
             self.totals["conflicts"] = 0
         self.streams.first.rollback()
@@ -300,7 +301,7 @@ class _Delivery:
         """A queued subscriber's batch: one stream, command by command, each converging with the
         subscriber's own changes (:mod:`~airflow_repl.engine.subscriber.convergence`) instead of
         failing on them; commit what it applied, then raise its failure, if any."""
-        guard.taken(applier.articles, distdb.commands_of_origin(dist, self.publication, self.own_origin, batch.first))
+        self._taken(dist, batch, guard)
         rows = distdb.batch_commands(dist, self.publication, batch.first, batch.last)
         commands = applier.commands(rows, batch.article_rows())
         outcome = replay_queued(self.streams.first, applier, commands, self.settings.skip, guard)
@@ -309,6 +310,17 @@ class _Delivery:
             self._commit_replayed(dist, run_id, batch, done, outcome)
         if outcome.failure is not None:
             raise outcome.failure
+
+    def _taken(self, dist: psycopg.Connection, batch: _Batch, guard: QueueGuard) -> None:
+        """Where the publisher transactions that took rows of the subscriber's queue are in the
+        log (None: not stored yet, so after the batch); forget those the watermark has passed."""
+        xids = subscriber_state.taken_xids(self.streams.first, self.publication)
+        stored = distdb.origin_positions(dist, self.publication, self.own_origin, xids) if xids else {}
+        positions = {x: (lsn.lsn_to_int(stored[x]) if x in stored else None) for x in xids}
+        guard.taken(positions)
+        passed = [x for x, at in positions.items() if at is not None and at <= lsn.lsn_to_int(batch.watermark)]
+        if passed:
+            subscriber_state.forget_taken(self.streams.first, self.publication, passed)
 
     def _check_watermark_unmoved(self, batch: _Batch) -> None:
         """Lock the watermark again: it must still be where the batch began (never re-apply)."""

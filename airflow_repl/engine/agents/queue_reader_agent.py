@@ -77,6 +77,7 @@ class _Outcome:
     resolution: Resolution
     conflicts: list[dict[str, Any]] = field(default_factory=list)
     compensate: list[tuple[str, Image]] = field(default_factory=list)  # (article, key)
+    publisher_xid: int | None = None  # the publisher transaction that applied it
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = row_images.plain(
@@ -84,13 +85,15 @@ class _Outcome:
                 "resolution": self.resolution.value,
                 "conflicts": self.conflicts,
                 "compensate": [[a, k] for a, k in self.compensate],
+                "publisher_xid": self.publisher_xid,
             }
         )
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> _Outcome:
-        return cls(Resolution(data["resolution"]), data["conflicts"], [(a, k) for a, k in data["compensate"]])
+        compensate = [(a, k) for a, k in data["compensate"]]
+        return cls(Resolution(data["resolution"]), data["conflicts"], compensate, data.get("publisher_xid"))
 
 
 class _Tables:
@@ -178,7 +181,7 @@ class _QueueReader:
         self._count(outcome, len(commands))
         if outcome.resolution is Resolution.REINITIALIZE:
             return False
-        self._at_subscriber(txn, outcome)
+        self._at_subscriber(txn, outcome, commands)
         return True
 
     def _count(self, outcome: _Outcome, commands: int) -> None:
@@ -196,6 +199,7 @@ class _QueueReader:
             if stored is not None:
                 return _Outcome.from_json(stored)
             outcome = self._apply(commands)
+            outcome.publisher_xid = publisher_state.current_xid(self.pub)
             publisher_state.record_applied(self.pub, self.publication, self.subscriber, txn.xid, outcome.to_json())
             if outcome.resolution.returns_to_origin:
                 publisher_state.without_origin(self.pub)
@@ -289,8 +293,10 @@ class _QueueReader:
 
     def _to_compensate(self, commands: list[QueuedCommand], resolution: Resolution) -> list[tuple[str, Image]]:
         """The keys to bring back to the publisher's rows: every key a rejected transaction touched."""
-        if not resolution.compensates:
-            return []
+        return self._keys(commands) if resolution.compensates else []
+
+    def _keys(self, commands: list[QueuedCommand]) -> list[tuple[str, Image]]:
+        """Every (article, key) the transaction's commands touched, old and new images."""
         keys: list[tuple[str, Image]] = []
         for cmd in commands:
             table = self._tables(cmd.article).publisher
@@ -300,14 +306,19 @@ class _QueueReader:
         return keys
 
     # ------------------------------------------------------------------ step 3: the subscriber
-    def _at_subscriber(self, txn: QueuedTransaction, outcome: _Outcome) -> None:
-        """Compensate the outcome's keys with the publisher's current rows and dequeue the
+    def _at_subscriber(self, txn: QueuedTransaction, outcome: _Outcome, commands: list[QueuedCommand]) -> None:
+        """Compensate the outcome's keys with the publisher's current rows (or, when the
+        publisher took the transaction as it is, remember its rows as taken) and dequeue the
         transaction, in one subscriber transaction (no queue trigger fires)."""
         with self.sub.transaction():
             self.sub.execute("SET LOCAL session_replication_role = replica")
             for article, key in outcome.compensate:
                 if not subscriber_state.queued_later(self.sub, self.publication, txn.xid, article, key):
                     self._compensate(article, key)
+            if outcome.resolution is Resolution.APPLIED and outcome.publisher_xid is not None:
+                for cmd in commands:
+                    key_names = self._tables(cmd.article).publisher.key
+                    subscriber_state.record_taken(self.sub, self.publication, cmd.id, key_names, outcome.publisher_xid)
             subscriber_state.dequeue(self.sub, self.publication, txn.xid)
         self.pub.rollback()
 
@@ -359,6 +370,7 @@ def run_queue_reader(
             return run.succeed({**totals, "queued": 0, "message": message}, message=message)
         # the subscriber is written here too (compensation, the queue): never beside a Distribution Agent
         run.lock(reader.sub, of=distribution_agent.AGENT)
+        subscriber_state.ensure_taken(reader.sub)
         reader.open_publisher()
         run.step = "applying the queue"
         reader.drain(max_transactions)

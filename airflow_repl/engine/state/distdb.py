@@ -702,16 +702,14 @@ def batch_commands(
         yield from cur
 
 
-def commands_of_origin(conn: psycopg.Connection, publication: str, origin: str, after: str) -> list[CommandRow]:
-    """The commands of the transactions after ``after`` that came from replication origin
-    ``origin`` (a queued subscriber's changes the Queue Reader applied), in commit order."""
+def origin_positions(conn: psycopg.Connection, publication: str, origin: str, xids: list[int]) -> dict[int, str]:
+    """xid -> xact_seqno of the stored transactions of replication origin ``origin`` with those ids."""
     rows = conn.execute(
-        "SELECT c.xact_seqno::text, c.command_id, c.article, c.op, c.data FROM airflow_repl.transactions AS t "
-        "JOIN airflow_repl.commands AS c ON c.publication = t.publication AND c.xact_seqno = t.xact_seqno "
-        "WHERE t.publication = %s AND t.origin = %s AND t.xact_seqno > %s::pg_lsn ORDER BY c.xact_seqno, c.command_id",
-        (publication, origin, after),
+        "SELECT xid, xact_seqno::text FROM airflow_repl.transactions WHERE publication = %s AND origin = %s "
+        "AND xid = ANY(%s)",
+        (publication, origin, xids),
     ).fetchall()
-    return [(str(x), int(i), str(a), str(o), d) for x, i, a, o, d in rows]
+    return {int(x): str(s) for x, s in rows}
 
 
 def mark_delivered(conn: psycopg.Connection, publication: str, subscriber: str, xact: str) -> None:

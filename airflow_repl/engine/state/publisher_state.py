@@ -88,3 +88,10 @@ def forget_applied(conn: psycopg.Connection[Any], publication: str, subscriber: 
     )
     conn.commit()
     return cur.rowcount
+
+
+def current_xid(conn: psycopg.Connection[Any]) -> int:
+    """The (32-bit) id of the current transaction, as the Log Reader records it."""
+    row = conn.execute("SELECT mod(pg_current_xact_id()::text::bigint, 4294967296)").fetchone()
+    assert row is not None
+    return int(row[0])

@@ -59,8 +59,24 @@ END
 $fn$;
 """
 
+#: The rows of queued transactions the Queue Reader applied at the publisher (without a conflict),
+#: with the publisher's transaction id: until the Distribution Agent passes that transaction, the
+#: publisher's older commands of those rows must not overwrite them.
+TAKEN_DDL = """
+CREATE TABLE IF NOT EXISTS airflow_repl.queue_taken (
+    publication    text NOT NULL,
+    article        text NOT NULL,
+    key            jsonb NOT NULL,
+    publisher_xid  bigint NOT NULL,
+    taken_at       timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS queue_taken_key ON airflow_repl.queue_taken (publication, article, key);
+"""
+
 #: The queue of a queued updating subscriber (see the module's documentation).
-QUEUE_DDL = """
+QUEUE_DDL = (
+    TAKEN_DDL
+    + """
 CREATE SCHEMA IF NOT EXISTS airflow_repl;
 CREATE TABLE IF NOT EXISTS airflow_repl.queue (
     id           bigserial PRIMARY KEY,
@@ -116,6 +132,7 @@ BEGIN
 END
 $do$;
 """
+)
 
 
 # ---------------------------------------------------------------------- questions of the Snapshot Agent
@@ -269,6 +286,50 @@ def queued_later(conn: psycopg.Connection[Any], publication: str, xid: int, arti
         (publication, article, xid, Jsonb(key), Jsonb(key)),
     ).fetchone()
     return row is not None
+
+
+def ensure_taken(conn: psycopg.Connection[Any]) -> None:
+    """Create ``airflow_repl.queue_taken`` where it is missing (a queue made before it); committed."""
+    if not has_taken(conn):
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('airflow_repl.subscriber_ddl'))")
+        conn.execute(TAKEN_DDL)
+    conn.commit()
+
+
+def has_taken(conn: psycopg.Connection[Any]) -> bool:
+    row = conn.execute("SELECT to_regclass('airflow_repl.queue_taken') IS NOT NULL").fetchone()
+    return bool(row and row[0])
+
+
+def record_taken(
+    conn: psycopg.Connection[Any], publication: str, queue_id: int, key_names: list[str], publisher_xid: int
+) -> None:
+    """Remember the keys (old and new image, as the queue stored them) of queued command
+    ``queue_id`` as taken by the publisher's transaction ``publisher_xid`` (in the caller's
+    transaction, before the dequeue)."""
+    conn.execute(
+        "INSERT INTO airflow_repl.queue_taken (publication, article, key, publisher_xid) "
+        "SELECT q.publication, q.article, "
+        "(SELECT jsonb_object_agg(e.key, e.value) FROM jsonb_each(i.img) AS e WHERE e.key = ANY(%s)), %s "
+        "FROM airflow_repl.queue AS q, LATERAL (VALUES (q.old), (q.new)) AS i(img) "
+        "WHERE q.publication = %s AND q.id = %s AND i.img IS NOT NULL",
+        (key_names, publisher_xid, publication, queue_id),
+    )
+
+
+def taken_xids(conn: psycopg.Connection[Any], publication: str) -> list[int]:
+    """The publisher transactions whose taken rows are remembered."""
+    rows = conn.execute(
+        "SELECT DISTINCT publisher_xid FROM airflow_repl.queue_taken WHERE publication = %s", (publication,)
+    ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def forget_taken(conn: psycopg.Connection[Any], publication: str, xids: list[int]) -> None:
+    """Forget the taken rows of transactions the Distribution Agent has passed (caller's transaction)."""
+    conn.execute(
+        "DELETE FROM airflow_repl.queue_taken WHERE publication = %s AND publisher_xid = ANY(%s)", (publication, xids)
+    )
 
 
 def dequeue(conn: psycopg.Connection[Any], publication: str, xid: int) -> None:

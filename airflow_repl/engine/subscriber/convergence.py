@@ -12,9 +12,10 @@ command and is based on its row):
   Queue Reader decides that row at the publisher by the publication's policy: under publisher
   wins it compensates the subscriber with the publisher's current row (which includes this
   command); under subscriber wins the queued change overwrites the publisher and is sent back;
-* the row's own change was taken by the Queue Reader *after* the command at the publisher (a
-  transaction of the subscriber's replication origin later in the log, which the Distribution
-  Agent passes over): the subscriber's row is kept too.  It met no conflict there, so the
+* the row's own change was taken by the Queue Reader *after* the command at the publisher (its
+  publisher transaction, remembered at the subscriber in ``airflow_repl.queue_taken`` when it
+  was dequeued, is later in the log or not read by the Log Reader yet; the Distribution Agent
+  passes over it): the subscriber's row is kept too.  It met no conflict there, so the
   publisher's commands of the row before it net to nothing (an insert and a delete of the key
   the subscriber inserted, say), and applying them would lose the subscriber's row;
 * otherwise a command that meets a missing row or a duplicate key converges: an update of a
@@ -40,12 +41,11 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from airflow_repl.engine.articles.commands import INSERT, TRUNCATE, Command, Value, Values
+from airflow_repl.engine.articles.commands import INSERT, TRUNCATE, Command, Values
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import DeliveryError
 from airflow_repl.engine.model.updating import ConflictPolicy
 from airflow_repl.engine.postgres import lsn, raw_sql
-from airflow_repl.engine.state.distdb import CommandRow
 from airflow_repl.engine.subscriber import conflicts
 from airflow_repl.engine.subscriber.applier import Applier, Located, ReplayOutcome, next_transaction
 from airflow_repl.engine.subscriber.conflicts import Convergence, DeliveryConflict
@@ -70,37 +70,35 @@ class QueueGuard:
     def __init__(self, conn: psycopg.Connection[Any], publication: str, policy: ConflictPolicy) -> None:
         self.conn, self.publication, self.policy = conn, publication, policy
         self._sql: dict[tuple[str, str], sql.Composed] = {}
-        #: (article, key) -> the last position at which the subscriber's own change of the row,
-        #: taken by the Queue Reader, comes (still to be passed over by the Distribution Agent)
-        self._taken: dict[tuple[str, tuple[Value, ...]], int] = {}
+        #: publisher transaction id -> its position in the log, of the transactions that took
+        #: rows of the subscriber's queue (``airflow_repl.queue_taken``); None: not stored yet
+        #: by the Log Reader, so later than any command delivered now
+        self._taken_at: dict[int, int | None] = {}
 
-    def taken(self, articles: dict[str, ResolvedArticle], rows: Iterable[CommandRow]) -> None:
-        """Know the subscriber's own changes that the publisher took and that come after the
-        batch (``rows``: the commands of the transactions of its replication origin)."""
-        self._taken.clear()
-        for xact, _, article, op, data in rows:
-            art = articles.get(article)
-            if art is not None:
-                for key in _keys(art, Command.from_json(op, article, data)):
-                    self._taken[(article, tuple(key))] = lsn.lsn_to_int(xact)
+    def taken(self, positions: dict[int, int | None]) -> None:
+        """The positions of the transactions that took queued rows (for the batch to come)."""
+        self._taken_at = positions
 
     def kept(self, art: ResolvedArticle, key: Values, xact: str) -> DeliveryConflict | None:
         """Why the subscriber's row at ``key`` is its own, for a command at ``xact``: a change of
-        it in the queue, or one the Queue Reader applied at the publisher after ``xact`` (the
-        publisher's changes of the row before it net to nothing: it met no conflict there)."""
-        if self._taken.get((art.name, tuple(key)), -1) > lsn.lsn_to_int(xact):
-            return DeliveryConflict.TAKEN_ROW
-        return DeliveryConflict.QUEUED_ROW if self.queued(art, key) else None
+        it the Queue Reader applied at the publisher after ``xact`` (the publisher's changes of
+        the row before it net to nothing: it met no conflict there), or one still in the queue."""
+        row = self.conn.execute(
+            self._statement(art, "queued"), [self.publication, art.name, self.publication, art.name, *key]
+        ).fetchone()
+        assert row is not None
+        queued, xids = bool(row[0]), [int(x) for x in row[1] or []]
+        at = lsn.lsn_to_int(xact)
+        for x in xids:
+            position = self._taken_at.get(x)
+            if position is None or position > at:
+                return DeliveryConflict.TAKEN_ROW
+        return DeliveryConflict.QUEUED_ROW if queued else None
 
     def _statement(self, art: ResolvedArticle, what: str) -> sql.Composed:
         if (art.name, what) not in self._sql:
             self._sql[(art.name, what)] = _STATEMENTS[what](art)
         return self._sql[(art.name, what)]
-
-    def queued(self, art: ResolvedArticle, key: Values) -> bool:
-        """Does the subscriber's queue hold a change of the row at ``key`` (old or new image)?"""
-        row = self.conn.execute(self._statement(art, "queued"), [self.publication, art.name, *key]).fetchone()
-        return bool(row and row[0])
 
     def row(self, art: ResolvedArticle, key: Values) -> dict[str, Any] | None:
         """The subscriber's row at ``key`` (as JSON), None when there is none."""
@@ -115,7 +113,8 @@ class QueueGuard:
 
 
 def _queued_sql(art: ResolvedArticle) -> sql.Composed:
-    """Parameters: publication, article, the key's values."""
+    """Whether the queue holds a change of the row at a key, and the publisher transactions that
+    took one.  Parameters: publication, article (twice), the key's values."""
     pk = art.pk_positions
     pairs = sql.SQL(", ").join(
         sql.SQL("{}, {}").format(sql.Literal(art.column_names[i]), ph)
@@ -123,7 +122,8 @@ def _queued_sql(art: ResolvedArticle) -> sql.Composed:
     )
     return sql.SQL(
         "SELECT EXISTS (SELECT 1 FROM airflow_repl.queue q WHERE q.publication = %s AND q.article = %s "
-        "AND (q.old @> k OR q.new @> k)) FROM (SELECT jsonb_build_object({}) AS k) AS key"
+        "AND (q.old @> k OR q.new @> k)), ARRAY(SELECT t.publisher_xid FROM airflow_repl.queue_taken t "
+        "WHERE t.publication = %s AND t.article = %s AND t.key = k) FROM (SELECT jsonb_build_object({}) AS k) AS key"
     ).format(pairs)
 
 
