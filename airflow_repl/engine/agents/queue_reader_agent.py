@@ -17,7 +17,9 @@ Per queued transaction (``airflow_repl.queue_commits`` order at the subscriber):
 3. at the subscriber, in one transaction under ``session_replication_role = replica`` (no queue
    trigger fires): when the publisher won, compensate every key the transaction touched with
    the publisher's current row (unless a later queued transaction changes that row again: it
-   is decided in its turn), and delete the transaction from the queue; commit.
+   is decided in its turn); when the publisher took it as it is, remember its keys with the
+   publisher's transaction id in ``airflow_repl.queue_taken`` (the Distribution Agent keeps
+   those rows until it passes that transaction); delete the transaction from the queue; commit.
 
 One writer at a time at the subscriber: once it finds something queued, a run takes the
 Distribution Agent's session lock for the subscription there (besides its own), and holds it to
