@@ -162,7 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = _with_topology(sub.add_parser("validate", help="compare row counts and checksums"))
     p.add_argument("--subscriber", action="append")
     p.set_defaults(func=_cmd_validate)
-    p = _with_topology(sub.add_parser("conflicts", help="list the conflicts the Queue Reader and the Distribution Agent recorded"))
+    p = _with_topology(
+        sub.add_parser("conflicts", help="list the conflicts the Queue Reader and the Distribution Agent recorded")
+    )
     p.add_argument("--subscriber")
     p.add_argument("--article")
     p.add_argument("--since", help="only conflicts detected at or after this ISO-8601 time (UTC without offset)")
