@@ -46,6 +46,7 @@ from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import lsn, pgoutput, slots
 from airflow_repl.engine.state import distdb
+from airflow_repl.engine.subscriber import in_doubt
 
 AGENT = "logreader"
 
@@ -323,6 +324,7 @@ def run_log_reader(
     """Read everything committed before the run started (or ``max_batches`` batches) into the
     distribution database.  Returns a summary (transactions, commands, batches, last
     xact_seqno, read_upto_lsn, seconds)."""
+    in_doubt.resolve_quietly(topology, publication)  # immediate subscribers' prepared transactions first
     with AgentRun(AGENT, publication) as run:
         reader = _LogReader(run, topology, publication)
         run.lock(reader.dist)

@@ -38,13 +38,14 @@ from airflow_repl.engine.agents import snapshot_folder
 from airflow_repl.engine.agents.lifecycle import AgentRun
 from airflow_repl.engine.agents.snapshot_folder import DataFile, Partition
 from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
-from airflow_repl.engine.codegen import call_syntax, queue_triggers, updating_scripts, user_types
+from airflow_repl.engine.codegen import call_syntax, immediate_triggers, queue_triggers, updating_scripts, user_types
 from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.propagation import Operation
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import connections, slots
 from airflow_repl.engine.provisioning import deploy
-from airflow_repl.engine.state import distdb, subscriber_state
+from airflow_repl.engine.state import distdb, subscriber_immediate, subscriber_state
 
 AGENT = "snapshot"
 
@@ -284,7 +285,10 @@ class _Initialization:
         self.dist, self.run = dist, run
         self.snapshot_id: str = manifest["snapshot_id"]
         self.conninfos = {s: topology.subscriber_conninfo(s) for s in subscribers}
-        self.queued = {s for s in subscribers if topology.subscription(publication, s).update_mode.queued}
+        modes = {s: topology.subscription(publication, s).update_mode for s in subscribers}
+        self.queued = {s for s, mode in modes.items() if mode.needs_queued_tran}  # now or after a switch
+        self.immediate = {s for s, mode in modes.items() if mode.needs_sync_tran}
+        self.pub_conninfo = topology.publisher.require("publisher") if self.immediate else ""
         self.updatable = {s for s in subscribers if topology.subscription(publication, s).update_mode.updatable}
         self.schema_sql = (folder / "schema.sql").read_text()
         self.procs_sql = (folder / "procedures.sql").read_text()
@@ -332,20 +336,54 @@ class _Initialization:
             for art in self.articles:
                 sub.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(art.dest_schema, art.dest_table)))
             subscriber_state.start_watermark(sub, self.publication, self.snapshot_id, self.manifest["consistent_lsn"])
+            immediate_now = self._immediate_now(name)
             if name in self.queued:
-                install_queue(sub, self.articles)
+                install_queue(sub, self.articles, enabled=not immediate_now)
+            if name in self.immediate:
+                gid_prefix = naming.immediate_gid_prefix(self.publication, name)
+                install_immediate(sub, self.articles, (name, gid_prefix, self.pub_conninfo), enabled=immediate_now)
         distdb.activate_subscription(
             self.dist, self.publication, name, self.manifest["consistent_lsn"], definition_hash(self.articles)
         )
         self.dist.commit()
 
+    def _immediate_now(self, name: str) -> bool:
+        """The subscription updates immediately now: ``sync tran``, or a failover subscription
+        whose recorded mode (``set-update-mode``) is immediate."""
+        if name not in self.immediate:
+            return False
+        state = distdb.subscription_updating(self.dist, self.publication, name)
+        return state is None or state.update_mode not in distdb.FAILOVER_MODES or state.update_mode == "failover"
 
-def install_queue(sub: psycopg.Connection[Any], articles: list[ResolvedArticle]) -> None:
+
+def install_queue(sub: psycopg.Connection[Any], articles: list[ResolvedArticle], *, enabled: bool = True) -> None:
     """A queued updating subscription: the queue, and the queue trigger on each article table
-    (after the load, which must not be queued; committed by the caller)."""
+    (after the load, which must not be queued; committed by the caller).  ``enabled=False``: a
+    failover subscription updating immediately now (the trigger is there, disabled)."""
     subscriber_state.ensure_queue(sub)
     for art in articles:
         sub.execute(queue_triggers.install(art))
+        if not enabled:
+            sub.execute(
+                sql.SQL("ALTER TABLE {} DISABLE TRIGGER {}").format(
+                    sql.Identifier(art.dest_schema, art.dest_table), sql.Identifier(queue_triggers.TRIGGER)
+                )
+            )
+
+
+def install_immediate(
+    sub: psycopg.Connection[Any], articles: list[ResolvedArticle], publisher: tuple[str, str, str], *, enabled: bool
+) -> None:
+    """An immediate updating subscription: dblink, the subscriber's immediate tables with the
+    publisher's connection string (never logged), the functions, and the two triggers on each
+    article table (after the load; committed by the caller).  ``publisher`` is (the
+    subscriber's name, its gid prefix, the publisher's conninfo)."""
+    subscriber, gid_prefix, conninfo = publisher
+    dblink_schema = subscriber_immediate.ensure_immediate(sub)
+    sub.execute(immediate_triggers.functions_script(dblink_schema).encode())
+    for art in articles:
+        subscriber_immediate.set_publisher(sub, art.publication, subscriber, gid_prefix, conninfo)
+        sub.execute(immediate_triggers.install(art, enabled=enabled))
 
 
 LoadTask = tuple[str, str, DataFile, str]  # subscriber, its conninfo, the file, its article
