@@ -109,21 +109,26 @@ def test_plain_changes_commit_at_both_and_reach_the_other_subscriber_once(env2, 
     assert rows(sub1) == rows(sub2) == rows(env2.pub) and prepared(env2) == []
 
 
-def test_agent_runs_resolve_and_one_session_keeps_working(env, spark):
+def test_a_session_commits_its_previous_transaction_and_agent_runs_resolve_the_rest(env, spark):
     topo = setup_immediate(env, spark)
     with psycopg.connect(env.sub, autocommit=True) as conn:  # one session, many transactions
         for i in range(1, 6):
             conn.execute("UPDATE items SET n = n + 1 WHERE id = %s", (i,))
-        conn.execute("UPDATE items SET n = n + 10 WHERE id <= 3")  # a set update: row by row at the publisher
+            assert len(prepared(env)) == 1  # the session's next transaction committed the previous one
+        conn.execute("UPDATE items SET n = n + 10 WHERE id <= 3")  # rows the earlier transactions changed
         with conn.transaction():
             conn.execute("UPDATE items SET v = 'rolled back' WHERE id = 9")
             raise psycopg.Rollback()
-    assert len(prepared(env)) == 6
-    log_reader_agent.run_log_reader(topo, "p")  # resolves first, then reads the committed changes
-    assert prepared(env) == []
+        assert prepared(env) == []
+    env.run(env.sub, "UPDATE items SET v = 'last' WHERE id = 10")  # a session that ends after its commit
+    assert len(prepared(env)) == 1
+    read = log_reader_agent.run_log_reader(topo, "p")  # resolves first, then reads every committed change
+    assert prepared(env) == [] and read["transactions"] == 7
+    origins = env.rows(env.dist, "SELECT DISTINCT origin FROM airflow_repl.transactions")
+    assert origins == [(naming.queue_origin("sub1"),)]
     assert rows(env.pub) == rows(env.sub)
     assert [rows(env.pub, f"id = {i}")[i][1] for i in (1, 4, 9)] == [11, 1, 0]
-    assert rows(env.pub, "id = 9")[9][0] == "v9"
+    assert rows(env.pub, "id = 9")[9][0] == "v9" and rows(env.pub, "id = 10")[10][0] == "last"
 
 
 # ---------------------------------------------------------------------- row-version checks

@@ -259,6 +259,8 @@ class _LogReader:
             self._begin(msg, batch)
         elif isinstance(msg, pgoutput.Origin):
             self.writer.origin = msg.name
+        elif isinstance(msg, pgoutput.LogicalMessage) and msg.transactional and msg.prefix == naming.ORIGIN_MESSAGE:
+            self.writer.origin = msg.content.decode()  # an immediate subscriber's change (see naming)
         elif isinstance(msg, pgoutput.Relation):
             batch.relmaps[msg.relid] = map_relation(msg, self.articles)
         elif isinstance(msg, (pgoutput.Insert, pgoutput.Update, pgoutput.Delete)):

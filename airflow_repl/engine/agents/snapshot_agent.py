@@ -340,8 +340,13 @@ class _Initialization:
             if name in self.queued:
                 install_queue(sub, self.articles, enabled=not immediate_now)
             if name in self.immediate:
-                gid_prefix = naming.immediate_gid_prefix(self.publication, name)
-                install_immediate(sub, self.articles, (name, gid_prefix, self.pub_conninfo), enabled=immediate_now)
+                link = subscriber_immediate.PublisherLink(
+                    name,
+                    naming.immediate_gid_prefix(self.publication, name),
+                    naming.queue_origin(name),
+                    self.pub_conninfo,
+                )
+                install_immediate(sub, self.articles, link, enabled=immediate_now)
         distdb.activate_subscription(
             self.dist, self.publication, name, self.manifest["consistent_lsn"], definition_hash(self.articles)
         )
@@ -372,17 +377,20 @@ def install_queue(sub: psycopg.Connection[Any], articles: list[ResolvedArticle],
 
 
 def install_immediate(
-    sub: psycopg.Connection[Any], articles: list[ResolvedArticle], publisher: tuple[str, str, str], *, enabled: bool
+    sub: psycopg.Connection[Any],
+    articles: list[ResolvedArticle],
+    publisher: subscriber_immediate.PublisherLink,
+    *,
+    enabled: bool,
 ) -> None:
     """An immediate updating subscription: dblink, the subscriber's immediate tables with the
     publisher's connection string (never logged), the functions, and the two triggers on each
-    article table (after the load; committed by the caller).  ``publisher`` is (the
-    subscriber's name, its gid prefix, the publisher's conninfo)."""
-    subscriber, gid_prefix, conninfo = publisher
+    article table (after the load; committed by the caller)."""
     dblink_schema = subscriber_immediate.ensure_immediate(sub)
     sub.execute(immediate_triggers.functions_script(dblink_schema).encode())
+    for publication in sorted({art.publication for art in articles}):
+        subscriber_immediate.set_publisher(sub, publication, publisher)
     for art in articles:
-        subscriber_immediate.set_publisher(sub, art.publication, subscriber, gid_prefix, conninfo)
         sub.execute(immediate_triggers.install(art, enabled=enabled))
 
 

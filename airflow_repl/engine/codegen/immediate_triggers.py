@@ -7,7 +7,7 @@ the publisher in the same distributed transaction, with PostgreSQL's two-phase c
 - the BEFORE row trigger :data:`ROW_TRIGGER` (:func:`capture_function`) sends the change to the
   publisher on a named dblink connection of the session (opened once, kept), inside a remote
   transaction begun with the subscriber's first change of a local transaction
-  (:func:`begin_function`).  An UPDATE or DELETE there carries the row version the subscriber
+  (``immediate_begin``).  An UPDATE or DELETE there carries the row version the subscriber
   had (``msrepl_tran_version``): when the publisher's row has another version, or no longer
   exists, the remote transaction is made to fail and the subscriber's statement raises an error
   naming the table and the key (SQLSTATE 40001): both sides reject.  The publisher's BEFORE
@@ -15,11 +15,16 @@ the publisher in the same distributed transaction, with PostgreSQL's two-phase c
 - the constraint trigger :data:`COMMIT_TRIGGER`, DEFERRABLE INITIALLY DEFERRED, fires at the
   subscriber's commit (:func:`prepare_function`): ``PREPARE TRANSACTION '<gid>'`` at the
   publisher, and the gid recorded in ``airflow_repl.immediate_gids`` in the local transaction;
-  then ``NOTIFY`` :data:`CHANNEL`, delivered when the local transaction commits.  The gid is
+  then ``NOTIFY`` :data:`CHANNEL`, delivered when the local transaction commits.  The remote
+  transaction also carries a transactional logical message
+  (:data:`~airflow_repl.engine.model.naming.ORIGIN_MESSAGE`) naming the subscriber's origin: the
+  Log Reader records it, and the Distribution Agent does not send the change back to its origin.  The gid is
   :func:`~airflow_repl.engine.model.naming.immediate_gid_prefix` + the local transaction id;
 - after the local commit nothing more can run in PostgreSQL: the resolver
   (:mod:`~airflow_repl.engine.subscriber.in_doubt`) commits the prepared transaction at the
-  publisher (or rolls it back when the local transaction did not commit).
+  publisher (or rolls it back when the local transaction did not commit); the session's next
+  transaction commits it too (``immediate_begin``), so a session's consecutive transactions
+  never wait for their own predecessor's locks.
 
 Both triggers are ordinary: they do not fire under ``session_replication_role = replica``, the
 role of every replicated write at the subscriber.  The row trigger's name sorts after the
@@ -36,6 +41,7 @@ from psycopg import sql
 
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import TopologyError
+from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.updating import ROW_VERSION_COLUMN
 from airflow_repl.engine.postgres.quoting import dollar_quote, ident, qualified
 
@@ -68,12 +74,23 @@ DECLARE
 BEGIN
     IF state = xid || '/open' THEN
         RETURN conn;
-    ELSIF state = xid || '/prepared' THEN
+    ELSIF state LIKE xid || '/prepared/%' THEN
         RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state', MESSAGE = 'immediate updating of '
             || 'publication ' || p || ': a row changed after this transaction was prepared at the publisher (SET '
             || 'CONSTRAINTS ... IMMEDIATE, or a deferred trigger): it is rolled back at both sides';
     END IF;
     IF conn = ANY (coalesce(@DBLINK@.dblink_get_connections(), '{}')) THEN
+        IF state LIKE '%/prepared/%' THEN
+            -- this session's previous transaction committed (the setting would have been rolled
+            -- back with it otherwise): commit its prepared one at the publisher (unless the
+            -- resolver did it already)
+            BEGIN
+                PERFORM @DBLINK@.dblink_exec(conn, pg_catalog.format('COMMIT PREPARED %L',
+                    pg_catalog.split_part(state, '/', 3)));
+            EXCEPTION WHEN OTHERS THEN
+                NULL;
+            END;
+        END IF;
         BEGIN  -- a remote transaction of an earlier local one that rolled back, if any, ends here
             PERFORM @DBLINK@.dblink_exec(conn, 'ROLLBACK; BEGIN');
             PERFORM pg_catalog.set_config(guc, xid || '/open', false);
@@ -156,18 +173,20 @@ DECLARE
     state text := pg_catalog.current_setting(guc, true);
     sent  text := coalesce(nullif(pg_catalog.current_setting('airflow_repl.immc_' || h, true), ''), '0');
     gid   text;
+    mark  text;
 BEGIN
-    IF state = xid || '/prepared' THEN
+    IF state LIKE xid || '/prepared/%' THEN
         RETURN NULL;
     ELSIF state IS DISTINCT FROM xid || '/open' THEN
         RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state', MESSAGE = 'immediate updating of '
             || 'publication ' || p || ': this transaction changed rows without a transaction at the publisher';
     END IF;
-    SELECT i.gid_prefix || xid INTO gid FROM airflow_repl.immediate_publisher i WHERE i.publication = p;
-    PERFORM @DBLINK@.dblink_exec(conn, pg_catalog.format('DO %L; PREPARE TRANSACTION %L',
-        pg_catalog.format(@CHECK@, sent), gid));
+    SELECT i.gid_prefix || xid, i.origin INTO gid, mark FROM airflow_repl.immediate_publisher i
+        WHERE i.publication = p;
+    PERFORM @DBLINK@.dblink_exec(conn, pg_catalog.format('DO %L; SELECT pg_catalog.pg_logical_emit_message(true, '
+        || '%L, %L); PREPARE TRANSACTION %L', pg_catalog.format(@CHECK@, sent), '@MESSAGE@', mark, gid));
     INSERT INTO airflow_repl.immediate_gids (gid, publication, xid) VALUES (gid, p, xid::xid8);
-    PERFORM pg_catalog.set_config(guc, xid || '/prepared', false);
+    PERFORM pg_catalog.set_config(guc, xid || '/prepared/' || gid, false);
     PERFORM pg_catalog.pg_notify('@CHANNEL@', p);
     RETURN NULL;
 END;
@@ -180,6 +199,7 @@ def _body(template: str, dblink_schema: str) -> str:
         .replace("@IDLE@", REMOTE_IDLE_TIMEOUT)
         .replace("@VERSION@", ROW_VERSION_COLUMN)
         .replace("@CHANNEL@", CHANNEL)
+        .replace("@MESSAGE@", naming.ORIGIN_MESSAGE)
         .replace("@CHECK@", "'" + _CHECK_SENT.replace("'", "''") + "'")
     )
 
@@ -256,28 +276,20 @@ def install(article: ResolvedArticle, *, enabled: bool = True) -> sql.Composed:
     keys = "{" + ",".join('"' + k.replace("\\", "\\\\").replace('"', '\\"') + '"' for k in article.primary_key) + "}"
     args = sql.SQL(", ").join(sql.Literal(a) for a in (article.publication, label, insert, update, delete, keys))
     parts = [
-        sql.SQL("DROP TRIGGER IF EXISTS {row} ON {table}; DROP TRIGGER IF EXISTS {commit} ON {table}; "),
-        sql.SQL(
-            "CREATE TRIGGER {row} BEFORE INSERT OR UPDATE OR DELETE ON {table} FOR EACH ROW "
-            "EXECUTE FUNCTION airflow_repl.immediate_capture({args}); "
-        ),
-        sql.SQL(
-            "CREATE CONSTRAINT TRIGGER {commit} AFTER INSERT OR UPDATE OR DELETE ON {table} "
-            "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION airflow_repl.immediate_prepare({pub})"
-        ),
+        "DROP TRIGGER IF EXISTS {row} ON {table}; DROP TRIGGER IF EXISTS {commit} ON {table}; ",
+        "CREATE TRIGGER {row} BEFORE INSERT OR UPDATE OR DELETE ON {table} FOR EACH ROW "
+        "EXECUTE FUNCTION airflow_repl.immediate_capture({args}); ",
+        "CREATE CONSTRAINT TRIGGER {commit} AFTER INSERT OR UPDATE OR DELETE ON {table} "
+        "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION airflow_repl.immediate_prepare({pub})",
     ]
     if not enabled:
-        parts.append(sql.SQL("; ALTER TABLE {table} DISABLE TRIGGER {row}, DISABLE TRIGGER {commit}"))
-    return (
-        sql.SQL("")
-        .join(parts)
-        .format(
-            row=sql.Identifier(ROW_TRIGGER),
-            commit=sql.Identifier(COMMIT_TRIGGER),
-            table=_table(article),
-            args=args,
-            pub=sql.Literal(article.publication),
-        )
+        parts.append("; ALTER TABLE {table} DISABLE TRIGGER {row}, DISABLE TRIGGER {commit}")
+    return sql.SQL("".join(parts)).format(
+        row=sql.Identifier(ROW_TRIGGER),
+        commit=sql.Identifier(COMMIT_TRIGGER),
+        table=_table(article),
+        args=args,
+        pub=sql.Literal(article.publication),
     )
 
 

@@ -52,6 +52,13 @@ def queue_origin(subscriber: str) -> str:
     return f"airflow_repl_q_{hashlib.sha1(subscriber.encode()).hexdigest()[:16]}"
 
 
+#: Prefix of the transactional logical message (``pg_logical_emit_message``) an immediate
+#: subscriber's transaction carries at the publisher, naming its origin (:func:`queue_origin`):
+#: the transaction is committed by ``COMMIT PREPARED``, whose WAL record PostgreSQL decodes
+#: without the committing session's replication origin, so the Log Reader takes it from this.
+ORIGIN_MESSAGE = "airflow_repl.origin"
+
+
 def immediate_gid_prefix(publication: str, subscriber: str) -> str:
     """The start of the global transaction identifier (``PREPARE TRANSACTION``) of every
     immediate-updating transaction of ``subscriber`` under ``publication`` at the publisher; the

@@ -14,10 +14,22 @@ Owns: :data:`IMMEDIATE_DDL` and one function per question asked about these tabl
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import psycopg
+
+
+@dataclass(frozen=True)
+class PublisherLink:
+    """What an immediate subscriber's triggers need to reach the publisher."""
+
+    subscriber: str  # the subscriber's name in the topology
+    gid_prefix: str  # naming.immediate_gid_prefix(publication, subscriber)
+    origin: str  # naming.queue_origin(subscriber): the origin its changes commit under
+    conninfo: str = field(repr=False)  # the publisher's connection string (never logged)
+
 
 IMMEDIATE_DDL = """
 CREATE SCHEMA IF NOT EXISTS airflow_repl;
@@ -25,6 +37,7 @@ CREATE TABLE IF NOT EXISTS airflow_repl.immediate_publisher (
     publication  text PRIMARY KEY,
     subscriber   text NOT NULL,
     gid_prefix   text NOT NULL,
+    origin       text NOT NULL,
     conninfo     text NOT NULL
 );
 REVOKE ALL ON airflow_repl.immediate_publisher FROM PUBLIC;
@@ -52,15 +65,13 @@ def ensure_immediate(conn: psycopg.Connection[Any]) -> str:
     return str(row[0])
 
 
-def set_publisher(
-    conn: psycopg.Connection[Any], publication: str, subscriber: str, gid_prefix: str, conninfo: str
-) -> None:
+def set_publisher(conn: psycopg.Connection[Any], publication: str, publisher: PublisherLink) -> None:
     """Record (or replace) the publisher the publication's triggers connect to."""
     conn.execute(
-        "INSERT INTO airflow_repl.immediate_publisher (publication, subscriber, gid_prefix, conninfo) "
-        "VALUES (%s, %s, %s, %s) ON CONFLICT (publication) DO UPDATE SET subscriber = excluded.subscriber, "
-        "gid_prefix = excluded.gid_prefix, conninfo = excluded.conninfo",
-        (publication, subscriber, gid_prefix, conninfo),
+        "INSERT INTO airflow_repl.immediate_publisher (publication, subscriber, gid_prefix, origin, conninfo) "
+        "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (publication) DO UPDATE SET subscriber = excluded.subscriber, "
+        "gid_prefix = excluded.gid_prefix, origin = excluded.origin, conninfo = excluded.conninfo",
+        (publication, publisher.subscriber, publisher.gid_prefix, publisher.origin, publisher.conninfo),
     )
 
 

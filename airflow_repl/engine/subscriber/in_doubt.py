@@ -8,23 +8,21 @@ transaction of the subscriber (gid = :func:`~airflow_repl.engine.model.naming.im
 + the local transaction id) is decided from the subscriber's own record:
 
 - the local transaction committed (``pg_xact_status``; or, when too old to know, its gid is in
-  ``airflow_repl.immediate_gids``) -> ``COMMIT PREPARED``, in a session marked with the
-  subscriber's replication origin (:func:`~airflow_repl.engine.model.naming.queue_origin`, the
-  one its queued changes use): the Log Reader records it and the Distribution Agent does not
-  send the change back to the subscriber it came from;
+  ``airflow_repl.immediate_gids``) -> ``COMMIT PREPARED`` (the transaction names its origin in a
+  logical message, so any session may commit it);
 - aborted, or not running any more (the subscriber crashed) -> ``ROLLBACK PREPARED``;
 - still in progress (its commit is under way) -> left for the next round.
 
 It runs at the start of every Log Reader, Distribution and Queue Reader Agent run of the
 publication (:func:`resolve_quietly`), on demand, and continuously with ``--follow``
 (:func:`follow`): the subscriber notifies a channel when such a transaction commits, so the
-publisher's locks are released within milliseconds of the subscriber's commit.
+publisher's locks are released within milliseconds of the subscriber's commit.  (The same
+subscriber session's next transaction also commits its predecessor's, first thing.)
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import psycopg
@@ -35,13 +33,9 @@ from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import connections
-from airflow_repl.engine.state import publisher_state, subscriber_immediate
+from airflow_repl.engine.state import subscriber_immediate
 
 log = logging.getLogger(__name__)
-
-#: How long to wait for the subscriber's replication origin while another session (a Queue
-#: Reader, another resolver) uses it.
-ORIGIN_WAIT_SECONDS = 15.0
 
 
 def immediate_subscribers(topology: Topology, publication: str) -> list[str]:
@@ -99,24 +93,28 @@ def resolve(
         )
     ]
     waiting: list[str] = []
-    with_origin = False
     for gid in gids:
         decision = _decide(sub, gid, prefix)
         if decision == "in_progress":
             waiting.append(gid)
-        elif decision == "committed" and not with_origin:
-            _take_origin(pub, naming.queue_origin(subscriber))
-            with_origin = True
-        if decision != "in_progress":
-            verb = "COMMIT PREPARED {}" if decision == "committed" else "ROLLBACK PREPARED {}"
-            pub.execute(sql.SQL(verb).format(sql.Literal(gid)))
+        elif not _finish(pub, gid, decision == "committed"):
+            continue
         counts[decision] += 1
-    if with_origin:
-        pub.execute("SELECT pg_catalog.pg_replication_origin_session_reset()")
     counts["forgotten"] = subscriber_immediate.forget_gids(sub, publication, prefix, waiting, listed_at)
     if gids:
         log.info("subscriber %s, publication %s: in-doubt transactions %s", subscriber, publication, counts)
     return counts
+
+
+def _finish(pub: psycopg.Connection[Any], gid: str, commit: bool) -> bool:
+    """COMMIT or ROLLBACK PREPARED; False when another session (the subscriber's next
+    transaction, another resolver) finished it first or is finishing it."""
+    verb = "COMMIT PREPARED {}" if commit else "ROLLBACK PREPARED {}"
+    try:
+        pub.execute(sql.SQL(verb).format(sql.Literal(gid)))
+    except (psycopg.errors.UndefinedObject, psycopg.errors.ObjectInUse):
+        return False
+    return True
 
 
 def _decide(sub: psycopg.Connection[Any], gid: str, prefix: str) -> str:
@@ -128,22 +126,6 @@ def _decide(sub: psycopg.Connection[Any], gid: str, prefix: str) -> str:
     if status == "committed" or (status is None and recorded):
         return "committed"
     return "rolled_back"
-
-
-def _take_origin(pub: psycopg.Connection[Any], origin: str) -> None:
-    """Make the subscriber's origin this session's, waiting while another session uses it."""
-    deadline = time.monotonic() + ORIGIN_WAIT_SECONDS
-    while True:
-        try:
-            publisher_state.use_origin(pub, origin)
-            return
-        except psycopg.errors.ObjectInUse:
-            if time.monotonic() > deadline:
-                raise ReplError(
-                    f"replication origin {origin!r} stayed in use by another session (a Queue Reader Agent run?) "
-                    f"for {ORIGIN_WAIT_SECONDS:.0f} s: in-doubt transactions are left for the next round"
-                ) from None
-            time.sleep(0.2)
 
 
 def follow(
