@@ -244,7 +244,9 @@ def test_set_update_mode_rules(env, spark):
     # every rule holds: switched (the immediate-updating triggers enabled, the queue's disabled)
     assert update_mode.set_update_mode(topo, "p", "sub1", "immediate")["changed"] is True
     assert env.rows(env.dist, mode) == [("failover",)]
-    enabled = "SELECT tgname, tgenabled FROM pg_trigger WHERE tgname LIKE 'airflow_repl_%%' ORDER BY 1"
+    enabled = (
+        "SELECT tgname, tgenabled FROM pg_trigger WHERE tgrelid = 'items'::regclass AND NOT tgisinternal ORDER BY 1"
+    )
     assert env.rows(env.sub, enabled) == [
         ("airflow_repl_queue", "D"),
         ("airflow_repl_tran_version", "O"),
