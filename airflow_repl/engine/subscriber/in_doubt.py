@@ -112,7 +112,7 @@ def _finish(pub: psycopg.Connection[Any], gid: str, commit: bool) -> bool:
     verb = "COMMIT PREPARED {}" if commit else "ROLLBACK PREPARED {}"
     try:
         pub.execute(sql.SQL(verb).format(sql.Literal(gid)))
-    except (psycopg.errors.UndefinedObject, psycopg.errors.ObjectInUse):
+    except (psycopg.errors.UndefinedObject, psycopg.errors.ObjectNotInPrerequisiteState):  # gone, or busy
         return False
     return True
 
