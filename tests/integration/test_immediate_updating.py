@@ -6,16 +6,19 @@ immediate and queued updating."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import psycopg
 import pytest
 
+from airflow_repl import cli
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, queue_reader_agent, snapshot_agent
 from airflow_repl.engine.errors import NotInitialized
 from airflow_repl.engine.model import naming
@@ -330,3 +333,33 @@ def test_failover_switches_between_immediate_and_queued(env, spark):
     snapshot_agent.run_snapshot(topo, "p", spark, reinitialize=True)
     env.run(env.sub, "UPDATE items SET v = 'after snapshot' WHERE id = 4")
     assert queued(env.sub) == 0 and len(prepared(env)) == 1
+
+
+# ---------------------------------------------------------------------- the resolver loop and the CLI
+def test_follow_commits_at_once_when_the_subscriber_commits(env, spark, tmp_path, capsys):
+    topo = setup_immediate(env, spark)
+    done: dict = {}
+    loop = threading.Thread(
+        target=lambda: done.update(in_doubt.follow(topo, "p", "sub1", interval=30, rounds=2)), daemon=True
+    )
+    loop.start()
+    listening = "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %%'"
+    wait_for(lambda: env.rows(env.sub, listening)[0][0] == 1)  # the loop listens
+    started = time.monotonic()
+    env.run(env.sub, "UPDATE items SET v = 'followed' WHERE id = 11")
+    loop.join(timeout=20)
+    assert not loop.is_alive() and time.monotonic() - started < 10  # woken by the commit, not the interval
+    assert done["committed"] == 1 and prepared(env) == []
+    assert rows(env.pub, "id = 11") == rows(env.sub, "id = 11")
+    # the command line: one round for every immediate subscriber of the publication
+    env.run(env.sub, "UPDATE items SET v = 'by the cli' WHERE id = 12")
+    path = tmp_path / "t.yaml"
+    path.write_text(
+        json.dumps(
+            topo.to_dict(with_secrets=False)
+            | {"publisher": to_uri(env.pub), "distributor": to_uri(env.dist), "subscribers": {"sub1": to_uri(env.sub)}}
+        )
+    )
+    assert cli.main(["resolve-in-doubt", "-t", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out)["sub1"]["committed"] == 1
+    assert rows(env.pub, "id = 12")[12][0] == "by the cli"

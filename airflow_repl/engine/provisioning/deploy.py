@@ -191,7 +191,6 @@ def _prepare_publications(
     resolved = {name: resolve_publication(pub_conn, topology.publication(name)) for name in names}
     for name in names:
         updating_setup.check_publication(pub_conn, topology.publication(name), resolved[name])
-        updating_setup.check_immediate_keys(topology, name, resolved[name])
     for name in names:
         if updating_setup.add_row_versions(pub_conn, topology.publication(name), resolved[name]):
             resolved[name] = resolve_publication(pub_conn, topology.publication(name))

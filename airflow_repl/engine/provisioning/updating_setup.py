@@ -8,8 +8,7 @@ Rules (SQL Server's, where they apply to PostgreSQL):
 - a column filter of a publication that allows immediate updating cannot leave out a NOT NULL
   column without a default (an insert at the subscriber could not be applied at the publisher);
 - a publication that allows immediate updating needs ``max_prepared_transactions`` > 0 at the
-  publisher (two-phase commit), and the articles of a publication with an immediate (or
-  failover) subscription need a primary key.
+  publisher (two-phase commit).
 
 Then every published table of a publication that allows updating gets the row-version column and
 its trigger (:mod:`airflow_repl.engine.codegen.updating_scripts`).
@@ -63,19 +62,6 @@ def check_publication(pub_conn: psycopg.Connection, publication: Publication, ar
         _check_row_version_column(art)
         if publication.allow_sync_tran and art.column_list is not None:
             _check_column_filter(pub_conn, publication, art)
-
-
-def check_immediate_keys(topology: Topology, publication: str, articles: list[ResolvedArticle]) -> None:
-    """A publication with an immediate (or failover) subscription: every article has a primary
-    key, which finds the subscriber's row at the publisher."""
-    immediate = [s.subscriber for s in topology.subscriptions_of(publication) if s.update_mode.needs_sync_tran]
-    for art in articles if immediate else []:
-        if not art.primary_key:
-            raise TopologyError(
-                f"article {art.name!r} of publication {publication!r} has no primary key on {art.table.qualified}, "
-                f"but subscriber {immediate[0]!r} updates immediately, which finds its rows at the publisher by "
-                f"primary key: add a primary key, or use update_mode 'queued tran' or 'read only'"
-            )
 
 
 def _check_two_phase(pub_conn: psycopg.Connection, publication: Publication) -> None:

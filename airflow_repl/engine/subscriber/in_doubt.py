@@ -142,10 +142,11 @@ def follow(
         connections.connect(conninfo, f"subscriber {subscriber!r}", autocommit=True) as listener,
     ):
         listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
-        while rounds is None or totals["rounds"] < rounds:
+        while True:
             for key, value in resolve(pub, sub, publication, subscriber).items():
                 totals[key] = totals.get(key, 0) + value
             totals["rounds"] += 1
+            if rounds is not None and totals["rounds"] >= rounds:
+                return totals
             for _ in listener.notifies(timeout=interval, stop_after=1):
                 pass
-    return totals
