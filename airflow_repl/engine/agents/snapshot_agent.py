@@ -46,6 +46,7 @@ from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import connections, slots
 from airflow_repl.engine.provisioning import deploy
 from airflow_repl.engine.state import distdb, subscriber_immediate, subscriber_state
+from airflow_repl.engine.subscriber import in_doubt
 
 AGENT = "snapshot"
 
@@ -95,6 +96,7 @@ def run_snapshot(
             message = "every subscription is already initialized; nothing to do"
             return run.succeed({"snapshot_id": None, "initialized": [], "rows": 0, "message": message}, message=message)
         snap.check_subscriber_types(articles, targets)
+        in_doubt.resolve_quietly(topology, publication, list(targets))  # their changes reach the snapshot
         taken = snap.take(articles, has_slot, spark, max_partitions)
         manifest = snap.write_folder(articles, taken)
         loaded = initialize_subscriptions(

@@ -14,7 +14,7 @@ transaction of the subscriber (gid = :func:`~airflow_repl.engine.model.naming.im
 - still in progress (its commit is under way) -> left for the next round.
 
 It runs at the start of every Log Reader, Distribution and Queue Reader Agent run of the
-publication (:func:`resolve_quietly`), on demand, and continuously with ``--follow``
+publication, and of a Snapshot Agent run before it snapshots (:func:`resolve_quietly`), on demand, and continuously with ``--follow``
 (:func:`follow`): the subscriber notifies a channel when such a transaction commits, so the
 publisher's locks are released within milliseconds of the subscriber's commit.  (The same
 subscriber session's next transaction also commits its predecessor's, first thing.)
