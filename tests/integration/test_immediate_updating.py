@@ -363,3 +363,28 @@ def test_follow_commits_at_once_when_the_subscriber_commits(env, spark, tmp_path
     assert cli.main(["resolve-in-doubt", "-t", str(path)]) == 0
     assert json.loads(capsys.readouterr().out)["sub1"]["committed"] == 1
     assert rows(env.pub, "id = 12")[12][0] == "by the cli"
+
+
+def test_row_versions_chain_within_a_transaction_and_across_sessions(env, spark):
+    topo = setup_immediate(env, spark)
+    with psycopg.connect(env.sub) as conn:  # insert, then update and delete rows it changed itself
+        conn.execute("INSERT INTO items (id, v, n) VALUES (2000, 'new', 0)")
+        conn.execute("UPDATE items SET v = 'updated', n = 5 WHERE id = 2000")
+        conn.execute("UPDATE items SET n = n + 1 WHERE id = 14")
+        conn.execute("DELETE FROM items WHERE id = 14")
+    first, second = psycopg.connect(env.sub, autocommit=True), psycopg.connect(env.sub, autocommit=True)
+    try:
+        first.execute("UPDATE items SET v = 'first' WHERE id = 15")  # committed here, prepared there
+        resolver = threading.Timer(1.0, in_doubt.resolve_in_doubt, (topo, "p"))
+        resolver.start()  # the second session's change waits for the first's row lock at the publisher
+        started = time.monotonic()
+        second.execute("UPDATE items SET v = v || ' then second' WHERE id = 15")
+        assert time.monotonic() - started >= 0.5
+        resolver.join()
+    finally:
+        first.close()
+        second.close()
+    in_doubt.resolve_in_doubt(topo, "p")
+    assert rows(env.pub) == rows(env.sub) and prepared(env) == []
+    assert rows(env.pub, "id = 15")[15][0] == "first then second" and 14 not in rows(env.pub)
+    assert rows(env.pub, "id = 2000")[2000][:2] == ("updated", 5)

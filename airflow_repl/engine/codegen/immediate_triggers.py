@@ -251,12 +251,17 @@ def remote_statements(article: ResolvedArticle) -> tuple[str, str, str]:
     here = f"(SELECT t.{version}::text FROM {table} t, o WHERE {match})"
     insert = f"WITH i AS (INSERT INTO {table} ({listed}) SELECT {listed} FROM {rec}) SELECT {_fmt(_SENT)}"
     sets = _fmt(", ".join(f"{ident(c)} = n.{ident(c)}" for c in columns if c != ROW_VERSION_COLUMN))
-    update = (
+    # the row is locked by key first, in its own statement: a change of it still uncommitted
+    # (another subscriber session's, prepared) is waited for, and the next statement's snapshot
+    # sees its outcome; the version check alone would miss the row (not visible yet)
+    # (dblink wants every result of the string in the final result's shape: three text columns)
+    lock = f"WITH {old} SELECT NULL::text, NULL::text, NULL::text FROM {table} t, o WHERE {match} FOR UPDATE OF t; "
+    update = lock + (
         f"WITH {old}, n AS (SELECT * FROM pg_catalog.jsonb_populate_record(NULL::{table}, %2$L::jsonb)), "
         f"u AS (UPDATE {table} t SET {sets} FROM o, n WHERE {match} AND t.{version} = o.{version} "
         f"RETURNING t.{version}) SELECT (SELECT u.{version}::text FROM u), {here}, {_fmt(_SENT)}"
     )
-    delete = (
+    delete = lock + (
         f"WITH {old}, d AS (DELETE FROM {table} t USING o WHERE {match} AND t.{version} = o.{version} "
         f"RETURNING 1) SELECT (SELECT count(*)::text FROM d HAVING count(*) > 0), "
         f"{here}, {_fmt(_SENT)}"
