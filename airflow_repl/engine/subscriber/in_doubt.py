@@ -62,9 +62,8 @@ def resolve_in_doubt(topology: Topology, publication: str, subscriber: str | Non
 
 def resolve_quietly(topology: Topology, publication: str, subscribers: list[str] | None = None) -> dict[str, Any]:
     """:func:`resolve_in_doubt` at the start of an agent run: a subscriber or publisher that
-    cannot be reached, or an origin in use, is logged and left for the next round."""
-    names = immediate_subscribers(topology, publication) if subscribers is None else subscribers
-    names = [n for n in names if topology.subscription(publication, n).update_mode.needs_sync_tran]
+    cannot be reached is logged and left for the next round."""
+    names = [n for n in immediate_subscribers(topology, publication) if subscribers is None or n in subscribers]
     totals: dict[str, Any] = {}
     for name in names:
         try:
