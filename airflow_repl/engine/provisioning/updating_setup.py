@@ -3,12 +3,12 @@ and the row versions added to the publisher's tables.
 
 Rules (SQL Server's, where they apply to PostgreSQL):
 
-- immediate updating (``sync tran``, ``failover``) is not available yet: a subscription in those
-  modes is refused;
 - updating, once allowed on a publication, cannot be turned off: drop and recreate the
   publication instead;
 - a column filter of a publication that allows immediate updating cannot leave out a NOT NULL
-  column without a default (an insert at the subscriber could not be applied at the publisher).
+  column without a default (an insert at the subscriber could not be applied at the publisher);
+- a publication that allows immediate updating needs ``max_prepared_transactions`` > 0 at the
+  publisher (two-phase commit).
 
 Then every published table of a publication that allows updating gets the row-version column and
 its trigger (:mod:`airflow_repl.engine.codegen.updating_scripts`).
@@ -24,33 +24,18 @@ from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.codegen import updating_scripts
 from airflow_repl.engine.errors import TopologyError
 from airflow_repl.engine.model.topology import Publication, Topology
-from airflow_repl.engine.model.updating import ROW_VERSION_COLUMN, UpdateMode
+from airflow_repl.engine.model.updating import ROW_VERSION_COLUMN
 from airflow_repl.engine.postgres import catalog
 from airflow_repl.engine.state.distdb import UpdatingOptions
 
 log = logging.getLogger(__name__)
 
-#: What to use instead of an immediate mode while immediate updating is not available.
-_QUEUED_INSTEAD = {UpdateMode.SYNC_TRAN: UpdateMode.QUEUED_TRAN, UpdateMode.FAILOVER: UpdateMode.QUEUED_FAILOVER}
 _OPTION_NAMES = {"allow_sync_tran": "immediate updating", "allow_queued_tran": "queued updating"}
 
 
 def updating_options(publication: Publication) -> UpdatingOptions:
     """The publication's options as the distribution database records them."""
     return UpdatingOptions(publication.allow_sync_tran, publication.allow_queued_tran, str(publication.conflict_policy))
-
-
-def refuse_immediate_modes(topology: Topology, publications: list[str]) -> None:
-    """A subscription in an immediate mode (``sync tran``, ``failover``) is refused: immediate
-    updating is not built yet."""
-    for name in publications:
-        for sub in topology.subscriptions_of(name):
-            if sub.update_mode.immediate:
-                raise TopologyError(
-                    f"subscription of {sub.subscriber!r} to publication {name!r} uses update_mode "
-                    f"{str(sub.update_mode)!r}: immediate updating is not available yet: use update_mode "
-                    f"{str(_QUEUED_INSTEAD[sub.update_mode])!r}"
-                )
 
 
 def refuse_turning_off(topology: Topology, recorded: dict[str, UpdatingOptions]) -> None:
@@ -71,10 +56,23 @@ def check_publication(pub_conn: psycopg.Connection, publication: Publication, ar
     publication, and an existing row-version column's type."""
     if not publication.updatable:
         return
+    if publication.allow_sync_tran:
+        _check_two_phase(pub_conn, publication)
     for art in articles:
         _check_row_version_column(art)
         if publication.allow_sync_tran and art.column_list is not None:
             _check_column_filter(pub_conn, publication, art)
+
+
+def _check_two_phase(pub_conn: psycopg.Connection, publication: Publication) -> None:
+    """Immediate updating prepares transactions at the publisher: max_prepared_transactions > 0."""
+    row = pub_conn.execute("SELECT current_setting('max_prepared_transactions')::int").fetchone()
+    if not row or row[0] <= 0:
+        raise TopologyError(
+            f"publication {publication.name!r} allows immediate updating (allow_sync_tran), which commits a "
+            f"subscriber's changes at the publisher with two-phase commit, but the publisher has "
+            f"max_prepared_transactions = 0: set it (e.g. to max_connections) in postgresql.conf and restart it"
+        )
 
 
 def _check_column_filter(pub_conn: psycopg.Connection, publication: Publication, art: ResolvedArticle) -> None:
