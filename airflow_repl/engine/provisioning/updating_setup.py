@@ -21,11 +21,12 @@ import logging
 import psycopg
 
 from airflow_repl.engine.articles.resolved import ResolvedArticle
-from airflow_repl.engine.codegen import updating_scripts
+from airflow_repl.engine.codegen import key_enforcement, updating_scripts
 from airflow_repl.engine.errors import TopologyError
 from airflow_repl.engine.model.topology import Publication, Topology
 from airflow_repl.engine.model.updating import ROW_VERSION_COLUMN
 from airflow_repl.engine.postgres import catalog
+from airflow_repl.engine.postgres.quoting import qualified
 from airflow_repl.engine.state.distdb import UpdatingOptions
 
 log = logging.getLogger(__name__)
@@ -104,15 +105,19 @@ def _check_row_version_column(art: ResolvedArticle) -> None:
 
 def add_row_versions(pub_conn: psycopg.Connection, publication: Publication, articles: list[ResolvedArticle]) -> bool:
     """Row-version column, default and trigger on every published table of an updatable
-    publication (and on the inheritance children an article includes); False when the
-    publication does not allow updating.  Idempotent."""
+    publication (and on the inheritance children an article includes), and their DEFERRABLE keys
+    checked even under ``session_replication_role = replica`` (the Queue Reader's role at the
+    publisher); False when the publication does not allow updating.  Idempotent."""
     if not publication.updatable:
         return False
     with pub_conn.transaction():
         for art in articles:
             pub_conn.execute(updating_scripts.table_row_version_script(art.table.schema, art.table.name).encode())
-            for schema, table in _children(pub_conn, art):
+            tables = [(art.table.schema, art.table.name), *_children(pub_conn, art)]
+            for schema, table in tables[1:]:
                 pub_conn.execute(updating_scripts.trigger_script(schema, table).encode())
+            for schema, table in tables:  # the Queue Reader writes here as replica: keys stay checked
+                pub_conn.execute(key_enforcement.enforce_deferrable_keys_script(qualified(schema, table)).encode())
     log.info("publication %s: row versions on %d table(s)", publication.name, len(articles))
     return True
 
