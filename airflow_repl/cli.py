@@ -78,6 +78,23 @@ def _cmd_set_update_mode(args: argparse.Namespace) -> dict[str, Any]:
     return update_mode.set_update_mode(topo, _publication(topo, args.publication), args.subscriber, args.mode)
 
 
+def _cmd_resolve_in_doubt(args: argparse.Namespace) -> dict[str, Any]:
+    """Finish the transactions immediate subscribers prepared at the publisher (once, or with
+    ``--follow`` continuously for one subscriber)."""
+    from airflow_repl.engine.subscriber import in_doubt
+
+    topo = _load(args)
+    pub = _publication(topo, args.publication)
+    if not args.follow:
+        return in_doubt.resolve_in_doubt(topo, pub, args.subscriber)
+    if args.subscriber is None:
+        raise ReplError("resolve-in-doubt --follow needs --subscriber (one resolver per immediate subscriber)")
+    try:
+        return {args.subscriber: in_doubt.follow(topo, pub, args.subscriber, interval=args.interval)}
+    except KeyboardInterrupt:
+        return {args.subscriber: "stopped"}
+
+
 def _cmd_validate(args: argparse.Namespace) -> dict[str, Any]:
     topo = _load(args)
     pub = _publication(topo, args.publication)
@@ -159,6 +176,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--subscriber", required=True)
     p.add_argument("--mode", required=True, choices=sorted(update_mode.TARGETS))
     p.set_defaults(func=_cmd_set_update_mode)
+    p = _with_topology(
+        sub.add_parser("resolve-in-doubt", help="finish immediate subscribers' transactions prepared at the publisher")
+    )
+    p.add_argument("--subscriber", help="one subscriber (default: every immediate subscriber of the publication)")
+    p.add_argument(
+        "--follow", action="store_true", help="keep resolving: at each subscriber commit, and every interval"
+    )
+    p.add_argument("--interval", type=float, default=60.0, help="seconds between two rounds with --follow")
+    p.set_defaults(func=_cmd_resolve_in_doubt)
     p = _with_topology(sub.add_parser("validate", help="compare row counts and checksums"))
     p.add_argument("--subscriber", action="append")
     p.set_defaults(func=_cmd_validate)

@@ -94,16 +94,11 @@ def test_refused_turn_off_changes_nothing(env):
     assert env.rows(env.dist, "SELECT name FROM airflow_repl.articles") == [("items",)]
 
 
-@pytest.mark.parametrize("mode, instead", [("sync tran", "queued tran"), ("failover", "queued failover")])
-def test_apply_refuses_immediate_modes(env, mode, instead):
+@pytest.mark.parametrize("mode", ["sync tran", "failover"])
+def test_apply_accepts_immediate_modes(env, mode):
     _items(env)
-    with pytest.raises(TopologyError) as err:
-        deploy.apply_topology(_topology(env, ["items"], BOTH, {"sub1": mode}))
-    assert str(err.value) == (
-        f"subscription of 'sub1' to publication 'p' uses update_mode {mode!r}: immediate updating is not "
-        f"available yet: use update_mode {instead!r}"
-    )
-    assert env.rows(env.pub, "SELECT count(*) FROM pg_publication")[0][0] == 0
+    deploy.apply_topology(_topology(env, ["items"], BOTH, {"sub1": mode}))
+    assert env.rows(env.dist, "SELECT update_mode FROM airflow_repl.subscriptions") == [(mode,)]
 
 
 def test_column_filter_of_immediate_publication_keeps_not_null_columns_without_default(env):
@@ -246,10 +241,18 @@ def test_set_update_mode_rules(env, spark):
     ):
         update_mode.set_update_mode(topo, "p", "sub1", "immediate")
     env.run(env.sub, "DELETE FROM airflow_repl.queue WHERE publication = 'p'")
-    # every rule holds: still refused, immediate updating is not available yet; nothing switched
-    with pytest.raises(ReplError, match="immediate updating is not available yet"):
-        update_mode.set_update_mode(topo, "p", "sub1", "immediate")
-    assert env.rows(env.dist, mode) == [("queued failover",)]
+    # every rule holds: switched (the immediate-updating triggers enabled, the queue's disabled)
+    assert update_mode.set_update_mode(topo, "p", "sub1", "immediate")["changed"] is True
+    assert env.rows(env.dist, mode) == [("failover",)]
+    enabled = (
+        "SELECT tgname, tgenabled FROM pg_trigger WHERE tgrelid = 'items'::regclass AND NOT tgisinternal ORDER BY 1"
+    )
+    assert env.rows(env.sub, enabled) == [
+        ("airflow_repl_queue", "D"),
+        ("airflow_repl_tran_version", "O"),
+        ("airflow_repl_two_phase", "O"),
+        ("airflow_repl_two_phase_commit", "O"),
+    ]
     # immediate -> queued at any time (immediate recorded as a later release would)
     env.run(env.dist, "UPDATE airflow_repl.subscriptions SET update_mode = 'failover'")
     env.run(env.sub, "INSERT INTO airflow_repl.queue (publication, article, op) VALUES ('p', 'items', 'U')")

@@ -27,6 +27,7 @@ from airflow_repl.engine.postgres.pgoutput import (
     Commit,
     Delete,
     Insert,
+    LogicalMessage,
     Origin,
     Other,
     Relation,
@@ -77,7 +78,16 @@ TRANSACTIONS: dict[str, list[Any]] = {
     "insert_t1_t2": [T1_RELATION, Insert(T1, ["1"]), T2_RELATION, Insert(T2, ["1", "1"])],
     "truncate_restart_cascade": [T1_RELATION, T2_RELATION, Truncate([T1, T2], True, True)],
     "truncate_plain": [T2_RELATION, Truncate([T2], False, False)],
-    "message_in_transaction": [Other("M"), T1_RELATION, Insert(T1, ["1"])],
+    "message_in_transaction": [
+        LogicalMessage(
+            True,
+            lsn_to_int(STEPS["message_in_transaction"]["messages"][1]["lsn"]),
+            "airflow_repl.capture",
+            b"in a transaction",
+        ),
+        T1_RELATION,
+        Insert(T1, ["1"]),
+    ],
     "origin": [
         Origin(lsn_to_int(STEPS["origin"]["origin"]["lsn"]), STEPS["origin"]["origin"]["name"]),
         T1_RELATION,
@@ -130,8 +140,8 @@ def test_transactions_follow_each_other_in_xid_and_lsn_order():
 
 def test_a_message_outside_any_transaction_stands_alone():
     (message,) = decoded("message_alone")
-    assert message == Other("M")
     (row,) = STEPS["message_alone"]["messages"]
+    assert message == LogicalMessage(False, lsn_to_int(row["lsn"]), "airflow_repl.capture", b"outside any transaction")
     assert row["xid"] == "0"
     assert _message_body(raw("message_alone")[0]) == (
         False,
@@ -172,7 +182,7 @@ def test_binary_columns_arrive_as_bytes():
 
 
 # ---------------------------------------------------------------------- damaged messages
-READ = {"B", "C", "O", "R", "I", "U", "D", "T"}  # the kinds the decoder reads past their first byte
+READ = {"B", "C", "O", "R", "I", "U", "D", "T", "M"}  # the kinds the decoder reads past their first byte
 CAPTURED = {
     f"{step['name']}-{key.split('_')[0]}-{i}": bytes.fromhex(m["hex"])
     for step in DATA["steps"]

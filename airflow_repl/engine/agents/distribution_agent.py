@@ -54,6 +54,7 @@ from airflow_repl.engine.model.topology import SKIPPABLE_ERRORS, Topology
 from airflow_repl.engine.postgres import lsn
 from airflow_repl.engine.state import distdb, subscriber_state
 from airflow_repl.engine.state.distdb import CommandRow, PendingTransaction
+from airflow_repl.engine.subscriber import in_doubt
 from airflow_repl.engine.subscriber.applier import Applier, ReplayOutcome, apply_parallel, apply_pipelined, replay
 from airflow_repl.engine.subscriber.convergence import QueueGuard, replay_queued
 from airflow_repl.engine.subscriber.streams import Streams, recover_prepared
@@ -382,6 +383,7 @@ def run_distribution(
     skip_errors: list[str] | None = None,
 ) -> dict[str, Any]:
     """Deliver every pending transaction (committed up to ``until``, when given)."""
+    in_doubt.resolve_quietly(topology, publication, [subscriber])  # its immediate updates, prepared at the publisher
     overrides = _Overrides(until, commit_batch_size, commit_batch_threshold, subscription_streams, skip_errors)
     delivery = _Delivery(topology, publication, subscriber, _settings(topology, publication, subscriber, overrides))
     with AgentRun(AGENT, publication, subscriber) as run:

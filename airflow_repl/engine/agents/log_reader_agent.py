@@ -46,6 +46,7 @@ from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import lsn, pgoutput, slots
 from airflow_repl.engine.state import distdb
+from airflow_repl.engine.subscriber import in_doubt
 
 AGENT = "logreader"
 
@@ -258,6 +259,8 @@ class _LogReader:
             self._begin(msg, batch)
         elif isinstance(msg, pgoutput.Origin):
             self.writer.origin = msg.name
+        elif isinstance(msg, pgoutput.LogicalMessage) and msg.transactional and msg.prefix == naming.ORIGIN_MESSAGE:
+            self.writer.origin = msg.content.decode()  # an immediate subscriber's change (see naming)
         elif isinstance(msg, pgoutput.Relation):
             batch.relmaps[msg.relid] = map_relation(msg, self.articles)
         elif isinstance(msg, (pgoutput.Insert, pgoutput.Update, pgoutput.Delete)):
@@ -323,6 +326,7 @@ def run_log_reader(
     """Read everything committed before the run started (or ``max_batches`` batches) into the
     distribution database.  Returns a summary (transactions, commands, batches, last
     xact_seqno, read_upto_lsn, seconds)."""
+    in_doubt.resolve_quietly(topology, publication)  # immediate subscribers' prepared transactions first
     with AgentRun(AGENT, publication) as run:
         reader = _LogReader(run, topology, publication)
         run.lock(reader.dist)

@@ -63,7 +63,7 @@ from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.model.updating import ConflictPolicy
 from airflow_repl.engine.state import distdb, publisher_state, subscriber_state
 from airflow_repl.engine.state.subscriber_state import QueuedCommand, QueuedTransaction
-from airflow_repl.engine.subscriber import conflicts, row_images
+from airflow_repl.engine.subscriber import conflicts, in_doubt, row_images
 from airflow_repl.engine.subscriber.conflicts import Action, ConflictKind, Met, PublisherRow, Resolution
 from airflow_repl.engine.subscriber.row_images import Image, Table
 
@@ -355,6 +355,7 @@ def run_queue_reader(
     ``max_transactions``).  Returns a summary (transactions, commands, conflicts, rejected,
     compensated, queued: what is left)."""
     topology.subscription(publication, subscriber)  # an unknown subscription -> error
+    in_doubt.resolve_quietly(topology, publication, [subscriber])  # before this run takes the origin
     with AgentRun(AGENT, publication, subscriber) as run:
         reader = _QueueReader(run, topology, publication, subscriber)
         run.lock(reader.sub)

@@ -38,13 +38,15 @@ from airflow_repl.engine.agents import snapshot_folder
 from airflow_repl.engine.agents.lifecycle import AgentRun
 from airflow_repl.engine.agents.snapshot_folder import DataFile, Partition
 from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
-from airflow_repl.engine.codegen import call_syntax, queue_triggers, updating_scripts, user_types
+from airflow_repl.engine.codegen import call_syntax, immediate_triggers, queue_triggers, updating_scripts, user_types
 from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.propagation import Operation
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import connections, slots
 from airflow_repl.engine.provisioning import deploy
-from airflow_repl.engine.state import distdb, subscriber_state
+from airflow_repl.engine.state import distdb, subscriber_immediate, subscriber_state
+from airflow_repl.engine.subscriber import in_doubt
 
 AGENT = "snapshot"
 
@@ -94,6 +96,7 @@ def run_snapshot(
             message = "every subscription is already initialized; nothing to do"
             return run.succeed({"snapshot_id": None, "initialized": [], "rows": 0, "message": message}, message=message)
         snap.check_subscriber_types(articles, targets)
+        in_doubt.resolve_quietly(topology, publication, list(targets))  # their changes reach the snapshot
         taken = snap.take(articles, has_slot, spark, max_partitions)
         manifest = snap.write_folder(articles, taken)
         loaded = initialize_subscriptions(
@@ -284,7 +287,10 @@ class _Initialization:
         self.dist, self.run = dist, run
         self.snapshot_id: str = manifest["snapshot_id"]
         self.conninfos = {s: topology.subscriber_conninfo(s) for s in subscribers}
-        self.queued = {s for s in subscribers if topology.subscription(publication, s).update_mode.queued}
+        modes = {s: topology.subscription(publication, s).update_mode for s in subscribers}
+        self.queued = {s for s, mode in modes.items() if mode.needs_queued_tran}  # now or after a switch
+        self.immediate = {s for s, mode in modes.items() if mode.needs_sync_tran}
+        self.pub_conninfo = topology.publisher.require("publisher") if self.immediate else ""
         self.updatable = {s for s in subscribers if topology.subscription(publication, s).update_mode.updatable}
         self.schema_sql = (folder / "schema.sql").read_text()
         self.procs_sql = (folder / "procedures.sql").read_text()
@@ -332,20 +338,62 @@ class _Initialization:
             for art in self.articles:
                 sub.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(art.dest_schema, art.dest_table)))
             subscriber_state.start_watermark(sub, self.publication, self.snapshot_id, self.manifest["consistent_lsn"])
+            immediate_now = self._immediate_now(name)
             if name in self.queued:
-                install_queue(sub, self.articles)
+                install_queue(sub, self.articles, enabled=not immediate_now)
+            if name in self.immediate:
+                link = subscriber_immediate.PublisherLink(
+                    name,
+                    naming.immediate_gid_prefix(self.publication, name),
+                    naming.queue_origin(name),
+                    self.pub_conninfo,
+                )
+                install_immediate(sub, self.articles, link, enabled=immediate_now)
         distdb.activate_subscription(
             self.dist, self.publication, name, self.manifest["consistent_lsn"], definition_hash(self.articles)
         )
         self.dist.commit()
 
+    def _immediate_now(self, name: str) -> bool:
+        """The subscription updates immediately now: ``sync tran``, or a failover subscription
+        whose recorded mode (``set-update-mode``) is immediate."""
+        if name not in self.immediate:
+            return False
+        state = distdb.subscription_updating(self.dist, self.publication, name)
+        return state is None or state.update_mode not in distdb.FAILOVER_MODES or state.update_mode == "failover"
 
-def install_queue(sub: psycopg.Connection[Any], articles: list[ResolvedArticle]) -> None:
+
+def install_queue(sub: psycopg.Connection[Any], articles: list[ResolvedArticle], *, enabled: bool = True) -> None:
     """A queued updating subscription: the queue, and the queue trigger on each article table
-    (after the load, which must not be queued; committed by the caller)."""
+    (after the load, which must not be queued; committed by the caller).  ``enabled=False``: a
+    failover subscription updating immediately now (the trigger is there, disabled)."""
     subscriber_state.ensure_queue(sub)
     for art in articles:
         sub.execute(queue_triggers.install(art))
+        if not enabled:
+            sub.execute(
+                sql.SQL("ALTER TABLE {} DISABLE TRIGGER {}").format(
+                    sql.Identifier(art.dest_schema, art.dest_table), sql.Identifier(queue_triggers.TRIGGER)
+                )
+            )
+
+
+def install_immediate(
+    sub: psycopg.Connection[Any],
+    articles: list[ResolvedArticle],
+    publisher: subscriber_immediate.PublisherLink,
+    *,
+    enabled: bool,
+) -> None:
+    """An immediate updating subscription: dblink, the subscriber's immediate tables with the
+    publisher's connection string (never logged), the functions, and the two triggers on each
+    article table (after the load; committed by the caller)."""
+    dblink_schema = subscriber_immediate.ensure_immediate(sub)
+    sub.execute(immediate_triggers.functions_script(dblink_schema).encode())
+    for publication in sorted({art.publication for art in articles}):
+        subscriber_immediate.set_publisher(sub, publication, publisher)
+    for art in articles:
+        sub.execute(immediate_triggers.install(art, enabled=enabled))
 
 
 LoadTask = tuple[str, str, DataFile, str]  # subscriber, its conninfo, the file, its article

@@ -28,10 +28,10 @@ import pyarrow.parquet as pq
 from psycopg import sql
 
 from airflow_repl.engine.articles.resolved import ResolvedArticle
-from airflow_repl.engine.codegen import procedures, user_types
+from airflow_repl.engine.codegen import key_enforcement, procedures, user_types
 from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.postgres import connections, raw_sql, slots
-from airflow_repl.engine.postgres.quoting import dollar_quote, ident, literal, qualified
+from airflow_repl.engine.postgres.quoting import ident, qualified
 from airflow_repl.engine.state import subscriber_state
 
 #: PostgreSQL types stored as typed Parquet columns; every other type is stored as its
@@ -98,23 +98,8 @@ def schema_script(article: ResolvedArticle, collations: dict[str, str] | None = 
         f"CREATE TABLE {table} (\n"
         + ",\n".join(cols)
         + "\n);\n"
-        + (_enforce_deferrable_keys(table) if deferrable else "")
+        + (key_enforcement.enforce_deferrable_keys_script(table) if deferrable else "")
     )
-
-
-def _enforce_deferrable_keys(table: str) -> str:
-    """A DEFERRABLE key is checked by an internal trigger, which, like every trigger, does not fire
-    under ``session_replication_role = replica`` (the Distribution Agent's and the loader's): a
-    duplicate key would get in silently.  Firing it ALWAYS keeps the key enforced there."""
-    body = (
-        "DECLARE\n    trigger_name name;\nBEGIN\n"
-        "    FOR trigger_name IN SELECT t.tgname FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_constraint k "
-        f"ON k.oid = t.tgconstraint\n        WHERE t.tgrelid = {literal(table)}::regclass AND t.tgisinternal "
-        "AND k.contype IN ('p', 'u') LOOP\n"
-        f"        EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER %I', {literal(table)}::regclass, "
-        "trigger_name);\n    END LOOP;\nEND;\n"
-    )
-    return f"DO {dollar_quote(body)};\n"
 
 
 def _key_clause(kind: str, key: list[str], deferral: str) -> str:

@@ -4,7 +4,8 @@ T-SQL-style script a subscriber can run, and the DDL of user-defined types.
 Owns: ``call_syntax`` (CALL / SCALL / MCALL / XCALL / SQL parameter lists), ``procedures``
 (the default insert, update and delete procedures), ``tsql_script`` (``airflow-repl script``)
 ``user_types`` (enums, domains, composites, ranges and collations a subscriber needs) and
-``queue_triggers`` (the triggers that queue a queued updating subscriber's changes).
+``queue_triggers`` (the triggers that queue a queued updating subscriber's changes) and
+``immediate_triggers`` (the dblink and two-phase commit triggers of immediate updating).
 
 May import: ``errors``, ``model``, ``postgres`` and ``articles``.
 """

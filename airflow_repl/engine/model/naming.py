@@ -50,3 +50,19 @@ def queue_origin(subscriber: str) -> str:
 
     Origins are cluster-wide names of at most 63 bytes: a hash of the subscriber's name."""
     return f"airflow_repl_q_{hashlib.sha1(subscriber.encode()).hexdigest()[:16]}"
+
+
+#: Prefix of the transactional logical message (``pg_logical_emit_message``) an immediate
+#: subscriber's transaction carries at the publisher, naming its origin (:func:`queue_origin`):
+#: the transaction is committed by ``COMMIT PREPARED``, whose WAL record PostgreSQL decodes
+#: without the committing session's replication origin, so the Log Reader takes it from this.
+ORIGIN_MESSAGE = "airflow_repl.origin"
+
+
+def immediate_gid_prefix(publication: str, subscriber: str) -> str:
+    """The start of the global transaction identifier (``PREPARE TRANSACTION``) of every
+    immediate-updating transaction of ``subscriber`` under ``publication`` at the publisher; the
+    subscriber's local transaction id (xid8, decimal) follows.  Prepared transactions are
+    cluster-wide at the publisher: the prefix carries a hash of both names."""
+    digest = hashlib.sha1(f"{publication}\0{subscriber}".encode()).hexdigest()[:16]
+    return f"airflow_repl_i_{digest}_"

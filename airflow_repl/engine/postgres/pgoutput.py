@@ -87,11 +87,22 @@ class Origin:
 
 
 @dataclass
+class LogicalMessage:
+    """A message written with ``pg_logical_emit_message`` (sent with the ``messages`` option);
+    a transactional one comes between its transaction's Begin and Commit."""
+
+    transactional: bool
+    lsn: int
+    prefix: str
+    content: bytes
+
+
+@dataclass
 class Other:
     kind: str
 
 
-Message = Begin | Commit | Origin | Relation | Insert | Update | Delete | Truncate | Other
+Message = Begin | Commit | Origin | Relation | Insert | Update | Delete | Truncate | LogicalMessage | Other
 
 
 class _Reader:
@@ -229,6 +240,9 @@ def decode(message: bytes) -> Message:
         return Delete(relid, r.tuple())
     if kind == "O":
         return Origin(r.int64(), r.string())
+    if kind == "M":
+        transactional, at, prefix = bool(r.int8() & 1), r.int64(), r.string()
+        return LogicalMessage(transactional, at, prefix, r.take(r.int32()))
     if kind == "T":
         n = r.int32()
         opts = r.int8()

@@ -54,11 +54,12 @@ def join_snapshot(conn: psycopg.Connection[Any], snapshot_name: str) -> None:
 def peek_changes(cur: psycopg.ServerCursor[Any], slot: str, upto: str, changes: int, pg_publication: str) -> None:
     """Run, on a server-side cursor, the peek (not get: the slot does not move) at the slot's
     pgoutput messages of ``pg_publication``, of whole transactions committed up to ``upto``,
-    stopping after the transaction that reaches ``changes`` rows."""
+    stopping after the transaction that reaches ``changes`` rows.  With the logical messages
+    (``pg_logical_emit_message``): immediate updating marks its transactions' origin with one."""
     cur.itersize = PEEK_FETCH_ROWS
     cur.execute(
         "SELECT data FROM pg_catalog.pg_logical_slot_peek_binary_changes("
-        "%s, %s, %s, 'proto_version', '1', 'publication_names', %s)",
+        "%s, %s, %s, 'proto_version', '1', 'publication_names', %s, 'messages', 'true')",
         (slot, upto, changes, pg_publication),
     )
 

@@ -167,7 +167,6 @@ def apply_topology(topology: Topology, publications: list[str] | None = None) ->
     articles per publication."""
     check_reachable(topology)
     names = publications or list(topology.publications)
-    updating_setup.refuse_immediate_modes(topology, names)
     with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
         distdb.check_encoding(dist)  # before the publisher is changed
         updating_setup.refuse_turning_off(topology, distdb.recorded_updating_options(dist, names))

@@ -11,8 +11,11 @@ The distribution database records each subscription's current mode in
   subscription was initialized, and the subscriber's queue is empty;
 - nothing switches by itself.
 
-Immediate updating itself is not available yet, so a switch to immediate that passes the rules
-is still refused, naming that.
+A switch changes which triggers are enabled on the subscriber's article tables, in one
+subscriber transaction: the queue trigger (queued) or the two immediate-updating triggers
+(:mod:`~airflow_repl.engine.codegen.immediate_triggers`); the Snapshot Agent installs both for a
+failover subscription.  To immediate, the queue is checked empty again once the tables are locked
+by that switch, so no change slips into the queue meanwhile.
 """
 
 from __future__ import annotations
@@ -21,7 +24,10 @@ import logging
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
+from airflow_repl.engine.articles.resolved import ResolvedArticle
+from airflow_repl.engine.codegen import immediate_triggers, queue_triggers
 from airflow_repl.engine.errors import NotInitialized, ReplError, TopologyError
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.model.updating import UpdateMode
@@ -54,7 +60,7 @@ def set_update_mode(topology: Topology, publication: str, subscriber: str, mode:
         if current is not target:
             if target is UpdateMode.FAILOVER:
                 _check_queue_drained(dist, topology, publication, subscriber)
-                _refuse_immediate(publication, subscriber)
+            _switch_triggers(dist, topology, publication, subscriber, immediate=target is UpdateMode.FAILOVER)
             distdb.set_update_mode(dist, publication, subscriber, str(target))
             dist.commit()
             log.info("subscription %s/%s: update mode %s -> %s", publication, subscriber, current, target)
@@ -111,8 +117,45 @@ def _check_queue_drained(dist: psycopg.Connection[Any], topology: Topology, publ
         )
 
 
-def _refuse_immediate(publication: str, subscriber: str) -> None:
-    raise ReplError(
-        f"subscription of {subscriber!r} to publication {publication!r} may switch to immediate updating, but "
-        f"immediate updating is not available yet: it stays in queued updating"
-    )
+def _switch_triggers(
+    dist: psycopg.Connection[Any], topology: Topology, publication: str, subscriber: str, *, immediate: bool
+) -> None:
+    """Enable the triggers of the new mode and disable the others on every article table at the
+    subscriber (one transaction, committed here); to immediate, the queue must still be empty."""
+    articles = distdb.load_articles(dist, publication)
+    dist.rollback()
+    conninfo = topology.subscriber_conninfo(subscriber)
+    on, off = (_IMMEDIATE, _QUEUE) if immediate else (_QUEUE, _IMMEDIATE)
+    with connections.connect(conninfo, f"subscriber {subscriber!r}") as sub:
+        for art in articles:
+            table = sql.Identifier(art.dest_schema, art.dest_table)
+            for name in _present(sub, art, off):
+                sub.execute(sql.SQL("ALTER TABLE {} DISABLE TRIGGER {}").format(table, sql.Identifier(name)))
+            for name in _present(sub, art, on):
+                sub.execute(sql.SQL("ALTER TABLE {} ENABLE TRIGGER {}").format(table, sql.Identifier(name)))
+            if len(_present(sub, art, on)) < len(on):
+                raise NotInitialized(
+                    f"table {art.destination} of subscriber {subscriber!r} lacks the {' and '.join(on)} trigger(s) of "
+                    f"publication {publication!r}: run the Snapshot Agent for it (reinitialize) first"
+                )
+        waiting = subscriber_queue.queued_rows(sub, publication) if immediate else 0
+        if waiting:
+            sub.rollback()
+            raise NotInitialized(
+                f"{waiting} change(s) of subscriber {subscriber!r} were queued for publication {publication!r} "
+                f"meanwhile: run 'airflow-repl queuereader' until the queue is empty, then switch to immediate updating"
+            )
+        sub.commit()
+
+
+_QUEUE = (queue_triggers.TRIGGER,)
+_IMMEDIATE = (immediate_triggers.ROW_TRIGGER, immediate_triggers.COMMIT_TRIGGER)
+
+
+def _present(sub: psycopg.Connection[Any], art: ResolvedArticle, names: tuple[str, ...]) -> list[str]:
+    """Which of the triggers ``names`` exist on the article's table at the subscriber."""
+    rows = sub.execute(
+        "SELECT tgname FROM pg_catalog.pg_trigger WHERE tgrelid = to_regclass(%s) AND tgname = ANY(%s)",
+        (sql.Identifier(art.dest_schema, art.dest_table).as_string(sub), list(names)),
+    ).fetchall()
+    return [str(r[0]) for r in rows]

@@ -3,12 +3,12 @@ and the row versions added to the publisher's tables.
 
 Rules (SQL Server's, where they apply to PostgreSQL):
 
-- immediate updating (``sync tran``, ``failover``) is not available yet: a subscription in those
-  modes is refused;
 - updating, once allowed on a publication, cannot be turned off: drop and recreate the
   publication instead;
 - a column filter of a publication that allows immediate updating cannot leave out a NOT NULL
-  column without a default (an insert at the subscriber could not be applied at the publisher).
+  column without a default (an insert at the subscriber could not be applied at the publisher);
+- a publication that allows immediate updating needs ``max_prepared_transactions`` > 0 at the
+  publisher (two-phase commit).
 
 Then every published table of a publication that allows updating gets the row-version column and
 its trigger (:mod:`airflow_repl.engine.codegen.updating_scripts`).
@@ -21,36 +21,22 @@ import logging
 import psycopg
 
 from airflow_repl.engine.articles.resolved import ResolvedArticle
-from airflow_repl.engine.codegen import updating_scripts
+from airflow_repl.engine.codegen import key_enforcement, updating_scripts
 from airflow_repl.engine.errors import TopologyError
 from airflow_repl.engine.model.topology import Publication, Topology
-from airflow_repl.engine.model.updating import ROW_VERSION_COLUMN, UpdateMode
+from airflow_repl.engine.model.updating import ROW_VERSION_COLUMN
 from airflow_repl.engine.postgres import catalog
+from airflow_repl.engine.postgres.quoting import qualified
 from airflow_repl.engine.state.distdb import UpdatingOptions
 
 log = logging.getLogger(__name__)
 
-#: What to use instead of an immediate mode while immediate updating is not available.
-_QUEUED_INSTEAD = {UpdateMode.SYNC_TRAN: UpdateMode.QUEUED_TRAN, UpdateMode.FAILOVER: UpdateMode.QUEUED_FAILOVER}
 _OPTION_NAMES = {"allow_sync_tran": "immediate updating", "allow_queued_tran": "queued updating"}
 
 
 def updating_options(publication: Publication) -> UpdatingOptions:
     """The publication's options as the distribution database records them."""
     return UpdatingOptions(publication.allow_sync_tran, publication.allow_queued_tran, str(publication.conflict_policy))
-
-
-def refuse_immediate_modes(topology: Topology, publications: list[str]) -> None:
-    """A subscription in an immediate mode (``sync tran``, ``failover``) is refused: immediate
-    updating is not built yet."""
-    for name in publications:
-        for sub in topology.subscriptions_of(name):
-            if sub.update_mode.immediate:
-                raise TopologyError(
-                    f"subscription of {sub.subscriber!r} to publication {name!r} uses update_mode "
-                    f"{str(sub.update_mode)!r}: immediate updating is not available yet: use update_mode "
-                    f"{str(_QUEUED_INSTEAD[sub.update_mode])!r}"
-                )
 
 
 def refuse_turning_off(topology: Topology, recorded: dict[str, UpdatingOptions]) -> None:
@@ -71,10 +57,23 @@ def check_publication(pub_conn: psycopg.Connection, publication: Publication, ar
     publication, and an existing row-version column's type."""
     if not publication.updatable:
         return
+    if publication.allow_sync_tran:
+        _check_two_phase(pub_conn, publication)
     for art in articles:
         _check_row_version_column(art)
         if publication.allow_sync_tran and art.column_list is not None:
             _check_column_filter(pub_conn, publication, art)
+
+
+def _check_two_phase(pub_conn: psycopg.Connection, publication: Publication) -> None:
+    """Immediate updating prepares transactions at the publisher: max_prepared_transactions > 0."""
+    row = pub_conn.execute("SELECT current_setting('max_prepared_transactions')::int").fetchone()
+    if not row or row[0] <= 0:
+        raise TopologyError(
+            f"publication {publication.name!r} allows immediate updating (allow_sync_tran), which commits a "
+            f"subscriber's changes at the publisher with two-phase commit, but the publisher has "
+            f"max_prepared_transactions = 0: set it (e.g. to max_connections) in postgresql.conf and restart it"
+        )
 
 
 def _check_column_filter(pub_conn: psycopg.Connection, publication: Publication, art: ResolvedArticle) -> None:
@@ -106,15 +105,19 @@ def _check_row_version_column(art: ResolvedArticle) -> None:
 
 def add_row_versions(pub_conn: psycopg.Connection, publication: Publication, articles: list[ResolvedArticle]) -> bool:
     """Row-version column, default and trigger on every published table of an updatable
-    publication (and on the inheritance children an article includes); False when the
-    publication does not allow updating.  Idempotent."""
+    publication (and on the inheritance children an article includes), and their DEFERRABLE keys
+    checked even under ``session_replication_role = replica`` (the Queue Reader's role at the
+    publisher); False when the publication does not allow updating.  Idempotent."""
     if not publication.updatable:
         return False
     with pub_conn.transaction():
         for art in articles:
             pub_conn.execute(updating_scripts.table_row_version_script(art.table.schema, art.table.name).encode())
-            for schema, table in _children(pub_conn, art):
+            tables = [(art.table.schema, art.table.name), *_children(pub_conn, art)]
+            for schema, table in tables[1:]:
                 pub_conn.execute(updating_scripts.trigger_script(schema, table).encode())
+            for schema, table in tables:  # the Queue Reader writes here as replica: keys stay checked
+                pub_conn.execute(key_enforcement.enforce_deferrable_keys_script(qualified(schema, table)).encode())
     log.info("publication %s: row versions on %d table(s)", publication.name, len(articles))
     return True
 

@@ -5,7 +5,9 @@ the ledger of loaded snapshot files).
 Owns: ``distdb`` (the distribution database's schema and every statement on its tables) and
 ``subscriber_state`` (the subscriber's ``airflow_repl`` schema and every statement on it, the
 queue of queued updating among them) and ``publisher_state`` (the Queue Reader's
-``queue_applied`` and replication origin at the publisher); one function per question an agent asks.
+``queue_applied`` and replication origin at the publisher) and ``subscriber_immediate`` (an
+immediate subscriber's publisher link and prepared-transaction record); one function per
+question an agent asks.
 
 May import: ``errors``, ``model``, ``postgres`` and ``articles``.
 """

@@ -5,7 +5,8 @@ Owns: ``statements`` (one prepared statement per article and operation, with the
 check), ``applier`` (the apply backend: pipelined, over several streams at once, or replayed
 command by command), ``conflicts`` (what a failed command means: skip its transaction or stop; and the queued
 updating conflict rules), ``row_images`` (rows written and read as JSON images),
-``streams`` (the connections of one delivery, their two-phase commit and its recovery) and
+``streams`` (the connections of one delivery, their two-phase commit and its recovery),
+``in_doubt`` (the resolver of immediate updating's transactions prepared at the publisher) and
 ``validation`` (order- and encoding-independent checksums, differing keys).
 
 May import: ``errors``, ``model``, ``postgres``, ``articles``, ``codegen`` and ``state``.

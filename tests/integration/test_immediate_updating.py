@@ -1,0 +1,390 @@
+"""Immediate updating subscriptions end to end on real servers: an application's plain changes
+at an immediate subscriber committed at both sides with two-phase commit (dblink, PREPARE
+TRANSACTION), row-version checks rejecting at both, the coordinator killed before and after the
+prepare, the publisher restarted mid-commit, and switching a failover subscription between
+immediate and queued updating."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import psycopg
+import pytest
+
+from airflow_repl import cli
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent, queue_reader_agent, snapshot_agent
+from airflow_repl.engine.errors import NotInitialized
+from airflow_repl.engine.model import naming
+from airflow_repl.engine.model.topology import from_dict
+from airflow_repl.engine.postgres.connections import resolve_topology, to_uri
+from airflow_repl.engine.provisioning import update_mode
+from airflow_repl.engine.subscriber import in_doubt, validation
+
+ROWS = 20
+
+
+def immediate_topology(env, modes: dict[str, str]):
+    data = {
+        "publisher": to_uri(env.pub),
+        "distributor": to_uri(env.dist),
+        "subscribers": {name: to_uri(ci) for name, ci in env.subs.items()},
+        "snapshot_folder": str(env.tmp_path / "snapshots"),
+        "publications": [
+            {"name": "p", "articles": ["public.items"], "allow_sync_tran": True, "allow_queued_tran": True}
+        ],
+        "subscriptions": [
+            {"publication": "p", "subscriber": name, "update_mode": mode} for name, mode in modes.items()
+        ],
+    }
+    return resolve_topology(from_dict(data))
+
+
+def setup_immediate(env, spark, modes: dict[str, str] | None = None):
+    env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text, n int NOT NULL DEFAULT 0)")
+    env.run(env.pub, "INSERT INTO items (id, v) SELECT g, 'v' || g FROM generate_series(1, %s) g", (ROWS,))
+    topo = immediate_topology(env, modes or dict.fromkeys(env.subs, "sync tran"))
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    return topo
+
+
+def rows(conninfo, where="true"):
+    """id -> (v, n, row version)."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        found = conn.execute(f"SELECT id, v, n, msrepl_tran_version::text FROM items WHERE {where}").fetchall()
+    return {r[0]: r[1:] for r in found}
+
+
+def prepared(env):
+    return [r[0] for r in env.rows(env.pub, "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")]
+
+
+def cycle(topo, *subscribers):
+    read = log_reader_agent.run_log_reader(topo, "p")
+    return read, [distribution_agent.run_distribution(topo, "p", s) for s in subscribers]
+
+
+def assert_in_sync(topo, subscriber="sub1"):
+    report = validation.compare(topo, "p", subscriber)
+    assert report and all(r["match"] for r in report), validation.format_report(report)
+
+
+def wait_for(predicate, seconds=20.0):
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+# ---------------------------------------------------------------------- commit at both, loop prevention
+def test_plain_changes_commit_at_both_and_reach_the_other_subscriber_once(env2, spark):
+    topo = setup_immediate(env2, spark, {"sub1": "sync tran", "sub2": "read only"})
+    sub1, sub2 = env2.subs["sub1"], env2.subs["sub2"]
+    with psycopg.connect(sub1) as conn:  # one application transaction, no special API
+        conn.execute("UPDATE items SET v = 'from sub1' WHERE id = 1")
+        conn.execute("INSERT INTO items (id, v, n) VALUES (1000, 'new at sub1', 7)")
+        conn.execute("DELETE FROM items WHERE id = 2")
+    assert len(prepared(env2)) == 1 and 1000 not in rows(env2.pub)  # prepared, not committed yet
+    assert rows(sub1, "id = 1")[1][0] == "from sub1"
+    assert in_doubt.resolve_in_doubt(topo, "p")["sub1"]["committed"] == 1
+    assert prepared(env2) == [] and env2.rows(sub1, "SELECT count(*) FROM airflow_repl.immediate_gids") == [(0,)]
+    assert rows(env2.pub) == rows(sub1)  # values and row versions
+    assert rows(env2.pub, "id = 1000")[1000][:2] == ("new at sub1", 7) and 2 not in rows(env2.pub)
+
+    read, (back, other) = cycle(topo, "sub1", "sub2")
+    assert read["transactions"] == 1
+    origins = env2.rows(env2.dist, "SELECT origin FROM airflow_repl.transactions")
+    assert origins == [(naming.queue_origin("sub1"),)]
+    assert (back["transactions"], back["own_queued"]) == (0, 1)  # not applied again at its origin
+    assert other["transactions"] == 1  # applied once at the other subscriber
+    assert rows(sub1) == rows(sub2) == rows(env2.pub)
+    assert_in_sync(topo, "sub1")
+    assert_in_sync(topo, "sub2")
+    # a publisher change reaches the immediate subscriber by replication and keeps its version
+    env2.run(env2.pub, "UPDATE items SET v = 'pub' WHERE id = 5")
+    cycle(topo, "sub1", "sub2")
+    assert rows(sub1) == rows(sub2) == rows(env2.pub) and prepared(env2) == []
+
+
+def test_a_session_commits_its_previous_transaction_and_agent_runs_resolve_the_rest(env, spark):
+    topo = setup_immediate(env, spark)
+    with psycopg.connect(env.sub, autocommit=True) as conn:  # one session, many transactions
+        for i in range(1, 6):
+            conn.execute("UPDATE items SET n = n + 1 WHERE id = %s", (i,))
+            assert len(prepared(env)) == 1  # the session's next transaction committed the previous one
+        conn.execute("UPDATE items SET n = n + 10 WHERE id <= 3")  # rows the earlier transactions changed
+        with conn.transaction():
+            conn.execute("UPDATE items SET v = 'rolled back' WHERE id = 9")
+            raise psycopg.Rollback()
+        assert prepared(env) == []
+    env.run(env.sub, "UPDATE items SET v = 'last' WHERE id = 10")  # a session that ends after its commit
+    assert len(prepared(env)) == 1
+    read = log_reader_agent.run_log_reader(topo, "p")  # resolves first, then reads every committed change
+    assert prepared(env) == [] and read["transactions"] == 7
+    origins = env.rows(env.dist, "SELECT DISTINCT origin FROM airflow_repl.transactions")
+    assert origins == [(naming.queue_origin("sub1"),)]
+    assert rows(env.pub) == rows(env.sub)
+    assert [rows(env.pub, f"id = {i}")[i][1] for i in (1, 4, 9)] == [11, 1, 0]
+    assert rows(env.pub, "id = 9")[9][0] == "v9" and rows(env.pub, "id = 10")[10][0] == "last"
+
+
+# ---------------------------------------------------------------------- row-version checks
+def test_row_version_mismatch_rejects_at_both_naming_table_and_key(env, spark):
+    topo = setup_immediate(env, spark)
+    env.run(env.pub, "UPDATE items SET v = 'pub' WHERE id = 1")  # not yet at the subscriber
+    env.run(env.pub, "DELETE FROM items WHERE id = 2")
+    before_sub, before_pub = rows(env.sub), rows(env.pub)
+    with psycopg.connect(env.sub, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.SerializationFailure) as err:
+            conn.execute("UPDATE items SET v = 'sub' WHERE id = 1")
+        message = str(err.value)
+        assert 'table "public"."items" with key {"id": 1} changed at the publisher' in message
+        assert "rejected at the publisher and at the subscriber" in message
+        with pytest.raises(
+            psycopg.errors.SerializationFailure, match=r'key \{"id": 2\} does not exist at the publisher'
+        ):
+            conn.execute("UPDATE items SET v = 'sub' WHERE id = 2")
+        with conn.transaction():  # a rejected change inside a larger transaction rejects all of it
+            conn.execute("UPDATE items SET v = 'kept?' WHERE id = 3")
+            with pytest.raises(psycopg.errors.SerializationFailure):
+                conn.execute("DELETE FROM items WHERE id = 2")
+            raise psycopg.Rollback()
+        conn.execute("UPDATE items SET v = 'fine' WHERE id = 4")  # the session goes on
+    assert in_doubt.resolve_in_doubt(topo, "p")["sub1"]["committed"] == 1
+    after_sub, after_pub = rows(env.sub), rows(env.pub)
+    assert after_pub[1] == before_pub[1] and after_sub[1] == before_sub[1] and after_sub[3] == before_sub[3]
+    assert after_pub[4][0] == after_sub[4][0] == "fine" and after_pub[4] == after_sub[4]
+    cycle(topo, "sub1")  # the publisher's changes arrive; then the subscriber's update applies
+    env.run(env.sub, "UPDATE items SET v = 'sub' WHERE id = 1")
+    in_doubt.resolve_in_doubt(topo, "p")
+    assert rows(env.pub) == rows(env.sub)
+
+
+def test_savepoint_rolled_back_after_an_applied_change_rejects_the_transaction(env, spark):
+    topo = setup_immediate(env, spark)
+    before = rows(env.pub)
+    with psycopg.connect(env.sub) as conn:
+        conn.execute("UPDATE items SET v = 'a' WHERE id = 1")
+        conn.execute("SAVEPOINT s")
+        conn.execute("UPDATE items SET v = 'b' WHERE id = 2")
+        conn.execute("ROLLBACK TO SAVEPOINT s")
+        with pytest.raises(psycopg.errors.SerializationFailure, match="rolled back a savepoint"):
+            conn.commit()
+    in_doubt.resolve_in_doubt(topo, "p")
+    assert rows(env.pub) == before and rows(env.sub) == before and prepared(env) == []
+
+
+# ---------------------------------------------------------------------- coordinator killed, publisher restarted
+COORDINATOR = textwrap.dedent(
+    """
+    import sys, psycopg
+    conn = psycopg.connect(sys.argv[1], application_name="coordinator")
+    conn.execute(sys.argv[2])
+    print("changed", flush=True)
+    if sys.argv[3] == "commit":
+        conn.commit()
+        print("committed", flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+def coordinator(conninfo, statement, then):
+    proc = subprocess.Popen(
+        [sys.executable, "-c", COORDINATOR, conninfo, statement, then],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "changed"
+    return proc
+
+
+def kill(proc):
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def pause_at_commit(env, seconds: float):
+    """A user deferred trigger firing after the immediate-updating one: the subscriber's commit
+    waits ``seconds`` after the PREPARE at the publisher."""
+    env.run(
+        env.sub,
+        "CREATE FUNCTION pause() RETURNS trigger LANGUAGE plpgsql AS "
+        f"$$BEGIN PERFORM pg_sleep({seconds}); RETURN NULL; END$$",
+    )
+    env.run(
+        env.sub,
+        "CREATE CONSTRAINT TRIGGER zz_pause AFTER UPDATE ON items DEFERRABLE INITIALLY DEFERRED "
+        "FOR EACH ROW EXECUTE FUNCTION pause()",
+    )
+
+
+def publisher_row_free(env, key: int) -> bool:
+    try:
+        with psycopg.connect(env.pub) as conn:
+            conn.execute("SELECT 1 FROM items WHERE id = %s FOR UPDATE NOWAIT", (key,))
+        return True
+    except psycopg.errors.LockNotAvailable:
+        return False
+
+
+def test_coordinator_killed_before_the_prepare_leaves_nothing_at_either_side(env, spark):
+    topo = setup_immediate(env, spark)
+    before = rows(env.pub)
+    proc = coordinator(env.sub, "UPDATE items SET v = 'killed' WHERE id = 3", "wait")
+    assert not publisher_row_free(env, 3)  # the publisher holds the row for the open transaction
+    kill(proc)
+    wait_for(lambda: publisher_row_free(env, 3))  # released as soon as the subscriber's session ends
+    assert in_doubt.resolve_in_doubt(topo, "p")["sub1"] == {
+        "committed": 0,
+        "rolled_back": 0,
+        "in_progress": 0,
+        "forgotten": 0,
+    }
+    assert rows(env.pub) == before == rows(env.sub) and prepared(env) == []
+
+
+def test_coordinator_killed_after_the_prepare_is_resolved_both_ways(env, spark):
+    topo = setup_immediate(env, spark)
+    before = rows(env.pub)
+    # killed after the local commit: prepared at the publisher, committed at the subscriber -> commit
+    proc = coordinator(env.sub, "UPDATE items SET v = 'committed' WHERE id = 4", "commit")
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "committed"
+    kill(proc)
+    assert len(prepared(env)) == 1
+    # killed during its commit, after the PREPARE: the local transaction aborts -> rollback
+    pause_at_commit(env, 30)
+    proc = coordinator(env.sub, "UPDATE items SET v = 'aborted' WHERE id = 5", "commit")
+    wait_for(lambda: len(prepared(env)) == 2)
+    kill(proc)
+    env.run(env.sub, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'coordinator'")
+    wait_for(
+        lambda: (
+            env.rows(env.sub, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'coordinator'")[0][0] == 0
+        )
+    )
+    result = in_doubt.resolve_in_doubt(topo, "p")["sub1"]
+    assert (result["committed"], result["rolled_back"]) == (1, 1)
+    assert prepared(env) == [] and publisher_row_free(env, 5)
+    assert rows(env.pub, "id = 4")[4][0] == rows(env.sub, "id = 4")[4][0] == "committed"
+    assert rows(env.pub, "id = 5") == rows(env.sub, "id = 5") == {5: before[5]}
+    assert rows(env.pub) == rows(env.sub)
+
+
+def test_publisher_restarted_mid_commit_is_resolved(env, spark):
+    topo = setup_immediate(env, spark)
+    pause_at_commit(env, 3)
+    with psycopg.connect(env.sub, autocommit=True) as session:
+        proc = coordinator(env.sub, "UPDATE items SET v = 'across a restart' WHERE id = 6", "commit")
+        wait_for(lambda: len(prepared(env)) == 1)
+        env.sandbox.restart_cluster("publisher")  # the prepared transaction survives it
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "committed"
+        kill(proc)
+        assert len(prepared(env)) == 1
+        assert in_doubt.resolve_in_doubt(topo, "p")["sub1"]["committed"] == 1
+        assert rows(env.pub, "id = 6")[6][0] == "across a restart"
+        # a session whose publisher connection the restart broke connects again
+        session.execute("UPDATE items SET v = 'before' WHERE id = 7")
+        env.sandbox.restart_cluster("publisher")
+        session.execute("UPDATE items SET v = 'after' WHERE id = 8")
+    in_doubt.resolve_in_doubt(topo, "p")
+    assert rows(env.pub) == rows(env.sub) and prepared(env) == []
+    assert rows(env.pub, "id = 8")[8][0] == "after"
+
+
+# ---------------------------------------------------------------------- switching update modes
+def queued(conninfo):
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        return conn.execute("SELECT count(*) FROM airflow_repl.queue").fetchone()[0]
+
+
+def test_failover_switches_between_immediate_and_queued(env, spark):
+    topo = setup_immediate(env, spark, {"sub1": "failover"})
+    env.run(env.sub, "UPDATE items SET v = 'immediate' WHERE id = 1")
+    in_doubt.resolve_in_doubt(topo, "p")
+    assert rows(env.pub, "id = 1") == rows(env.sub, "id = 1") and queued(env.sub) == 0
+    # immediate -> queued at any time: the change is queued, the publisher is not touched
+    assert update_mode.set_update_mode(topo, "p", "sub1", "queued")["changed"] is True
+    env.run(env.sub, "UPDATE items SET v = 'queued' WHERE id = 2")
+    assert queued(env.sub) == 1 and prepared(env) == [] and rows(env.pub, "id = 2")[2][0] == "v2"
+    # queued -> immediate only after the Queue Reader ran and emptied the queue
+    with pytest.raises(NotInitialized, match="Queue Reader Agent has not run successfully"):
+        update_mode.set_update_mode(topo, "p", "sub1", "immediate")
+    queue_reader_agent.run_queue_reader(topo, "p", "sub1")
+    env.run(env.sub, "UPDATE items SET v = 'queued again' WHERE id = 2")
+    with pytest.raises(NotInitialized, match="1 queued change"):
+        update_mode.set_update_mode(topo, "p", "sub1", "immediate")
+    queue_reader_agent.run_queue_reader(topo, "p", "sub1")
+    assert update_mode.set_update_mode(topo, "p", "sub1", "immediate")["update_mode"] == "failover"
+    env.run(env.sub, "UPDATE items SET v = 'immediate again' WHERE id = 3")
+    assert queued(env.sub) == 0 and len(prepared(env)) == 1
+    in_doubt.resolve_in_doubt(topo, "p")
+    cycle(topo, "sub1")
+    assert rows(env.pub) == rows(env.sub)
+    assert [rows(env.pub, f"id = {i}")[i][0] for i in (1, 2, 3)] == ["immediate", "queued again", "immediate again"]
+    # a new snapshot keeps the recorded mode: immediate
+    snapshot_agent.run_snapshot(topo, "p", spark, reinitialize=True)
+    env.run(env.sub, "UPDATE items SET v = 'after snapshot' WHERE id = 4")
+    assert queued(env.sub) == 0 and len(prepared(env)) == 1
+
+
+# ---------------------------------------------------------------------- the resolver loop and the CLI
+def test_follow_commits_at_once_when_the_subscriber_commits(env, spark, tmp_path, capsys):
+    topo = setup_immediate(env, spark)
+    done: dict = {}
+    loop = threading.Thread(
+        target=lambda: done.update(in_doubt.follow(topo, "p", "sub1", interval=30, rounds=2)), daemon=True
+    )
+    loop.start()
+    listening = "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %%'"
+    wait_for(lambda: env.rows(env.sub, listening)[0][0] == 1)  # the loop listens
+    started = time.monotonic()
+    env.run(env.sub, "UPDATE items SET v = 'followed' WHERE id = 11")
+    loop.join(timeout=20)
+    assert not loop.is_alive() and time.monotonic() - started < 10  # woken by the commit, not the interval
+    assert done["committed"] == 1 and prepared(env) == []
+    assert rows(env.pub, "id = 11") == rows(env.sub, "id = 11")
+    # the command line: one round for every immediate subscriber of the publication
+    env.run(env.sub, "UPDATE items SET v = 'by the cli' WHERE id = 12")
+    path = tmp_path / "t.yaml"
+    path.write_text(
+        json.dumps(
+            topo.to_dict(with_secrets=False)
+            | {"publisher": to_uri(env.pub), "distributor": to_uri(env.dist), "subscribers": {"sub1": to_uri(env.sub)}}
+        )
+    )
+    assert cli.main(["resolve-in-doubt", "-t", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out)["sub1"]["committed"] == 1
+    assert rows(env.pub, "id = 12")[12][0] == "by the cli"
+
+
+def test_row_versions_chain_within_a_transaction_and_across_sessions(env, spark):
+    topo = setup_immediate(env, spark)
+    with psycopg.connect(env.sub) as conn:  # insert, then update and delete rows it changed itself
+        conn.execute("INSERT INTO items (id, v, n) VALUES (2000, 'new', 0)")
+        conn.execute("UPDATE items SET v = 'updated', n = 5 WHERE id = 2000")
+        conn.execute("UPDATE items SET n = n + 1 WHERE id = 14")
+        conn.execute("DELETE FROM items WHERE id = 14")
+    first, second = psycopg.connect(env.sub, autocommit=True), psycopg.connect(env.sub, autocommit=True)
+    try:
+        first.execute("UPDATE items SET v = 'first' WHERE id = 15")  # committed here, prepared there
+        resolver = threading.Timer(1.0, in_doubt.resolve_in_doubt, (topo, "p"))
+        resolver.start()  # the second session's change waits for the first's row lock at the publisher
+        started = time.monotonic()
+        second.execute("UPDATE items SET v = v || ' then second' WHERE id = 15")
+        assert time.monotonic() - started >= 0.5
+        resolver.join()
+    finally:
+        first.close()
+        second.close()
+    in_doubt.resolve_in_doubt(topo, "p")
+    assert rows(env.pub) == rows(env.sub) and prepared(env) == []
+    assert rows(env.pub, "id = 15")[15][0] == "first then second" and 14 not in rows(env.pub)
+    assert rows(env.pub, "id = 2000")[2000][:2] == ("updated", 5)
