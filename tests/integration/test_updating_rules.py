@@ -170,11 +170,6 @@ def test_queued_set_update_colliding_at_the_publisher_is_a_constraint_violation(
     assert rows(env.pub) == before_pub and rows(env.sub) == rows(env.pub, FILTER)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a DEFERRABLE key is checked by an internal trigger, which does not fire under the Queue Reader's "
-    "session_replication_role = replica at the publisher, so a queued change can break it there silently",
-)
 def test_queued_set_update_colliding_with_a_deferrable_key_at_the_publisher_is_a_constraint_violation(env, spark):
     topo = setup(env, spark, "queued tran", DEFERRED)
     env.run(env.sub, SHIFT)

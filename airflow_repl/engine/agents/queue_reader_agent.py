@@ -226,6 +226,9 @@ class _QueueReader:
                         found.append(self._conflict(cmd, kind, row))
                         if conflicts.stops_at_first(self.policy):
                             break
+                # a DEFERRABLE key is checked at commit: check it now, inside the savepoint, so a
+                # violation rejects this transaction instead of failing the whole run at COMMIT
+                self.pub.execute("SET CONSTRAINTS ALL IMMEDIATE")
                 resolution = conflicts.decide(self.policy, met)
                 if not resolution.applied:
                     raise _Rejected  # rolls the savepoint back
