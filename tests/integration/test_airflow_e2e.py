@@ -14,7 +14,7 @@ import pytest
 from harness import AIRFLOW_HOME
 from psycopg.conninfo import conninfo_to_dict
 
-from airflow_repl import demo, demo_workload
+from airflow_repl import demo, demo_updatable, demo_workload
 from airflow_repl.engine.model import topology
 from airflow_repl.engine.postgres import connections
 from airflow_repl.engine.subscriber import validation
@@ -168,3 +168,21 @@ def test_spark_log_level_defaults_to_warn_and_user_conf_wins():
     assert conf["spark.pyspark.python"] == sys.executable
     with pytest.raises(ValueError, match="spark_log_level 'LOUD' of task 'd4' is not a Spark log level: use one of"):
         DistributionAgentOperator(task_id="d4", topology="t.yaml", publication="p", spark_log_level="LOUD")
+
+
+def test_updatable_dag_runs_the_queue_reader_through_spark_submit(airflow_env, sandbox, monkeypatch, capfd):
+    """The example DAG ``airflow_repl_updatable`` (queue reader -> log reader -> distribution),
+    run by Airflow through spark-submit (the demo's last part): a queued subscriber's change
+    reaches the publisher and the other queued subscriber, and a conflict at the other one is
+    resolved by its policy (publisher wins); all three end equal."""
+    conninfos = dict(airflow_env)
+    for branch in demo_updatable.BRANCHES:
+        conninfos[branch] = sandbox.create_database("subscriber", f"e2e_{branch}", recreate=True)
+    for var, uri in demo_updatable.connection_ids(conninfos).items():
+        monkeypatch.setenv(var, uri)
+    assert demo_updatable.run(demo, conninfos)
+    summary = _xcom("queue_reader", "airflow_repl_updatable")
+    assert {s["subscriber"] for s in summary["subscriptions"]} == set(demo_updatable.BRANCHES), summary
+    assert summary["conflicts"] == 1, summary
+    out, err = capfd.readouterr()
+    assert "Spark-Submit cmd: spark-submit" in out + err
