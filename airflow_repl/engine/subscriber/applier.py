@@ -18,7 +18,7 @@ None of them commits: the caller commits the changes together with the subscribe
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -207,9 +207,22 @@ class ReplayOutcome:
     conflicts: list[dict[str, Any]] = field(default_factory=list)
 
 
-def replay(conn: psycopg.Connection, applier: Applier, commands: Iterable[Located], skip: set[str]) -> ReplayOutcome:
+#: Applies one command at a subscriber: (whether it was applied, a conflict record or None).
+Deliver = Callable[[psycopg.RawCursor, str, Command], "tuple[bool, dict[str, Any] | None]"]
+
+
+def replay(
+    conn: psycopg.Connection,
+    applier: Applier,
+    commands: Iterable[Located],
+    skip: set[str],
+    deliver: Deliver | None = None,
+) -> ReplayOutcome:
     """One stream, one command at a time, a savepoint per transaction: skips the transactions
-    failing with a skippable error (SQLSTATEs ``skip``), stops at any other error."""
+    failing with a skippable error (SQLSTATEs ``skip``), stops at any other error.  ``deliver``
+    applies one command (default: its statement); at a queued subscriber it converges the row
+    and returns the conflict it met (:mod:`~airflow_repl.engine.subscriber.convergence`)."""
+    run = deliver or (lambda cur, xact, cmd: (applier.execute(cur, cmd), None))
     cur = raw_sql.cursor(conn)
     out = ReplayOutcome()
     current: str | None = None
@@ -221,16 +234,20 @@ def replay(conn: psycopg.Connection, applier: Applier, commands: Iterable[Locate
         if failed_txn == xact:
             continue  # the rest of a skipped transaction
         try:
-            if applier.execute(cur, cmd):
-                out.commands += 1
+            applied, record = run(cur, xact, cmd)
         except psycopg.Error as exc:
             cur.execute("ROLLBACK TO SAVEPOINT airflow_repl_txn")
+            out.conflicts = [c for c in out.conflicts if c["xact_seqno"] != xact]  # rolled back with it
             resolution = conflicts.resolve(exc, conflicts.FailedCommand(xact, cid, cmd, applier.describe(cmd)), skip)
             if isinstance(resolution, DeliveryError):
                 out.failure = resolution
                 return out
             out.skipped.append(resolution)
             failed_txn = xact
+            continue
+        out.commands += int(applied)
+        if record is not None:
+            out.conflicts.append({**record, "xact_seqno": xact, "command_id": cid})
     if current is not None:
         cur.execute("RELEASE SAVEPOINT airflow_repl_txn")
         out.last_good = current

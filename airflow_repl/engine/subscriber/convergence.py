@@ -43,11 +43,10 @@ from psycopg import sql
 
 from airflow_repl.engine.articles.commands import INSERT, TRUNCATE, Command, Values
 from airflow_repl.engine.articles.resolved import ResolvedArticle
-from airflow_repl.engine.errors import DeliveryError
 from airflow_repl.engine.model.updating import ConflictPolicy
-from airflow_repl.engine.postgres import lsn, raw_sql
+from airflow_repl.engine.postgres import lsn
 from airflow_repl.engine.subscriber import conflicts
-from airflow_repl.engine.subscriber.applier import Applier, Located, ReplayOutcome, next_transaction
+from airflow_repl.engine.subscriber.applier import Applier, Located, ReplayOutcome, replay
 from airflow_repl.engine.subscriber.conflicts import Convergence, DeliveryConflict
 
 
@@ -249,35 +248,7 @@ def replay_queued(
     skip: set[str],
     guard: QueueGuard,
 ) -> ReplayOutcome:
-    """Like :func:`~airflow_repl.engine.subscriber.applier.replay` (a savepoint per transaction;
-    a failure ``skip`` names skips its transaction, any other stops), each command delivered by
+    """:func:`~airflow_repl.engine.subscriber.applier.replay` (a savepoint per transaction; a
+    failure ``skip`` names skips its transaction, any other stops) with each command delivered by
     :func:`deliver`; the conflicts are in the outcome, with their transaction and command."""
-    cur = raw_sql.cursor(conn)
-    out = ReplayOutcome()
-    current: str | None = None
-    failed_txn: str | None = None
-    for xact, cid, cmd in commands:
-        if xact != current:
-            next_transaction(cur, out, current)
-            current = xact
-        if failed_txn == xact:
-            continue
-        try:
-            applied, record = deliver(cur, applier, guard, xact, cmd)
-        except psycopg.Error as exc:
-            cur.execute("ROLLBACK TO SAVEPOINT airflow_repl_txn")
-            out.conflicts = [c for c in out.conflicts if c["xact_seqno"] != xact]
-            resolution = conflicts.resolve(exc, conflicts.FailedCommand(xact, cid, cmd, applier.describe(cmd)), skip)
-            if isinstance(resolution, DeliveryError):
-                out.failure = resolution
-                return out
-            out.skipped.append(resolution)
-            failed_txn = xact
-            continue
-        out.commands += int(applied)
-        if record is not None:
-            out.conflicts.append({**record, "xact_seqno": xact, "command_id": cid})
-    if current is not None:
-        cur.execute("RELEASE SAVEPOINT airflow_repl_txn")
-        out.last_good = current
-    return out
+    return replay(conn, applier, commands, skip, lambda cur, xact, cmd: deliver(cur, applier, guard, xact, cmd))
