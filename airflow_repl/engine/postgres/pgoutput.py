@@ -204,6 +204,27 @@ def _time(us: int) -> datetime:
     return PG_EPOCH + timedelta(microseconds=us)
 
 
+def _relation(r: _Reader) -> Relation:
+    relid, ns, name, ident = r.uint32(), r.string(), r.string(), chr(r.int8())
+    cols: list[str] = []
+    oids: list[int] = []
+    for _ in range(r.int16()):
+        r.int8()  # flags (part of the key)
+        cols.append(r.string())
+        oids.append(r.uint32())
+        r.int32()  # type modifier
+    return Relation(relid, ns, name, ident, cols, oids)
+
+
+def _update(r: _Reader) -> Update:
+    relid = r.uint32()
+    old = None
+    if r.marker("K", "O", "N") != "N":  # the old key ('K') or whole old row ('O') comes first
+        old = r.tuple()
+        r.marker("N")
+    return Update(relid, old, r.tuple())
+
+
 def decode(message: bytes) -> Message:
     """Decode one pgoutput message."""
     r = _Reader(bytes(message))
@@ -214,26 +235,13 @@ def decode(message: bytes) -> Message:
         r.int8()
         return Commit(r.int64(), r.int64(), _time(r.int64()))
     if kind == "R":
-        relid, ns, name, ident = r.uint32(), r.string(), r.string(), chr(r.int8())
-        cols: list[str] = []
-        oids: list[int] = []
-        for _ in range(r.int16()):
-            r.int8()
-            cols.append(r.string())
-            oids.append(r.uint32())
-            r.int32()
-        return Relation(relid, ns, name, ident, cols, oids)
+        return _relation(r)
     if kind == "I":
         relid = r.uint32()
         r.marker("N")
         return Insert(relid, r.tuple())
     if kind == "U":
-        relid = r.uint32()
-        old = None
-        if r.marker("K", "O", "N") != "N":
-            old = r.tuple()
-            r.marker("N")
-        return Update(relid, old, r.tuple())
+        return _update(r)
     if kind == "D":
         relid = r.uint32()
         r.marker("K", "O")

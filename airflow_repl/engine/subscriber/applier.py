@@ -236,13 +236,8 @@ def replay(
         try:
             applied, record = run(cur, xact, cmd)
         except psycopg.Error as exc:
-            cur.execute("ROLLBACK TO SAVEPOINT airflow_repl_txn")
-            out.conflicts = [c for c in out.conflicts if c["xact_seqno"] != xact]  # rolled back with it
-            resolution = conflicts.resolve(exc, conflicts.FailedCommand(xact, cid, cmd, applier.describe(cmd)), skip)
-            if isinstance(resolution, DeliveryError):
-                out.failure = resolution
-                return out
-            out.skipped.append(resolution)
+            if not _skipped(cur, out, exc, conflicts.FailedCommand(xact, cid, cmd, applier.describe(cmd)), skip):
+                return out  # out.failure says why
             failed_txn = xact
             continue
         out.commands += int(applied)
@@ -252,6 +247,21 @@ def replay(
         cur.execute("RELEASE SAVEPOINT airflow_repl_txn")
         out.last_good = current
     return out
+
+
+def _skipped(
+    cur: psycopg.RawCursor, out: ReplayOutcome, exc: psycopg.Error, failed: conflicts.FailedCommand, skip: set[str]
+) -> bool:
+    """Roll the failed command's transaction back; True when it is skipped (a ``skip`` error),
+    False when delivery stops (``out.failure``)."""
+    cur.execute("ROLLBACK TO SAVEPOINT airflow_repl_txn")
+    out.conflicts = [c for c in out.conflicts if c["xact_seqno"] != failed.xact]  # rolled back with it
+    resolution = conflicts.resolve(exc, failed, skip)
+    if isinstance(resolution, DeliveryError):
+        out.failure = resolution
+        return False
+    out.skipped.append(resolution)
+    return True
 
 
 def next_transaction(cur: psycopg.RawCursor, out: ReplayOutcome, done: str | None) -> None:
