@@ -64,13 +64,21 @@ class Env:
         self.tmp_path = tmp_path
         self.sandbox = sandbox
 
+    def servers(self, subscribers: list[str] | None = None) -> dict:
+        """The servers part of a topology's dictionary form: this test's databases (every
+        subscriber, or the ones named) and its snapshot folder."""
+        names = subscribers if subscribers is not None else list(self.subs)
+        return {
+            "publisher": to_uri(self.pub),
+            "distributor": to_uri(self.dist),
+            "subscribers": {name: to_uri(self.subs[name]) for name in names},
+            "snapshot_folder": str(self.tmp_path / "snapshots"),
+        }
+
     def topology(self, articles: list, *, publication: str = "p", **sub_options) -> topology_mod.Topology:
         return _resolved(
             {
-                "publisher": to_uri(self.pub),
-                "distributor": to_uri(self.dist),
-                "subscribers": {name: to_uri(ci) for name, ci in self.subs.items()},
-                "snapshot_folder": str(self.tmp_path / "snapshots"),
+                **self.servers(),
                 "publications": [{"name": publication, "articles": articles}],
                 "subscriptions": [
                     {"publication": publication, "subscriber": name, **sub_options} for name in self.subs

@@ -32,10 +32,7 @@ ROWS = 20
 
 def immediate_topology(env, modes: dict[str, str]):
     data = {
-        "publisher": to_uri(env.pub),
-        "distributor": to_uri(env.dist),
-        "subscribers": {name: to_uri(ci) for name, ci in env.subs.items()},
-        "snapshot_folder": str(env.tmp_path / "snapshots"),
+        **env.servers(),
         "publications": [
             {"name": "p", "articles": ["public.items"], "allow_sync_tran": True, "allow_queued_tran": True}
         ],

@@ -18,7 +18,7 @@ from harness import Env
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, queue_reader_agent, snapshot_agent
 from airflow_repl.engine.model.topology import from_dict
-from airflow_repl.engine.postgres.connections import resolve_topology, to_uri
+from airflow_repl.engine.postgres.connections import resolve_topology
 from airflow_repl.engine.state import distdb
 
 ROUNDS = 8
@@ -33,10 +33,7 @@ def world(request, sandbox, spark, tmp_path_factory):
     env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text, n int NOT NULL DEFAULT 0)")
     env.run(env.pub, "INSERT INTO items (id, v) SELECT g, 'v' || g FROM generate_series(1, 4) g")
     data = {
-        "publisher": to_uri(env.pub),
-        "distributor": to_uri(env.dist),
-        "subscribers": {name: to_uri(ci) for name, ci in env.subs.items()},
-        "snapshot_folder": str(env.tmp_path / "snapshots"),
+        **env.servers(),
         "publications": [
             {"name": "p", "articles": ["public.items"], "allow_queued_tran": True, "conflict_policy": request.param}
         ],

@@ -17,7 +17,7 @@ import pytest
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, queue_reader_agent, snapshot_agent
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import from_dict
-from airflow_repl.engine.postgres.connections import resolve_topology, to_uri
+from airflow_repl.engine.postgres.connections import resolve_topology
 from airflow_repl.engine.state import distdb
 from airflow_repl.engine.subscriber import validation
 from airflow_repl.jobs.agent_job import run_agent
@@ -27,10 +27,7 @@ ROWS = 50
 
 def queued_topology(env, policy: str = "pub wins", **sub_options):
     data = {
-        "publisher": to_uri(env.pub),
-        "distributor": to_uri(env.dist),
-        "subscribers": {name: to_uri(ci) for name, ci in env.subs.items()},
-        "snapshot_folder": str(env.tmp_path / "snapshots"),
+        **env.servers(),
         "publications": [
             {"name": "p", "articles": ["public.items"], "allow_queued_tran": True, "conflict_policy": policy}
         ],

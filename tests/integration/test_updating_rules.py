@@ -11,7 +11,7 @@ import pytest
 
 from airflow_repl.engine.agents import queue_reader_agent, snapshot_agent
 from airflow_repl.engine.model.topology import from_dict
-from airflow_repl.engine.postgres.connections import resolve_topology, to_uri
+from airflow_repl.engine.postgres.connections import resolve_topology
 from airflow_repl.engine.state import distdb
 from airflow_repl.engine.subscriber import in_doubt
 
@@ -25,10 +25,7 @@ def setup(env, spark, mode: str, unique: str = "UNIQUE"):
     env.run(env.pub, f"CREATE TABLE items (id int PRIMARY KEY, v text, n int NOT NULL DEFAULT 0, k int {unique})")
     env.run(env.pub, "INSERT INTO items (id, v, k) SELECT g, 'v' || g, g FROM generate_series(1, %s) g", (ROWS,))
     data = {
-        "publisher": to_uri(env.pub),
-        "distributor": to_uri(env.dist),
-        "subscribers": {"sub1": to_uri(env.sub)},
-        "snapshot_folder": str(env.tmp_path / "snapshots"),
+        **env.servers(["sub1"]),
         "publications": [
             {
                 "name": "p",

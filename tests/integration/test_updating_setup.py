@@ -24,10 +24,7 @@ def _topology(env, articles, pub=None, modes=None):
     return resolve_topology(
         topology_mod.from_dict(
             {
-                "publisher": to_uri(env.pub),
-                "distributor": to_uri(env.dist),
-                "subscribers": {name: to_uri(ci) for name, ci in env.subs.items()},
-                "snapshot_folder": str(env.tmp_path / "snapshots"),
+                **env.servers(),
                 "publications": [{"name": "p", "articles": articles, **(pub or {})}],
                 "subscriptions": [
                     {"publication": "p", "subscriber": name, **({"update_mode": modes[name]} if name in modes else {})}
