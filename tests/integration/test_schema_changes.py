@@ -18,7 +18,7 @@ from test_agents import RUNNER, assert_in_sync, cycle
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
 from airflow_repl.engine.agents.procedure_regeneration import regenerate_procedures
-from airflow_repl.engine.errors import DeliveryError, ReplError
+from airflow_repl.engine.errors import DeliveryError, ReplError, TopologyError
 from airflow_repl.engine.model.ddl import SchemaChangeError
 from airflow_repl.engine.provisioning import custom_scripting
 from airflow_repl.engine.provisioning.schema_change import schema_change
@@ -376,3 +376,16 @@ def test_custom_procedures_need_a_registered_script_which_runs_at_each_subscribe
     done = regenerate_procedures(topo, "p")
     assert done["subscribers"] == {"sub1": ["c_t"], "sub2": ["c_t"]}
     assert env.rows(env.sub, "SELECT count(*) FROM pg_proc WHERE proname IN ('sp_MSupd_publicc_t', 'ins_c')") == [(2,)]
+
+
+def test_apply_and_the_snapshot_wait_for_the_log_reader_to_store_a_schema_change(env, spark):
+    topo = _tables_env(env, spark, {"t_call": {}})
+    env.run(env.pub, "INSERT INTO t_call VALUES (301, 1, 'before')")
+    schema_change(topo, "p", "ALTER TABLE t_call ADD COLUMN c4 int DEFAULT 4")
+    with pytest.raises(TopologyError, match=r"ADD COLUMN c4.*has not been read by the Log Reader yet: run the Log Reader"):
+        snapshot_agent.run_snapshot(topo, "p", spark, reinitialize=True)
+    log_reader_agent.run_log_reader(topo, "p")
+    snapshot_agent.run_snapshot(topo, "p", spark, reinitialize=True)  # now it may: the change is stored
+    distribution_agent.run_distribution(topo, "p", "sub1")
+    assert_in_sync(topo)
+    assert env.rows(env.pub, "SELECT count(*) FROM airflow_repl.schema_changes") == [(0,)]

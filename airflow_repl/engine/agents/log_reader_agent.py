@@ -46,7 +46,7 @@ from airflow_repl.engine.errors import NotInitialized, ReplError
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import lsn, pgoutput, slots
-from airflow_repl.engine.state import distdb
+from airflow_repl.engine.state import distdb, publisher_state
 from airflow_repl.engine.subscriber import in_doubt
 
 AGENT = "logreader"
@@ -228,6 +228,7 @@ class _LogReader:
         self.slot = distdb.slot_name(self.dist, publication)
         self.pg_publication = naming.pg_publication(publication)
         self.changed: dict[str, ResolvedArticle] = {}  # definitions changed by this batch's schema changes
+        self.change_ids: list[int] = []  # the batch's schema changes, forgotten at the publisher once stored
         self.totals: dict[str, Any] = {"transactions": 0, "commands": 0, "batches": 0, "last_xact_seqno": None}
 
     def check_slot(self) -> None:
@@ -313,6 +314,8 @@ class _LogReader:
             del self.articles[key]
         self.articles[(after.table.schema, after.table.name)] = after
         batch.relmaps.clear()  # mapped again, with the new definition, on their next change
+        if message.get("change_id") is not None:
+            self.change_ids.append(int(message["change_id"]))
         if batch.skip:
             return  # stored already (and its definition with it)
         change = {"change": message["change"], "statement": message["statement"]}
@@ -354,7 +357,9 @@ class _LogReader:
     def advance_slot(self, batch: _Batch, end_lsn: int) -> None:
         """Move the slot past what was stored (never before it is committed at the distributor)."""
         slots.advance(self.pub, self.slot, lsn.int_to_lsn(end_lsn))
+        publisher_state.forget_schema_changes(self.pub, self.change_ids)
         self.pub.commit()
+        self.change_ids = []
         self.totals["transactions"] += batch.transactions
         self.totals["batches"] += 1
 

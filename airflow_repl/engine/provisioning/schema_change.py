@@ -28,8 +28,9 @@ from airflow_repl.engine.errors import TopologyError
 from airflow_repl.engine.model import ddl, naming
 from airflow_repl.engine.model.ddl import ChangeKind, SchemaChangeError, SchemaStatement
 from airflow_repl.engine.model.topology import Publication, Topology
-from airflow_repl.engine.postgres import catalog, connections, quoting
+from airflow_repl.engine.postgres import catalog, connections, quoting, slots
 from airflow_repl.engine.provisioning import deploy
+from airflow_repl.engine.state import publisher_state
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,9 @@ def _run(
     change = _describe(conn, parsed, schema, table, before_types)
     for target in targets:
         after = _resolve_after(conn, target, parsed, include)
+        change_id = _record(conn, target, parsed)
         message = {
+            "change_id": change_id,
             "publication": target.publication.name,
             "article": target.article.name,
             "change": {**change, "in_article": _in_article(parsed, target.article, after)},
@@ -99,6 +102,15 @@ def _run(
         "table": f"{schema}.{table}",
         "articles": sorted(f"{t.publication.name}.{t.article.name}" for t in targets),
     }
+
+
+def _record(conn: psycopg.Connection, target: _Target, parsed: SchemaStatement) -> int | None:
+    """Note the change at the publisher until the Log Reader has stored it (None: the
+    publication has no slot yet, so no Log Reader will read it: its snapshot has the change)."""
+    if not slots.exists(conn, naming.slot(target.publication.name, conn.info.dbname)):
+        return None
+    publisher_state.ensure_schema(conn)
+    return publisher_state.record_schema_change(conn, target.publication.name, target.article.name, parsed.sql)
 
 
 def _execute(conn: psycopg.Connection, parsed: SchemaStatement) -> None:
