@@ -382,10 +382,45 @@ def test_apply_and_the_snapshot_wait_for_the_log_reader_to_store_a_schema_change
     topo = _tables_env(env, spark, {"t_call": {}})
     env.run(env.pub, "INSERT INTO t_call VALUES (301, 1, 'before')")
     schema_change(topo, "p", "ALTER TABLE t_call ADD COLUMN c4 int DEFAULT 4")
-    with pytest.raises(TopologyError, match=r"ADD COLUMN c4.*has not been read by the Log Reader yet: run the Log Reader"):
+    with pytest.raises(
+        TopologyError, match=r"ADD COLUMN c4.*has not been read by the Log Reader yet: run the Log Reader"
+    ):
         snapshot_agent.run_snapshot(topo, "p", spark, reinitialize=True)
     log_reader_agent.run_log_reader(topo, "p")
     snapshot_agent.run_snapshot(topo, "p", spark, reinitialize=True)  # now it may: the change is stored
     distribution_agent.run_distribution(topo, "p", "sub1")
     assert_in_sync(topo)
     assert env.rows(env.pub, "SELECT count(*) FROM airflow_repl.schema_changes") == [(0,)]
+
+
+def test_the_operators_change_the_schema_and_regenerate_procedures(env, spark, tmp_path):
+    """Airflow is imported inside the test (see test_operator_failures.py)."""
+    import yaml
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_repl.operators.schema import RegenerateProceduresOperator, SchemaChangeOperator
+
+    topo = _tables_env(env, spark, {"t_call": {}})
+    path = tmp_path / "topology.yaml"
+    path.write_text(yaml.safe_dump({**env.servers(), **_publication_part("t_call")}))
+    op = SchemaChangeOperator(
+        task_id="add", topology=str(path), publication="p", sql="ALTER TABLE t_call ADD COLUMN op_col text"
+    )
+    assert op.execute({})["articles"] == ["p.t_call"]
+    bad = SchemaChangeOperator(task_id="bad", topology=str(path), publication="p", sql="DROP TABLE t_call")
+    with pytest.raises(AirflowFailException, match="not an ALTER TABLE"):
+        bad.execute({})
+    env.run(env.pub, "INSERT INTO t_call VALUES (501, 1, 'x', 'y')")
+    cycle(topo)
+    assert_in_sync(topo)
+    env.run(env.sub, 'DROP PROCEDURE "sp_MSdel_publict_call"')
+    regen = RegenerateProceduresOperator(task_id="regen", topology=str(path), publication="p")
+    assert regen.execute({})["subscribers"] == {"sub1": ["t_call"]}
+    assert env.rows(env.sub, "SELECT count(*) FROM pg_proc WHERE proname = 'sp_MSdel_publict_call'") == [(1,)]
+
+
+def _publication_part(table):
+    return {
+        "publications": [{"name": "p", "articles": [{"table": f"public.{table}"}]}],
+        "subscriptions": [{"publication": "p", "subscriber": "sub1"}],
+    }
