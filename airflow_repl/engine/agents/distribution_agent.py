@@ -313,9 +313,9 @@ class _Delivery:
         outcome = replay(self.streams.first, applier, commands, set())
         if outcome.failure is not None:
             raise outcome.failure
-        subscriber_state.set_articles_hash(
-            self.streams.first, self.publication, definition_hash(list(applier.articles.values()))
-        )
+        has = definition_hash(list(applier.articles.values()))
+        subscriber_state.set_articles_hash(self.streams.first, self.publication, has)
+        distdb.set_subscription_articles_hash(dist, self.publication, self.subscriber, has)  # with its delivery
         self.totals["schema_changes"] = self.totals.get("schema_changes", 0) + applier.schema_changes
         applier.schema_changes = 0
         self._commit_replayed(dist, run_id, batch, batch.last, outcome)
@@ -478,10 +478,9 @@ def _definitions_at_watermark(dist: psycopg.Connection, delivery: _Delivery) -> 
     """The article definitions the subscriber has: the stored ones, except that an article
     with a schema change still to deliver there has its definition from before that change."""
     watermark = subscriber_state.watermark(delivery.streams.first, delivery.publication)
-    current = {a.name: a for a in distdb.load_articles(dist, delivery.publication)}
-    if watermark is not None:
-        current.update(distdb.definitions_before(dist, delivery.publication, watermark))
-    return [current[name] for name in sorted(current)]
+    return distdb.definitions_at(
+        dist, delivery.publication, watermark, distdb.load_articles(dist, delivery.publication)
+    )
 
 
 def _start(run: AgentRun, delivery: _Delivery) -> None:

@@ -52,16 +52,15 @@ def regenerate_procedures(
 
 def _one(topology: Topology, publication: str, subscriber: str, wanted: set[str]) -> list[str]:
     with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
-        stored = {a.name: a for a in distdb.load_articles(dist, publication)}
+        stored = distdb.load_articles(dist, publication)
         scripts = distdb.custom_scripts(dist, publication)
         conninfo = topology.subscriber_conninfo(subscriber)
         with connections.connect(conninfo, f"subscriber {subscriber!r}") as sub:
             watermark = subscriber_state.watermark(sub, publication)
-            if watermark is not None:
-                stored.update(distdb.definitions_before(dist, publication, watermark))
+            has = distdb.definitions_at(dist, publication, watermark, stored)
             ctx = schema_changes.SchemaContext(subscriber, scripts)
-            names = sorted(n for n in stored if not wanted or n in wanted)
+            chosen = [a for a in has if not wanted or a.name in wanted]
             with sub.transaction():
-                for name in names:
-                    schema_changes.regenerate(sub, stored[name], stored[name], ctx)
-    return names
+                for art in chosen:
+                    schema_changes.regenerate(sub, art, art, ctx)
+    return [a.name for a in chosen]

@@ -317,6 +317,35 @@ def definitions_before(conn: psycopg.Connection, publication: str, after: str) -
     return {str(name): ResolvedArticle.from_dict(before) for name, before in rows}
 
 
+def definitions_at(
+    conn: psycopg.Connection, publication: str, position: str | None, current: list[ResolvedArticle]
+) -> list[ResolvedArticle]:
+    """The article definitions a subscriber that has everything up to ``position`` has: the
+    ``current`` ones, except those with a schema change after it (sorted by name)."""
+    out = {a.name: a for a in current}
+    if position is not None:
+        out.update(definitions_before(conn, publication, position))
+    return [out[name] for name in sorted(out)]
+
+
+def delivered_position(conn: psycopg.Connection, publication: str, subscriber: str) -> str | None:
+    """The last xact_seqno recorded as delivered to the subscriber, if any."""
+    row = conn.execute(
+        "SELECT delivered_xact_seqno::text FROM airflow_repl.subscriptions WHERE publication = %s AND subscriber = %s",
+        (publication, subscriber),
+    ).fetchone()
+    return str(row[0]) if row is not None and row[0] is not None else None
+
+
+def set_subscription_articles_hash(conn: psycopg.Connection, publication: str, subscriber: str, value: str) -> None:
+    """The definitions the subscriber has after a delivered schema change (committed with its
+    delivery record)."""
+    conn.execute(
+        "UPDATE airflow_repl.subscriptions SET articles_hash = %s WHERE publication = %s AND subscriber = %s",
+        (value, publication, subscriber),
+    )
+
+
 def save_custom_script(conn: psycopg.Connection, publication: str, article: str, kind: str, body: str) -> None:
     """Register (or replace) the script regenerating the article's custom procedures."""
     conn.execute(
