@@ -25,6 +25,11 @@ def get_provider_info() -> dict:
             }
         ],
         "hooks": [{"integration-name": "airflow-repl", "python-modules": ["airflow_repl.hooks.replication"]}],
-        "operators": [{"integration-name": "airflow-repl", "python-modules": ["airflow_repl.operators.agents"]}],
+        "operators": [
+            {
+                "integration-name": "airflow-repl",
+                "python-modules": ["airflow_repl.operators.agents", "airflow_repl.operators.schema"],
+            }
+        ],
         "sensors": [],
     }

@@ -134,6 +134,38 @@ def _cmd_script_procs(args: argparse.Namespace) -> None:
     return None
 
 
+def _cmd_schema_change(args: argparse.Namespace) -> dict[str, Any]:
+    from airflow_repl.engine.provisioning.schema_change import schema_change
+
+    topo = _load(args)
+    return schema_change(topo, _publication(topo, args.publication), args.sql, include_in_filter=args.include_in_filter)
+
+
+def _cmd_register_script(args: argparse.Namespace) -> dict[str, Any]:
+    from airflow_repl.engine.provisioning import custom_scripting
+
+    topo = _load(args)
+    pub = _publication(topo, args.publication)
+    if args.drop:
+        return custom_scripting.unregister_script(topo, pub, args.article)
+    if args.sql_file:
+        try:
+            with open(args.sql_file, encoding="utf-8") as fh:
+                body = fh.read()
+        except OSError as exc:
+            raise ReplError(f"--sql-file {args.sql_file}: {exc.strerror}") from None
+        return custom_scripting.register_script(topo, pub, args.article, "sql", body)
+    return custom_scripting.register_script(topo, pub, args.article, "python", args.python)
+
+
+def _cmd_regenerate_procs(args: argparse.Namespace) -> dict[str, Any]:
+    from airflow_repl.engine.agents.procedure_regeneration import regenerate_procedures
+
+    topo = _load(args)
+    pub = _publication(topo, args.publication)
+    return regenerate_procedures(topo, pub, subscribers=_subscribers(topo, pub, args.subscriber), articles=args.article)
+
+
 def _cmd_sandbox(args: argparse.Namespace) -> dict[str, Any] | None:
     from airflow_repl.sandbox import Sandbox
 
@@ -203,6 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="tsql scripts the procedures for SQL Server subscribers (script only)",
     )
     p.set_defaults(func=_cmd_script_procs)
+    _add_schema_commands(sub)
     p = sub.add_parser("sandbox", help="the embedded PostgreSQL sandbox")
     p.add_argument("action", choices=["start", "stop", "status", "destroy"])
     p.add_argument("--root", default=".sandbox")
@@ -218,6 +251,35 @@ def _with_topology(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--topology", "-t", required=True, help="topology YAML file")
     p.add_argument("--publication", "-p", help="publication (optional when there is only one)")
     return p
+
+
+def _add_schema_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``schema-change``, ``register-script`` and ``regenerate-procs``."""
+    p = _with_topology(
+        sub.add_parser("schema-change", help="run one ALTER TABLE of a published table and replicate it in order")
+    )
+    p.add_argument("--sql", required=True, help='the statement, e.g. "ALTER TABLE public.t ADD COLUMN c text"')
+    p.add_argument(
+        "--include-in-filter",
+        action="store_true",
+        help="an added column joins articles with a column filter too (also list it in the topology file)",
+    )
+    p.set_defaults(func=_cmd_schema_change)
+    p = _with_topology(
+        sub.add_parser("register-script", help="register the script regenerating an article's custom procedures")
+    )
+    p.add_argument("--article", required=True)
+    how = p.add_mutually_exclusive_group(required=True)
+    how.add_argument("--sql-file", help="a SQL template ({{table}}, {{columns}}, {{proc_ins}}, ... placeholders)")
+    how.add_argument("--python", help="module:function, called as function(connection, article, subscriber)")
+    how.add_argument("--drop", action="store_true", help="unregister the article's script")
+    p.set_defaults(func=_cmd_register_script)
+    p = _with_topology(
+        sub.add_parser("regenerate-procs", help="regenerate the articles' procedures at subscribers now")
+    )
+    p.add_argument("--subscriber", action="append")
+    p.add_argument("--article", action="append")
+    p.set_defaults(func=_cmd_regenerate_procs)
 
 
 def _add_agent_commands(sub: argparse._SubParsersAction[_Parser]) -> None:

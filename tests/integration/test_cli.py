@@ -71,3 +71,36 @@ def test_cli_errors_name_the_problem(env, tmp_path, capsys):
     assert "unknown table public.orders at the publisher" in capsys.readouterr().err
     assert cli.main(["apply", "-t", str(tmp_path / "missing.yaml")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_cli_schema_change_register_script_and_regenerate_procs(env, spark, tmp_path, capsys):
+    env.run(env.pub, "CREATE TABLE orders (id int PRIMARY KEY, v text); INSERT INTO orders VALUES (1, 'a')")
+    topo = _topology_file(env, tmp_path)
+    assert cli.main(["snapshot", "-t", topo]) == 0
+    capsys.readouterr()
+    # bad input: one line, its own exit code, nothing changed
+    assert cli.main(["schema-change", "-t", topo, "--sql", "ALTER TABLE orders ALTER v TYPE int USING v::int"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("airflow-repl: error: schema change") and "USING" in err and err.count("\n") == 1
+    assert cli.main(["schema-change", "-t", topo, "--sql", "ALTER TABLE orders ADD COLUMN w int DEFAULT 1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["kind"] == "add_column" and out["articles"] == ["p.orders"]
+    env.run(env.pub, "INSERT INTO orders VALUES (2, 'b', 2)")
+    assert cli.main(["logreader", "-t", topo]) == 0
+    capsys.readouterr()
+    assert cli.main(["distribution", "-t", topo]) == 0
+    assert json.loads(capsys.readouterr().out)["subscriptions"][0]["schema_changes"] == 1
+    assert env.rows(env.sub, "SELECT id, w FROM orders ORDER BY id") == [(1, 1), (2, 2)]
+    script = tmp_path / "procs.sql"
+    script.write_text("SELECT count(*) FROM {{table}}")
+    assert cli.main(["register-script", "-t", topo, "--article", "orders", "--sql-file", str(script)]) == 0
+    capsys.readouterr()
+    assert cli.main(["register-script", "-t", topo, "--article", "nope", "--sql-file", str(script)]) == 2
+    assert "has no article 'nope'" in capsys.readouterr().err
+    assert cli.main(["register-script", "-t", topo, "--article", "orders", "--sql-file", str(tmp_path / "x.sql")]) == 2
+    assert "x.sql" in capsys.readouterr().err
+    env.run(env.sub, 'DROP PROCEDURE "sp_MSins_publicorders"')
+    assert cli.main(["regenerate-procs", "-t", topo]) == 0
+    assert json.loads(capsys.readouterr().out)["subscribers"] == {"sub1": ["orders"]}
+    assert env.rows(env.sub, "SELECT count(*) FROM pg_proc WHERE proname = 'sp_MSins_publicorders'") == [(1,)]
+    assert cli.main(["register-script", "-t", topo, "--article", "orders", "--drop"]) == 0

@@ -3,8 +3,9 @@ to (an article that includes its inheritance children is found under each child'
 which of its columns the article keeps, and the commands one row change or TRUNCATE becomes.
 
 Owns the checks that refuse changes which cannot be replicated exactly: a table without
-REPLICA IDENTITY FULL, a published column that no longer exists, a TRUNCATE of only part of
-an inheritance hierarchy whose article includes the children.  No SQL, no server: the Log
+REPLICA IDENTITY FULL, a table whose columns changed outside ``airflow-repl schema-change``
+(a published column gone or retyped, a column added to an article without a column filter), a
+TRUNCATE of only part of an inheritance hierarchy whose article includes the children.  No SQL, no server: the Log
 Reader Agent feeds it decoded messages.
 """
 
@@ -53,14 +54,35 @@ def map_relation(rel: pgoutput.Relation, articles: dict[tuple[str, str], Resolve
             f"these changes carry incomplete before images and cannot be replicated exactly: restore it with "
             f"'airflow-repl apply', then drop the publication's slot and run the Snapshot Agent with reinitialize"
         )
-    missing = [c for c in art.column_names if c not in rel.columns]
-    if missing:
-        raise ReplError(
-            f"article {art.name!r} ({art.table.qualified}) no longer has column(s) {missing} at the "
-            f"publisher; schema changes must go through airflow-repl's schema change operator"
-        )
+    _check_columns(rel, art, is_child)
     # a child's columns are the parent's (by name, in any order) plus its own, which are dropped
     return RelationMap(art, [rel.columns.index(c) for c in art.column_names], is_child)
+
+
+def _check_columns(rel: pgoutput.Relation, art: ResolvedArticle, is_child: bool) -> None:
+    """The relation still has the article's columns with their types, and (an article without
+    a column filter) no others: a schema change made at the publisher outside
+    ``airflow-repl schema-change`` stops the Log Reader here, before its changes are stored."""
+    missing = [c for c in art.column_names if c not in rel.columns]
+    added = [] if art.column_list is not None or is_child else [c for c in rel.columns if c not in art.column_names]
+    retyped = [
+        c.name
+        for c in art.columns
+        if c.name in rel.columns and c.type_oid and rel.type_oids[rel.columns.index(c.name)] != c.type_oid
+    ]
+    if not (missing or added or retyped):
+        return
+    what = "; ".join(
+        f"{label} {names}"
+        for label, names in (("no column(s)", missing), ("new column(s)", added), ("another type for", retyped))
+        if names
+    )
+    raise ReplError(
+        f"table {rel.namespace}.{rel.name} (article {art.name!r}) was changed at the publisher outside airflow-repl "
+        f"({what}); the Log Reader stopped before storing changes it cannot map. Make schema changes with "
+        f"'airflow-repl schema-change'; to recover, undo the change at the publisher if no rows changed since, "
+        f"otherwise drop the publication's slot and run the Snapshot Agent with reinitialize"
+    )
 
 
 def truncated_articles(relmaps: list[RelationMap | None]) -> list[str]:

@@ -47,7 +47,7 @@ import psycopg
 from airflow_repl.engine.agents import stream_planning
 from airflow_repl.engine.agents.lifecycle import AgentRun
 from airflow_repl.engine.articles.commands import Command
-from airflow_repl.engine.articles.resolved import definition_hash
+from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
 from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import SKIPPABLE_ERRORS, Topology
@@ -57,6 +57,7 @@ from airflow_repl.engine.state.distdb import CommandRow, PendingTransaction
 from airflow_repl.engine.subscriber import in_doubt
 from airflow_repl.engine.subscriber.applier import Applier, ReplayOutcome, apply_parallel, apply_pipelined, replay
 from airflow_repl.engine.subscriber.convergence import QueueGuard, replay_queued
+from airflow_repl.engine.subscriber.schema_changes import SchemaContext
 from airflow_repl.engine.subscriber.streams import Streams, recover_prepared
 
 log = logging.getLogger(__name__)
@@ -121,7 +122,8 @@ def _cut_batch(
     commands (always at least one, however large), up to the first that came from
     ``own_origin`` (the subscriber's own queued change, never applied there again).  Commit order is LSN order; commit
     timestamps of concurrent commits need not follow it, so point-in-time delivery stops at the
-    first transaction (in LSN order) committed after ``until``, never skipping an earlier-LSN one."""
+    first transaction (in LSN order) committed after ``until``, never skipping an earlier-LSN one.
+    A transaction with a schema change forms a batch of its own."""
     out: list[PendingTransaction] = []
     total = 0
     for txn in txns:
@@ -129,10 +131,12 @@ def _cut_batch(
             break
         if own_origin is not None and txn.origin == own_origin:
             break
-        if out and total + txn.command_count > threshold:
+        if out and (total + txn.command_count > threshold or txn.schema_change):
             break
         out.append(txn)
         total += txn.command_count
+        if txn.schema_change:
+            break  # a schema change is delivered in a subscriber commit of its own
     return out
 
 
@@ -193,7 +197,9 @@ class _Delivery:
         """Deliver batch after batch until none is pending; a batch that fails on the fast path
         is replayed on one stream, which skips what ``skip_errors`` allows or raises."""
         while (batch := self._next_batch(dist)) is not None:
-            if self.guard is not None:
+            if batch.txns[0].schema_change:
+                self._schema_batch(dist, run_id, applier, batch)
+            elif self.guard is not None:
                 self._converge(dist, run_id, applier, batch, self.guard)
             elif not self._fast_path(dist, applier, batch):
                 self._replay(dist, run_id, applier, batch)
@@ -296,6 +302,24 @@ class _Delivery:
         if outcome.failure is not None:
             raise outcome.failure
 
+    def _schema_batch(self, dist: psycopg.Connection, run_id: int, applier: Applier, batch: _Batch) -> None:
+        """A transaction with a schema change: on one stream, command by command (the row
+        changes before the change with the old columns, those after it with the new ones), the
+        table changed and its procedures regenerated in the same subscriber transaction, which
+        commits with the watermark and the definitions the subscriber now has.  Never skipped:
+        a failure stops delivery here, and re-running delivers it once."""
+        rows = distdb.batch_commands(dist, self.publication, batch.first, batch.last)
+        commands = applier.commands(rows, batch.article_rows())
+        outcome = replay(self.streams.first, applier, commands, set())
+        if outcome.failure is not None:
+            raise outcome.failure
+        has = definition_hash(list(applier.articles.values()))
+        subscriber_state.set_articles_hash(self.streams.first, self.publication, has)
+        distdb.set_subscription_articles_hash(dist, self.publication, self.subscriber, has)  # with its delivery
+        self.totals["schema_changes"] = self.totals.get("schema_changes", 0) + applier.schema_changes
+        applier.schema_changes = 0
+        self._commit_replayed(dist, run_id, batch, batch.last, outcome)
+
     def _converge(
         self, dist: psycopg.Connection, run_id: int, applier: Applier, batch: _Batch, guard: QueueGuard
     ) -> None:
@@ -389,8 +413,8 @@ def run_distribution(
     with AgentRun(AGENT, publication, subscriber) as run:
         run.step = "connecting"
         dist = run.connect(topology.distributor.require("distributor"), "distributor")
-        applier = _check_subscription(run, dist, delivery)
         _start(run, delivery)
+        applier = _check_subscription(run, dist, delivery)
         run_id = run.begin(dist)
         run.counts = run.details = delivery.totals
         run.step = "delivery"
@@ -434,17 +458,29 @@ def _check_subscription(run: AgentRun, dist: psycopg.Connection, delivery: _Deli
     the last run learnt about spreading here; nothing is changed."""
     run.step = "the subscription check"
     publication, subscriber = delivery.publication, delivery.subscriber
-    articles = distdb.load_articles(dist, publication)
-    initialized_with = distdb.subscription_articles_hash(dist, publication, subscriber)
-    if initialized_with is not None and initialized_with != definition_hash(articles):
+    articles = _definitions_at_watermark(dist, delivery)
+    has = subscriber_state.articles_hash(delivery.streams.first, publication)
+    delivery.streams.first.rollback()
+    has = has or distdb.subscription_articles_hash(dist, publication, subscriber)
+    if has is not None and has != definition_hash(articles):
         raise ReplError(
             f"the articles of publication {publication!r} changed since subscriber {subscriber!r} "
             f"was initialized: run the Snapshot Agent with reinitialize for it"
         )
     if delivery.n > 1:  # start from what the last run learnt about spreading here
         delivery.chooser.resume(distdb.last_stream_rates(dist, publication, subscriber, delivery.n))
+    scripts = distdb.custom_scripts(dist, publication)
     dist.commit()
-    return Applier({a.name: a for a in articles})
+    return Applier({a.name: a for a in articles}, SchemaContext(subscriber, scripts))
+
+
+def _definitions_at_watermark(dist: psycopg.Connection, delivery: _Delivery) -> list[ResolvedArticle]:
+    """The article definitions the subscriber has: the stored ones, except that an article
+    with a schema change still to deliver there has its definition from before that change."""
+    watermark = subscriber_state.watermark(delivery.streams.first, delivery.publication)
+    return distdb.definitions_at(
+        dist, delivery.publication, watermark, distdb.load_articles(dist, delivery.publication)
+    )
 
 
 def _start(run: AgentRun, delivery: _Delivery) -> None:

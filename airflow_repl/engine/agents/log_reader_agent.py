@@ -23,6 +23,7 @@ are :mod:`~airflow_repl.engine.agents.change_mapping`'s; the slot's statements a
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -39,13 +40,13 @@ from airflow_repl.engine.agents.change_mapping import (
     truncated_articles,
 )
 from airflow_repl.engine.agents.lifecycle import AgentRun
-from airflow_repl.engine.articles.commands import Command
+from airflow_repl.engine.articles.commands import SCHEMA, Command
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import NotInitialized, ReplError
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import lsn, pgoutput, slots
-from airflow_repl.engine.state import distdb
+from airflow_repl.engine.state import distdb, publisher_state
 from airflow_repl.engine.subscriber import in_doubt
 
 AGENT = "logreader"
@@ -81,6 +82,7 @@ class _TxnWriter:
     def begin(self, xact_seqno: str | None, xid: int = 0) -> None:
         self.xact, self.xid, self.count = xact_seqno, xid, 0
         self.origin: str | None = None  # the replication origin the transaction came from
+        self.schema_change = False  # the transaction holds a schema-change command
         self.article_rows: dict[str, int] = {}
         self.run_article: str | None = None
         self.run_inserts: list[Command | None] = []  # in memory; None = cancelled
@@ -97,6 +99,12 @@ class _TxnWriter:
         self.close_run()
         for cmd in commands:
             self.add(cmd)
+
+    def schema(self, cmd: Command) -> None:
+        """Add a schema-change command: a point between the row changes before and after it."""
+        self.close_run()
+        self.schema_change = True
+        self.add(cmd)
 
     def _pair(self, article: str, delete: Command, insert: Command) -> None:
         before = _image(delete.old)
@@ -163,6 +171,7 @@ class _TxnWriter:
                 self.count,
                 distdb.dumps(self.article_rows),
                 self.origin,
+                self.schema_change,
             )
         )
 
@@ -191,8 +200,17 @@ class _Batch:
     transactions: int = 0  # transactions of published changes read (and to be stored)
     last_commit: str | None = None  # xact_seqno of the last of them
     last_end: int | None = None  # end LSN of the last transaction read, published changes or not
-    relmaps: dict[int, RelationMap | None] = field(default_factory=dict)  # relation id -> its map
+    relations: dict[int, pgoutput.Relation] = field(default_factory=dict)  # relation id -> its last message
+    relmaps: dict[int, RelationMap | None] = field(default_factory=dict)  # relation id -> its map, once used
     skip: bool = False  # the transaction being read is stored already
+
+    def relmap(self, relid: int, articles: dict[tuple[str, str], ResolvedArticle]) -> RelationMap | None:
+        """The map of a relation whose change is stored (mapped on first use, so that a change
+        already stored by an earlier run is never checked against today's definitions)."""
+        if relid not in self.relmaps:
+            rel = self.relations.get(relid)
+            self.relmaps[relid] = None if rel is None else map_relation(rel, articles)
+        return self.relmaps[relid]
 
 
 class _LogReader:
@@ -209,6 +227,8 @@ class _LogReader:
         )
         self.slot = distdb.slot_name(self.dist, publication)
         self.pg_publication = naming.pg_publication(publication)
+        self.changed: dict[str, ResolvedArticle] = {}  # definitions changed by this batch's schema changes
+        self.change_ids: list[int] = []  # the batch's schema changes, forgotten at the publisher once stored
         self.totals: dict[str, Any] = {"transactions": 0, "commands": 0, "batches": 0, "last_xact_seqno": None}
 
     def check_slot(self) -> None:
@@ -261,18 +281,48 @@ class _LogReader:
             self.writer.origin = msg.name
         elif isinstance(msg, pgoutput.LogicalMessage) and msg.transactional and msg.prefix == naming.ORIGIN_MESSAGE:
             self.writer.origin = msg.content.decode()  # an immediate subscriber's change (see naming)
+        elif isinstance(msg, pgoutput.LogicalMessage) and msg.transactional and msg.prefix == naming.DDL_MESSAGE:
+            self._schema_change(json.loads(msg.content), batch)
         elif isinstance(msg, pgoutput.Relation):
-            batch.relmaps[msg.relid] = map_relation(msg, self.articles)
+            batch.relations[msg.relid] = msg
+            batch.relmaps.pop(msg.relid, None)
         elif isinstance(msg, (pgoutput.Insert, pgoutput.Update, pgoutput.Delete)):
-            relmap = batch.relmaps.get(msg.relid)
-            if not batch.skip and relmap is not None:
+            relmap = None if batch.skip else batch.relmap(msg.relid, self.articles)
+            if relmap is not None:
                 self.writer.row_change(relmap.article.name, row_commands(msg, relmap))
         elif isinstance(msg, pgoutput.Truncate):
             if not batch.skip:
-                for name in truncated_articles([batch.relmaps.get(r) for r in msg.relids]):
+                for name in truncated_articles([batch.relmap(r, self.articles) for r in msg.relids]):
                     self.writer.row_change(name, [truncate_command(name)])
         elif isinstance(msg, pgoutput.Commit):
             self._commit(msg, batch)
+
+    def _schema_change(self, message: dict[str, Any], batch: _Batch) -> None:
+        """A schema change of one article (``airflow-repl schema-change``): store it as a
+        command at this point of the transaction, and map the changes after it with the
+        article's new definition.  Another publication's message is not ours."""
+        if message.get("publication") != self.publication:
+            return
+        after = ResolvedArticle.from_dict(message["definition"])
+        before = next((a for a in self.articles.values() if a.name == after.name), None)
+        if before is None:
+            raise ReplError(
+                f"a schema change of article {after.name!r} reached the Log Reader of publication "
+                f"{self.publication!r}, which has no such article: run 'airflow-repl apply', then the Log Reader"
+            )
+        for key in [k for k, a in self.articles.items() if a.name == after.name]:
+            del self.articles[key]
+        self.articles[(after.table.schema, after.table.name)] = after
+        batch.relmaps.clear()  # mapped again, with the new definition, on their next change
+        if message.get("change_id") is not None:
+            self.change_ids.append(int(message["change_id"]))
+        if batch.skip:
+            return  # stored already (and its definition with it)
+        change = {"change": message["change"], "statement": message["statement"]}
+        self.writer.schema(
+            Command(SCHEMA, after.name, schema={**change, "before": before.to_dict(), "after": message["definition"]})
+        )
+        self.changed[after.name] = after
 
     def _begin(self, msg: pgoutput.Begin, batch: _Batch) -> None:
         """A transaction starts: skip it when an earlier run stored it already."""
@@ -296,6 +346,9 @@ class _LogReader:
         """Write the batch and the read position in one distributor transaction, and commit."""
         self.run.step = f"storing batch {batch.number} in the distribution database"
         self.writer.flush_batch()
+        for article in self.changed.values():
+            distdb.save_article_definition(self.dist, article)
+        self.changed = {}
         if batch.last_commit is not None:
             distdb.save_read_position(self.dist, self.publication, batch.last_commit, lsn.int_to_lsn(end_lsn))
             self.totals["last_xact_seqno"] = batch.last_commit
@@ -304,7 +357,9 @@ class _LogReader:
     def advance_slot(self, batch: _Batch, end_lsn: int) -> None:
         """Move the slot past what was stored (never before it is committed at the distributor)."""
         slots.advance(self.pub, self.slot, lsn.int_to_lsn(end_lsn))
+        publisher_state.forget_schema_changes(self.pub, self.change_ids)
         self.pub.commit()
+        self.change_ids = []
         self.totals["transactions"] += batch.transactions
         self.totals["batches"] += 1
 

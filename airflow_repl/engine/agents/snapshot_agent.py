@@ -150,7 +150,7 @@ class _SnapshotRun:
         _precheck_custom_procedures(self.run, self.topology, self.publication, names, reinitialize, self.dist)
         self.run.step = "applying the topology"
         articles = deploy.apply_topology(self.topology, [self.publication])[self.publication]
-        targets = _pending_subscribers(self.dist, self.publication, names, reinitialize, definition_hash(articles))
+        targets = _pending_subscribers(self.dist, self.publication, names, reinitialize, articles)
         self.dist.commit()
         return articles, targets
 
@@ -417,14 +417,24 @@ def _named_subscribers(topology: Topology, publication: str, subscribers: list[s
 
 
 def _pending_subscribers(
-    dist: psycopg.Connection[Any], publication: str, names: list[str], reinitialize: bool, current_hash: str
+    dist: psycopg.Connection[Any],
+    publication: str,
+    names: list[str],
+    reinitialize: bool,
+    articles: list[ResolvedArticle],
 ) -> list[str]:
     """The named subscriptions to initialize: those not active (all with ``reinitialize``).  An
-    active one initialized with other article definitions must be reinitialized."""
+    active one whose article definitions (those it was initialized with, changed by the schema
+    changes delivered to it) are not the publication's must be reinitialized."""
     if reinitialize:
         return names
     active = distdb.active_subscriptions(dist, publication)
-    changed = sorted(n for n, h in active.items() if n in names and h is not None and h != current_hash)
+
+    def has(name: str) -> str:
+        position = distdb.delivered_position(dist, publication, name)
+        return definition_hash(distdb.definitions_at(dist, publication, position, articles))
+
+    changed = sorted(n for n, h in active.items() if n in names and h is not None and h != has(n))
     if changed:
         raise ReplError(
             f"the articles of publication {publication!r} changed since subscriber(s) "

@@ -21,18 +21,21 @@ class OpCode(TextEnum):
     UPDATE = "U"
     DELETE = "D"
     TRUNCATE = "T"
+    SCHEMA = "S"  # a schema change of the article's table (airflow-repl schema-change)
 
     @property
     def operation(self) -> Operation:
-        """The article operation whose propagation option applies this command (TRUNCATE has none)."""
-        if self is OpCode.TRUNCATE:
-            raise ValueError("a TRUNCATE command is applied as TRUNCATE, not through an article option")
+        """The article operation whose propagation option applies this command (TRUNCATE and
+        schema changes have none)."""
+        if self not in _OPERATION:
+            raise ValueError(f"a {self.name} command is not applied through an article option")
         return _OPERATION[self]
 
 
 _OPERATION = {OpCode.INSERT: Operation.INSERT, OpCode.UPDATE: Operation.UPDATE, OpCode.DELETE: Operation.DELETE}
 
 INSERT, UPDATE, DELETE, TRUNCATE = OpCode.INSERT, OpCode.UPDATE, OpCode.DELETE, OpCode.TRUNCATE
+SCHEMA = OpCode.SCHEMA
 
 Value = str | None  # a column value in PostgreSQL's text representation; None is NULL
 Values = list[Value]  # article column order
@@ -45,6 +48,9 @@ class Command:
     old: Values | None = None  # before image (U, D)
     new: Values | None = None  # after image (I, U)
     pair: bool = False  # half of the DELETE + INSERT pair an UPDATE became
+    #: a schema change (SCHEMA): what changed ("change") and the article's definitions
+    #: "before" and "after" it (ResolvedArticle.to_dict())
+    schema: dict[str, Any] | None = None
 
     def changed(self) -> list[bool]:
         """Which article columns an UPDATE changed (compared by text value)."""
@@ -64,11 +70,13 @@ class Command:
             data["n"] = self.new
         if self.pair:
             data["p"] = 1
+        if self.schema is not None:
+            data["s"] = self.schema
         return data
 
     @classmethod
     def from_json(cls, op: str, article: str, data: dict[str, Any]) -> Command:
-        return cls(OpCode(op), article, data.get("o"), data.get("n"), bool(data.get("p")))
+        return cls(OpCode(op), article, data.get("o"), data.get("n"), bool(data.get("p")), data.get("s"))
 
 
 def bitmask(changed: Sequence[bool]) -> bytes:

@@ -58,6 +58,12 @@ def queue_origin(subscriber: str) -> str:
 #: without the committing session's replication origin, so the Log Reader takes it from this.
 ORIGIN_MESSAGE = "airflow_repl.origin"
 
+#: Prefix of the transactional logical-decoding message ``airflow-repl schema-change`` emits,
+#: in the transaction of the change, for each article of the changed table: what changed and
+#: the article's definition after it (JSON).  The Log Reader turns it into a schema-change
+#: command at that point of the transaction.
+DDL_MESSAGE = "airflow_repl.ddl"
+
 
 def immediate_gid_prefix(publication: str, subscriber: str) -> str:
     """The start of the global transaction identifier (``PREPARE TRANSACTION``) of every

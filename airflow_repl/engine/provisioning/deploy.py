@@ -18,7 +18,7 @@ from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import Publication, Topology
 from airflow_repl.engine.postgres import catalog, connections, raw_sql
 from airflow_repl.engine.provisioning import updating_setup
-from airflow_repl.engine.state import distdb
+from airflow_repl.engine.state import distdb, publisher_state
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +173,9 @@ def apply_topology(topology: Topology, publications: list[str] | None = None) ->
         dist.rollback()
     with connections.connect(topology.publisher.require("publisher"), "publisher") as pub_conn:
         dbname = pub_conn.info.dbname
+        for name in names:
+            refuse_unread(pub_conn, name, f"applying publication {name!r}")
+        pub_conn.rollback()
         resolved = _prepare_publications(pub_conn, topology, names)
     with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
         distdb.ensure_schema(dist)
@@ -181,6 +184,19 @@ def apply_topology(topology: Topology, publications: list[str] | None = None) ->
                 _save_publication(dist, topology, name, dbname, resolved[name])
     log.info("applied topology: %s", ", ".join(f"{n} ({len(a)} articles)" for n, a in resolved.items()))
     return resolved
+
+
+def refuse_unread(conn: psycopg.Connection, publication: str, doing: str) -> None:
+    """TopologyError when a schema change of ``publication`` is not stored by its Log Reader yet:
+    the article definitions cannot be recorded anew while older changes still have the old columns."""
+    unread = publisher_state.unread_schema_changes(conn, publication)
+    if unread:
+        article, statement = unread[0]
+        raise TopologyError(
+            f"{doing}: schema change {statement!r} of article {article!r} (publication {publication!r}) "
+            f"{'and ' + str(len(unread) - 1) + ' more ' if len(unread) > 1 else ''}has not been read by the Log "
+            f"Reader yet: run the Log Reader Agent first"
+        )
 
 
 def _prepare_publications(

@@ -27,8 +27,9 @@ SCHEMA = "airflow_repl"
 #: command_id, article, op, data (JSON text).
 NewCommandRow = tuple[str, str | None, int, str, str, str]
 #: A row of ``airflow_repl.transactions``: publication, xact_seqno, xid, commit_time, end_lsn,
-#: command_count, article_rows (JSON text), origin (the replication origin it came from, or None).
-TransactionRow = tuple[str, str | None, int, datetime, str, int, str, str | None]
+#: command_count, article_rows (JSON text), origin (the replication origin it came from, or None),
+#: schema_change (it holds a schema-change command).
+TransactionRow = tuple[str, str | None, int, datetime, str, int, str, str | None, bool]
 #: A staged INSERT of the Log Reader: seq, article, op, data (JSON text).
 StagedRow = tuple[int, str, str, str]
 
@@ -178,6 +179,29 @@ ALTER TABLE airflow_repl.publications ADD COLUMN IF NOT EXISTS allow_queued_tran
 ALTER TABLE airflow_repl.publications ADD COLUMN IF NOT EXISTS conflict_policy text NOT NULL DEFAULT 'pub wins';
 ALTER TABLE airflow_repl.subscriptions ADD COLUMN IF NOT EXISTS update_mode text NOT NULL DEFAULT 'read only';
 ALTER TABLE airflow_repl.subscriptions ADD COLUMN IF NOT EXISTS initialized_at timestamptz;
+-- schema changes (airflow-repl schema-change): a command 'S' in the transaction that made one,
+-- which is flagged so that the Distribution Agent delivers it in a subscriber commit of its own
+ALTER TABLE airflow_repl.transactions ADD COLUMN IF NOT EXISTS schema_change boolean NOT NULL DEFAULT false;
+DO $do$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint WHERE conrelid = 'airflow_repl.commands'::regclass
+                   AND conname = 'commands_op_check'
+                   AND pg_catalog.pg_get_constraintdef(oid) LIKE '%''S''%') THEN
+        ALTER TABLE airflow_repl.commands DROP CONSTRAINT IF EXISTS commands_op_check;
+        ALTER TABLE airflow_repl.commands ADD CONSTRAINT commands_op_check CHECK (op IN ('I', 'U', 'D', 'T', 'S'));
+    END IF;
+END
+$do$;
+-- scripts that regenerate an article's custom procedures at a subscriber after a schema change
+-- (SQL Server's sp_register_custom_scripting): kind 'sql' (a template) or 'python' (module:function)
+CREATE TABLE IF NOT EXISTS airflow_repl.custom_scripts (
+    publication     text NOT NULL,
+    article         text NOT NULL,
+    kind            text NOT NULL CHECK (kind IN ('sql', 'python')),
+    body            text NOT NULL,
+    registered_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (publication, article)
+);
 """
 
 
@@ -271,6 +295,83 @@ def load_articles(conn: psycopg.Connection, publication: str) -> list[ResolvedAr
             f"Snapshot Agent (or 'airflow-repl apply') for it first"
         )
     return [ResolvedArticle.from_dict(r[0]) for r in rows]
+
+
+def save_article_definition(conn: psycopg.Connection, article: ResolvedArticle) -> None:
+    """The article's definition after a schema change the Log Reader stored (same transaction)."""
+    conn.execute(
+        "UPDATE airflow_repl.articles SET definition = %s, updated_at = now() WHERE publication = %s AND name = %s",
+        (Jsonb(article.to_dict()), article.publication, article.name),
+    )
+
+
+def definitions_before(conn: psycopg.Connection, publication: str, after: str) -> dict[str, ResolvedArticle]:
+    """article -> its definition before the first schema change stored after xact_seqno
+    ``after``: what a subscriber at watermark ``after`` still has (articles without a later
+    schema change have their stored definition)."""
+    rows = conn.execute(
+        "SELECT DISTINCT ON (article) article, data->'s'->'before' FROM airflow_repl.commands "
+        "WHERE publication = %s AND op = 'S' AND xact_seqno > %s::pg_lsn ORDER BY article, xact_seqno, command_id",
+        (publication, after),
+    ).fetchall()
+    return {str(name): ResolvedArticle.from_dict(before) for name, before in rows}
+
+
+def definitions_at(
+    conn: psycopg.Connection, publication: str, position: str | None, current: list[ResolvedArticle]
+) -> list[ResolvedArticle]:
+    """The article definitions a subscriber that has everything up to ``position`` has: the
+    ``current`` ones, except those with a schema change after it (sorted by name)."""
+    out = {a.name: a for a in current}
+    if position is not None:
+        out.update(definitions_before(conn, publication, position))
+    return [out[name] for name in sorted(out)]
+
+
+def delivered_position(conn: psycopg.Connection, publication: str, subscriber: str) -> str | None:
+    """The last xact_seqno recorded as delivered to the subscriber, if any."""
+    row = conn.execute(
+        "SELECT delivered_xact_seqno::text FROM airflow_repl.subscriptions WHERE publication = %s AND subscriber = %s",
+        (publication, subscriber),
+    ).fetchone()
+    return str(row[0]) if row is not None and row[0] is not None else None
+
+
+def set_subscription_articles_hash(conn: psycopg.Connection, publication: str, subscriber: str, value: str) -> None:
+    """The definitions the subscriber has after a delivered schema change (committed with its
+    delivery record)."""
+    conn.execute(
+        "UPDATE airflow_repl.subscriptions SET articles_hash = %s WHERE publication = %s AND subscriber = %s",
+        (value, publication, subscriber),
+    )
+
+
+def save_custom_script(conn: psycopg.Connection, publication: str, article: str, kind: str, body: str) -> None:
+    """Register (or replace) the script regenerating the article's custom procedures."""
+    conn.execute(
+        "INSERT INTO airflow_repl.custom_scripts (publication, article, kind, body) VALUES (%s, %s, %s, %s) "
+        "ON CONFLICT (publication, article) DO UPDATE SET kind = excluded.kind, body = excluded.body, "
+        "registered_at = now()",
+        (publication, article, kind, body),
+    )
+
+
+def drop_custom_script(conn: psycopg.Connection, publication: str, article: str) -> bool:
+    """Unregister the article's script; False when none was registered."""
+    cur = conn.execute(
+        "DELETE FROM airflow_repl.custom_scripts WHERE publication = %s AND article = %s", (publication, article)
+    )
+    return cur.rowcount > 0
+
+
+def custom_scripts(conn: psycopg.Connection, publication: str) -> dict[str, tuple[str, str]]:
+    """article -> (kind, body) of the publication's registered scripts."""
+    if not _deployed(conn, "custom_scripts"):
+        return {}
+    rows = conn.execute(
+        "SELECT article, kind, body FROM airflow_repl.custom_scripts WHERE publication = %s", (publication,)
+    ).fetchall()
+    return {str(a): (str(k), str(b)) for a, k, b in rows}
 
 
 def slot_name(conn: psycopg.Connection, publication: str) -> str:
@@ -576,10 +677,12 @@ def copy_commands(conn: psycopg.Connection[Any], rows: list[NewCommandRow]) -> N
 
 def copy_transactions(conn: psycopg.Connection[Any], rows: list[TransactionRow]) -> None:
     """COPY transaction rows (publication, xact_seqno, xid, commit_time, end_lsn,
-    command_count, article_rows, origin); their commands first, in the same distributor transaction."""
+    command_count, article_rows, origin, schema_change); their commands first, in the same
+    distributor transaction."""
     _copy(
         conn,
-        "transactions (publication, xact_seqno, xid, commit_time, end_lsn, command_count, article_rows, origin)",
+        "transactions (publication, xact_seqno, xid, commit_time, end_lsn, command_count, article_rows, origin, "
+        "schema_change)",
         rows,
     )
 
@@ -642,7 +745,7 @@ def save_read_position(conn: psycopg.Connection[Any], publication: str, xact_seq
 #: table (qualified: a bare ``xact_seqno`` would bind to the text output column and sort as
 #: text), so the primary key's index returns them in order, with no sort of the backlog.
 BATCH_QUERY = (
-    "SELECT t.xact_seqno::text AS xact, t.command_count, t.article_rows, t.commit_time, t.origin "
+    "SELECT t.xact_seqno::text AS xact, t.command_count, t.article_rows, t.commit_time, t.origin, t.schema_change "
     "FROM airflow_repl.transactions AS t "
     "WHERE t.publication = %s AND t.xact_seqno > %s::pg_lsn ORDER BY t.xact_seqno LIMIT %s"
 )
@@ -667,6 +770,7 @@ class PendingTransaction:
     article_rows: dict[str, int]  # article -> rows the transaction changed
     commit_time: datetime
     origin: str | None = None  # the replication origin it came from (a Queue Reader's), if any
+    schema_change: bool = False  # it holds a schema-change command
 
 
 def subscription_articles_hash(conn: psycopg.Connection, publication: str, subscriber: str) -> str | None:
@@ -685,8 +789,8 @@ def pending_transactions(
     (LSN) order (:data:`BATCH_QUERY`)."""
     rows = conn.execute(BATCH_QUERY, (publication, after, limit)).fetchall()
     return [
-        PendingTransaction(xact, count, article_rows or {}, commit_time, origin)
-        for xact, count, article_rows, commit_time, origin in rows
+        PendingTransaction(xact, count, article_rows or {}, commit_time, origin, bool(ddl))
+        for xact, count, article_rows, commit_time, origin, ddl in rows
     ]
 
 

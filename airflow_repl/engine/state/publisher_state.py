@@ -7,7 +7,12 @@ after that commit finds the row on its next run and only finishes the subscriber
 (records the conflicts, compensates, dequeues), never applying the transaction twice.  The row
 keeps the outcome needed for that (resolution, conflicts, keys to compensate).
 
-Owns: :data:`PUBLISHER_DDL` and one function per question the Queue Reader asks at the publisher.
+``airflow_repl.schema_changes`` lists the schema changes (``airflow-repl schema-change``) the
+Log Reader has not stored yet: ``apply`` and the Snapshot Agent refuse to record new article
+definitions while one is in flight, since the changes before it still have the old columns.
+
+Owns: :data:`PUBLISHER_DDL` and one function per question the Queue Reader, the Log Reader and
+``schema-change`` ask at the publisher.
 """
 
 from __future__ import annotations
@@ -26,6 +31,15 @@ CREATE TABLE IF NOT EXISTS airflow_repl.queue_applied (
     applied_at   timestamptz NOT NULL DEFAULT now(),
     outcome      jsonb NOT NULL,
     PRIMARY KEY (publication, subscriber, xid)
+);
+-- schema changes made by airflow-repl schema-change that the Log Reader has not stored yet
+-- (inserted in the change's transaction; deleted by the Log Reader once it stored the change)
+CREATE TABLE IF NOT EXISTS airflow_repl.schema_changes (
+    change_id    bigserial PRIMARY KEY,
+    publication  text NOT NULL,
+    article      text NOT NULL,
+    statement    text NOT NULL,
+    made_at      timestamptz NOT NULL DEFAULT now()
 );
 """
 
@@ -95,3 +109,31 @@ def current_xid(conn: psycopg.Connection[Any]) -> int:
     row = conn.execute("SELECT mod(pg_current_xact_id()::text::bigint, 4294967296)").fetchone()
     assert row is not None
     return int(row[0])
+
+
+def record_schema_change(conn: psycopg.Connection[Any], publication: str, article: str, statement: str) -> int:
+    """Note a schema change in the caller's transaction (the one that makes it); its id."""
+    row = conn.execute(
+        "INSERT INTO airflow_repl.schema_changes (publication, article, statement) VALUES (%s, %s, %s) "
+        "RETURNING change_id",
+        (publication, article, statement),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def forget_schema_changes(conn: psycopg.Connection[Any], ids: list[int]) -> None:
+    """The Log Reader stored these schema changes (committed at the distributor)."""
+    if ids and conn.execute("SELECT to_regclass('airflow_repl.schema_changes') IS NOT NULL").fetchone() == (True,):
+        conn.execute("DELETE FROM airflow_repl.schema_changes WHERE change_id = ANY(%s)", (ids,))
+
+
+def unread_schema_changes(conn: psycopg.Connection[Any], publication: str) -> list[tuple[str, str]]:
+    """(article, statement) of the publication's schema changes the Log Reader has not stored."""
+    if conn.execute("SELECT to_regclass('airflow_repl.schema_changes') IS NOT NULL").fetchone() != (True,):
+        return []
+    rows = conn.execute(
+        "SELECT article, statement FROM airflow_repl.schema_changes WHERE publication = %s ORDER BY change_id",
+        (publication,),
+    ).fetchall()
+    return [(str(a), str(s)) for a, s in rows]

@@ -38,6 +38,9 @@ CREATE TABLE IF NOT EXISTS airflow_repl.subscription_state (
     transactions    bigint NOT NULL DEFAULT 0,
     updated_at      timestamptz NOT NULL DEFAULT now()
 );
+-- the hash of the article definitions the subscriber has, once a schema change was delivered
+-- there (NULL: those it was initialized with); set in the commit that applies the change
+ALTER TABLE airflow_repl.subscription_state ADD COLUMN IF NOT EXISTS articles_hash text;
 -- The ledger of loaded snapshot files: a file's row is inserted in the transaction that COPYs
 -- the file, so a retried or repeated load (Spark task retry, speculative task, re-run) finds it
 -- and loads nothing.
@@ -229,6 +232,24 @@ def set_watermark(conn: psycopg.Connection, publication: str, xact: str, transac
         "UPDATE airflow_repl.subscription_state SET xact_seqno = %s, "
         "transactions = transactions + %s, updated_at = now() WHERE publication = %s",
         (xact, transactions, publication),
+    )
+
+
+def articles_hash(conn: psycopg.Connection, publication: str) -> str | None:
+    """The hash of the article definitions the subscriber has since its last schema change
+    (None: it has those it was initialized with)."""
+    row = conn.execute(
+        "SELECT pg_catalog.to_jsonb(s)->>'articles_hash' FROM airflow_repl.subscription_state s WHERE publication = %s",
+        (publication,),
+    ).fetchone()
+    return str(row[0]) if row is not None and row[0] is not None else None
+
+
+def set_articles_hash(conn: psycopg.Connection, publication: str, value: str) -> None:
+    """Record the definitions a delivered schema change left (in the delivering transaction)."""
+    conn.execute("ALTER TABLE airflow_repl.subscription_state ADD COLUMN IF NOT EXISTS articles_hash text")
+    conn.execute(
+        "UPDATE airflow_repl.subscription_state SET articles_hash = %s WHERE publication = %s", (value, publication)
     )
 
 

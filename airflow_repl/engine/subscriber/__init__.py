@@ -7,7 +7,9 @@ command by command), ``conflicts`` (what a failed command means: skip its transa
 updating conflict rules), ``row_images`` (rows written and read as JSON images),
 ``streams`` (the connections of one delivery, their two-phase commit and its recovery),
 ``in_doubt`` (the resolver of immediate updating's transactions prepared at the publisher) and
-``validation`` (order- and encoding-independent checksums, differing keys).
+``validation`` (order- and encoding-independent checksums, differing keys) and
+``schema_changes`` (a replicated schema change applied to the destination table, and the
+article's procedures regenerated, in the delivering transaction).
 
 May import: ``errors``, ``model``, ``postgres``, ``articles``, ``codegen`` and ``state``.
 """

@@ -24,12 +24,12 @@ from typing import Any
 
 import psycopg
 
-from airflow_repl.engine.articles.commands import DELETE, INSERT, TRUNCATE, UPDATE, Command
+from airflow_repl.engine.articles.commands import DELETE, INSERT, SCHEMA, TRUNCATE, UPDATE, Command
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import DeliveryError
 from airflow_repl.engine.postgres import raw_sql
 from airflow_repl.engine.state.distdb import CommandRow
-from airflow_repl.engine.subscriber import conflicts, statements
+from airflow_repl.engine.subscriber import conflicts, schema_changes, statements
 
 #: A pipeline is synchronised every so many commands, so that the server's replies (and a
 #: failure) do not wait for the end of a long batch.
@@ -56,10 +56,22 @@ def key_constraints(art: ResolvedArticle) -> list[tuple[Constraint, list[int]]]:
 class Applier:
     """Applies the commands of a publication's articles at one subscriber."""
 
-    def __init__(self, articles: dict[str, ResolvedArticle]) -> None:
+    def __init__(
+        self, articles: dict[str, ResolvedArticle], schema: schema_changes.SchemaContext | None = None
+    ) -> None:
         self.articles = articles
+        self.schema = schema  # what applying a schema change needs (None: none expected)
         self._stmts: dict[tuple[str, str], statements.Statement | None] = {}
         self._constraints: dict[str, list[tuple[Constraint, list[int]]]] = {}
+        self.schema_changes = 0  # schema changes applied
+
+    def change_schema(self, conn: psycopg.Connection, cmd: Command) -> None:
+        """Apply a schema-change command; the commands after it use the article's new definition."""
+        after = schema_changes.apply(conn, cmd, self.schema or schema_changes.SchemaContext("?"))
+        self.articles[after.name] = after
+        self._stmts = {k: v for k, v in self._stmts.items() if k[0] != after.name}
+        self._constraints.pop(after.name, None)
+        self.schema_changes += 1
 
     def stmt(self, cmd: Command) -> statements.Statement | None:
         """The statement applying ``cmd``; None when its article or operation is not applied."""
@@ -106,6 +118,8 @@ class Applier:
         """Every key value the command touches at the subscriber: its destination table's
         primary key and each unique constraint (without NULLs, which never conflict), in its
         before and after images.  None for a TRUNCATE (it touches every row)."""
+        if cmd.op == SCHEMA:
+            return None
         if self.stmt(cmd) is None:
             return []
         if cmd.op == TRUNCATE:
@@ -125,6 +139,9 @@ class Applier:
 
     def execute(self, cur: psycopg.RawCursor, cmd: Command) -> bool:
         """Run ``cmd``'s statement; False when the command is not applied (nothing ran)."""
+        if cmd.op == SCHEMA:
+            self.change_schema(cur.connection, cmd)
+            return True
         st = self.stmt(cmd)
         if st is None:
             return False

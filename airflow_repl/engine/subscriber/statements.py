@@ -90,6 +90,8 @@ def _sql_statement(article: ResolvedArticle, operation: Operation) -> Statement:
 
 
 def describe_command(article: ResolvedArticle | None, cmd: Command) -> str:
+    if cmd.op == OpCode.SCHEMA and cmd.schema is not None:
+        return f"schema change of article {cmd.article!r} ({cmd.schema.get('statement')})"
     if article is None or cmd.op == OpCode.TRUNCATE:
         return f"{cmd.op} on article {cmd.article!r}"
     key = ", ".join(f"{c}={v}" for c, v in zip(article.primary_key, cmd.key(article), strict=True))

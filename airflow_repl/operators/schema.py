@@ -1,0 +1,101 @@
+"""Operators for schema changes and procedures: run one replicated ALTER TABLE at the publisher
+(:class:`SchemaChangeOperator`) and regenerate procedures at subscribers on demand
+(:class:`RegenerateProceduresOperator`).
+
+They run in the Airflow worker (no Spark application: each is a few statements), resolve the
+topology's servers through Airflow connections (:class:`~airflow_repl.hooks.replication.ReplicationHook`)
+and return a summary, pushed to XCom.  Engine errors fail the task without retries, with the
+engine's one-line message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.model.topology import Topology
+from airflow_repl.hooks.replication import ReplicationHook
+
+
+def _topology(path: str, publication: str) -> Topology:
+    topo = ReplicationHook(path).get_topology()
+    topo.publication(publication)
+    return topo
+
+
+def _fail(exc: ReplError) -> AirflowException:
+    """Bad input and delivery errors are not retried: the same run would fail the same way."""
+    return AirflowFailException(str(exc).splitlines()[0])
+
+
+class SchemaChangeOperator(BaseOperator):
+    """Run one supported ALTER TABLE of a published table at the publisher and replicate it in
+    commit order (``airflow-repl schema-change``).
+
+    :param topology: path of the topology YAML file.
+    :param publication: a publication that publishes the table.
+    :param sql: the statement (templated), e.g. ``ALTER TABLE public.t ADD COLUMN c text``.
+    :param include_in_filter: an added column joins articles with a column filter too.
+    """
+
+    template_fields: Sequence[str] = ("topology", "publication", "sql")
+    ui_color = "#f5e3d7"
+
+    def __init__(
+        self, *, topology: str, publication: str, sql: str, include_in_filter: bool = False, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.topology, self.publication, self.sql = topology, publication, sql
+        self.include_in_filter = include_in_filter
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from airflow_repl.engine.provisioning.schema_change import schema_change
+
+        try:
+            topo = _topology(self.topology, self.publication)
+            summary = schema_change(topo, self.publication, self.sql, include_in_filter=self.include_in_filter)
+        except ReplError as exc:
+            raise _fail(exc) from None
+        self.log.info("schema change replicated: %s", summary)
+        return summary
+
+
+class RegenerateProceduresOperator(BaseOperator):
+    """Regenerate the procedures of a publication's articles at its subscribers now
+    (``airflow-repl regenerate-procs``): generated procedures are recreated, custom ones by
+    their registered scripts.  A subscriber that fails is named; the others are done.
+
+    :param topology: path of the topology YAML file.
+    :param publication: the publication.
+    :param subscribers: the subscribers (default: all of the publication's).
+    :param articles: the articles (default: all).
+    """
+
+    template_fields: Sequence[str] = ("topology", "publication", "subscribers", "articles")
+    ui_color = "#f5e3d7"
+
+    def __init__(
+        self,
+        *,
+        topology: str,
+        publication: str,
+        subscribers: list[str] | None = None,
+        articles: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.topology, self.publication = topology, publication
+        self.subscribers, self.articles = subscribers, articles
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from airflow_repl.engine.agents.procedure_regeneration import regenerate_procedures
+
+        try:
+            topo = _topology(self.topology, self.publication)
+            return regenerate_procedures(topo, self.publication, subscribers=self.subscribers, articles=self.articles)
+        except ReplError as exc:
+            raise _fail(exc) from None
