@@ -122,6 +122,22 @@ def _cmd_conflicts(args: argparse.Namespace) -> list[dict[str, Any]]:
         )
 
 
+def _cmd_tracer(args: argparse.Namespace) -> Any:
+    """``tracer post`` prints the new token's id; ``tracer history`` its latency per subscriber."""
+    from airflow_repl.engine.agents import tracer
+
+    topo = _load(args)
+    pub = _publication(topo, args.publication)
+    if args.action == "post":
+        if args.token is not None or args.output != "table":
+            raise ReplError("tracer post takes no --token or --output: they are options of 'tracer history'")
+        print(tracer.post_tracer_token(topo, pub))
+        return None
+    rows = tracer.tracer_history(topo, pub, args.token)
+    print(tracer.history_json(rows) if args.output == "json" else tracer.format_history(rows))
+    return None
+
+
 def _cmd_script_procs(args: argparse.Namespace) -> None:
     topo = _load(args)
     pub = _publication(topo, args.publication)
@@ -195,6 +211,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--article")
     p.add_argument("--since", help="only conflicts detected at or after this ISO-8601 time (UTC without offset)")
     p.set_defaults(func=_cmd_conflicts)
+    p = _with_topology(sub.add_parser("tracer", help="post a tracer token, or list the tokens' latency"))
+    p.add_argument("action", choices=["post", "history"])
+    p.add_argument("--token", type=int, help="history of this token only")
+    p.add_argument("--output", "-o", choices=["table", "json"], default="table", help="history as a table or JSON")
+    p.set_defaults(func=_cmd_tracer)
     p = _with_topology(sub.add_parser("script-procs", help="print the generated procedures"))
     p.add_argument(
         "--dialect",

@@ -52,7 +52,7 @@ from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import SKIPPABLE_ERRORS, Topology
 from airflow_repl.engine.postgres import lsn
-from airflow_repl.engine.state import distdb, subscriber_state
+from airflow_repl.engine.state import distdb, progress, subscriber_state
 from airflow_repl.engine.state.distdb import CommandRow, PendingTransaction
 from airflow_repl.engine.subscriber import in_doubt
 from airflow_repl.engine.subscriber.applier import Applier, ReplayOutcome, apply_parallel, apply_pipelined, replay
@@ -221,6 +221,7 @@ class _Delivery:
         subscriber_state.set_watermark(self.streams.first, self.publication, last, 0)
         self.streams.first.commit()
         distdb.mark_delivered(dist, self.publication, self.subscriber, last)
+        progress.record_arrivals(dist, self.publication, self.subscriber, last)  # tracer tokens up to it
         dist.commit()
         self.totals["own_queued"] += len(own)
         self.totals["last_xact_seqno"] = last
@@ -363,6 +364,7 @@ class _Delivery:
     def _delivered(self, dist: psycopg.Connection, last: str, n_txn: int, n_cmd: int) -> None:
         """Record at the distributor that the subscriber has everything up to ``last``."""
         distdb.mark_delivered(dist, self.publication, self.subscriber, last)
+        progress.record_arrivals(dist, self.publication, self.subscriber, last)  # tracer tokens up to it
         dist.commit()
         self.totals["transactions"] += n_txn
         self.totals["commands"] += n_cmd

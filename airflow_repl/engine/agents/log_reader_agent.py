@@ -45,7 +45,7 @@ from airflow_repl.engine.errors import NotInitialized, ReplError
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import lsn, pgoutput, slots
-from airflow_repl.engine.state import distdb
+from airflow_repl.engine.state import distdb, progress
 from airflow_repl.engine.subscriber import in_doubt
 
 AGENT = "logreader"
@@ -81,6 +81,7 @@ class _TxnWriter:
     def begin(self, xact_seqno: str | None, xid: int = 0) -> None:
         self.xact, self.xid, self.count = xact_seqno, xid, 0
         self.origin: str | None = None  # the replication origin the transaction came from
+        self.tokens: list[progress.TokenMessage] = []  # tracer tokens of the publication the transaction carries
         self.article_rows: dict[str, int] = {}
         self.run_article: str | None = None
         self.run_inserts: list[Command | None] = []  # in memory; None = cancelled
@@ -192,6 +193,7 @@ class _Batch:
     last_commit: str | None = None  # xact_seqno of the last of them
     last_end: int | None = None  # end LSN of the last transaction read, published changes or not
     relmaps: dict[int, RelationMap | None] = field(default_factory=dict)  # relation id -> its map
+    tokens: list[progress.ReadToken] = field(default_factory=list)  # tracer tokens read, with their commit LSN
     skip: bool = False  # the transaction being read is stored already
 
 
@@ -261,6 +263,8 @@ class _LogReader:
             self.writer.origin = msg.name
         elif isinstance(msg, pgoutput.LogicalMessage) and msg.transactional and msg.prefix == naming.ORIGIN_MESSAGE:
             self.writer.origin = msg.content.decode()  # an immediate subscriber's change (see naming)
+        elif isinstance(msg, pgoutput.LogicalMessage) and msg.transactional and msg.prefix == naming.TRACER_MESSAGE:
+            self._tracer(msg.content)
         elif isinstance(msg, pgoutput.Relation):
             batch.relmaps[msg.relid] = map_relation(msg, self.articles)
         elif isinstance(msg, (pgoutput.Insert, pgoutput.Update, pgoutput.Delete)):
@@ -274,6 +278,13 @@ class _LogReader:
         elif isinstance(msg, pgoutput.Commit):
             self._commit(msg, batch)
 
+    def _tracer(self, content: bytes) -> None:
+        """A tracer token: kept with its transaction when it is this publication's (every slot of
+        the publisher's database decodes every message)."""
+        token = progress.parse_token(content)
+        if token is not None and token.publication == self.publication:
+            self.writer.tokens.append(token)
+
     def _begin(self, msg: pgoutput.Begin, batch: _Batch) -> None:
         """A transaction starts: skip it when an earlier run stored it already."""
         xact = lsn.int_to_lsn(msg.final_lsn)
@@ -281,12 +292,14 @@ class _LogReader:
         self.writer.begin(xact, msg.xid)
 
     def _commit(self, msg: pgoutput.Commit, batch: _Batch) -> None:
-        """A transaction ends: queue it when it changed published rows."""
+        """A transaction ends: queue it when it changed published rows or carries a tracer token
+        (a transaction without commands, delivered like any other: the token arrives in order)."""
         batch.last_end = msg.end_lsn
         if not batch.skip:
             self.writer.close_run()
-        if not batch.skip and self.writer.count:
+        if not batch.skip and (self.writer.count or self.writer.tokens):
             self.writer.end(msg.commit_time, msg.end_lsn)
+            batch.tokens += [(token, str(self.writer.xact)) for token in self.writer.tokens]
             batch.transactions += 1
             self.totals["commands"] += self.writer.count
             batch.last_commit = self.writer.xact
@@ -296,6 +309,7 @@ class _LogReader:
         """Write the batch and the read position in one distributor transaction, and commit."""
         self.run.step = f"storing batch {batch.number} in the distribution database"
         self.writer.flush_batch()
+        progress.record_read(self.dist, batch.tokens)
         if batch.last_commit is not None:
             distdb.save_read_position(self.dist, self.publication, batch.last_commit, lsn.int_to_lsn(end_lsn))
             self.totals["last_xact_seqno"] = batch.last_commit

@@ -58,6 +58,11 @@ def queue_origin(subscriber: str) -> str:
 #: without the committing session's replication origin, so the Log Reader takes it from this.
 ORIGIN_MESSAGE = "airflow_repl.origin"
 
+#: Prefix of the transactional logical message a tracer token is (``airflow-repl tracer post``):
+#: JSON ``{"token_id", "publication", "posted_at"}``, in a transaction of its own that changes no
+#: table, so it travels through the Log Reader and the Distribution Agent in commit order.
+TRACER_MESSAGE = "airflow_repl.tracer"
+
 
 def immediate_gid_prefix(publication: str, subscriber: str) -> str:
     """The start of the global transaction identifier (``PREPARE TRANSACTION``) of every

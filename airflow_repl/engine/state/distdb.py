@@ -178,6 +178,23 @@ ALTER TABLE airflow_repl.publications ADD COLUMN IF NOT EXISTS allow_queued_tran
 ALTER TABLE airflow_repl.publications ADD COLUMN IF NOT EXISTS conflict_policy text NOT NULL DEFAULT 'pub wins';
 ALTER TABLE airflow_repl.subscriptions ADD COLUMN IF NOT EXISTS update_mode text NOT NULL DEFAULT 'read only';
 ALTER TABLE airflow_repl.subscriptions ADD COLUMN IF NOT EXISTS initialized_at timestamptz;
+-- tracer tokens (SQL Server's MStracer_tokens / MStracer_history; statements in state.progress):
+-- posted at the publisher, read by the Log Reader, arrived at each subscriber
+CREATE TABLE IF NOT EXISTS airflow_repl.tracer_tokens (
+    token_id        bigserial PRIMARY KEY,
+    publication     text NOT NULL,
+    posted_at       timestamptz NOT NULL,
+    xact_seqno      pg_lsn,
+    distributor_at  timestamptz
+);
+CREATE INDEX IF NOT EXISTS tracer_tokens_position ON airflow_repl.tracer_tokens (publication, xact_seqno);
+CREATE TABLE IF NOT EXISTS airflow_repl.tracer_history (
+    publication     text NOT NULL,
+    token_id        bigint NOT NULL REFERENCES airflow_repl.tracer_tokens ON DELETE CASCADE,
+    subscriber      text NOT NULL,
+    subscriber_at   timestamptz NOT NULL,
+    PRIMARY KEY (token_id, subscriber)
+);
 """
 
 
