@@ -130,6 +130,11 @@ class TopologyQuiescedSensor(_ReplicationSensor):
 
     def __init__(self, *, token_id: int | str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        if self.mode == "reschedule" and token_id is None:
+            raise ValueError(
+                f"{self.task_id}: TopologyQuiescedSensor in mode='reschedule' would take a new position at each "
+                f"reschedule; use poke mode, deferrable=True, or give a token_id"
+            )
         self.token_id = token_id
         self.position: str | None = None  # taken at the first poke (without a token)
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 import yaml
-from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout, TaskDeferred
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout, TaskDeferred
 from psycopg.conninfo import conninfo_to_dict
 from test_immediate_updating import setup_immediate
 from test_queued_updating import setup_queued
@@ -22,6 +22,7 @@ from test_tracer_tokens import setup_items, topology_file
 import airflow_repl
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, queue_reader_agent, quiescing, tracer
 from airflow_repl.engine.subscriber import in_doubt
+from airflow_repl.operators.tracer import PostTracerTokenOperator
 from airflow_repl.sensors.quiescing import TopologyQuiescedSensor, TracerTokenSensor
 from airflow_repl.triggers.quiescing import TopologyQuiescedTrigger, TracerTokenTrigger
 
@@ -241,8 +242,6 @@ def test_provider_info_lists_the_sensor_trigger_and_operator_modules_and_they_im
 
 
 def test_triggers_serialize_ids_only_and_round_trip():
-    from airflow_repl.triggers.quiescing import TopologyQuiescedTrigger, TracerTokenTrigger
-
     token = TracerTokenTrigger(
         topology_path="/t.yaml", publication="p", token_id="5", subscribers=["s"], poll_interval=2
     )
@@ -263,10 +262,24 @@ def test_triggers_serialize_ids_only_and_round_trip():
     assert (kwargs["position"], kwargs["token_id"], kwargs["end_time"]) == ("0/5", None, 9.5)
 
 
-def test_sensors_default_to_the_default_deferrable_setting(monkeypatch):
-    from airflow_repl.sensors.quiescing import TopologyQuiescedSensor, TracerTokenSensor
-
+def test_sensors_default_to_the_default_deferrable_setting():
     assert TracerTokenSensor(task_id="a", topology_path="/t", publication="p", token_id=1).deferrable is False
     sensor = TopologyQuiescedSensor(task_id="b", topology_path="/t", publication="p", deferrable=True)
     assert sensor.deferrable is True and "token_id" in sensor.template_fields
     assert "token_id" in TracerTokenSensor.template_fields and "subscribers" in TracerTokenSensor.template_fields
+
+
+def test_the_quiesced_sensor_refuses_reschedule_mode_without_a_token():
+    with pytest.raises(ValueError, match="mode='reschedule' would take a new position at each reschedule"):
+        TopologyQuiescedSensor(task_id="q", topology_path="/t", publication="p", mode="reschedule")
+    sensor = TopologyQuiescedSensor(task_id="q", topology_path="/t", publication="p", mode="reschedule", token_id=3)
+    assert sensor.mode == "reschedule"
+
+
+def test_post_tracer_token_operator_returns_the_token_id_and_fails_clearly(env, spark, tmp_path):
+    setup_items(env, spark)
+    path = topology_file(env, tmp_path)
+    token = PostTracerTokenOperator(task_id="post", topology=path, publication="p").execute({})
+    assert env.rows(env.dist, "SELECT token_id, publication FROM airflow_repl.tracer_tokens") == [(token, "p")]
+    with pytest.raises(AirflowFailException, match=r"posting a tracer token failed .*'nope'"):
+        PostTracerTokenOperator(task_id="post", topology=path, publication="nope").execute({})

@@ -10,6 +10,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from airflow_repl.engine.agents import quiescing, tracer
+from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.model.topology import from_dict
 from airflow_repl.engine.state import progress
 
 T0 = datetime(2026, 11, 23, 12, 0, 0, tzinfo=timezone.utc)
@@ -50,8 +52,6 @@ def test_wait_status_message_names_everything_behind():
 
 
 def test_a_quiesce_check_needs_exactly_one_of_position_and_token():
-    from airflow_repl.engine.model.topology import from_dict
-
     topo = from_dict(
         {
             "publisher": "postgresql://u@h/pub",
@@ -61,8 +61,6 @@ def test_a_quiesce_check_needs_exactly_one_of_position_and_token():
             "subscriptions": [{"publication": "p", "subscriber": "s"}],
         }
     )
-    from airflow_repl.engine.errors import ReplError
-
     with pytest.raises(ReplError, match="exactly one"):
         quiescing.check_quiesced(topo, "p")
     with pytest.raises(ReplError, match="exactly one"):
