@@ -8,6 +8,7 @@ import json
 import re
 import time
 
+import psycopg
 import pytest
 import yaml
 
@@ -180,3 +181,24 @@ def test_tracer_cli_posts_and_shows_history(env2, spark, tmp_path, capsys):
     assert "has no tracer token 424242" in capsys.readouterr().err
     assert cli.main(["tracer", "post", "-t", path, "-p", "nope"]) == 2
     assert capsys.readouterr().err.startswith("airflow-repl: error: ")
+    assert cli.main(["tracer", "post", "-t", path, "--token", "1"]) == 2
+    assert "options of 'tracer history'" in capsys.readouterr().err
+    assert env2.rows(env2.dist, "SELECT count(*) FROM airflow_repl.tracer_tokens") == [(1,)]  # nothing posted
+
+
+def test_a_failed_posting_leaves_no_token_behind(env, spark, monkeypatch):
+    topo = setup_items(env, spark)
+
+    def publisher_goes_away(pub, token_id, publication):
+        assert env.rows(env.dist, "SELECT token_id FROM airflow_repl.tracer_tokens") == [(token_id,)]  # row first
+        pub.close()
+        pub.execute("SELECT 1")  # the publisher connection is gone: psycopg raises
+
+    monkeypatch.setattr(tracer, "_emit", publisher_goes_away)
+    with pytest.raises(psycopg.OperationalError):
+        tracer.post_tracer_token(topo, "p")
+    assert env.rows(env.dist, "SELECT count(*) FROM airflow_repl.tracer_tokens") == [(0,)]
+    monkeypatch.undo()
+    token = tracer.post_tracer_token(topo, "p")  # the next one works
+    log_reader_agent.run_log_reader(topo, "p")
+    assert by_subscriber(topo, token)["sub1"].distributor_at is not None
