@@ -202,3 +202,22 @@ def test_a_failed_posting_leaves_no_token_behind(env, spark, monkeypatch):
     token = tracer.post_tracer_token(topo, "p")  # the next one works
     log_reader_agent.run_log_reader(topo, "p")
     assert by_subscriber(topo, token)["sub1"].distributor_at is not None
+
+
+def test_a_delivery_left_unrecorded_is_recorded_by_the_next_run(env, spark):
+    topo = setup_items(env, spark)
+    token = tracer.post_tracer_token(topo, "p")
+    log_reader_agent.run_log_reader(topo, "p")
+    distribution_agent.run_distribution(topo, "p", "sub1")
+    # as if the run had stopped after the subscriber's commit, before the distributor's record
+    env.run(
+        env.dist,
+        "DELETE FROM airflow_repl.tracer_history; "
+        "UPDATE airflow_repl.subscriptions SET delivered_xact_seqno = start_xact_seqno",
+    )
+    assert by_subscriber(topo, token)["sub1"].subscriber_at is None
+    assert distribution_agent.run_distribution(topo, "p", "sub1")["transactions"] == 0  # nothing applied again
+    assert by_subscriber(topo, token)["sub1"].subscriber_at is not None
+    assert env.rows(env.dist, "SELECT delivered_xact_seqno::text FROM airflow_repl.subscriptions") == env.rows(
+        env.sub, "SELECT xact_seqno::text FROM airflow_repl.subscription_state"
+    )

@@ -192,11 +192,21 @@ class _Delivery:
     def run(self, dist: psycopg.Connection, run_id: int, applier: Applier) -> None:
         """Deliver batch after batch until none is pending; a batch that fails on the fast path
         is replayed on one stream, which skips what ``skip_errors`` allows or raises."""
+        self._catch_up_record(dist)
         while (batch := self._next_batch(dist)) is not None:
             if self.guard is not None:
                 self._converge(dist, run_id, applier, batch, self.guard)
             elif not self._fast_path(dist, applier, batch):
                 self._replay(dist, run_id, applier, batch)
+
+    def _catch_up_record(self, dist: psycopg.Connection) -> None:
+        """A run that stopped between a subscriber commit and its record at the distributor left
+        the record behind the watermark: bring it, and the tracer tokens up to it, there."""
+        watermark = subscriber_state.watermark(self.streams.first, self.publication)
+        self.streams.first.rollback()
+        if watermark is not None and distdb.catch_up_delivered(dist, self.publication, self.subscriber, watermark):
+            progress.record_arrivals(dist, self.publication, self.subscriber, watermark)
+        dist.commit()
 
     def _next_batch(self, dist: psycopg.Connection) -> _Batch | None:
         """Read the transactions after the (locked) watermark; None, all rolled back, when

@@ -739,6 +739,17 @@ def mark_delivered(conn: psycopg.Connection, publication: str, subscriber: str, 
     )
 
 
+def catch_up_delivered(conn: psycopg.Connection, publication: str, subscriber: str, watermark: str) -> bool:
+    """Move the recorded delivery up to the subscriber's committed ``watermark`` when it is behind
+    it (a run stopped before recording its last commit); True when it was (the caller commits)."""
+    cur = conn.execute(
+        "UPDATE airflow_repl.subscriptions SET delivered_xact_seqno = %s, delivered_at = now() "
+        "WHERE publication = %s AND subscriber = %s AND delivered_xact_seqno < %s::pg_lsn",
+        (watermark, publication, subscriber, watermark),
+    )
+    return cur.rowcount > 0
+
+
 # ---------------------------------------------------------------------- questions of the Queue Reader Agent
 def subscription_status(conn: psycopg.Connection[Any], publication: str, subscriber: str) -> str | None:
     """The subscription's status ('pending', 'initializing', 'active', 'reinitialize'), or None."""
