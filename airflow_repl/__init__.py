@@ -1,7 +1,7 @@
 """airflow-repl: SQL Server-style transactional replication for PostgreSQL.
 
 The replication engine lives in :mod:`airflow_repl.engine` and never imports Airflow; the
-Airflow provider layer (hooks, operators, sensors) is a thin shell around it.
+Airflow provider layer (hooks, operators, sensors, triggers) is a thin shell around it.
 """
 
 from __future__ import annotations
@@ -28,8 +28,13 @@ def get_provider_info() -> dict:
         "operators": [
             {
                 "integration-name": "airflow-repl",
-                "python-modules": ["airflow_repl.operators.agents", "airflow_repl.operators.schema"],
+                "python-modules": [
+                    "airflow_repl.operators.agents",
+                    "airflow_repl.operators.schema",
+                    "airflow_repl.operators.tracer",
+                ],
             }
         ],
-        "sensors": [],
+        "sensors": [{"integration-name": "airflow-repl", "python-modules": ["airflow_repl.sensors.quiescing"]}],
+        "triggers": [{"integration-name": "airflow-repl", "python-modules": ["airflow_repl.triggers.quiescing"]}],
     }

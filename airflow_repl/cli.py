@@ -122,6 +122,22 @@ def _cmd_conflicts(args: argparse.Namespace) -> list[dict[str, Any]]:
         )
 
 
+def _cmd_tracer(args: argparse.Namespace) -> Any:
+    """``tracer post`` prints the new token's id; ``tracer history`` its latency per subscriber."""
+    from airflow_repl.engine.agents import tracer
+
+    topo = _load(args)
+    pub = _publication(topo, args.publication)
+    if args.action == "post":
+        if args.token is not None or args.output != "table":
+            raise ReplError("tracer post takes no --token or --output: they are options of 'tracer history'")
+        print(tracer.post_tracer_token(topo, pub))
+        return None
+    rows = tracer.tracer_history(topo, pub, args.token)
+    print(tracer.history_json(rows) if args.output == "json" else tracer.format_history(rows))
+    return None
+
+
 def _cmd_script_procs(args: argparse.Namespace) -> None:
     topo = _load(args)
     pub = _publication(topo, args.publication)
@@ -227,6 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--article")
     p.add_argument("--since", help="only conflicts detected at or after this ISO-8601 time (UTC without offset)")
     p.set_defaults(func=_cmd_conflicts)
+    _add_tracer_command(sub)
     p = _with_topology(sub.add_parser("script-procs", help="print the generated procedures"))
     p.add_argument(
         "--dialect",
@@ -298,6 +315,15 @@ def _add_agent_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = _with_topology(sub.add_parser("queuereader", help="run the Queue Reader Agent (queued updating)"))
     p.add_argument("--subscriber", action="append", help="limit to these subscribers (default: the queued ones)")
     p.set_defaults(func=_cmd_agent)
+
+
+def _add_tracer_command(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``tracer post`` and ``tracer history``."""
+    p = _with_topology(sub.add_parser("tracer", help="post a tracer token, or list the tokens' latency"))
+    p.add_argument("action", choices=["post", "history"])
+    p.add_argument("--token", type=int, help="history of this token only")
+    p.add_argument("--output", "-o", choices=["table", "json"], default="table", help="history as a table or JSON")
+    p.set_defaults(func=_cmd_tracer)
 
 
 def report_error(exc: BaseException, verbose: bool = False) -> int:

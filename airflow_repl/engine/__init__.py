@@ -16,7 +16,8 @@ not import each other:
                    database's and the subscribers' ``airflow_repl`` tables
 ``subscriber``     applying commands at a subscriber, and checking it against the publisher
 ``provisioning``   ``airflow-repl apply``: publications, slots and subscriptions set up
-``agents``         the Snapshot, Log Reader and Distribution Agents over one run lifecycle
+``agents``         the Snapshot, Log Reader and Distribution Agents over one run lifecycle;
+                   tracer tokens and the quiescing checks
 =================  ==========================================================================
 
 ``tests/unit/test_import_boundaries.py`` fails when an import crosses these lines.  The Airflow

@@ -1,4 +1,7 @@
 """Airflow triggers: asynchronous polls whose ``serialize()`` holds only ids (never a password).
 
-May import: Airflow and the engine.
+Owns: ``quiescing`` (:class:`~airflow_repl.triggers.quiescing.TracerTokenTrigger`,
+:class:`~airflow_repl.triggers.quiescing.TopologyQuiescedTrigger`).
+
+May import: Airflow, :mod:`airflow_repl.hooks` (servers resolved from connection ids in ``run()``) and the engine.
 """

@@ -6,9 +6,11 @@ history, stale runs, error classification, progress and result), ``snapshot_agen
 executors), ``log_reader_agent`` (with ``change_mapping``: pgoutput row changes to commands)
 ``distribution_agent`` (with ``stream_planning``, the pure logic that spreads its batches
 over subscription streams) and ``queue_reader_agent`` (queued updating: subscribers' queued
-transactions applied at the publisher, conflicts resolved by the publication's policy), and
-``procedure_regeneration`` (``airflow-repl regenerate-procs``: procedures recreated at
-subscribers on demand).  A new agent is a module with only its own logic, run inside an
+transactions applied at the publisher, conflicts resolved by the publication's policy), ``tracer``
+(posting tracer tokens, their latency history), ``quiescing`` (the checks of the quiescing
+sensors: a token arrived, a topology quiesced up to a position) and ``procedure_regeneration``
+(``airflow-repl regenerate-procs``: procedures recreated at subscribers on demand).  A new agent
+is a module with only its own logic, run inside an
 ``AgentRun`` (the lifecycle module's documentation says how to write one).
 
 May import: every other engine package.  Never Airflow, never PySpark: the Snapshot Agent is

@@ -52,7 +52,7 @@ from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import SKIPPABLE_ERRORS, Topology
 from airflow_repl.engine.postgres import lsn
-from airflow_repl.engine.state import distdb, subscriber_state
+from airflow_repl.engine.state import distdb, progress, subscriber_state
 from airflow_repl.engine.state.distdb import CommandRow, PendingTransaction
 from airflow_repl.engine.subscriber import in_doubt
 from airflow_repl.engine.subscriber.applier import Applier, ReplayOutcome, apply_parallel, apply_pipelined, replay
@@ -196,6 +196,7 @@ class _Delivery:
     def run(self, dist: psycopg.Connection, run_id: int, applier: Applier) -> None:
         """Deliver batch after batch until none is pending; a batch that fails on the fast path
         is replayed on one stream, which skips what ``skip_errors`` allows or raises."""
+        self._catch_up_record(dist)
         while (batch := self._next_batch(dist)) is not None:
             if batch.txns[0].schema_change:
                 self._schema_batch(dist, run_id, applier, batch)
@@ -203,6 +204,15 @@ class _Delivery:
                 self._converge(dist, run_id, applier, batch, self.guard)
             elif not self._fast_path(dist, applier, batch):
                 self._replay(dist, run_id, applier, batch)
+
+    def _catch_up_record(self, dist: psycopg.Connection) -> None:
+        """A run that stopped between a subscriber commit and its record at the distributor left
+        the record behind the watermark: bring it, and the tracer tokens up to it, there."""
+        watermark = subscriber_state.watermark(self.streams.first, self.publication)
+        self.streams.first.rollback()
+        if watermark is not None and distdb.catch_up_delivered(dist, self.publication, self.subscriber, watermark):
+            progress.record_arrivals(dist, self.publication, self.subscriber, watermark)
+        dist.commit()
 
     def _next_batch(self, dist: psycopg.Connection) -> _Batch | None:
         """Read the transactions after the (locked) watermark; None, all rolled back, when
@@ -227,6 +237,7 @@ class _Delivery:
         subscriber_state.set_watermark(self.streams.first, self.publication, last, 0)
         self.streams.first.commit()
         distdb.mark_delivered(dist, self.publication, self.subscriber, last)
+        progress.record_arrivals(dist, self.publication, self.subscriber, last)  # tracer tokens up to it
         dist.commit()
         self.totals["own_queued"] += len(own)
         self.totals["last_xact_seqno"] = last
@@ -387,6 +398,7 @@ class _Delivery:
     def _delivered(self, dist: psycopg.Connection, last: str, n_txn: int, n_cmd: int) -> None:
         """Record at the distributor that the subscriber has everything up to ``last``."""
         distdb.mark_delivered(dist, self.publication, self.subscriber, last)
+        progress.record_arrivals(dist, self.publication, self.subscriber, last)  # tracer tokens up to it
         dist.commit()
         self.totals["transactions"] += n_txn
         self.totals["commands"] += n_cmd

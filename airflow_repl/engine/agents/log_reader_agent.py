@@ -46,7 +46,7 @@ from airflow_repl.engine.errors import NotInitialized, ReplError
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import lsn, pgoutput, slots
-from airflow_repl.engine.state import distdb, publisher_state
+from airflow_repl.engine.state import distdb, progress, publisher_state
 from airflow_repl.engine.subscriber import in_doubt
 
 AGENT = "logreader"
@@ -83,6 +83,7 @@ class _TxnWriter:
         self.xact, self.xid, self.count = xact_seqno, xid, 0
         self.origin: str | None = None  # the replication origin the transaction came from
         self.schema_change = False  # the transaction holds a schema-change command
+        self.tokens: list[progress.TokenMessage] = []  # tracer tokens of the publication the transaction carries
         self.article_rows: dict[str, int] = {}
         self.run_article: str | None = None
         self.run_inserts: list[Command | None] = []  # in memory; None = cancelled
@@ -202,6 +203,7 @@ class _Batch:
     last_end: int | None = None  # end LSN of the last transaction read, published changes or not
     relations: dict[int, pgoutput.Relation] = field(default_factory=dict)  # relation id -> its last message
     relmaps: dict[int, RelationMap | None] = field(default_factory=dict)  # relation id -> its map, once used
+    tokens: list[progress.ReadToken] = field(default_factory=list)  # tracer tokens read, with their commit LSN
     skip: bool = False  # the transaction being read is stored already
 
     def relmap(self, relid: int, articles: dict[tuple[str, str], ResolvedArticle]) -> RelationMap | None:
@@ -279,10 +281,8 @@ class _LogReader:
             self._begin(msg, batch)
         elif isinstance(msg, pgoutput.Origin):
             self.writer.origin = msg.name
-        elif isinstance(msg, pgoutput.LogicalMessage) and msg.transactional and msg.prefix == naming.ORIGIN_MESSAGE:
-            self.writer.origin = msg.content.decode()  # an immediate subscriber's change (see naming)
-        elif isinstance(msg, pgoutput.LogicalMessage) and msg.transactional and msg.prefix == naming.DDL_MESSAGE:
-            self._schema_change(json.loads(msg.content), batch)
+        elif isinstance(msg, pgoutput.LogicalMessage) and msg.transactional:
+            self._message(msg, batch)
         elif isinstance(msg, pgoutput.Relation):
             batch.relations[msg.relid] = msg
             batch.relmaps.pop(msg.relid, None)
@@ -296,6 +296,16 @@ class _LogReader:
                     self.writer.row_change(name, [truncate_command(name)])
         elif isinstance(msg, pgoutput.Commit):
             self._commit(msg, batch)
+
+    def _message(self, msg: pgoutput.LogicalMessage, batch: _Batch) -> None:
+        """A transactional logical message: ours mark an immediate subscriber's change (its
+        origin), a schema change or a tracer token; others are not ours."""
+        if msg.prefix == naming.ORIGIN_MESSAGE:
+            self.writer.origin = msg.content.decode()  # an immediate subscriber's change (see naming)
+        elif msg.prefix == naming.DDL_MESSAGE:
+            self._schema_change(json.loads(msg.content), batch)
+        elif msg.prefix == naming.TRACER_MESSAGE:
+            self._tracer(msg.content)
 
     def _schema_change(self, message: dict[str, Any], batch: _Batch) -> None:
         """A schema change of one article (``airflow-repl schema-change``): store it as a
@@ -324,6 +334,13 @@ class _LogReader:
         )
         self.changed[after.name] = after
 
+    def _tracer(self, content: bytes) -> None:
+        """A tracer token: kept with its transaction when it is this publication's (every slot of
+        the publisher's database decodes every message)."""
+        token = progress.parse_token(content)
+        if token is not None and token.publication == self.publication:
+            self.writer.tokens.append(token)
+
     def _begin(self, msg: pgoutput.Begin, batch: _Batch) -> None:
         """A transaction starts: skip it when an earlier run stored it already."""
         xact = lsn.int_to_lsn(msg.final_lsn)
@@ -331,12 +348,14 @@ class _LogReader:
         self.writer.begin(xact, msg.xid)
 
     def _commit(self, msg: pgoutput.Commit, batch: _Batch) -> None:
-        """A transaction ends: queue it when it changed published rows."""
+        """A transaction ends: queue it when it changed published rows or carries a tracer token
+        (a transaction without commands, delivered like any other: the token arrives in order)."""
         batch.last_end = msg.end_lsn
         if not batch.skip:
             self.writer.close_run()
-        if not batch.skip and self.writer.count:
+        if not batch.skip and (self.writer.count or self.writer.tokens):
             self.writer.end(msg.commit_time, msg.end_lsn)
+            batch.tokens += [(token, str(self.writer.xact)) for token in self.writer.tokens]
             batch.transactions += 1
             self.totals["commands"] += self.writer.count
             batch.last_commit = self.writer.xact
@@ -349,6 +368,7 @@ class _LogReader:
         for article in self.changed.values():
             distdb.save_article_definition(self.dist, article)
         self.changed = {}
+        progress.record_read(self.dist, batch.tokens)
         if batch.last_commit is not None:
             distdb.save_read_position(self.dist, self.publication, batch.last_commit, lsn.int_to_lsn(end_lsn))
             self.totals["last_xact_seqno"] = batch.last_commit

@@ -63,6 +63,10 @@ ORIGIN_MESSAGE = "airflow_repl.origin"
 #: the article's definition after it (JSON).  The Log Reader turns it into a schema-change
 #: command at that point of the transaction.
 DDL_MESSAGE = "airflow_repl.ddl"
+#: Prefix of the transactional logical message a tracer token is (``airflow-repl tracer post``):
+#: JSON ``{"token_id", "publication", "posted_at"}``, in a transaction of its own that changes no
+#: table, so it travels through the Log Reader and the Distribution Agent in commit order.
+TRACER_MESSAGE = "airflow_repl.tracer"
 
 
 def immediate_gid_prefix(publication: str, subscriber: str) -> str:

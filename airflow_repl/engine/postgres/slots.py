@@ -76,3 +76,18 @@ def advance_at_least(conn: psycopg.Connection[Any], slot: str, to: str) -> None:
         "confirmed_flush_lsn)) FROM pg_catalog.pg_replication_slots WHERE slot_name = %s",
         (slot, to, slot),
     )
+
+
+def confirmed_flush_lsn(conn: psycopg.Connection[Any], slot: str) -> str | None:
+    """Where the slot was advanced to (everything committed before it was read); None without the slot."""
+    row = conn.execute(
+        "SELECT confirmed_flush_lsn::text FROM pg_catalog.pg_replication_slots WHERE slot_name = %s", (slot,)
+    ).fetchone()
+    return str(row[0]) if row is not None and row[0] is not None else None
+
+
+def current_wal_lsn(conn: psycopg.Connection[Any]) -> str:
+    """The server's current WAL write position: every transaction committed so far ends before it."""
+    row = conn.execute("SELECT pg_catalog.pg_current_wal_lsn()::text").fetchone()
+    assert row is not None  # the function always returns one row
+    return str(row[0])

@@ -202,6 +202,23 @@ CREATE TABLE IF NOT EXISTS airflow_repl.custom_scripts (
     registered_at   timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (publication, article)
 );
+-- tracer tokens (SQL Server's MStracer_tokens / MStracer_history; statements in state.progress):
+-- posted at the publisher, read by the Log Reader, arrived at each subscriber
+CREATE TABLE IF NOT EXISTS airflow_repl.tracer_tokens (
+    token_id        bigserial PRIMARY KEY,
+    publication     text NOT NULL,
+    posted_at       timestamptz NOT NULL,
+    xact_seqno      pg_lsn,
+    distributor_at  timestamptz
+);
+CREATE INDEX IF NOT EXISTS tracer_tokens_position ON airflow_repl.tracer_tokens (publication, xact_seqno);
+CREATE TABLE IF NOT EXISTS airflow_repl.tracer_history (
+    publication     text NOT NULL,
+    token_id        bigint NOT NULL REFERENCES airflow_repl.tracer_tokens ON DELETE CASCADE,
+    subscriber      text NOT NULL,
+    subscriber_at   timestamptz NOT NULL,
+    PRIMARY KEY (token_id, subscriber)
+);
 """
 
 
@@ -824,6 +841,17 @@ def mark_delivered(conn: psycopg.Connection, publication: str, subscriber: str, 
         "delivered_at = now() WHERE publication = %s AND subscriber = %s",
         (xact, publication, subscriber),
     )
+
+
+def catch_up_delivered(conn: psycopg.Connection, publication: str, subscriber: str, watermark: str) -> bool:
+    """Move the recorded delivery up to the subscriber's committed ``watermark`` when it is behind
+    it (a run stopped before recording its last commit); True when it was (the caller commits)."""
+    cur = conn.execute(
+        "UPDATE airflow_repl.subscriptions SET delivered_xact_seqno = %s, delivered_at = now() "
+        "WHERE publication = %s AND subscriber = %s AND delivered_xact_seqno < %s::pg_lsn",
+        (watermark, publication, subscriber, watermark),
+    )
+    return cur.rowcount > 0
 
 
 # ---------------------------------------------------------------------- questions of the Queue Reader Agent

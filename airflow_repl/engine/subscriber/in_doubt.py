@@ -60,6 +60,17 @@ def resolve_in_doubt(topology: Topology, publication: str, subscriber: str | Non
     return totals
 
 
+def count_in_doubt(pub: psycopg.Connection[Any], publication: str, subscriber: str) -> int:
+    """How many transactions of the immediate subscriber are prepared at the publisher, not
+    finished yet (in doubt until the resolver, or the subscriber's next transaction, finishes them)."""
+    row = pub.execute(
+        "SELECT count(*) FROM pg_catalog.pg_prepared_xacts WHERE database = current_database() "
+        "AND starts_with(gid, %s)",
+        (naming.immediate_gid_prefix(publication, subscriber),),
+    ).fetchone()
+    return int(row[0]) if row is not None else 0
+
+
 def resolve_quietly(topology: Topology, publication: str, subscribers: list[str] | None = None) -> dict[str, Any]:
     """:func:`resolve_in_doubt` at the start of an agent run: a subscriber or publisher that
     cannot be reached is logged and left for the next round."""

@@ -1,0 +1,164 @@
+"""Tracer tokens and delivery progress at the distribution database: the statements on
+``airflow_repl.tracer_tokens`` and ``airflow_repl.tracer_history`` (their DDL is in
+:data:`~airflow_repl.engine.state.distdb.DISTRIBUTION_DDL`), and the questions the quiescing
+checks ask about how far each subscription is behind a position.
+
+A tracer token (SQL Server's MStracer_tokens / MStracer_history) is a row of
+``tracer_tokens``: posted (the publisher's clock when its logical message was emitted), read by
+the Log Reader at commit LSN ``xact_seqno`` (``distributor_at``: the distributor's clock when it
+stored it) and, per subscriber, arrived (``tracer_history.subscriber_at``: the distributor's clock
+when the Distribution Agent recorded that the subscriber's watermark passed it).
+
+Every function leaves its connection's transaction open: the caller commits.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+#: (token, its commit LSN): what the Log Reader records for each token it read.
+ReadToken = tuple["TokenMessage", str]
+
+
+@dataclass(frozen=True)
+class TokenMessage:
+    """The content of a tracer token's logical message."""
+
+    token_id: int
+    publication: str
+    posted_at: datetime
+
+
+def parse_token(content: bytes) -> TokenMessage | None:
+    """The token a tracer message carries; None when it is not one (garbage is ignored, not fatal)."""
+    try:
+        data = json.loads(content.decode())
+        return TokenMessage(int(data["token_id"]), str(data["publication"]), datetime.fromisoformat(data["posted_at"]))
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return None
+
+
+# ---------------------------------------------------------------------- posting
+def insert_token(conn: psycopg.Connection[Any], publication: str) -> int:
+    """A new token of ``publication``, posted now (the distributor's clock until the publisher's
+    is known); returns its id."""
+    row = conn.execute(
+        "INSERT INTO airflow_repl.tracer_tokens (publication, posted_at) VALUES (%s, clock_timestamp()) "
+        "RETURNING token_id",
+        (publication,),
+    ).fetchone()
+    assert row is not None  # INSERT ... RETURNING returns the row
+    return int(row[0])
+
+
+def set_posted(conn: psycopg.Connection[Any], token_id: int, posted_at: datetime) -> None:
+    """The publisher's time of the token's message."""
+    conn.execute("UPDATE airflow_repl.tracer_tokens SET posted_at = %s WHERE token_id = %s", (posted_at, token_id))
+
+
+def delete_token(conn: psycopg.Connection[Any], token_id: int) -> None:
+    """Forget a token whose message could not be posted."""
+    conn.execute("DELETE FROM airflow_repl.tracer_tokens WHERE token_id = %s", (token_id,))
+
+
+# ---------------------------------------------------------------------- the agents
+def record_read(conn: psycopg.Connection[Any], tokens: list[ReadToken]) -> None:
+    """The Log Reader stored the tokens' transactions (in this distributor transaction): record
+    where they commit and the distributor's time now.  A token whose row is missing (its
+    posting failed after the publisher committed it) is entered from its message."""
+    for token, xact in tokens:
+        conn.execute(
+            "INSERT INTO airflow_repl.tracer_tokens (token_id, publication, posted_at, xact_seqno, distributor_at) "
+            "VALUES (%s, %s, %s, %s, clock_timestamp()) ON CONFLICT (token_id) DO UPDATE SET "
+            "posted_at = excluded.posted_at, xact_seqno = excluded.xact_seqno, distributor_at = excluded.distributor_at",
+            (token.token_id, token.publication, token.posted_at, xact),
+        )
+
+
+def record_arrivals(conn: psycopg.Connection[Any], publication: str, subscriber: str, xact: str) -> None:
+    """The subscriber's watermark is at ``xact`` (committed there): every token of the
+    publication up to it, after the subscriber's snapshot, has arrived (now, at the distributor's clock)."""
+    conn.execute(
+        "INSERT INTO airflow_repl.tracer_history (publication, token_id, subscriber, subscriber_at) "
+        "SELECT t.publication, t.token_id, s.subscriber, clock_timestamp() "
+        "FROM airflow_repl.tracer_tokens AS t JOIN airflow_repl.subscriptions AS s "
+        "ON s.publication = t.publication AND s.subscriber = %s "
+        "WHERE t.publication = %s AND t.xact_seqno <= %s::pg_lsn "
+        "AND (s.start_xact_seqno IS NULL OR t.xact_seqno > s.start_xact_seqno) "
+        "ON CONFLICT (token_id, subscriber) DO NOTHING",
+        (subscriber, publication, xact),
+    )
+
+
+# ---------------------------------------------------------------------- questions of the sensors and the CLI
+@dataclass(frozen=True)
+class TokenState:
+    """A token at the distributor: where it commits (None: not read yet) and when it was read."""
+
+    token_id: int
+    posted_at: datetime
+    xact_seqno: str | None
+    distributor_at: datetime | None
+
+
+def token(conn: psycopg.Connection[Any], publication: str, token_id: int) -> TokenState | None:
+    """The token ``token_id`` of ``publication``; None when there is none."""
+    row = conn.execute(
+        "SELECT token_id, posted_at, xact_seqno::text, distributor_at FROM airflow_repl.tracer_tokens "
+        "WHERE publication = %s AND token_id = %s",
+        (publication, token_id),
+    ).fetchone()
+    return TokenState(int(row[0]), row[1], row[2], row[3]) if row is not None else None
+
+
+@dataclass(frozen=True)
+class HistoryRow:
+    """A token and one subscriber it is meant for: when it was posted, read and arrived there."""
+
+    token_id: int
+    subscriber: str
+    posted_at: datetime
+    distributor_at: datetime | None
+    subscriber_at: datetime | None
+
+
+def history(conn: psycopg.Connection[Any], publication: str, token_id: int | None = None) -> list[HistoryRow]:
+    """Each token of ``publication`` (or the one) and each subscriber it arrived at or is
+    meant for (an active subscription initialized before it), oldest token first."""
+    rows = conn.execute(
+        "SELECT t.token_id, s.subscriber, t.posted_at, t.distributor_at, h.subscriber_at "
+        "FROM airflow_repl.tracer_tokens AS t JOIN airflow_repl.subscriptions AS s ON s.publication = t.publication "
+        "LEFT JOIN airflow_repl.tracer_history AS h ON h.token_id = t.token_id AND h.subscriber = s.subscriber "
+        "WHERE t.publication = %s AND (%s::bigint IS NULL OR t.token_id = %s::bigint) AND (h.token_id IS NOT NULL "
+        "OR (s.status = 'active' AND (t.xact_seqno IS NULL OR t.xact_seqno > s.start_xact_seqno))) "
+        "ORDER BY t.token_id, s.subscriber",
+        (publication, token_id, token_id),
+    ).fetchall()
+    return [HistoryRow(int(r[0]), str(r[1]), r[2], r[3], r[4]) for r in rows]
+
+
+@dataclass(frozen=True)
+class Behind:
+    """An active subscription and the stored transactions up to a position it has not got yet."""
+
+    subscriber: str
+    delivered: str | None  # its delivered watermark
+    transactions: int  # stored transactions after the watermark, up to the position
+
+
+def delivery_behind(conn: psycopg.Connection[Any], publication: str, position: str) -> list[Behind]:
+    """Every active subscription of ``publication`` and how many stored transactions committed
+    at or before ``position`` it has not been delivered (0: caught up)."""
+    rows = conn.execute(
+        "SELECT s.subscriber, s.delivered_xact_seqno::text, (SELECT count(*) FROM airflow_repl.transactions AS t "
+        "WHERE t.publication = s.publication AND t.xact_seqno <= %s::pg_lsn "
+        "AND t.xact_seqno > coalesce(s.delivered_xact_seqno, '0/0'::pg_lsn)) "
+        "FROM airflow_repl.subscriptions AS s WHERE s.publication = %s AND s.status = 'active' ORDER BY s.subscriber",
+        (position, publication),
+    ).fetchall()
+    return [Behind(str(r[0]), r[1], int(r[2])) for r in rows]
