@@ -25,6 +25,12 @@ def get_provider_info() -> dict:
             }
         ],
         "hooks": [{"integration-name": "airflow-repl", "python-modules": ["airflow_repl.hooks.replication"]}],
-        "operators": [{"integration-name": "airflow-repl", "python-modules": ["airflow_repl.operators.agents"]}],
-        "sensors": [],
+        "operators": [
+            {
+                "integration-name": "airflow-repl",
+                "python-modules": ["airflow_repl.operators.agents", "airflow_repl.operators.retention"],
+            }
+        ],
+        "sensors": [{"integration-name": "airflow-repl", "python-modules": ["airflow_repl.sensors.wal_retention"]}],
+        "triggers": [{"integration-name": "airflow-repl", "python-modules": ["airflow_repl.triggers.wal_retention"]}],
     }

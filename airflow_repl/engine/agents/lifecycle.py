@@ -78,6 +78,7 @@ LABELS = {
     "logreader": "Log Reader Agent",
     "distribution": "Distribution Agent",
     "queuereader": "Queue Reader Agent",
+    "cleanup": "Cleanup Agent",
 }
 
 #: SQLSTATE classes/codes that mean the server or the connection went away.

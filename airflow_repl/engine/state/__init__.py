@@ -6,7 +6,8 @@ Owns: ``distdb`` (the distribution database's schema and every statement on its 
 ``subscriber_state`` (the subscriber's ``airflow_repl`` schema and every statement on it, the
 queue of queued updating among them) and ``publisher_state`` (the Queue Reader's
 ``queue_applied`` and replication origin at the publisher) and ``subscriber_immediate`` (an
-immediate subscriber's publisher link and prepared-transaction record); one function per
+immediate subscriber's publisher link and prepared-transaction record) and ``retention`` (what
+the cleanup agent may delete, and expiring subscriptions); one function per
 question an agent asks.
 
 May import: ``errors``, ``model``, ``postgres`` and ``articles``.
