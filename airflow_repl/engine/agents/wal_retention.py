@@ -66,8 +66,9 @@ class WalRetention:
 
 def wal_limit(topology: Topology, publication: str, limit_mb: int | None = None) -> int | None:
     """The limit in MB: ``limit_mb`` when given, else the publication's ``max_slot_wal_mb``."""
+    pub = topology.publication(publication)  # an unknown publication is refused first
     if limit_mb is None:
-        return topology.publication(publication).max_slot_wal_mb
+        return pub.max_slot_wal_mb
     if isinstance(limit_mb, bool) or limit_mb < 1:
         raise ReplError(f"the WAL retention limit {limit_mb!r} is not a whole number of MB >= 1: give e.g. 1024")
     return limit_mb
