@@ -245,7 +245,8 @@ def _in_sync(topo, sub):
 def test_cleanup_waits_for_every_subscriber_then_min_retention_then_expires_the_idle_one(env2, spark, caplog):
     topo = _setup(env2, spark)
     _change(env2, 3, "a")
-    log_reader_agent.run_log_reader(topo, "p")
+    read = log_reader_agent.run_log_reader(topo, "p")
+    assert read["slot_retained_wal_mb"] >= 0 and "wal_retention_warning" not in read  # no limit set
     distribution_agent.run_distribution(topo, "p", "sub1")
     assert _stored(env2) == (3, 3)
     nothing = cleanup_agent.run_cleanup(topo, "p")
@@ -341,6 +342,8 @@ def test_bad_input_and_a_running_snapshot_change_nothing(env, spark):
         snapshot.execute("SELECT pg_advisory_lock(hashtext('airflow_repl.snapshot.p'))")
         with pytest.raises(AgentBusy, match="the Snapshot Agent is running for publication 'p'"):
             cleanup_agent.run_cleanup(topo, "p")
+        with pytest.raises(AgentBusy, match=r"\(the Cleanup Agent holds this lock too while it runs\)"):
+            snapshot_agent.run_snapshot(topo, "p", spark, reinitialize=True)  # as it is when a cleanup runs
     assert _stored(env) == (2, 2) and history() == 0
     assert cleanup_agent.run_cleanup(topo, "p")["transactions_deleted"] == 2 and history() == 1
 
