@@ -129,7 +129,11 @@ def _cmd_cleanup(args: argparse.Namespace) -> dict[str, Any]:
     topo = _load(args)
     pub = _publication(topo, args.publication)
     return cleanup_agent.run_cleanup(
-        topo, pub, min_retention_hours=args.min_retention, max_retention_hours=args.max_retention
+        topo,
+        pub,
+        min_retention_hours=args.min_retention,
+        max_retention_hours=args.max_retention,
+        batch_commands=args.batch_commands,
     )
 
 
@@ -266,6 +270,7 @@ def _add_retention_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = _with_topology(sub.add_parser("cleanup", help="expire idle subscriptions, delete delivered commands"))
     p.add_argument("--min-retention", type=float, help="hours delivered commands are kept (default: topology, 0)")
     p.add_argument("--max-retention", type=float, help="hours before an idle subscription expires (default: 72)")
+    p.add_argument("--batch-commands", type=int, default=10000, help="commands deleted per distributor transaction")
     p.set_defaults(func=_cmd_cleanup)
     p = _with_topology(sub.add_parser("wal-retention", help="the WAL the publication's slot keeps at the publisher"))
     p.add_argument("--max-wal-mb", type=int, help="limit in MB (default: the publication's max_slot_wal_mb)")

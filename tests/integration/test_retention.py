@@ -10,6 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import signal
+import subprocess
+import sys
+import time
 
 import psycopg
 import pytest
@@ -473,3 +477,58 @@ async def _first_event(trigger):
     async for event in trigger.run():
         return event
     raise AssertionError("the trigger ended without an event")
+
+
+def test_a_cleanup_killed_mid_run_leaves_what_is_needed_and_the_next_run_finishes(env, tmp_path):
+    """A real kill (SIGKILL) of ``airflow-repl cleanup`` between its batches (each DELETE of
+    commands is slowed by a statement trigger, so the run is still going when it is killed)."""
+    with psycopg.connect(env.dist) as conn:
+        distdb.ensure_schema(conn)
+    n, per = 300, 10
+    env.run(
+        env.dist,
+        f"""
+        INSERT INTO airflow_repl.publications (name, pg_publication, slot_name) VALUES ('p', 'x', 'slot_p');
+        INSERT INTO airflow_repl.transactions (publication, xact_seqno, xid, commit_time, end_lsn, command_count)
+            SELECT 'p', ('0/' || to_hex(g * 256))::pg_lsn, g, now(), ('0/' || to_hex(g * 256))::pg_lsn, {per}
+            FROM generate_series(1, {n}) g;
+        INSERT INTO airflow_repl.commands (publication, xact_seqno, command_id, article, op, data)
+            SELECT 'p', ('0/' || to_hex(g * 256))::pg_lsn, k, 'items', 'I', '{{}}'
+            FROM generate_series(1, {n}) g, generate_series(1, {per}) k;
+        -- a subscription that has received the first 200 transactions only
+        INSERT INTO airflow_repl.subscriptions (publication, subscriber, status, delivered_xact_seqno, delivered_at)
+            VALUES ('p', 'sub1', 'active', ('0/' || to_hex(200 * 256))::pg_lsn, now());
+        CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN PERFORM pg_sleep(0.05); RETURN NULL; END$$;
+        CREATE TRIGGER slow AFTER DELETE ON airflow_repl.commands FOR EACH STATEMENT EXECUTE FUNCTION slow();
+        """,
+    )
+    path = _topology_file(env, tmp_path)
+    code = "import sys; from airflow_repl.cli import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "cleanup", "-t", path, "--batch-commands", "50"], stdout=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 60
+    while not env.rows(env.dist, "SELECT 1 FROM airflow_repl.cleanup_state"):
+        assert proc.poll() is None and time.monotonic() < deadline, "the cleanup ended before it could be killed"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    (cleaned,) = env.rows(env.dist, "SELECT cleaned_xact_seqno::text FROM airflow_repl.cleanup_state")[0]
+    left = dict(
+        env.rows(
+            env.dist,
+            "SELECT t.xact_seqno::text, count(c.command_id) FROM airflow_repl.transactions t LEFT JOIN "
+            "airflow_repl.commands c USING (publication, xact_seqno) GROUP BY 1",
+        )
+    )
+    assert 0 < lsn_to_int(cleaned) < 200 * 256  # stopped part way
+    assert all(lsn_to_int(x) > lsn_to_int(cleaned) for x in left)  # what it recorded as done is gone
+    assert all(left[pos(i - 1)] == per for i in range(201, n + 1))  # what sub1 needs is all there
+    env.run(env.dist, "DROP TRIGGER slow ON airflow_repl.commands")
+    again = cleanup_agent.run_cleanup(env.topology(["public.items"]), "p")
+    assert again["held_by"] == ["sub1"]
+    remaining = env.rows(env.dist, "SELECT min(xact_seqno)::text, count(*) FROM airflow_repl.transactions")[0]
+    assert remaining == (pos(200), n - 200)
+    assert env.rows(env.dist, "SELECT count(*) FROM airflow_repl.commands")[0][0] == (n - 200) * per
+    history = env.rows(env.dist, "SELECT status FROM airflow_repl.agent_history WHERE agent = 'cleanup' ORDER BY 1")
+    assert history == [("abandoned",), ("succeeded",)]  # the killed run, recorded by the next one
