@@ -532,3 +532,46 @@ def test_a_cleanup_killed_mid_run_leaves_what_is_needed_and_the_next_run_finishe
     assert env.rows(env.dist, "SELECT count(*) FROM airflow_repl.commands")[0][0] == (n - 200) * per
     history = env.rows(env.dist, "SELECT status FROM airflow_repl.agent_history WHERE agent = 'cleanup' ORDER BY 1")
     assert history == [("abandoned",), ("succeeded",)]  # the killed run, recorded by the next one
+
+
+def test_a_queued_subscribers_change_keeps_its_transaction_row_so_later_publisher_changes_still_apply(env2, spark):
+    """A queued subscriber remembers which publisher transactions took its queued rows until its
+    watermark passes them; the Distribution Agent finds them by transaction id.  The cleanup keeps
+    those transaction rows (not their commands), so a later publisher change of the same row is
+    applied there, not mistaken for a change still in flight."""
+    from airflow_repl.engine.agents import queue_reader_agent
+    from airflow_repl.engine.model.topology import from_dict
+    from airflow_repl.engine.postgres.connections import resolve_topology
+
+    env2.run(env2.pub, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+    env2.run(env2.pub, "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 5) g")
+    topo = resolve_topology(
+        from_dict(
+            {
+                **env2.servers(),
+                "publications": [{"name": "p", "articles": ["public.items"], "allow_queued_tran": True}],
+                "subscriptions": [
+                    {"publication": "p", "subscriber": s, "update_mode": "queued tran"} for s in env2.subs
+                ],
+            }
+        )
+    )
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    env2.run(env2.subs["sub1"], "UPDATE items SET v = 'from sub1' WHERE id = 1")
+    assert queue_reader_agent.run_queue_reader(topo, "p", "sub1")["transactions"] == 1
+    log_reader_agent.run_log_reader(topo, "p")
+    assert distribution_agent.run_distribution(topo, "p", "sub1")["own_queued"] == 1
+    assert distribution_agent.run_distribution(topo, "p", "sub2")["transactions"] == 1
+    cleaned = cleanup_agent.run_cleanup(topo, "p")
+    assert (cleaned["transactions_deleted"], cleaned["commands_deleted"], cleaned["origin_transactions_kept"]) == (
+        0,
+        1,
+        1,
+    )
+    assert cleanup_agent.run_cleanup(topo, "p")["origin_transactions_kept"] == 0  # not counted (or read) again
+    env2.run(env2.pub, "UPDATE items SET v = 'publisher later' WHERE id = 1")
+    log_reader_agent.run_log_reader(topo, "p")
+    for s in ("sub1", "sub2"):
+        distribution_agent.run_distribution(topo, "p", s)
+        assert env2.rows(env2.subs[s], "SELECT v FROM items WHERE id = 1") == [("publisher later",)]
+        _in_sync(topo, s)
