@@ -428,6 +428,12 @@ def test_wal_retention_sensor_poke_and_deferred(env, spark, tmp_path):
     from airflow_repl.sensors.wal_retention import WalRetentionSensor
     from airflow_repl.triggers.wal_retention import WalRetentionTrigger
 
+    from airflow_repl import get_provider_info
+
+    info = get_provider_info()
+    assert info["sensors"][0]["python-modules"] == ["airflow_repl.sensors.wal_retention"]
+    assert info["triggers"][0]["python-modules"] == ["airflow_repl.triggers.wal_retention"]
+    assert "airflow_repl.operators.retention" in info["operators"][0]["python-modules"]
     _setup(env, spark)
     path = _topology_file(env, tmp_path)
     _fill_wal(env, 3)
