@@ -425,10 +425,9 @@ def test_cli_cleanup_operator_and_wal_retention(env, spark, tmp_path, capsys):
 def test_wal_retention_sensor_poke_and_deferred(env, spark, tmp_path):
     from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, TaskDeferred
 
+    from airflow_repl import get_provider_info
     from airflow_repl.sensors.wal_retention import WalRetentionSensor
     from airflow_repl.triggers.wal_retention import WalRetentionTrigger
-
-    from airflow_repl import get_provider_info
 
     info = get_provider_info()
     assert info["sensors"][0]["python-modules"] == ["airflow_repl.sensors.wal_retention"]
@@ -581,3 +580,36 @@ def test_a_queued_subscribers_change_keeps_its_transaction_row_so_later_publishe
         distribution_agent.run_distribution(topo, "p", s)
         assert env2.rows(env2.subs[s], "SELECT v FROM items WHERE id = 1") == [("publisher later",)]
         _in_sync(topo, s)
+
+
+def test_an_older_distribution_database_learns_the_expired_status(env):
+    """The status check of a distribution database made before 'expired' is rewritten by
+    ensure_schema (idempotently: twice is the same)."""
+    with psycopg.connect(env.dist) as conn:
+        distdb.ensure_schema(conn)
+    env.run(
+        env.dist,
+        "ALTER TABLE airflow_repl.subscriptions DROP CONSTRAINT subscriptions_status_check; "
+        "ALTER TABLE airflow_repl.subscriptions ADD CONSTRAINT subscriptions_status_check "
+        "CHECK (status IN ('pending', 'initializing', 'active', 'reinitialize')); "
+        "DROP TABLE airflow_repl.cleanup_state; "
+        "INSERT INTO airflow_repl.publications (name, pg_publication, slot_name) VALUES ('p', 'x', 's')",
+    )
+    with pytest.raises(psycopg.errors.CheckViolation):
+        env.run(
+            env.dist,
+            "INSERT INTO airflow_repl.subscriptions (publication, subscriber, status) VALUES ('p', 'a', 'expired')",
+        )
+    for _ in range(2):
+        with psycopg.connect(env.dist) as conn:
+            distdb.ensure_schema(conn)
+    env.run(
+        env.dist,
+        "INSERT INTO airflow_repl.subscriptions (publication, subscriber, status) VALUES ('p', 'a', 'expired')",
+    )
+    assert env.rows(env.dist, "SELECT count(*) FROM airflow_repl.cleanup_state") == [(0,)]
+    with pytest.raises(psycopg.errors.CheckViolation):
+        env.run(
+            env.dist,
+            "INSERT INTO airflow_repl.subscriptions (publication, subscriber, status) VALUES ('p', 'b', 'bogus')",
+        )
