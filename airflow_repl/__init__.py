@@ -30,11 +30,22 @@ def get_provider_info() -> dict:
                 "integration-name": "airflow-repl",
                 "python-modules": [
                     "airflow_repl.operators.agents",
+                    "airflow_repl.operators.retention",
                     "airflow_repl.operators.schema",
                     "airflow_repl.operators.tracer",
                 ],
             }
         ],
-        "sensors": [{"integration-name": "airflow-repl", "python-modules": ["airflow_repl.sensors.quiescing"]}],
-        "triggers": [{"integration-name": "airflow-repl", "python-modules": ["airflow_repl.triggers.quiescing"]}],
+        "sensors": [
+            {
+                "integration-name": "airflow-repl",
+                "python-modules": ["airflow_repl.sensors.quiescing", "airflow_repl.sensors.wal_retention"],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": "airflow-repl",
+                "python-modules": ["airflow_repl.triggers.quiescing", "airflow_repl.triggers.wal_retention"],
+            }
+        ],
     }

@@ -138,6 +138,32 @@ def _cmd_tracer(args: argparse.Namespace) -> Any:
     return None
 
 
+def _cmd_cleanup(args: argparse.Namespace) -> dict[str, Any]:
+    """Expire idle subscriptions and delete what every subscription has (docs/retention.md)."""
+    from airflow_repl.engine.agents import cleanup_agent
+
+    topo = _load(args)
+    pub = _publication(topo, args.publication)
+    return cleanup_agent.run_cleanup(
+        topo,
+        pub,
+        min_retention_hours=args.min_retention,
+        max_retention_hours=args.max_retention,
+        batch_commands=args.batch_commands,
+    )
+
+
+def _cmd_wal_retention(args: argparse.Namespace) -> dict[str, Any]:
+    """The WAL the publication's slot retains; an error (exit code 2) above the limit."""
+    from airflow_repl.engine.agents import wal_retention
+
+    topo = _load(args)
+    found = wal_retention.measure(topo, _publication(topo, args.publication), args.max_wal_mb)
+    if found.exceeded:
+        raise ReplError(found.message())
+    return found.to_dict()
+
+
 def _cmd_script_procs(args: argparse.Namespace) -> None:
     topo = _load(args)
     pub = _publication(topo, args.publication)
@@ -244,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--since", help="only conflicts detected at or after this ISO-8601 time (UTC without offset)")
     p.set_defaults(func=_cmd_conflicts)
     _add_tracer_command(sub)
+    _add_retention_commands(sub)
     p = _with_topology(sub.add_parser("script-procs", help="print the generated procedures"))
     p.add_argument(
         "--dialect",
@@ -324,6 +351,18 @@ def _add_tracer_command(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--token", type=int, help="history of this token only")
     p.add_argument("--output", "-o", choices=["table", "json"], default="table", help="history as a table or JSON")
     p.set_defaults(func=_cmd_tracer)
+
+
+def _add_retention_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``cleanup`` and ``wal-retention`` (docs/retention.md)."""
+    p = _with_topology(sub.add_parser("cleanup", help="expire idle subscriptions, delete delivered commands"))
+    p.add_argument("--min-retention", type=float, help="hours delivered commands are kept (default: topology, 0)")
+    p.add_argument("--max-retention", type=float, help="hours before an idle subscription expires (default: 72)")
+    p.add_argument("--batch-commands", type=int, default=10000, help="commands deleted per distributor transaction")
+    p.set_defaults(func=_cmd_cleanup)
+    p = _with_topology(sub.add_parser("wal-retention", help="the WAL the publication's slot keeps at the publisher"))
+    p.add_argument("--max-wal-mb", type=int, help="limit in MB (default: the publication's max_slot_wal_mb)")
+    p.set_defaults(func=_cmd_wal_retention)
 
 
 def report_error(exc: BaseException, verbose: bool = False) -> int:

@@ -1,8 +1,10 @@
 """Airflow operators: thin wrappers that spark-submit an agent and report its outcome.
 
 Owns: ``agents`` (the Snapshot, Log Reader, Distribution and Queue Reader Agent operators over
-one base class), ``schema`` (schema changes and procedure regeneration, run in the worker) and
-``tracer`` (:class:`~airflow_repl.operators.tracer.PostTracerTokenOperator`, no Spark application).
+one base class), ``schema`` (schema changes and procedure regeneration, run in the worker),
+``tracer`` (:class:`~airflow_repl.operators.tracer.PostTracerTokenOperator`, no Spark application)
+and ``retention`` (``CleanupOperator``, which runs the cleanup agent in the worker: a few
+statements, no Spark application).
 
 May import: Airflow, the Spark provider, :mod:`airflow_repl.hooks`, :mod:`airflow_repl.jobs`
 (the application's path and its result format) and the engine.  Never PySpark: the agent runs in the submitted application.

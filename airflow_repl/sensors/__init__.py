@@ -1,7 +1,8 @@
 """Airflow sensors (poke once, then defer to a trigger in :mod:`airflow_repl.triggers`).
 
 Owns: ``quiescing`` (:class:`~airflow_repl.sensors.quiescing.TracerTokenSensor`,
-:class:`~airflow_repl.sensors.quiescing.TopologyQuiescedSensor`).
+:class:`~airflow_repl.sensors.quiescing.TopologyQuiescedSensor`) and ``wal_retention``
+(``WalRetentionSensor``).
 
 May import: Airflow, :mod:`airflow_repl.hooks`, :mod:`airflow_repl.triggers` and the engine.
 """

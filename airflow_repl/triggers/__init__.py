@@ -1,7 +1,8 @@
 """Airflow triggers: asynchronous polls whose ``serialize()`` holds only ids (never a password).
 
 Owns: ``quiescing`` (:class:`~airflow_repl.triggers.quiescing.TracerTokenTrigger`,
-:class:`~airflow_repl.triggers.quiescing.TopologyQuiescedTrigger`).
+:class:`~airflow_repl.triggers.quiescing.TopologyQuiescedTrigger`) and ``wal_retention``
+(``WalRetentionTrigger``).
 
 May import: Airflow, :mod:`airflow_repl.hooks` (servers resolved from connection ids in ``run()``) and the engine.
 """

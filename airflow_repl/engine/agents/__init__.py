@@ -5,12 +5,14 @@ history, stale runs, error classification, progress and result), ``snapshot_agen
 ``snapshot_folder``: the folder's scripts, Parquet files and manifest, read and loaded on Spark
 executors), ``log_reader_agent`` (with ``change_mapping``: pgoutput row changes to commands)
 ``distribution_agent`` (with ``stream_planning``, the pure logic that spreads its batches
-over subscription streams) and ``queue_reader_agent`` (queued updating: subscribers' queued
+over subscription streams), ``queue_reader_agent`` (queued updating: subscribers' queued
 transactions applied at the publisher, conflicts resolved by the publication's policy), ``tracer``
 (posting tracer tokens, their latency history), ``quiescing`` (the checks of the quiescing
-sensors: a token arrived, a topology quiesced up to a position) and ``procedure_regeneration``
-(``airflow-repl regenerate-procs``: procedures recreated at subscribers on demand).  A new agent
-is a module with only its own logic, run inside an
+sensors: a token arrived, a topology quiesced up to a position), ``procedure_regeneration``
+(``airflow-repl regenerate-procs``: procedures recreated at subscribers on demand),
+``cleanup_agent`` (retention: delivered commands deleted, idle subscriptions expired) and
+``wal_retention`` (the WAL a publication's slot retains against its limit; the Log Reader
+warns).  A new agent is a module with only its own logic, run inside an
 ``AgentRun`` (the lifecycle module's documentation says how to write one).
 
 May import: every other engine package.  Never Airflow, never PySpark: the Snapshot Agent is

@@ -52,7 +52,7 @@ from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import SKIPPABLE_ERRORS, Topology
 from airflow_repl.engine.postgres import lsn
-from airflow_repl.engine.state import distdb, progress, subscriber_state
+from airflow_repl.engine.state import distdb, progress, retention, subscriber_state
 from airflow_repl.engine.state.distdb import CommandRow, PendingTransaction
 from airflow_repl.engine.subscriber import in_doubt
 from airflow_repl.engine.subscriber.applier import Applier, ReplayOutcome, apply_parallel, apply_pipelined, replay
@@ -222,6 +222,7 @@ class _Delivery:
         while own := _own_leading(pending, self.own_origin, self.settings.until):
             watermark = self._pass_own(dist, own)
             pending = distdb.pending_transactions(dist, self.publication, watermark, self.settings.size)
+        retention.lock_unexpired(dist, self.publication, self.subscriber)  # the cleanup cannot expire it meanwhile
         txns = _cut_batch(pending, self.settings.until, self.settings.threshold, self.own_origin)
         if not txns:
             self.streams.rollback_all()
@@ -302,6 +303,7 @@ class _Delivery:
         by transaction; commit what it applied (and skipped), then raise its failure, if any."""
         self.streams.rollback_all()
         dist.rollback()
+        retention.lock_unexpired(dist, self.publication, self.subscriber)
         self.totals["retries"] += 1
         self._check_watermark_unmoved(batch)
         rows = distdb.batch_commands(dist, self.publication, batch.first, batch.last)
@@ -470,6 +472,7 @@ def _check_subscription(run: AgentRun, dist: psycopg.Connection, delivery: _Deli
     the last run learnt about spreading here; nothing is changed."""
     run.step = "the subscription check"
     publication, subscriber = delivery.publication, delivery.subscriber
+    retention.lock_unexpired(dist, publication, subscriber)  # an expired subscription is refused
     articles = _definitions_at_watermark(dist, delivery)
     has = subscriber_state.articles_hash(delivery.streams.first, publication)
     delivery.streams.first.rollback()

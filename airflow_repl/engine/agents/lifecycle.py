@@ -78,6 +78,13 @@ LABELS = {
     "logreader": "Log Reader Agent",
     "distribution": "Distribution Agent",
     "queuereader": "Queue Reader Agent",
+    "cleanup": "Cleanup Agent",
+}
+
+#: Who else takes an agent's lock, as its busy message says.
+_SHARED_LOCK_NOTES = {
+    "distribution": " (the Queue Reader Agent holds this lock too while it writes there)",
+    "snapshot": " (the Cleanup Agent holds this lock too while it runs)",
 }
 
 #: SQLSTATE classes/codes that mean the server or the connection went away.
@@ -220,12 +227,7 @@ class AgentRun:
             )
         raise AgentBusy(
             f"another {self.label} is {'delivering' if self.subscriber else 'running for'} "
-            f"{self.where()}; wait for it to finish, then run it again"
-            + (
-                " (the Queue Reader Agent holds this lock too while it writes there)"
-                if self.agent == "distribution"
-                else ""
-            )
+            f"{self.where()}; wait for it to finish, then run it again" + _SHARED_LOCK_NOTES.get(self.agent, "")
         )
 
     def begin(self, dist: psycopg.Connection[Any]) -> int:

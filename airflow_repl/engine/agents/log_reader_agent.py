@@ -31,6 +31,7 @@ from typing import Any
 
 import psycopg
 
+from airflow_repl.engine.agents import wal_retention
 from airflow_repl.engine.agents.change_mapping import (
     RelationMap,
     map_relation,
@@ -408,6 +409,7 @@ def run_log_reader(
         reader.check_slot()
         run.begin(reader.dist)
         run.counts = totals = reader.totals
+        wal_retention.warn_if_exceeded(reader.pub, topology, publication, reader.slot, totals)  # before reading
         reader.load_state(chunk)
         while max_batches is None or totals["batches"] < max_batches:
             batch = reader.read_batch(batch_changes)

@@ -396,6 +396,28 @@ class Publication(_Model):
     allow_queued_tran: bool = False
     #: How the Queue Reader resolves conflicts (``@conflict_policy``); needs ``allow_queued_tran``.
     conflict_policy: InstanceOf[ConflictPolicy] = ConflictPolicy.PUB_WINS
+    #: Retention (docs/retention.md): delivered commands are kept at least ``min_retention_hours``
+    #: (SQL Server's @min_distretention); a subscription not synchronized within
+    #: ``max_retention_hours`` while commands wait for it expires (@max_distretention); the Log
+    #: Reader warns when the publication's slot retains more than ``max_slot_wal_mb`` MB of WAL.
+    min_retention_hours: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    max_retention_hours: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 72.0
+    max_slot_wal_mb: Annotated[int, Field(ge=1)] | None = None
+
+    @model_validator(mode="after")
+    def _retention(self) -> Publication:
+        if self.min_retention_hours > self.max_retention_hours:
+            raise _error(
+                f"publication {self.name!r} has min_retention_hours {self.min_retention_hours} above "
+                f"max_retention_hours {self.max_retention_hours}: make the minimum at most the maximum",
+                at=("min_retention_hours",),
+            )
+        return self
+
+    def retention_options(self) -> dict[str, Any]:
+        """The retention keys written in the file (only those)."""
+        keys = ("min_retention_hours", "max_retention_hours", "max_slot_wal_mb")
+        return {k: getattr(self, k) for k in keys if k in self.model_fields_set}
 
     @field_validator("conflict_policy", mode="before")
     @classmethod
@@ -676,7 +698,12 @@ class Topology:
             "subscribers": {k: ep(v) for k, v in self.subscribers.items()},
             "snapshot_folder": self.snapshot_folder,
             "publications": [
-                {"name": p.name, **p.updating_options(), "articles": [a.to_dict() for a in p.articles]}
+                {
+                    "name": p.name,
+                    **p.updating_options(),
+                    **p.retention_options(),
+                    "articles": [a.to_dict() for a in p.articles],
+                }
                 for p in self.publications.values()
             ],
             "subscriptions": [

@@ -22,6 +22,17 @@ def exists(conn: psycopg.Connection[Any], slot: str) -> bool:
     return row is not None
 
 
+def retained_wal_bytes(conn: psycopg.Connection[Any], slot: str) -> int | None:
+    """How much WAL (bytes) the slot keeps at the server: from its ``restart_lsn`` to the current
+    write position; None when there is no such slot (0 before it has a restart position)."""
+    row = conn.execute(
+        "SELECT coalesce((pg_catalog.pg_current_wal_lsn() - restart_lsn)::bigint, 0) "
+        "FROM pg_catalog.pg_replication_slots WHERE slot_name = %s",
+        (slot,),
+    ).fetchone()
+    return int(row[0]) if row is not None else None
+
+
 def current_flush_lsn(conn: psycopg.Connection[Any]) -> str:
     """Where the server's WAL is flushed up to now."""
     row = conn.execute("SELECT pg_catalog.pg_current_wal_flush_lsn()::text").fetchone()

@@ -6,9 +6,10 @@ Owns: ``distdb`` (the distribution database's schema and every statement on its 
 those of ``progress``) and ``subscriber_state`` (the subscriber's ``airflow_repl`` schema and every statement on it, the
 queue of queued updating among them) and ``publisher_state`` (the Queue Reader's
 ``queue_applied`` and replication origin at the publisher) and ``subscriber_immediate`` (an
-immediate subscriber's publisher link and prepared-transaction record) and ``progress`` (the
+immediate subscriber's publisher link and prepared-transaction record), ``progress`` (the
 statements on the tracer tokens' tables, whose DDL is distdb's, and how far each subscription is
-behind a position); one function per question an agent asks.
+behind a position) and ``retention`` (what the cleanup agent may delete, and expiring
+subscriptions); one function per question an agent asks.
 
 May import: ``errors``, ``model``, ``postgres`` and ``articles``.
 """

@@ -53,7 +53,7 @@ CREATE TABLE IF NOT EXISTS airflow_repl.subscriptions (
     publication          text NOT NULL REFERENCES airflow_repl.publications ON DELETE CASCADE,
     subscriber           text NOT NULL,
     status               text NOT NULL DEFAULT 'pending'
-                         CHECK (status IN ('pending', 'initializing', 'active', 'reinitialize')),
+                         CHECK (status IN ('pending', 'initializing', 'active', 'reinitialize', 'expired')),
     snapshot_id          text,
     start_xact_seqno     pg_lsn,
     delivered_xact_seqno pg_lsn,
@@ -133,14 +133,15 @@ CREATE TABLE IF NOT EXISTS airflow_repl.errors (
 );
 ALTER TABLE airflow_repl.errors ADD COLUMN IF NOT EXISTS skipped boolean NOT NULL DEFAULT false;
 -- 'reinitialize': the Queue Reader met a conflict under "sub reinit"; the next snapshot run initializes it
+-- 'expired': not synchronized within the maximum retention (cleanup agent); reinitialize it
 DO $do$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint WHERE conrelid = 'airflow_repl.subscriptions'::regclass
                    AND conname = 'subscriptions_status_check'
-                   AND pg_catalog.pg_get_constraintdef(oid) LIKE '%reinitialize%') THEN
+                   AND pg_catalog.pg_get_constraintdef(oid) LIKE '%expired%') THEN
         ALTER TABLE airflow_repl.subscriptions DROP CONSTRAINT IF EXISTS subscriptions_status_check;
         ALTER TABLE airflow_repl.subscriptions ADD CONSTRAINT subscriptions_status_check
-            CHECK (status IN ('pending', 'initializing', 'active', 'reinitialize'));
+            CHECK (status IN ('pending', 'initializing', 'active', 'reinitialize', 'expired'));
     END IF;
 END
 $do$;
@@ -218,6 +219,12 @@ CREATE TABLE IF NOT EXISTS airflow_repl.tracer_history (
     subscriber      text NOT NULL,
     subscriber_at   timestamptz NOT NULL,
     PRIMARY KEY (token_id, subscriber)
+);
+-- the cleanup agent (state/retention): every transaction up to cleaned_xact_seqno was cleaned up
+CREATE TABLE IF NOT EXISTS airflow_repl.cleanup_state (
+    publication        text PRIMARY KEY,
+    cleaned_xact_seqno pg_lsn NOT NULL,
+    updated_at         timestamptz NOT NULL DEFAULT now()
 );
 """
 
