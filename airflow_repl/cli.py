@@ -177,10 +177,14 @@ def _cmd_script_procs(args: argparse.Namespace) -> None:
 
 
 def _cmd_schema_change(args: argparse.Namespace) -> dict[str, Any]:
+    from airflow_repl.engine.agents.quiescing import require_quiesced
     from airflow_repl.engine.provisioning.schema_change import schema_change
 
     topo = _load(args)
-    return schema_change(topo, _publication(topo, args.publication), args.sql, include_in_filter=args.include_in_filter)
+    pub = _publication(topo, args.publication)
+    if args.quiesced_token is not None:
+        require_quiesced(topo, pub, args.quiesced_token, "the schema change")
+    return schema_change(topo, pub, args.sql, include_in_filter=args.include_in_filter)
 
 
 def _cmd_register_script(args: argparse.Namespace) -> dict[str, Any]:
@@ -307,6 +311,11 @@ def _add_schema_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
         "--include-in-filter",
         action="store_true",
         help="an added column joins articles with a column filter too (also list it in the topology file)",
+    )
+    p.add_argument(
+        "--quiesced-token",
+        type=int,
+        help="refuse unless everything up to this tracer token reached every subscriber (queues drained)",
     )
     p.set_defaults(func=_cmd_schema_change)
     p = _with_topology(

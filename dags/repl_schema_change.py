@@ -50,7 +50,7 @@ with DAG(
     distribution = DistributionAgentOperator(task_id="distribution", conn_id=SPARK_CONN_ID, **common)
     quiesced = TopologyQuiescedSensor(
         task_id="quiesced",
-        topology_path=TOPOLOGY,
+        topology=TOPOLOGY,
         publication=PUBLICATION,
         token_id=TOKEN,
         poke_interval=5,

@@ -40,23 +40,36 @@ class SchemaChangeOperator(BaseOperator):
     :param publication: a publication that publishes the table.
     :param sql: the statement (templated), e.g. ``ALTER TABLE public.t ADD COLUMN c text``.
     :param include_in_filter: an added column joins articles with a column filter too.
+    :param quiesced_token: refuse the change unless the topology is quiesced up to this tracer
+        token (templated; e.g. the XCom of a PostTracerTokenOperator): a subscription that fell
+        behind it since the quiesce sensor passed fails the task, naming it and the agent to run.
     """
 
-    template_fields: Sequence[str] = ("topology", "publication", "sql")
+    template_fields: Sequence[str] = ("topology", "publication", "sql", "quiesced_token")
     ui_color = "#f5e3d7"
 
     def __init__(
-        self, *, topology: str, publication: str, sql: str, include_in_filter: bool = False, **kwargs: Any
+        self,
+        *,
+        topology: str,
+        publication: str,
+        sql: str,
+        include_in_filter: bool = False,
+        quiesced_token: int | str | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.topology, self.publication, self.sql = topology, publication, sql
-        self.include_in_filter = include_in_filter
+        self.include_in_filter, self.quiesced_token = include_in_filter, quiesced_token
 
     def execute(self, context: Any) -> dict[str, Any]:
+        from airflow_repl.engine.agents.quiescing import require_quiesced
         from airflow_repl.engine.provisioning.schema_change import schema_change
 
         try:
             topo = _topology(self.topology, self.publication)
+            if self.quiesced_token not in (None, "", "None"):
+                require_quiesced(topo, self.publication, int(str(self.quiesced_token)), "the schema change")
             summary = schema_change(topo, self.publication, self.sql, include_in_filter=self.include_in_filter)
         except ReplError as exc:
             raise _fail(exc) from None

@@ -25,19 +25,19 @@ from airflow_repl.triggers.quiescing import PollTrigger, TopologyQuiescedTrigger
 class _ReplicationSensor(BaseSensorOperator):
     """Pokes an engine check; defers to its trigger when asked to."""
 
-    template_fields: Sequence[str] = ("topology_path", "publication")
+    template_fields: Sequence[str] = ("topology", "publication")
     ui_color = "#e8f5d7"
 
     def __init__(
         self,
         *,
-        topology_path: str,
+        topology: str,
         publication: str,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.topology_path, self.publication, self.deferrable = topology_path, publication, deferrable
+        self.topology, self.publication, self.deferrable = topology, publication, deferrable
         self.last_status: quiescing.WaitStatus | None = None
 
     def check(self, topo: Any) -> quiescing.WaitStatus:
@@ -47,7 +47,7 @@ class _ReplicationSensor(BaseSensorOperator):
         raise NotImplementedError
 
     def poke(self, context: Any) -> bool:
-        self.last_status = status = self.check(ReplicationHook(self.topology_path).get_topology())
+        self.last_status = status = self.check(ReplicationHook(self.topology).get_topology())
         self.log.info("%s", status.message)
         return status.done
 
@@ -83,7 +83,7 @@ class _ReplicationSensor(BaseSensorOperator):
 class TracerTokenSensor(_ReplicationSensor):
     """Waits until a tracer token reached every subscriber it is meant for (or the named ones).
 
-    :param topology_path: path of the topology YAML file. (templated)
+    :param topology: path of the topology YAML file. (templated)
     :param publication: the token's publication. (templated)
     :param token_id: the token, e.g. ``{{ ti.xcom_pull(task_ids='post_token') }}`` from a
         :class:`~airflow_repl.operators.tracer.PostTracerTokenOperator`. (templated)
@@ -103,7 +103,7 @@ class TracerTokenSensor(_ReplicationSensor):
 
     def trigger(self, end_time: float) -> PollTrigger:
         return TracerTokenTrigger(
-            topology_path=self.topology_path,
+            topology_path=self.topology,
             publication=self.publication,
             token_id=int(self.token_id),
             subscribers=self.subscribers,
@@ -119,7 +119,7 @@ class TopologyQuiescedSensor(_ReplicationSensor):
     when the sensor first pokes (kept in the trigger's arguments across deferral), or the
     commit of tracer token ``token_id``.  Returns the position (XCom).
 
-    :param topology_path: path of the topology YAML file. (templated)
+    :param topology: path of the topology YAML file. (templated)
     :param publication: the publication. (templated)
     :param token_id: quiesce up to this tracer token instead. (templated)
     :param deferrable: defer to :class:`~airflow_repl.triggers.quiescing.TopologyQuiescedTrigger`
@@ -153,7 +153,7 @@ class TopologyQuiescedSensor(_ReplicationSensor):
     def trigger(self, end_time: float) -> PollTrigger:
         token = self._token()
         return TopologyQuiescedTrigger(
-            topology_path=self.topology_path,
+            topology_path=self.topology,
             publication=self.publication,
             position=None if token is not None else self.position,
             token_id=token,

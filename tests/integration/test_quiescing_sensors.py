@@ -63,7 +63,7 @@ def test_tracer_token_sensor_pokes_false_then_true(env2, spark, tmp_path):
     topo = setup_items(env2, spark)
     path = topology_file(env2, tmp_path)
     token = tracer.post_tracer_token(topo, "p")
-    sensor = TracerTokenSensor(task_id="wait", topology_path=path, publication="p", token_id=str(token))
+    sensor = TracerTokenSensor(task_id="wait", topology=path, publication="p", token_id=str(token))
     assert sensor.poke({}) is False and "run the Log Reader Agent" in sensor.last_status.message
     cycle(topo, "sub1")
     assert sensor.poke({}) is False
@@ -71,7 +71,7 @@ def test_tracer_token_sensor_pokes_false_then_true(env2, spark, tmp_path):
     assert "subscriber 'sub2'" in message and "1 transaction(s) behind" in message
     assert "run the Distribution Agent for sub2" in message and "sub1" not in message.replace("sub1'", "")
     only_sub1 = TracerTokenSensor(
-        task_id="w1", topology_path=path, publication="p", token_id=token, subscribers=["sub1"]
+        task_id="w1", topology=path, publication="p", token_id=token, subscribers=["sub1"]
     )
     assert only_sub1.poke({}) is True
     distribution_agent.run_distribution(topo, "p", "sub2")
@@ -83,7 +83,7 @@ def test_tracer_token_sensor_defers_and_its_trigger_fires(env2, spark, tmp_path)
     path = topology_file(env2, tmp_path)
     token = tracer.post_tracer_token(topo, "p")
     sensor = TracerTokenSensor(
-        task_id="wait", topology_path=path, publication="p", token_id=token, deferrable=True, poke_interval=0.2
+        task_id="wait", topology=path, publication="p", token_id=token, deferrable=True, poke_interval=0.2
     )
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute({})
@@ -110,7 +110,7 @@ def test_trigger_error_event_fails_the_sensor(env, spark, tmp_path):
     trigger = TracerTokenTrigger(topology_path=path, publication="p", token_id=4242, poll_interval=0.1)
     event = first_event(trigger)
     assert event["status"] == "error" and "no tracer token 4242" in event["message"]
-    sensor = TracerTokenSensor(task_id="wait", topology_path=path, publication="p", token_id=4242)
+    sensor = TracerTokenSensor(task_id="wait", topology=path, publication="p", token_id=4242)
     with pytest.raises(AirflowException, match="no tracer token 4242"):
         sensor.execute_complete({}, event)
 
@@ -121,7 +121,7 @@ def test_quiesced_sensor_pokes_until_read_and_delivered_everywhere(env2, spark, 
     path = topology_file(env2, tmp_path)
     env2.run(env2.pub, "UPDATE items SET v = 'x' WHERE id <= 3")
     env2.run(env2.pub, "UPDATE items SET v = 'y' WHERE id = 4")
-    sensor = TopologyQuiescedSensor(task_id="quiet", topology_path=path, publication="p", poke_interval=0.1)
+    sensor = TopologyQuiescedSensor(task_id="quiet", topology=path, publication="p", poke_interval=0.1)
     assert sensor.poke({}) is False
     assert "the Log Reader of publication 'p'" in sensor.last_status.message
     assert sensor.last_status.lags[0].agent == quiescing.LOG_READER
@@ -148,7 +148,7 @@ def test_quiesced_sensor_timeout_in_poke_mode_says_what_is_behind(env, spark, tm
     path = topology_file(env, tmp_path)
     env.run(env.pub, "UPDATE items SET v = 'x' WHERE id = 1")
     log_reader_agent.run_log_reader(topo, "p")
-    sensor = TopologyQuiescedSensor(task_id="quiet", topology_path=path, publication="p", poke_interval=0.1, timeout=0)
+    sensor = TopologyQuiescedSensor(task_id="quiet", topology=path, publication="p", poke_interval=0.1, timeout=0)
     with pytest.raises(AirflowSensorTimeout, match=r"p -> sub1 is 1 transaction\(s\) behind .* Distribution Agent"):
         sensor.execute({})
 
@@ -158,7 +158,7 @@ def test_quiesced_sensor_defers_keeping_its_position_and_the_trigger_fires(env, 
     path = topology_file(env, tmp_path)
     env.run(env.pub, "UPDATE items SET v = 'x' WHERE id = 1")
     sensor = TopologyQuiescedSensor(
-        task_id="quiet", topology_path=path, publication="p", deferrable=True, poke_interval=0.2
+        task_id="quiet", topology=path, publication="p", deferrable=True, poke_interval=0.2
     )
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute({})
@@ -200,7 +200,7 @@ def test_a_queued_change_blocks_quiescence_until_the_queue_reader_ran(env, spark
     topo = setup_queued(env, spark)
     env.run(env.sub, "UPDATE items SET v = 'at the subscriber' WHERE id = 1")
     path = written_topology(topo, tmp_path)
-    sensor = TopologyQuiescedSensor(task_id="quiet", topology_path=path, publication="p")
+    sensor = TopologyQuiescedSensor(task_id="quiet", topology=path, publication="p")
     sensor.position = quiescing.start_position(topo, "p")
     log_reader_agent.run_log_reader(topo, "p")  # nothing published to read: only the queue is behind
     assert sensor.poke({}) is False
@@ -263,16 +263,16 @@ def test_triggers_serialize_ids_only_and_round_trip():
 
 
 def test_sensors_default_to_the_default_deferrable_setting():
-    assert TracerTokenSensor(task_id="a", topology_path="/t", publication="p", token_id=1).deferrable is False
-    sensor = TopologyQuiescedSensor(task_id="b", topology_path="/t", publication="p", deferrable=True)
+    assert TracerTokenSensor(task_id="a", topology="/t", publication="p", token_id=1).deferrable is False
+    sensor = TopologyQuiescedSensor(task_id="b", topology="/t", publication="p", deferrable=True)
     assert sensor.deferrable is True and "token_id" in sensor.template_fields
     assert "token_id" in TracerTokenSensor.template_fields and "subscribers" in TracerTokenSensor.template_fields
 
 
 def test_the_quiesced_sensor_refuses_reschedule_mode_without_a_token():
     with pytest.raises(ValueError, match="mode='reschedule' would take a new position at each reschedule"):
-        TopologyQuiescedSensor(task_id="q", topology_path="/t", publication="p", mode="reschedule")
-    sensor = TopologyQuiescedSensor(task_id="q", topology_path="/t", publication="p", mode="reschedule", token_id=3)
+        TopologyQuiescedSensor(task_id="q", topology="/t", publication="p", mode="reschedule")
+    sensor = TopologyQuiescedSensor(task_id="q", topology="/t", publication="p", mode="reschedule", token_id=3)
     assert sensor.mode == "reschedule"
 
 

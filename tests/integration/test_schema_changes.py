@@ -428,3 +428,17 @@ def _publication_part(table):
         "publications": [{"name": "p", "articles": [{"table": f"public.{table}"}]}],
         "subscriptions": [{"publication": "p", "subscriber": "sub1"}],
     }
+
+
+def test_a_schema_change_asked_to_wait_for_quiescing_is_refused_while_a_subscription_is_behind(env, spark, tmp_path):
+    from airflow_repl.engine.agents import tracer
+    from airflow_repl.engine.agents.quiescing import require_quiesced
+
+    topo = _tables_env(env, spark, {"t_call": {}})
+    env.run(env.pub, "INSERT INTO t_call VALUES (601, 1, 'before the token')")
+    token = tracer.post_tracer_token(topo, "p")
+    log_reader_agent.run_log_reader(topo, "p")  # read, not delivered: sub1 is behind the token
+    with pytest.raises(ReplError, match=rf"the schema change refused: .*not quiesced up to tracer token {token}.*sub1"):
+        require_quiesced(topo, "p", token, "the schema change")
+    distribution_agent.run_distribution(topo, "p", "sub1")
+    require_quiesced(topo, "p", token, "the schema change")  # quiesced now: no error

@@ -210,3 +210,14 @@ def _in_doubt_lags(pub: psycopg.Connection[Any], topology: Topology, publication
             )
             lags.append(Lag(name, n, RESOLVER, message))
     return lags
+
+
+def require_quiesced(topology: Topology, publication: str, token_id: int, doing: str) -> None:
+    """ReplError, naming what is behind, unless the topology is quiesced up to tracer token
+    ``token_id`` (checked before ``doing``, e.g. a schema change the DAG asked to quiesce for)."""
+    status = check_quiesced(topology, publication, token_id=token_id)
+    if not status.done:
+        raise ReplError(
+            f"{doing} refused: publication {publication!r} is not quiesced up to tracer token {token_id}: "
+            f"{status.message}"
+        )
