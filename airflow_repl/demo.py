@@ -3,8 +3,10 @@
 Starts the private PostgreSQL sandbox, creates a shop database with a live workload, and runs
 the example DAGs through Airflow (``dag.test()``), whose operators spark-submit the agents in
 Spark local mode: initial sync while the workload writes, scheduled replication cycles while it
-keeps writing, then a last cycle once it stops.  Ends with per-article row counts and checksums
-at the publisher and the subscriber, the measured throughput, and queued updating subscriptions
+keeps writing (a tracer token before each), a schema change (``airflow_repl_schema_change``: a
+column added while the workload writes before and after it), then a last cycle once it stops.  Ends with per-article row counts and checksums
+at the publisher and the subscriber (the new column included), the tracer tokens' latency per
+hop, the measured throughput, and queued updating subscriptions
 (:mod:`airflow_repl.demo_updatable`): a subscriber's change reaching the publisher and the other
 subscriber, and one conflict.
 """
@@ -79,8 +81,9 @@ def load_dag(filename: str) -> Any:
     return module.dag
 
 
-def run_dag(dag: Any, logical_date: datetime | None = None) -> str:
-    dr = dag.test(logical_date=logical_date) if logical_date else dag.test()
+def run_dag(dag: Any, logical_date: datetime | None = None, run_conf: dict[str, Any] | None = None) -> str:
+    kwargs: dict[str, Any] = {"run_conf": run_conf} if run_conf else {}
+    dr = dag.test(logical_date=logical_date, **kwargs) if logical_date else dag.test(**kwargs)
     state = str(getattr(dr.state, "value", dr.state))
     if state != "success":
         raise SystemExit(f"DAG {dag.dag_id} ended in state {state!r}")
@@ -150,35 +153,78 @@ def _start(root: Path) -> dict[str, str]:
     return conninfos
 
 
+#: The schema change the demo makes while the workload writes (see dags/repl_schema_change.py).
+SCHEMA_CHANGE = "ALTER TABLE public.orders ADD COLUMN channel text NOT NULL DEFAULT 'web'"
+
+
+def _topology() -> Any:
+    from airflow_repl.engine.model import topology
+    from airflow_repl.engine.postgres import connections
+
+    return connections.resolve_topology(topology.load(DAGS / "demo_topology.yaml"))
+
+
+def _post_token() -> None:
+    """A tracer token before each cycle: the latency of every hop is measured as it travels."""
+    from airflow_repl.engine.agents import tracer
+
+    tracer.post_tracer_token(_topology(), "shop")
+
+
 def _replicate(publisher: str, cycles: int) -> tuple[int, list[str]]:
-    """The example DAGs while the workload writes, then a last cycle after it stopped; returns
-    (transactions committed, workload errors)."""
+    """The example DAGs while the workload writes: initial sync, scheduled cycles, then the
+    schema-change DAG (a column added between the workload's writes before and after it); then
+    rows using the new column and a last cycle once the workload stopped.  Returns (transactions
+    committed, workload errors)."""
     from airflow_repl import demo_workload
 
     initial = load_dag("repl_initial_sync.py")
     scheduled = load_dag("repl_scheduled.py")
+    schema = load_dag("repl_schema_change.py")
     workload = demo_workload.Workload(publisher).start()
     try:
         _say("DAG airflow_repl_initial_sync (snapshot -> log reader -> distribution) while the workload writes")
         run_dag(initial)
         for cycle in range(1, cycles + 1):
             _say(f"DAG airflow_repl_scheduled, cycle {cycle}, while the workload writes")
+            _post_token()
             run_dag(scheduled, current_interval_start(datetime.now(timezone.utc)) + timedelta(minutes=10 * cycle))
+        _say(f"DAG airflow_repl_schema_change while the workload writes: {SCHEMA_CHANGE}")
+        run_dag(schema, run_conf={"sql": SCHEMA_CHANGE})
     finally:
         committed = workload.stop()
-    _say(f"workload stopped after {committed} transactions; final replication cycle")
+    _say(f"workload stopped after {committed} transactions; rows use the new column; final replication cycle")
+    _use_new_column(publisher)
+    _post_token()
     run_dag(scheduled, current_interval_start(datetime.now(timezone.utc)) + timedelta(minutes=10 * (cycles + 1)))
     return committed, workload.errors
 
 
+def _use_new_column(publisher: str) -> None:
+    import psycopg
+
+    with psycopg.connect(publisher, autocommit=True) as conn:
+        conn.execute("UPDATE orders SET channel = 'app' WHERE id % 5 = 0")
+
+
+def _tracer_latency() -> dict[str, Any]:
+    """Median and worst latency per hop of the demo's tracer tokens, printed."""
+    from airflow_repl.engine.agents import tracer
+
+    summary = tracer.latency_summary(tracer.tracer_history(_topology(), "shop"))
+    _say("tracer token latency (seconds; the schedule's waits between cycles included)")
+    for hop, figures in summary.items():
+        print(
+            f"  {hop:<28} median {figures['median']:>8.3f}  worst {figures['worst']:>8.3f}  ({figures['tokens']} tokens)"
+        )
+    return summary
+
+
 def _validate() -> list[dict[str, Any]]:
     """Publisher vs subscriber, per article, printed."""
-    from airflow_repl.engine.model import topology
-    from airflow_repl.engine.postgres import connections
     from airflow_repl.engine.subscriber import validation
 
-    topo = connections.resolve_topology(topology.load(DAGS / "demo_topology.yaml"))
-    report = validation.compare(topo, "shop", "reporting")
+    report = validation.compare(_topology(), "shop", "reporting")
     _say("publisher vs subscriber")
     print(validation.format_report(report))
     return report
@@ -193,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     conninfos = _start(Path(args.root).resolve())
     committed, errors = _replicate(conninfos["publisher"], args.cycles)
     report = _validate()
+    _tracer_latency()
     stats = throughput(conninfos["distributor"])
     _say("throughput (agent time, excluding spark-submit start-up)")
     for k, v in stats.items():

@@ -113,6 +113,41 @@ def test_example_dags_replicate_through_spark_submit(airflow_env, capfd):
     assert password not in out + err
 
 
+def test_schema_change_dag_with_the_workload_writing_before_and_after(airflow_env, capfd):
+    """The example schema-change DAG (tracer token -> agents -> quiesce sensor -> schema change ->
+    agents -> regenerate procedures) while the workload writes, then a scheduled cycle: the
+    subscriber has the new column, with the rows written before and after it."""
+    import psycopg
+
+    dag = demo.load_dag("repl_schema_change.py")
+    scheduled = demo.load_dag("repl_scheduled.py")
+    workload = demo_workload.Workload(airflow_env["publisher"], pause=0.01).start()
+    try:
+        dr = dag.test(run_conf={"sql": "ALTER TABLE public.orders ADD COLUMN channel text NOT NULL DEFAULT 'web'"})
+    finally:
+        committed = workload.stop()
+    assert _succeeded(dr), _why_not_success(dr, capfd, airflow_env["distributor"])
+    assert committed > 0 and not workload.errors, workload.errors[:3]
+    change = _xcom("schema_change", "airflow_repl_schema_change")
+    assert change["kind"] == "add_column" and change["articles"] == ["shop.orders"]
+    assert _xcom("resume_distribution", "airflow_repl_schema_change")["subscriptions"][0]["schema_changes"] == 1
+    assert _xcom("regenerate_procedures", "airflow_repl_schema_change")["subscribers"]["reporting"]
+    with psycopg.connect(airflow_env["publisher"], autocommit=True) as conn:  # rows using the new column
+        conn.execute("UPDATE orders SET channel = 'app' WHERE id % 7 = 0")
+        conn.execute(
+            "INSERT INTO orders (id, customer_id, status, ordered_at, channel) VALUES (9000001, 1, 'new', now(), 'shop')"
+        )
+    interval_start = demo.current_interval_start(datetime.now(timezone.utc)) + timedelta(minutes=20)
+    dr = scheduled.test(logical_date=pendulum.instance(interval_start))
+    assert _succeeded(dr), _why_not_success(dr, capfd, airflow_env["distributor"])
+    topo = connections.resolve_topology(topology.load(demo.DAGS / "demo_topology.yaml"))
+    report = validation.compare(topo, "shop", "reporting")
+    assert all(r["match"] for r in report), validation.format_report(report)
+    with psycopg.connect(airflow_env["subscriber"]) as conn:
+        counts = dict(conn.execute("SELECT channel, count(*) FROM orders GROUP BY channel").fetchall())
+    assert counts.get("shop") == 1 and counts.get("app", 0) > 0 and counts.get("web", 0) > 0
+
+
 def test_missing_spark_connection_fails_clearly_instead_of_yarn(airflow_env):
     from airflow_repl.operators.agents import LogReaderAgentOperator, MissingSparkConnection
 

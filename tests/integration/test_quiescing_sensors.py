@@ -70,9 +70,7 @@ def test_tracer_token_sensor_pokes_false_then_true(env2, spark, tmp_path):
     message = sensor.last_status.message
     assert "subscriber 'sub2'" in message and "1 transaction(s) behind" in message
     assert "run the Distribution Agent for sub2" in message and "sub1" not in message.replace("sub1'", "")
-    only_sub1 = TracerTokenSensor(
-        task_id="w1", topology=path, publication="p", token_id=token, subscribers=["sub1"]
-    )
+    only_sub1 = TracerTokenSensor(task_id="w1", topology=path, publication="p", token_id=token, subscribers=["sub1"])
     assert only_sub1.poke({}) is True
     distribution_agent.run_distribution(topo, "p", "sub2")
     assert sensor.poke({}) is True
@@ -157,9 +155,7 @@ def test_quiesced_sensor_defers_keeping_its_position_and_the_trigger_fires(env, 
     topo = setup_items(env, spark)
     path = topology_file(env, tmp_path)
     env.run(env.pub, "UPDATE items SET v = 'x' WHERE id = 1")
-    sensor = TopologyQuiescedSensor(
-        task_id="quiet", topology=path, publication="p", deferrable=True, poke_interval=0.2
-    )
+    sensor = TopologyQuiescedSensor(task_id="quiet", topology=path, publication="p", deferrable=True, poke_interval=0.2)
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute({})
     classpath, kwargs = assert_no_secret(deferred.value.trigger, env)

@@ -17,6 +17,7 @@ committed but the client could not tell, the Log Reader enters the token from it
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
@@ -156,3 +157,14 @@ def _cell(seconds: float | None) -> str:
 
 def history_json(rows: list[Latency]) -> str:
     return json.dumps([r.to_json() for r in rows], indent=2)
+
+
+def latency_summary(rows: list[Latency]) -> dict[str, dict[str, float | int]]:
+    """Per hop (publisher->distributor, distributor->subscriber, total): how many tokens
+    arrived, the median and the worst latency in seconds (pending hops are left out)."""
+    out: dict[str, dict[str, float | int]] = {}
+    for hop in ("publisher_to_distributor", "distributor_to_subscriber", "total"):
+        values = sorted(v for r in rows if (v := getattr(r, hop)) is not None)
+        if values:
+            out[hop] = {"tokens": len(values), "median": round(statistics.median(values), 3), "worst": values[-1]}
+    return out
