@@ -54,7 +54,7 @@ from airflow_repl.engine.model.topology import SKIPPABLE_ERRORS, Topology
 from airflow_repl.engine.postgres import lsn
 from airflow_repl.engine.state import distdb, progress, retention, subscriber_state
 from airflow_repl.engine.state.distdb import CommandRow, PendingTransaction
-from airflow_repl.engine.subscriber import in_doubt
+from airflow_repl.engine.subscriber import bulk_apply, in_doubt
 from airflow_repl.engine.subscriber.applier import Applier, ReplayOutcome, apply_parallel, apply_pipelined, replay
 from airflow_repl.engine.subscriber.convergence import QueueGuard, replay_queued
 from airflow_repl.engine.subscriber.schema_changes import SchemaContext
@@ -85,6 +85,7 @@ class _Settings:
     threshold: int  # commit_batch_threshold: about this many commands per subscriber commit
     streams: int  # subscription_streams
     skip: set[str]  # SQLSTATEs whose transactions are skipped (skip_errors)
+    bulk: bool = False  # bulk_apply: batches applied by net change when they allow it
 
 
 @dataclass(frozen=True)
@@ -248,6 +249,8 @@ class _Delivery:
     def _fast_path(self, dist: psycopg.Connection, applier: Applier, batch: _Batch) -> bool:
         """Plan, apply and commit the batch with the watermark, and record it; False when it
         failed (everything is still to roll back: the caller replays it)."""
+        if self.settings.bulk and self._net_change(dist, applier, batch):
+            return True
         rows = distdb.batch_commands(dist, self.publication, batch.first, batch.last)
         try:
             may_spread = self.n > 1 and self.chooser.may_spread()
@@ -270,6 +273,27 @@ class _Delivery:
                 exc.sqlstate or exc,
             )
             return False
+
+    def _net_change(self, dist: psycopg.Connection, applier: Applier, batch: _Batch) -> bool:
+        """``bulk_apply``: the batch applied by net change (:mod:`~airflow_repl.engine.subscriber.bulk_apply`)
+        on the first stream and committed with the watermark; False, rolled back and the
+        watermark locked again, when it must be applied command by command."""
+        rows = distdb.batch_commands(dist, self.publication, batch.first, batch.last)
+        commands = [cmd for _, _, cmd in applier.commands(rows, batch.article_rows())]
+        try:
+            n = bulk_apply.apply(self.streams.first, commands, applier.articles)
+        except (bulk_apply.NotNetApplicable, psycopg.Error) as why:
+            if self.streams.lost() or dist.broken:
+                raise
+            log.debug("batch %s..%s applied command by command: %s", batch.first, batch.last, why)
+            self.streams.first.rollback()
+            bulk_apply.forget_tables(self.streams.first)
+            self._check_watermark_unmoved(batch)
+            return False
+        self._commit(batch, 1)
+        self._delivered(dist, batch.last, len(batch.txns), n)
+        self.totals["net_batches"] = self.totals.get("net_batches", 0) + 1
+        return True
 
     def _plan(
         self, applier: Applier, rows: Iterable[CommandRow], batch: _Batch, may_spread: bool
@@ -464,6 +488,9 @@ def _settings(topology: Topology, publication: str, subscriber: str, given: _Ove
         threshold=given.threshold or opts.commit_batch_threshold,
         streams=given.streams or opts.subscription_streams,
         skip={SKIPPABLE_ERRORS[str(e)] for e in skip},
+        bulk=opts.bulk_apply
+        and not (mode := topology.subscription(publication, subscriber).update_mode).queued
+        and not mode.failover,
     )
 
 

@@ -500,6 +500,9 @@ class Subscription(_Model):
     #: Distribution Agent: errors that skip the failing transaction (SQL Server's SkipErrors):
     #: "row_not_found" (20598) and/or "duplicate_key" (2627).
     skip_errors: list[SkipError] = Field(default_factory=list)
+    #: Distribution Agent: apply each batch by net change, with set-based statements per article
+    #: (see docs/performance.md); batches it does not cover are applied command by command.
+    bulk_apply: bool = False
     #: How the subscriber's own changes reach the publisher (SQL Server's ``@update_mode``):
     #: read only (default), sync tran, queued tran, failover or queued failover.
     update_mode: InstanceOf[UpdateMode] = UpdateMode.READ_ONLY

@@ -1,0 +1,104 @@
+"""Net-change application (subscription option ``bulk_apply``): the same rows as applying the
+commands one by one, under every call syntax and SQL statements; what it does not cover falls
+back to command-by-command delivery, with the same errors and skip_errors."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from test_agents import assert_in_sync, cycle
+
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
+from airflow_repl.engine.errors import DeliveryError
+
+TABLES = {
+    "b_call": {"upd_cmd": "CALL", "del_cmd": "CALL"},
+    "b_scall": {"upd_cmd": "SCALL", "del_cmd": "XCALL"},
+    "b_mcall": {"upd_cmd": "MCALL"},
+    "b_xcall": {"upd_cmd": "XCALL", "del_cmd": "XCALL"},
+    "b_sql": {"ins_cmd": "SQL", "upd_cmd": "SQL", "del_cmd": "SQL"},
+}
+
+
+def _env(env, spark, tables=TABLES, **options):
+    for t in tables:
+        env.run(
+            env.pub,
+            f"CREATE TABLE {t} (id int PRIMARY KEY, code text UNIQUE, qty int NOT NULL, note text, tags text[]);"
+            f"INSERT INTO {t} SELECT g, 'c' || g, g, 'n' || g, ARRAY['a', g::text] FROM generate_series(1, 200) g",
+        )
+    topo = env.topology([{"table": f"public.{t}", **o} for t, o in tables.items()], bulk_apply=True, **options)
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    return topo
+
+
+def _workload(conn, t, base):
+    """Every shape a batch can hold: updates, repeated updates of one row, key and unique-key
+    changes (DELETE + INSERT pairs), a swap of unique values, inserts then deletes of the same
+    row, deletes then inserts of the same key, NULLs and arrays."""
+    conn.execute(f"UPDATE {t} SET qty = qty + 1 WHERE id BETWEEN {base} AND {base + 20}")
+    conn.execute(f"UPDATE {t} SET note = NULL WHERE id = {base + 1}")
+    conn.execute(f"UPDATE {t} SET note = 'again', tags = ARRAY['x', NULL] WHERE id = {base + 1}")
+    conn.execute(f"UPDATE {t} SET id = id + 10000 WHERE id = {base + 2}")
+    conn.execute(f"UPDATE {t} SET code = 'tmp{base}' WHERE id = {base + 3}")
+    conn.execute(f"INSERT INTO {t} VALUES ({base + 5000}, 'new{base}', 1, 'ins', NULL)")
+    conn.execute(f"DELETE FROM {t} WHERE id = {base + 5000}")
+    conn.execute(f"DELETE FROM {t} WHERE id = {base + 6}")
+    conn.execute(f"INSERT INTO {t} VALUES ({base + 6}, 'back{base}', 6, 'reinserted', '{{}}')")
+    conn.execute(f"DELETE FROM {t} WHERE id = {base + 7}")
+    conn.execute(f"INSERT INTO {t} VALUES ({base + 7000}, 'late{base}', 7, 'after', NULL)")
+    conn.execute(f"UPDATE {t} SET qty = qty * 2 WHERE id = {base + 7000}")
+
+
+def test_net_change_gives_the_rows_command_by_command_gives(env, spark):
+    topo = _env(env, spark)
+    with psycopg.connect(env.pub) as conn:
+        for base in (10, 40, 70):
+            for t in TABLES:
+                _workload(conn, t, base)
+            conn.commit()
+    read, delivered = cycle(topo)
+    assert delivered["net_batches"] >= 1 and delivered["transactions"] == read["transactions"]
+    assert_in_sync(topo)
+
+
+def test_scall_and_mcall_set_only_the_columns_the_batch_changed(env, spark):
+    topo = _env(
+        env, spark, {"b_scall": {"upd_cmd": "SCALL"}, "b_mcall": {"upd_cmd": "MCALL"}, "b_call": {"upd_cmd": "CALL"}}
+    )
+    for t in ("b_scall", "b_mcall", "b_call"):
+        env.run(env.sub, f"UPDATE {t} SET note = 'local' WHERE id = 5")
+        env.run(env.pub, f"UPDATE {t} SET qty = 99 WHERE id = 5; UPDATE {t} SET tags = NULL WHERE id = 5")
+    _, delivered = cycle(topo)
+    assert delivered["net_batches"] >= 1
+    rows = {
+        t: env.rows(env.sub, f"SELECT qty, note, tags FROM {t} WHERE id = 5")[0]
+        for t in ("b_scall", "b_mcall", "b_call")
+    }
+    assert rows["b_scall"] == (99, "local", None) and rows["b_mcall"] == (99, "local", None)
+    assert rows["b_call"] == (99, "n5", None)  # CALL sets every column, as one by one
+
+
+def test_a_row_not_found_falls_back_and_fails_or_skips_exactly_as_without(env, spark):
+    topo = _env(env, spark, {"b_call": {}})
+    env.run(env.sub, "DELETE FROM b_call WHERE id = 9")
+    env.run(env.pub, "UPDATE b_call SET qty = 1 WHERE id = 8")
+    env.run(env.pub, "UPDATE b_call SET qty = 1 WHERE id = 9")
+    env.run(env.pub, "UPDATE b_call SET qty = 1 WHERE id = 10")
+    log_reader_agent.run_log_reader(topo, "p")
+    with pytest.raises(DeliveryError, match=r"key \(id=9\)"):
+        distribution_agent.run_distribution(topo, "p", "sub1")
+    assert env.rows(env.sub, "SELECT qty FROM b_call WHERE id IN (8, 10) ORDER BY id") == [(1,), (10,)]
+    done = distribution_agent.run_distribution(topo, "p", "sub1", skip_errors=["row_not_found"])
+    assert done["skipped"] == 1
+    assert env.rows(env.sub, "SELECT qty FROM b_call WHERE id IN (8, 10) ORDER BY id") == [(1,), (1,)]
+
+
+def test_batches_it_does_not_cover_are_applied_command_by_command(env, spark):
+    topo = _env(env, spark, {"b_call": {}, "b_none": {"del_cmd": "NONE"}})
+    env.run(env.pub, "DELETE FROM b_none WHERE id = 3; UPDATE b_call SET qty = 0 WHERE id = 3")
+    env.run(env.pub, "TRUNCATE b_call")
+    _, delivered = cycle(topo)
+    assert delivered.get("net_batches", 0) == 0 and delivered["transactions"] == 2
+    assert env.rows(env.sub, "SELECT count(*) FROM b_none WHERE id = 3") == [(1,)]  # NONE: not deleted
+    assert env.rows(env.sub, "SELECT count(*) FROM b_call") == [(0,)]
