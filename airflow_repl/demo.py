@@ -56,6 +56,9 @@ def prepare_environment(root: Path, conninfos: dict[str, str], airflow_home: Pat
         }
     )
     os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
+    # dag.test() parses every DAG file of the folder first; on a loaded machine importing one
+    # (Airflow, the Spark provider, this package) can take longer than Airflow's 30 s default
+    os.environ.setdefault("AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT", "300")
     bindir = str(Path(sys.executable).parent)
     if bindir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")

@@ -82,6 +82,14 @@ def _succeeded(dr) -> bool:
     return str(getattr(dr.state, "value", dr.state)) == "success"
 
 
+def test_every_example_dag_imports_without_errors(airflow_env):
+    from airflow.models.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(demo.DAGS))
+    assert bag.import_errors == {}
+    assert {"airflow_repl_initial_sync", "airflow_repl_scheduled", "airflow_repl_schema_change"} <= set(bag.dag_ids)
+
+
 def test_example_dags_replicate_through_spark_submit(airflow_env, capfd):
     initial = demo.load_dag("repl_initial_sync.py")
     scheduled = demo.load_dag("repl_scheduled.py")

@@ -451,6 +451,8 @@ def run_distribution(
     with AgentRun(AGENT, publication, subscriber) as run:
         run.step = "connecting"
         dist = run.connect(topology.distributor.require("distributor"), "distributor")
+        distdb.load_articles(dist, publication)  # deployed at all? (before the subscriber is asked)
+        dist.rollback()
         _start(run, delivery)
         applier = _check_subscription(run, dist, delivery)
         run_id = run.begin(dist)
