@@ -47,7 +47,6 @@ class StandaloneCluster:
         self.spark_home = Path(pyspark.__file__).resolve().parent
         self.port, self.webui_port = free_port(), free_port()
         self.master_url = f"spark://127.0.0.1:{self.port}"
-        self.worker_ui_ports: list[int] = []
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def _env(self) -> dict[str, str]:
@@ -80,6 +79,7 @@ class StandaloneCluster:
                 [master, "--host", "127.0.0.1", "--port", str(self.port), "--webui-port", str(self.webui_port)],
             )
             self._wait("the master", lambda state: state.get("status") == "ALIVE")
+            self.master_url = self.master_state()["url"]  # Spark takes the next port when one is taken
             for i in range(1, self.n_workers + 1):
                 self._start_worker(i)
             self._wait(f"{self.n_workers} workers", lambda state: state.get("aliveworkers") == self.n_workers)
@@ -89,11 +89,10 @@ class StandaloneCluster:
         return self
 
     def _start_worker(self, i: int) -> None:
-        self.worker_ui_ports.append(free_port())
         work_dir = self.root / f"worker{i}"
         work_dir.mkdir(parents=True, exist_ok=True)
         args = ["--host", "127.0.0.1", "--cores", "1", "--memory", "1g", "--work-dir", str(work_dir)]
-        ui = ["--webui-port", str(self.worker_ui_ports[-1])]
+        ui = ["--webui-port", str(free_port())]
         self._spawn(f"worker{i}", ["org.apache.spark.deploy.worker.Worker", self.master_url, *args, *ui])
 
     def master_state(self) -> dict[str, Any]:
@@ -119,8 +118,8 @@ class StandaloneCluster:
     def executor_workers(self, app_id: str) -> dict[str, str]:
         """Executor id -> id of the worker that ran it, for the application ``app_id``."""
         found = {}
-        for port in self.worker_ui_ports:
-            state = _get_json(f"http://127.0.0.1:{port}/json/")
+        for worker in self.master_state()["workers"]:
+            state = _get_json(f"{worker['webuiaddress']}/json/")
             for executor in state.get("executors", []) + state.get("finishedexecutors", []):
                 if executor.get("appid") == app_id:
                     found[str(executor["id"])] = state["id"]
