@@ -42,6 +42,7 @@ from airflow_repl.engine.agents import (
 from airflow_repl.engine.errors import INTERNAL_EXIT_CODE, ReplError
 from airflow_repl.engine.model.topology import Topology, from_dict
 from airflow_repl.engine.postgres import connections
+from airflow_repl.jobs.executors import executor_id
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -72,7 +73,12 @@ def _snapshot(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any],
         req.topology.subscription(req.publication, name)
     spark = spark or spark_session(f"airflow-repl-snapshot-{req.publication}")
     summary = snapshot_agent.run_snapshot(
-        req.topology, req.publication, spark, subscribers=req.subscribers, reinitialize=req.reinitialize
+        req.topology,
+        req.publication,
+        spark,
+        subscribers=req.subscribers,
+        reinitialize=req.reinitialize,
+        identify=executor_id,
     )
     return summary, spark
 
@@ -104,8 +110,9 @@ def _deliver(topo: Topology, publication: str, subscriber: str, until: str | Non
 
 
 def _deliver_one(spec: dict[str, Any], publication: str, subscriber: str, until: str | None) -> dict[str, Any]:
-    """Executor side: one subscription's delivery (several run in parallel as Spark tasks)."""
-    return _deliver(from_dict(spec), publication, subscriber, until)
+    """Executor side: one subscription's delivery (several run in parallel as Spark tasks),
+    with the executor that ran it."""
+    return {**_deliver(from_dict(spec), publication, subscriber, until), "executor": executor_id()}
 
 
 def _deliver_in_parallel(
@@ -149,8 +156,9 @@ def _read_queue(topo: Topology, publication: str, subscriber: str) -> dict[str, 
 
 
 def _read_queue_one(spec: dict[str, Any], publication: str, subscriber: str) -> dict[str, Any]:
-    """Executor side: one subscriber's queue (several run in parallel as Spark tasks)."""
-    return _read_queue(from_dict(spec), publication, subscriber)
+    """Executor side: one subscriber's queue (several run in parallel as Spark tasks), with the
+    executor that ran it."""
+    return {**_read_queue(from_dict(spec), publication, subscriber), "executor": executor_id()}
 
 
 def _read_queues_in_parallel(

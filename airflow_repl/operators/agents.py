@@ -70,6 +70,10 @@ class MissingSparkConnection(RuntimeError):
     """The Spark connection the operator names does not exist."""
 
 
+class UnsupportedDeployMode(AirflowFailException):
+    """The Spark connection or the operator asks for cluster deploy mode (not retried)."""
+
+
 class _AgentOperator(SparkSubmitOperator):
     agent = ""
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "topology", "publication", "subscribers")
@@ -114,7 +118,7 @@ class _AgentOperator(SparkSubmitOperator):
 
     def _check_spark_connection(self) -> None:
         try:
-            BaseHook.get_connection(self._conn_id)
+            conn = BaseHook.get_connection(self._conn_id)
         except Exception:
             raise MissingSparkConnection(
                 f"Spark connection {self._conn_id!r} is not defined, so {self.task_id!r} would be submitted "
@@ -122,6 +126,14 @@ class _AgentOperator(SparkSubmitOperator):
                 f'\'{{"conn_type": "spark", "host": "local[2]"}}\' for local mode, or '
                 f"'spark://master-host:7077' for a standalone cluster."
             ) from None
+        deploy_mode = self._deploy_mode or conn.extra_dejson.get("deploy-mode")
+        if deploy_mode == "cluster":
+            raise UnsupportedDeployMode(
+                f"task {self.task_id!r} would run the {self.agent} agent's Spark driver in cluster deploy mode "
+                f"(Spark connection {self._conn_id!r}), but the driver must run beside the operator: it reads "
+                f"the topology spec and writes its outcome as files on the Airflow worker. Use client deploy "
+                f"mode: remove deploy-mode from the connection's extras (and deploy_mode from the task)"
+            )
 
     # SparkSubmitOperator.execute returns None; ours returns the agent's result, which Airflow
     # pushes as the task's XCom (BaseOperator.execute may return any value).

@@ -1,7 +1,8 @@
 """Fixtures of the integration tests: private PostgreSQL clusters (publisher and subscriber are
 separate clusters, the distribution database lives beside the publisher), one shared local
-SparkSession, and a factory of fresh databases + topology per test.  The classes and constants
-behind them live in ``harness.py``, which test modules import directly."""
+SparkSession, a Spark standalone cluster for the tests that ask for it, and a factory of fresh
+databases + topology per test.  The classes and constants behind them live in ``harness.py``
+and ``spark_cluster.py``, which test modules import directly."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 import psycopg
 import pytest
 from harness import WAL_HEADROOM, Env
+from spark_cluster import StandaloneCluster
 
 from airflow_repl.engine.postgres.lsn import lsn_to_int
 from airflow_repl.sandbox import Sandbox
@@ -98,3 +100,15 @@ def wal_env(sandbox, wal_cluster, tmp_path):
     yield make
     for e in made:
         e.drop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory):
+    """A Spark standalone cluster (a master and two workers of 1 core and 1 GiB, from the
+    installed PySpark) for the tests that ask for it; stopped with every process it started."""
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-cluster")).start()
+    pgids = [p.pid for p in cluster.procs]
+    yield cluster
+    cluster.stop()
+    left = cluster.leftovers(pgids)
+    assert not left, f"processes of the Spark cluster still running after it stopped: {left}"

@@ -119,3 +119,19 @@ def test_result_file_outcomes(tmp_path):
     assert read_outcome(path, "logreader") == {"transactions": 3}
     with pytest.raises(AirflowException, match="did not report an outcome"):
         read_outcome(tmp_path / "missing.json", "logreader", RuntimeError("spark-submit failed"))
+
+
+def test_cluster_deploy_mode_is_refused_before_anything_is_submitted(monkeypatch):
+    from airflow_repl.operators.agents import SnapshotAgentOperator, UnsupportedDeployMode
+
+    conn = {"conn_type": "spark", "host": "spark://127.0.0.1", "port": 7077, "extra": {"deploy-mode": "cluster"}}
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_CLUSTER_MODE", json.dumps(conn))
+    op = SnapshotAgentOperator(task_id="snap", topology="t.yaml", publication="p", conn_id="spark_cluster_mode")
+    with pytest.raises(UnsupportedDeployMode, match=r"cluster deploy mode.*Use client deploy mode"):
+        op.execute({})
+    assert op._hook is None  # nothing was submitted
+    op = SnapshotAgentOperator(
+        task_id="snap", topology="t.yaml", publication="p", conn_id="spark_cluster_mode", deploy_mode="client"
+    )
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_CLUSTER_MODE", json.dumps({**conn, "extra": {}}))
+    op._check_spark_connection()  # client mode passes

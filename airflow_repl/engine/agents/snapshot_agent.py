@@ -51,6 +51,9 @@ from airflow_repl.engine.subscriber import in_doubt
 AGENT = "snapshot"
 
 Connect = Callable[[str, str], "psycopg.Connection[Any]"]  # (subscriber, conninfo) -> connection
+#: Executor side: names the Spark executor running the current task (given by airflow_repl.jobs,
+#: which may import PySpark); the summary lists the executors that read and loaded the files.
+Identify = Callable[[], str]
 
 
 # ---------------------------------------------------------------------- what the agent uses of Spark
@@ -81,9 +84,11 @@ def run_snapshot(
     subscribers: list[str] | None = None,
     reinitialize: bool = False,
     max_partitions: int | None = None,
+    identify: Identify | None = None,
 ) -> dict[str, Any]:
     """Snapshot ``publication`` and initialize its subscriptions that need it (all named ones
-    with ``reinitialize``).  Returns a summary."""
+    with ``reinitialize``).  Returns a summary; with ``identify``, it names the executors that
+    read the partitions (``read_executors``) and loaded the files (``load_executors``)."""
     names = _named_subscribers(topology, publication, subscribers)
     snapshot_folder.check_writable(Path(topology.snapshot_folder) / publication)
     with AgentRun(AGENT, publication) as run:
@@ -97,10 +102,10 @@ def run_snapshot(
             return run.succeed({"snapshot_id": None, "initialized": [], "rows": 0, "message": message}, message=message)
         snap.check_subscriber_types(articles, targets)
         in_doubt.resolve_quietly(topology, publication, list(targets))  # their changes reach the snapshot
-        taken = snap.take(articles, has_slot, spark, max_partitions)
+        taken = snap.take(articles, has_slot, spark, max_partitions, identify)
         manifest = snap.write_folder(articles, taken)
         loaded = initialize_subscriptions(
-            topology, publication, articles, targets, taken.folder, manifest, spark, snap.dist, run
+            topology, publication, articles, targets, taken.folder, manifest, spark, snap.dist, run, identify
         )
         return run.succeed(taken.summary(targets, loaded), rows_copied=taken.rows)
 
@@ -131,6 +136,7 @@ class _Taken:
             "initialized": initialized,
             "read_seconds": round(self.read_seconds, 3),
             "rows_per_second": round(self.rows / self.read_seconds, 1) if self.read_seconds else None,
+            "read_executors": sorted({str(f["executor"]) for f in self.files if f.get("executor")}),
             **load_stats,
         }
 
@@ -174,7 +180,12 @@ class _SnapshotRun:
         return self.run.connect(conninfo, f"subscriber {name!r}")
 
     def take(
-        self, articles: list[ResolvedArticle], has_slot: bool, spark: SparkSession, max_partitions: int | None
+        self,
+        articles: list[ResolvedArticle],
+        has_slot: bool,
+        spark: SparkSession,
+        max_partitions: int | None,
+        identify: Identify | None = None,
     ) -> _Taken:
         """Create the slot (a temporary one when the publication has its slot), then plan and
         read the snapshot it exported; the snapshot ends when its connection closes."""
@@ -193,7 +204,7 @@ class _SnapshotRun:
             tasks, needs = self._plan(snapshot, articles, parallelism)
             self.run.spark_step("the read of the snapshot", "publisher", self.pub_conninfo)
             started = time.monotonic()
-            files = _read_partitions(spark, tasks, self.pub_conninfo, snapshot, str(folder))
+            files = _read_partitions(spark, tasks, self.pub_conninfo, snapshot, str(folder), identify)
             read_seconds = time.monotonic() - started
         finally:
             repl_conn.close()  # ends the exported snapshot (and drops a temporary slot)
@@ -233,12 +244,23 @@ class _SnapshotRun:
 
 
 def _read_partitions(
-    spark: SparkSession, tasks: list[Partition], conninfo: str, snapshot: str, folder: str
+    spark: SparkSession,
+    tasks: list[Partition],
+    conninfo: str,
+    snapshot: str,
+    folder: str,
+    identify: Identify | None = None,
 ) -> list[DataFile]:
     """Read every key range into its data file, one Spark task each (the task closes over the
-    plain arguments only: it is shipped to the executors)."""
+    plain arguments only: it is shipped to the executors); with ``identify``, each file names
+    the executor that read it."""
+
+    def read(task: Partition) -> DataFile:
+        file = snapshot_folder.read_partition(conninfo, snapshot, folder, task)
+        return {**file, "executor": identify()} if identify else file
+
     rdd = spark.sparkContext.parallelize(tasks, len(tasks))
-    return rdd.map(lambda t: snapshot_folder.read_partition(conninfo, snapshot, folder, t)).collect()
+    return rdd.map(read).collect()
 
 
 # ---------------------------------------------------------------------- initializing subscriptions
@@ -252,21 +274,22 @@ def initialize_subscriptions(
     spark: SparkSession,
     dist: psycopg.Connection[Any],
     run: AgentRun,
+    identify: Identify | None = None,
 ) -> dict[str, Any]:
     """Apply a snapshot folder to subscribers: tables, procedures, data (parallel COPY), then
     the watermark that makes the subscription active."""
     if not subscribers:
-        return {"load_seconds": 0.0}
+        return {"load_seconds": 0.0, "load_executors": []}
     started = time.monotonic()
     init = _Initialization(topology, publication, articles, subscribers, folder, manifest, dist, run)
     objects = [user_types.UserObject.from_dict(o) for o in manifest.get("user_types", [])]
     _check_user_types(topology, subscribers, objects, init.connect)  # the snapshot's own types, everywhere first
     for name in subscribers:
         init.prepare(name)
-    init.load(spark)
+    executors = init.load(spark, identify)
     for name in subscribers:
         init.activate(name)
-    return {"load_seconds": round(time.monotonic() - started, 3)}
+    return {"load_seconds": round(time.monotonic() - started, 3), "load_executors": executors}
 
 
 class _Initialization:
@@ -312,8 +335,9 @@ class _Initialization:
             if self.procs_sql.strip():
                 sub.execute(self.procs_sql)
 
-    def load(self, spark: SparkSession) -> None:
-        """Load every data file at every subscriber, one Spark task each."""
+    def load(self, spark: SparkSession, identify: Identify | None = None) -> list[str]:
+        """Load every data file at every subscriber, one Spark task each; returns the executors
+        that loaded them (with ``identify``)."""
         tasks = [
             (name, conninfo, f, art["name"])
             for name, conninfo in self.conninfos.items()
@@ -321,15 +345,16 @@ class _Initialization:
             for f in art["files"]
         ]
         if not tasks:
-            return
+            return []
         if len(self.conninfos) == 1:
             ((name, conninfo),) = self.conninfos.items()
             self.run.spark_step(f"the data load of subscriber {name!r}", f"subscriber {name!r}", conninfo)
         else:
             self.run.step = f"the data load of subscribers {', '.join(self.conninfos)}"
         by_name = {a.name: a.to_dict() for a in self.articles}
-        _load_files(spark, tasks, str(self.folder), by_name, self.snapshot_id)
+        executors = _load_files(spark, tasks, str(self.folder), by_name, self.snapshot_id, identify)
         self.run.spark_role = None
+        return executors
 
     def activate(self, name: str) -> None:
         """Check the loaded rows, start the watermark, and mark the subscription 'active'."""
@@ -400,11 +425,22 @@ LoadTask = tuple[str, str, DataFile, str]  # subscriber, its conninfo, the file,
 
 
 def _load_files(
-    spark: SparkSession, tasks: list[LoadTask], folder: str, articles: dict[str, dict[str, Any]], snapshot_id: str
-) -> None:
-    """Load each (subscriber, file) in a Spark task (closing over the plain arguments only)."""
+    spark: SparkSession,
+    tasks: list[LoadTask],
+    folder: str,
+    articles: dict[str, dict[str, Any]],
+    snapshot_id: str,
+    identify: Identify | None = None,
+) -> list[str]:
+    """Load each (subscriber, file) in a Spark task (closing over the plain arguments only);
+    returns the executors that ran them (with ``identify``)."""
+
+    def load(task: LoadTask) -> str | None:
+        snapshot_folder.load_file(task[1], folder, articles[task[3]], task[2], snapshot_id)
+        return identify() if identify else None
+
     rdd = spark.sparkContext.parallelize(tasks, len(tasks))
-    rdd.map(lambda t: snapshot_folder.load_file(t[1], folder, articles[t[3]], t[2], snapshot_id)).collect()
+    return sorted({e for e in rdd.map(load).collect() if e})
 
 
 # ---------------------------------------------------------------------- checks
