@@ -276,6 +276,7 @@ def test_defaults_and_normalised_names():
         "commit_batch_threshold": 1000,
         "subscription_streams": 1,
         "skip_errors": [],
+        "bulk_apply": False,
     }
 
 
