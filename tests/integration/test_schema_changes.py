@@ -155,26 +155,22 @@ def test_a_volatile_default_on_existing_rows_is_refused_and_nothing_changes(env,
     assert read["transactions"] == 0 and delivered["transactions"] == 0
 
 
-@pytest.mark.parametrize(
-    "statement, message",
-    [
-        ("ALTER TABLE t_call ADD COLUMN a int, ADD COLUMN b int", "makes 2 changes"),
-        ("ALTER TABLE t_call ADD COLUMN a int; DELETE FROM t_call", "2 statements"),
-        ("DROP TABLE t_call", "not an ALTER TABLE"),
-        ("ALTER TABLE t_call ADD CONSTRAINT c CHECK (qty > 0)", "not a supported change"),
-        ("ALTER TABLE t_call ALTER COLUMN qty TYPE smallint", "not a widening"),
-        ("ALTER TABLE t_call ALTER COLUMN note TYPE varchar(5)", "not a widening"),
-        ("ALTER TABLE t_call ALTER COLUMN qty TYPE text", "not a widening"),
-        ("ALTER TABLE t_call DROP COLUMN id", "primary key"),
-        ("ALTER TABLE t_call DROP COLUMN flt", "row filter"),
-        ("ALTER TABLE t_call ALTER COLUMN flt TYPE bigint", "failed at the publisher"),
-        ("ALTER TABLE unpublished ADD COLUMN a int", "not published by publication"),
-        ("ALTER TABLE t_call ALTER COLUMN qty TYPE bigint USING qty::bigint", "USING"),
-        ("ALTER TABLE t_call ADD COLUMN a int UNIQUE", "UNIQUE constraint"),
-        ("ALTER TABLE t_call DROP COLUMN nope", "has no column"),
-    ],
-)
-def test_bad_schema_changes_are_one_clear_error_and_change_nothing(env, spark, statement, message):
+#: Refusals that need the publisher's catalog (those decided by the statement alone are unit tests).
+BAD_CHANGES = [
+    ("ALTER TABLE t_call ADD COLUMN a int, ADD COLUMN b int", "makes 2 changes"),
+    ("ALTER TABLE t_call ALTER COLUMN qty TYPE smallint", "not a widening"),
+    ("ALTER TABLE t_call ALTER COLUMN note TYPE varchar(5)", "not a widening"),
+    ("ALTER TABLE t_call ALTER COLUMN qty TYPE text", "not a widening"),
+    ("ALTER TABLE t_call DROP COLUMN id", "primary key"),
+    ("ALTER TABLE t_call DROP COLUMN flt", "row filter"),
+    ("ALTER TABLE t_call ALTER COLUMN flt TYPE bigint", "failed at the publisher"),
+    ("ALTER TABLE unpublished ADD COLUMN a int", "not published by publication"),
+    ("ALTER TABLE t_call DROP COLUMN nope", "has no column"),
+    ("ALTER TABLE nowhere ADD COLUMN a int", "does not exist"),
+]
+
+
+def test_bad_schema_changes_are_one_clear_error_and_change_nothing(env, spark):
     env.run(env.pub, "CREATE TABLE unpublished (id int PRIMARY KEY)")
     env.run(
         env.pub,
@@ -183,20 +179,16 @@ def test_bad_schema_changes_are_one_clear_error_and_change_nothing(env, spark, s
     )
     topo = env.topology([{"table": "public.t_call", "row_filter": "flt > 0"}])
     snapshot_agent.run_snapshot(topo, "p", spark)
-    before = env.rows(
-        env.pub,
+    columns = (
         "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid IN "
-        "('t_call'::regclass, 'unpublished'::regclass) AND attnum > 0 AND NOT attisdropped ORDER BY attrelid, attnum",
+        "('t_call'::regclass, 'unpublished'::regclass) AND attnum > 0 AND NOT attisdropped ORDER BY attrelid, attnum"
     )
-    with pytest.raises(SchemaChangeError) as err:
-        schema_change(topo, "p", statement)
-    assert message in str(err.value) and len(str(err.value).splitlines()) == 1
-    after = env.rows(
-        env.pub,
-        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid IN "
-        "('t_call'::regclass, 'unpublished'::regclass) AND attnum > 0 AND NOT attisdropped ORDER BY attrelid, attnum",
-    )
-    assert after == before
+    before = env.rows(env.pub, columns)
+    for statement, message in BAD_CHANGES:
+        with pytest.raises(SchemaChangeError) as err:
+            schema_change(topo, "p", statement)
+        assert message in str(err.value) and len(str(err.value).splitlines()) == 1, statement
+        assert env.rows(env.pub, columns) == before, statement
     read, _ = cycle(topo)
     assert read["commands"] == 0  # no schema-change message was left behind
 
