@@ -52,6 +52,7 @@ bench: install
 	$(PY) benchmarks/throughput.py
 	$(PY) benchmarks/streams.py
 	$(PY) benchmarks/queue_reader.py
+	$(PY) benchmarks/topology_scale.py
 
 sandbox-stop:
 	-$(VENV)/bin/airflow-repl sandbox stop

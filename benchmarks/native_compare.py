@@ -333,10 +333,15 @@ def phase_initial(b: Bench) -> None:
         sql.SQL("CREATE SUBSCRIPTION native_sub CONNECTION {} PUBLICATION native_pub").format(sql.Literal(conninfo)),
     )
     native = wait_for(lambda: native_ready(b), "native initial sync", 3600) - t0
-    ours, peak, _ = run_measured(
+    ours, peak, out = run_measured(
         cli("snapshot", "-t", str(b.topology_file), "-p", "bench"), b.env, "airflow-repl snapshot"
     )
+    summary = json.loads(out)
     b.rows.append(row(f"initial sync, {rows:,} accounts rows (ours: CLI incl. Spark start)", native, ours, "s"))
+    b.rows.append(
+        row("initial sync: Snapshot Agent's own run (after Spark start)", None, summary["seconds"], "s", False)
+    )
+    b.rows.append(row("initial sync: of which reading the publisher", None, summary["read_seconds"], "s", False))
     b.rows.append(row("peak RSS, snapshot (CLI + Spark driver JVM)", None, peak, "MiB", compare=False))
     check_checksums(b, "initial sync")
 
@@ -368,7 +373,7 @@ def phase_catchup(b: Bench, transactions: int) -> None:
     native = wait_for(lambda: heartbeat_seq(b.native) >= marker, "native catch-up", 3600) - t0
     topo = ["-t", str(b.topology_file), "-p", "bench"]
     lr, lr_peak, out = run_measured(cli("logreader", *topo), b.env, "airflow-repl logreader")
-    di, di_peak, _ = run_measured(cli("distribution", *topo), b.env, "airflow-repl distribution")
+    di, di_peak, dout = run_measured(cli("distribution", *topo), b.env, "airflow-repl distribution")
     if heartbeat_seq(b.sub) < marker:
         raise BenchFailure(
             "catch-up: our subscriber did not receive the last transaction in one log reader + distribution run"
@@ -378,6 +383,8 @@ def phase_catchup(b: Bench, transactions: int) -> None:
     b.rows.append(row(f"{label}: log reader", None, lr, "s", compare=False))
     b.rows.append(row(f"{label}: distribution", None, di, "s", compare=False))
     b.rows.append(row(f"{label}: total (log reader + distribution)", native, lr + di, "s"))
+    inside = json.loads(out)["seconds"] + sum(s["seconds"] for s in json.loads(dout)["subscriptions"])
+    b.rows.append(row("catch-up: both agents' own runs (without process start)", None, inside, "s", compare=False))
     b.rows.append(row("peak RSS, log reader (CLI)", None, lr_peak, "MiB", compare=False))
     b.rows.append(row("peak RSS, distribution (CLI)", None, di_peak, "MiB", compare=False))
     check_checksums(b, "catch-up")
