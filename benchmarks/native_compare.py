@@ -26,6 +26,8 @@ import json
 import os
 import platform
 import re
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -46,6 +48,9 @@ KEYS = {
     "pgbench_history": "id",
     "bench_heartbeat": "id",
 }
+#: Phase 3 with continuous mode: both agents side by side, looking every CONTINUOUS_POLL seconds when idle.
+CONTINUOUS_AGENTS = ("logreader", "distribution")
+CONTINUOUS_POLL = 0.1
 DEFAULT_JSON = "benchmarks/results/native_compare.json"
 
 
@@ -182,6 +187,7 @@ class Bench:
         self.sb = Sandbox(self.root / "sandbox", clusters=("publisher", "subscriber", "native"))
         self.rows: list[dict[str, Any]] = []
         self.extra: dict[str, Any] = {}
+        self.stop_file = self.root / "agent-loop.stop"
 
     def start(self) -> None:
         from airflow_repl.engine.postgres.connections import to_uri
@@ -444,17 +450,47 @@ def lag_sampler(conninfo: str, samples: list[float]) -> Ticker:
     return Ticker(conninfo, SAMPLE_SECONDS, sample)
 
 
+def start_agents(b: Bench) -> list[subprocess.Popen[bytes]]:
+    """Our side of phase 3: the Log Reader and the Distribution Agent side by side with
+    ``--continuous`` when the agents have it, else one child process looping one-shot runs."""
+    log = (b.root / "agents.log").open("w")
+    if continuous_supported():
+        options = ["--continuous", "--poll-interval", str(CONTINUOUS_POLL), "--max-run-seconds", "86400"]
+        commands = [cli(agent, "-t", str(b.topology_file), "-p", "bench", *options) for agent in CONTINUOUS_AGENTS]
+    else:
+        loop = [sys.executable, __file__, "--agent-loop", str(b.topology_file), "--stop-file", str(b.stop_file)]
+        commands = [loop]
+    return [subprocess.Popen(c, env=b.env, stdout=log, stderr=subprocess.STDOUT) for c in commands]
+
+
+def stop_agents(b: Bench, agents: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM ends a continuous run cleanly; the loop child ends at its stop file."""
+    b.stop_file.touch()
+    continuous = len(agents) > 1
+    for proc in agents:
+        if continuous:
+            proc.send_signal(signal.SIGTERM)
+    for proc in agents:
+        if proc.wait(timeout=600) != 0:
+            raise BenchFailure(f"an agent of phase 3 failed (exit {proc.returncode}); see {b.root / 'agents.log'}")
+
+
 def phase_lag(b: Bench, tps: int, seconds: int) -> None:
-    stop_file = b.root / "agent-loop.stop"
-    log = (b.root / "agent-loop.log").open("w")
-    loop = subprocess.Popen(
-        [sys.executable, __file__, "--agent-loop", str(b.topology_file), "--stop-file", str(stop_file)],
-        env=b.env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    rss = PeakRss(loop.pid)
-    drain(b, loop)  # both subscribers live (the loop started and caught up) before the load and the clock start
+    agents = start_agents(b)
+    rss = [PeakRss(proc.pid) for proc in agents]
+    try:
+        drain(b, agents)  # both subscribers live (our agents started and caught up) before the load
+        lags, drained = live_load(b, agents, tps, seconds)
+    finally:
+        stop_agents(b, agents)
+    add_lag_rows(b, tps, seconds, lags, drained, sum(r.stop() for r in rss))
+    check_checksums(b, "live lag")
+
+
+def live_load(
+    b: Bench, agents: list[subprocess.Popen[bytes]], tps: int, seconds: int
+) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """pgbench at ``tps`` for ``seconds`` with the heartbeat and the lag samplers; then the drain."""
     beat = Ticker(
         b.pub,
         HEARTBEAT_SECONDS,
@@ -467,15 +503,10 @@ def phase_lag(b: Bench, tps: int, seconds: int) -> None:
     finally:
         for ticker in (*samplers, beat):
             ticker.stop()
-    drained = drain(b, loop)
-    stop_file.touch()
-    if loop.wait(timeout=600) != 0:
-        raise BenchFailure(f"the agent loop failed (exit {loop.returncode}); see {b.root / 'agent-loop.log'}")
-    add_lag_rows(b, tps, seconds, lags, drained, rss.stop())
-    check_checksums(b, "live lag")
+    return lags, drain(b, agents)
 
 
-def drain(b: Bench, loop: subprocess.Popen[bytes]) -> dict[str, float]:
+def drain(b: Bench, agents: list[subprocess.Popen[bytes]]) -> dict[str, float]:
     """Seconds from now (the end of the load) until each subscriber shows a transaction committed now."""
     marker, t0 = mark(b), time.monotonic()
     out: dict[str, float] = {}
@@ -484,8 +515,8 @@ def drain(b: Bench, loop: subprocess.Popen[bytes]) -> dict[str, float]:
         for name, conninfo in (("native", b.native), ("ours", b.sub)):
             if name not in out and heartbeat_seq(conninfo) >= marker:
                 out[name] = time.monotonic() - t0
-        if loop.poll() is not None:
-            raise BenchFailure(f"the agent loop ended early (exit {loop.returncode}); see {b.root / 'agent-loop.log'}")
+        if any(proc.poll() is not None for proc in agents):
+            raise BenchFailure(f"an agent of phase 3 ended early; see {b.root / 'agents.log'}")
         if time.monotonic() > deadline:
             raise BenchFailure("live lag: the subscribers did not catch up within 30 minutes of the load's end")
         time.sleep(POLL_SECONDS)
@@ -502,13 +533,15 @@ def add_lag_rows(
     b.rows.append(
         row("catch-up after the load stops (last transaction applied)", drained["native"], drained["ours"], "s")
     )
-    b.rows.append(row("peak RSS, agent loop (log reader + distribution)", None, peak, "MiB", compare=False))
+    b.rows.append(row("peak RSS, agents of phase 3 (log reader + distribution)", None, peak, "MiB", compare=False))
     b.extra["lag_samples"] = {k: len(v) for k, v in lags.items()}
     b.extra["agent_loop"] = agent_loop_mode()
 
 
 def agent_loop_mode() -> str:
-    return "continuous" if continuous_supported() else "loop of one-shot runs"
+    if continuous_supported():
+        return f"continuous (log reader and distribution side by side, --poll-interval {CONTINUOUS_POLL})"
+    return "loop of one-shot runs (log reader, then distribution)"
 
 
 def continuous_supported() -> bool:
@@ -608,6 +641,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"sandbox kept in {b.root}", flush=True)
         else:
             b.sb.destroy()
+            shutil.rmtree(b.root, ignore_errors=True)  # the snapshot folder, the topology file, the logs
     return status
 
 
