@@ -189,7 +189,7 @@ class Bench:
         self.extra: dict[str, Any] = {}
         self.stop_file = self.root / "agent-loop.stop"
 
-    def start(self) -> None:
+    def start(self, subscription_options: dict[str, Any]) -> None:
         from airflow_repl.engine.postgres.connections import to_uri
 
         self.sb.start()
@@ -205,7 +205,7 @@ class Bench:
         }
         os.environ.update({k: v for k, v in self.env.items() if k.startswith("AIRFLOW_CONN_BENCH_")})
         self.topology_file = self.root / "topology.yaml"
-        self.topology_file.write_text(topology_yaml(self.root / "snapshots"))
+        self.topology_file.write_text(topology_yaml(self.root / "snapshots", subscription_options))
         os.chmod(self.topology_file, 0o600)
 
     def pg_env(self, conninfo: str) -> dict[str, str]:
@@ -242,12 +242,14 @@ class Bench:
         return resolve_topology(topology.load(self.topology_file))
 
 
-def topology_yaml(snapshots: Path) -> str:
+def topology_yaml(snapshots: Path, subscription_options: dict[str, Any]) -> str:
+    """The benchmark's topology: the five tables with default article options, one subscription."""
     articles = "".join(f"      - table: public.{t}\n" for t in TABLES)
+    options = "".join(f"    {k}: {json.dumps(v)}\n" for k, v in subscription_options.items())
     return (
         "publisher: bench_pub\ndistributor: bench_dist\nsubscribers:\n  s: bench_sub\n"
         f"snapshot_folder: {snapshots}\npublications:\n  - name: bench\n    articles:\n{articles}"
-        "subscriptions:\n  - publication: bench\n    subscriber: s\n"
+        f"subscriptions:\n  - publication: bench\n    subscriber: s\n{options}"
     )
 
 
@@ -581,6 +583,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tps", type=int, default=1000, help="pgbench --rate of the live-lag phase (default 1000)")
     parser.add_argument("--lag-seconds", type=int, default=30, help="length of the live-lag phase (default 30)")
     parser.add_argument("--json", default=DEFAULT_JSON, help=f"where to write the results (default {DEFAULT_JSON})")
+    parser.add_argument("--bulk-apply", action="store_true", help="give our subscription bulk_apply: true")
     parser.add_argument("--keep", action="store_true", help="keep the sandbox (printed) instead of destroying it")
     parser.add_argument("--agent-loop", help=argparse.SUPPRESS)
     parser.add_argument("--stop-file", help=argparse.SUPPRESS)
@@ -605,7 +608,7 @@ def run_info(args: argparse.Namespace, b: Bench) -> dict[str, Any]:
             "postgresql": version,
             "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         },
-        "args": {k: getattr(args, k) for k in ("scale", "transactions", "tps", "lag_seconds")},
+        "args": {k: getattr(args, k) for k in ("scale", "transactions", "tps", "lag_seconds", "bulk_apply")},
         **b.extra,
     }
 
@@ -626,9 +629,13 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     try:
         b.extra["load_average_at_start"] = [round(x, 2) for x in os.getloadavg()]
-        b.start()
+        b.start({"bulk_apply": True} if args.bulk_apply else {})
         setup(b, args.scale)
-        print(f"setup done: scale {args.scale}, apply {b.extra['apply_seconds']} s", flush=True)
+        options = "bulk_apply: true" if args.bulk_apply else "defaults"
+        print(
+            f"setup done: scale {args.scale}, apply {b.extra['apply_seconds']} s; our subscription: {options}",
+            flush=True,
+        )
         phase_initial(b)
         phase_catchup(b, args.transactions)
         phase_lag(b, args.tps, args.lag_seconds)

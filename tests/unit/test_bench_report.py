@@ -78,6 +78,14 @@ def test_pgbench_tps_is_read_from_its_report(bench):
         bench.achieved_tps("pgbench: error: connection refused")
 
 
+def test_topology_has_every_table_and_the_subscription_options(bench):
+    text = bench.topology_yaml(Path("/tmp/snaps"), {"bulk_apply": True})
+    for table in bench.TABLES:
+        assert f"      - table: public.{table}\n" in text
+    assert text.endswith("  - publication: bench\n    subscriber: s\n    bulk_apply: true\n")
+    assert "snapshot_folder: /tmp/snaps\n" in text
+
+
 def test_bad_arguments_are_one_line_errors(bench, capsys):
     with pytest.raises(SystemExit) as exc:
         bench.parse_args(["--transactions", "0"])
