@@ -10,7 +10,8 @@ tables).  Then, for both, in the same run and one after the other (never at the 
    stopped: ``airflow-repl logreader`` then ``airflow-repl distribution`` against ``ENABLE``
    until the last transaction is applied;
 3. live lag under ``--tps`` pgbench transactions per second for ``--lag-seconds``: our agents run
-   in a loop as fast as they can while a heartbeat row is updated every 100 ms at the publisher;
+   side by side with ``--continuous`` when they have it, else in a loop of one-shot runs as fast
+   as they can, while a heartbeat row is updated every 100 ms at the publisher;
    the lag is the age of the heartbeat each subscriber shows, sampled every 200 ms.
 
 After each phase every table's checksum must match at the publisher, our subscriber and the native
