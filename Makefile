@@ -42,10 +42,17 @@ format: install
 	$(VENV)/bin/ruff check --fix $(LINT_PATHS)
 	$(VENV)/bin/ruff format $(LINT_PATHS)
 
+#: Arguments of benchmarks/native_compare.py (airflow-repl against PostgreSQL's native logical
+#: replication, docs/performance.md).  Its defaults (pgbench scale 10, 20k transactions, 1,000 tps for
+#: 30 s) take a few minutes; e.g. make bench BENCH_NATIVE="--scale 1 --transactions 2000 --lag-seconds 10"
+BENCH_NATIVE ?=
+
 bench: install
+	$(PY) benchmarks/native_compare.py $(BENCH_NATIVE)
 	$(PY) benchmarks/throughput.py
 	$(PY) benchmarks/streams.py
 	$(PY) benchmarks/queue_reader.py
+	$(PY) benchmarks/topology_scale.py
 
 sandbox-stop:
 	-$(VENV)/bin/airflow-repl sandbox stop

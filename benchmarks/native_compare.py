@@ -1,0 +1,657 @@
+"""airflow-repl against PostgreSQL's native logical replication, side by side in one run (``make bench``).
+
+Starts a private sandbox of three clusters: ``publisher`` (the pgbench database and our distribution
+database), ``subscriber`` (our subscriber) and ``native`` (a ``CREATE SUBSCRIPTION`` to the same
+tables).  Then, for both, in the same run and one after the other (never at the same time):
+
+1. initial sync: ``airflow-repl snapshot`` as a user runs it (a CLI subprocess, Spark start-up
+   included) against ``CREATE SUBSCRIPTION ... copy_data`` until every table is ready;
+2. catch-up of a backlog of ``--transactions`` pgbench transactions written while both were
+   stopped: ``airflow-repl logreader`` then ``airflow-repl distribution`` against ``ENABLE``
+   until the last transaction is applied;
+3. live lag under ``--tps`` pgbench transactions per second for ``--lag-seconds``: our agents run
+   side by side with ``--continuous`` when they have it, else in a loop of one-shot runs as fast
+   as they can, while a heartbeat row is updated every 100 ms at the publisher;
+   the lag is the age of the heartbeat each subscriber shows, sampled every 200 ms.
+
+After each phase every table's checksum must match at the publisher, our subscriber and the native
+subscriber, or the benchmark exits with 1 naming the table.  Prints ``phase | native |
+airflow-repl | ratio`` and writes the same as JSON (``--json``).  See docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+HEARTBEAT_SECONDS = 0.1
+SAMPLE_SECONDS = 0.2
+POLL_SECONDS = 0.05
+TABLES = ("pgbench_accounts", "pgbench_branches", "pgbench_tellers", "pgbench_history", "bench_heartbeat")
+KEYS = {
+    "pgbench_accounts": "aid",
+    "pgbench_branches": "bid",
+    "pgbench_tellers": "tid",
+    "pgbench_history": "id",
+    "bench_heartbeat": "id",
+}
+#: Phase 3 with continuous mode: both agents side by side, looking every CONTINUOUS_POLL seconds when idle.
+CONTINUOUS_AGENTS = ("logreader", "distribution")
+CONTINUOUS_POLL = 0.1
+DEFAULT_JSON = "benchmarks/results/native_compare.json"
+
+
+class BenchFailure(Exception):
+    """The benchmark cannot go on (a checksum differs, a phase never finishes)."""
+
+
+# ---------------------------------------------------------------------------- pure parts (unit-tested)
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """The ``p``-th percentile (0..100) by linear interpolation between closest ranks; None when empty."""
+    if not values:
+        return None
+    if not 0 <= p <= 100:
+        raise ValueError(f"percentile {p} is not between 0 and 100")
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * p / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def ratio(ours: float | None, native: float | None) -> float | None:
+    """ours / native (below 1.0: we are faster), None when either is missing or native is 0."""
+    if ours is None or native is None or native == 0:
+        return None
+    return ours / native
+
+
+def row(phase: str, native: float | None, ours: float | None, unit: str, compare: bool = True) -> dict[str, Any]:
+    """One line of the result table."""
+    return {
+        "phase": phase,
+        "unit": unit,
+        "native": native,
+        "airflow_repl": ours,
+        "ratio": ratio(ours, native) if compare else None,
+    }
+
+
+def _cell(value: float | None, unit: str) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.0f} {unit}" if unit == "MiB" else f"{value:.2f} {unit}"
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """The rows as a Markdown table: phase | native | airflow-repl | ratio (ours/native)."""
+    lines = ["| phase | native | airflow-repl | ratio (ours/native) |", "|---|---|---|---|"]
+    for r in rows:
+        rat = "—" if r["ratio"] is None else f"{r['ratio']:.2f}x"
+        lines.append(
+            f"| {r['phase']} | {_cell(r['native'], r['unit'])} | {_cell(r['airflow_repl'], r['unit'])} | {rat} |"
+        )
+    return "\n".join(lines)
+
+
+def results_json(rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
+    """The run's result file: when, where, with which arguments, and the rows."""
+    return json.dumps({**info, "rows": rows}, indent=2, default=str)
+
+
+def checksum_sql(table: str, key: str) -> Any:
+    """Row count and a digest of a whole table (the md5 of each row's text, in key order)."""
+    from psycopg import sql
+
+    return sql.SQL(
+        "SELECT count(*), md5(coalesce(string_agg(md5(t::text), '' ORDER BY t.{key}), '')) FROM public.{table} t"
+    ).format(key=sql.Identifier(key), table=sql.Identifier(table))
+
+
+# ---------------------------------------------------------------------------- processes and memory
+class PeakRss:
+    """Samples the resident memory of a process and all its descendants (the CLI's Python and the
+    Spark driver JVM it starts) every 100 ms; ``peak_mib`` is the largest sum seen."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.peak = pid, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> int:
+        import psutil
+
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return 0
+        total = 0
+        for proc in procs:
+            try:
+                total += proc.memory_info().rss
+            except psutil.Error:
+                pass
+        return total
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._sample())
+            self._stop.wait(0.1)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return self.peak / 2**20
+
+
+def run_measured(cmd: list[str], env: dict[str, str], what: str) -> tuple[float, float, str]:
+    """Run ``cmd``; returns (wall seconds, peak MiB of its process tree, stdout).  Fails naming ``what``."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rss = PeakRss(proc.pid)
+    out, err = proc.communicate()
+    seconds = time.monotonic() - t0
+    peak = rss.stop()
+    if proc.returncode != 0:
+        raise BenchFailure(f"{what} failed (exit {proc.returncode}): {err.strip()[-2000:]}")
+    return seconds, peak, out
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "airflow_repl.cli", *args]
+
+
+# ---------------------------------------------------------------------------- the bench environment
+class Bench:
+    """The sandbox, its databases, the topology file and the helpers every phase uses."""
+
+    def __init__(self, root: str) -> None:
+        from airflow_repl.sandbox import Sandbox
+
+        self.root = Path(root)
+        self.sb = Sandbox(self.root / "sandbox", clusters=("publisher", "subscriber", "native"))
+        self.rows: list[dict[str, Any]] = []
+        self.extra: dict[str, Any] = {}
+        self.stop_file = self.root / "agent-loop.stop"
+
+    def start(self, subscription_options: dict[str, Any]) -> None:
+        from airflow_repl.engine.postgres.connections import to_uri
+
+        self.sb.start()
+        self.pub = self.sb.create_database("publisher", "bench_pub", recreate=True)
+        self.dist = self.sb.create_database("publisher", "bench_dist", recreate=True)
+        self.sub = self.sb.create_database("subscriber", "bench_sub", recreate=True)
+        self.native = self.sb.create_database("native", "bench_native", recreate=True)
+        self.env = {
+            **os.environ,
+            "AIRFLOW_CONN_BENCH_PUB": to_uri(self.pub),
+            "AIRFLOW_CONN_BENCH_DIST": to_uri(self.dist),
+            "AIRFLOW_CONN_BENCH_SUB": to_uri(self.sub),
+        }
+        os.environ.update({k: v for k, v in self.env.items() if k.startswith("AIRFLOW_CONN_BENCH_")})
+        self.topology_file = self.root / "topology.yaml"
+        self.topology_file.write_text(topology_yaml(self.root / "snapshots", subscription_options))
+        os.chmod(self.topology_file, 0o600)
+
+    def pg_env(self, conninfo: str) -> dict[str, str]:
+        """libpq environment for a client program: the password never on a command line."""
+        from psycopg.conninfo import conninfo_to_dict
+
+        p = conninfo_to_dict(conninfo)
+        return {
+            **os.environ,
+            "PGHOST": str(p["host"]),
+            "PGPORT": str(p["port"]),
+            "PGUSER": str(p["user"]),
+            "PGPASSWORD": str(p["password"]),
+            "PGDATABASE": str(p["dbname"]),
+        }
+
+    def pg_tool(self, name: str, args: list[str], conninfo: str, stdin: str | None = None) -> str:
+        res = subprocess.run(
+            [str(self.sb.bindir / name), *args],
+            env=self.pg_env(conninfo),
+            input=stdin,
+            capture_output=True,
+            text=True,
+            cwd="/",
+        )
+        if res.returncode != 0:
+            raise BenchFailure(f"{name} {' '.join(args)} failed: {res.stderr.strip()[-2000:]}")
+        return res.stdout
+
+    def topology(self):
+        from airflow_repl.engine.model import topology
+        from airflow_repl.engine.postgres.connections import resolve_topology
+
+        return resolve_topology(topology.load(self.topology_file))
+
+
+def topology_yaml(snapshots: Path, subscription_options: dict[str, Any]) -> str:
+    """The benchmark's topology: the five tables with default article options, one subscription."""
+    articles = "".join(f"      - table: public.{t}\n" for t in TABLES)
+    options = "".join(f"    {k}: {json.dumps(v)}\n" for k, v in subscription_options.items())
+    return (
+        "publisher: bench_pub\ndistributor: bench_dist\nsubscribers:\n  s: bench_sub\n"
+        f"snapshot_folder: {snapshots}\npublications:\n  - name: bench\n    articles:\n{articles}"
+        f"subscriptions:\n  - publication: bench\n    subscriber: s\n{options}"
+    )
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout: float) -> float:
+    """Poll ``check`` every 50 ms; returns the monotonic time it first held."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise BenchFailure(f"{what}: not done after {timeout:.0f} s")
+        time.sleep(POLL_SECONDS)
+    return time.monotonic()
+
+
+def query_one(conninfo: str, query: str, params: Sequence[Any] = ()) -> Any:
+    import psycopg
+
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        return conn.execute(query, params).fetchone()
+
+
+def execute(conninfo: str, query: Any, params: Sequence[Any] = ()) -> None:
+    import psycopg
+
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(query, params)
+
+
+def heartbeat_seq(conninfo: str) -> int:
+    return int(query_one(conninfo, "SELECT seq FROM public.bench_heartbeat WHERE id = 1")[0])
+
+
+def mark(b: Bench) -> int:
+    """A last transaction at the publisher; a subscriber showing its seq has applied everything before it."""
+    return int(
+        query_one(b.pub, "UPDATE public.bench_heartbeat SET seq = seq + 1, at = clock_timestamp() RETURNING seq")[0]
+    )
+
+
+# ---------------------------------------------------------------------------- setup
+def setup(b: Bench, scale: int) -> None:
+    """pgbench tables (pgbench_history given a key) and a heartbeat table at the publisher; the same
+    schema at the native subscriber; a native publication; our topology applied."""
+    from psycopg import sql
+
+    b.pg_tool("pgbench", ["-i", "-q", "-s", str(scale)], b.pub)
+    execute(b.pub, "ALTER TABLE public.pgbench_history ADD COLUMN id bigserial PRIMARY KEY")
+    execute(
+        b.pub, "CREATE TABLE public.bench_heartbeat (id int PRIMARY KEY, seq bigint NOT NULL, at timestamptz NOT NULL)"
+    )
+    execute(b.pub, "INSERT INTO public.bench_heartbeat VALUES (1, 0, clock_timestamp())")
+    schema = b.pg_tool("pg_dump", ["--schema-only", "--no-owner", "--no-privileges"], b.pub)
+    b.pg_tool("psql", ["-q", "-v", "ON_ERROR_STOP=1"], b.native, stdin=schema)
+    tables = sql.SQL(", ").join(sql.Identifier("public", t) for t in TABLES)
+    execute(b.pub, sql.SQL("CREATE PUBLICATION native_pub FOR TABLE {}").format(tables))
+    seconds, _, _ = run_measured(cli("apply", "-t", str(b.topology_file)), b.env, "airflow-repl apply")
+    b.extra["apply_seconds"] = round(seconds, 2)
+    b.extra["accounts_rows"] = int(query_one(b.pub, "SELECT count(*) FROM public.pgbench_accounts")[0])
+
+
+def native_conninfo(b: Bench) -> str:
+    """The native subscription's connection to the publisher: the password in a passfile the
+    server user reads, not in the catalog or a statement."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    p = conninfo_to_dict(b.pub)
+    passfile = b.sb._pg_base() / ".bench-pgpass"
+    passfile.write_text(f"{p['host']}:{p['port']}:*:{p['user']}:{p['password']}\n")
+    os.chmod(passfile, 0o600)
+    b.sb._chown(passfile)
+    return make_conninfo(host=p["host"], port=p["port"], user=p["user"], dbname=p["dbname"], passfile=str(passfile))
+
+
+# ---------------------------------------------------------------------------- phases
+def native_ready(b: Bench) -> bool:
+    waiting, total = query_one(
+        b.native, "SELECT count(*) FILTER (WHERE srsubstate <> 'r'), count(*) FROM pg_catalog.pg_subscription_rel"
+    )
+    return waiting == 0 and total == len(TABLES)
+
+
+def phase_initial(b: Bench) -> None:
+    from psycopg import sql
+
+    rows = b.extra["accounts_rows"]
+    conninfo = native_conninfo(b)
+    t0 = time.monotonic()
+    execute(
+        b.native,
+        sql.SQL("CREATE SUBSCRIPTION native_sub CONNECTION {} PUBLICATION native_pub").format(sql.Literal(conninfo)),
+    )
+    native = wait_for(lambda: native_ready(b), "native initial sync", 3600) - t0
+    ours, peak, out = run_measured(
+        cli("snapshot", "-t", str(b.topology_file), "-p", "bench"), b.env, "airflow-repl snapshot"
+    )
+    summary = json.loads(out)
+    b.rows.append(row(f"initial sync, {rows:,} accounts rows (ours: CLI incl. Spark start)", native, ours, "s"))
+    b.rows.append(
+        row("initial sync: Snapshot Agent's own run (after Spark start)", None, summary["seconds"], "s", False)
+    )
+    b.rows.append(row("initial sync: of which reading the publisher", None, summary["read_seconds"], "s", False))
+    b.rows.append(row("peak RSS, snapshot (CLI + Spark driver JVM)", None, peak, "MiB", compare=False))
+    check_checksums(b, "initial sync")
+
+
+def pgbench_load(b: Bench, *args: str) -> float:
+    """pgbench's TPC-B-like transactions at the publisher, two clients; returns the tps it reports."""
+    return achieved_tps(b.pg_tool("pgbench", ["-n", "-c", "2", "-j", "2", *args], b.pub))
+
+
+def achieved_tps(pgbench_output: str) -> float:
+    """The ``tps = N`` figure of pgbench's report."""
+    found = re.search(r"^tps = ([0-9.]+)", pgbench_output, re.MULTILINE)
+    if found is None:
+        raise BenchFailure(f"pgbench printed no tps figure: {pgbench_output.strip()[-500:]}")
+    return float(found.group(1))
+
+
+def phase_catchup(b: Bench, transactions: int) -> None:
+    execute(b.native, "ALTER SUBSCRIPTION native_sub DISABLE")
+    wait_for(
+        lambda: query_one(b.native, "SELECT count(pid) FROM pg_catalog.pg_stat_subscription")[0] == 0,
+        "native apply worker stop",
+        60,
+    )
+    b.extra["catch_up_load_tps"] = pgbench_load(b, "-t", str(max(1, transactions // 2)))
+    marker = mark(b)
+    t0 = time.monotonic()
+    execute(b.native, "ALTER SUBSCRIPTION native_sub ENABLE")
+    native = wait_for(lambda: heartbeat_seq(b.native) >= marker, "native catch-up", 3600) - t0
+    topo = ["-t", str(b.topology_file), "-p", "bench"]
+    lr, lr_peak, out = run_measured(cli("logreader", *topo), b.env, "airflow-repl logreader")
+    di, di_peak, dout = run_measured(cli("distribution", *topo), b.env, "airflow-repl distribution")
+    if heartbeat_seq(b.sub) < marker:
+        raise BenchFailure(
+            "catch-up: our subscriber did not receive the last transaction in one log reader + distribution run"
+        )
+    changes = json.loads(out).get("commands")
+    label = f"catch-up of {2 * max(1, transactions // 2):,} pgbench transactions ({changes:,} row changes)"
+    b.rows.append(row(f"{label}: log reader", None, lr, "s", compare=False))
+    b.rows.append(row(f"{label}: distribution", None, di, "s", compare=False))
+    b.rows.append(row(f"{label}: total (log reader + distribution)", native, lr + di, "s"))
+    inside = json.loads(out)["seconds"] + sum(s["seconds"] for s in json.loads(dout)["subscriptions"])
+    b.rows.append(row("catch-up: both agents' own runs (without process start)", None, inside, "s", compare=False))
+    b.rows.append(row("peak RSS, log reader (CLI)", None, lr_peak, "MiB", compare=False))
+    b.rows.append(row("peak RSS, distribution (CLI)", None, di_peak, "MiB", compare=False))
+    check_checksums(b, "catch-up")
+
+
+def check_checksums(b: Bench, phase: str) -> None:
+    """Every table equal at the publisher, our subscriber and the native subscriber, or a failure naming it."""
+    from airflow_repl.engine.subscriber import validation
+
+    bad = [f"{r['article']} (airflow-repl)" for r in validation.compare(b.topology(), "bench", "s") if not r["match"]]
+    for table in TABLES:
+        query = checksum_sql(table, KEYS[table])
+        if query_one(b.pub, query) != query_one(b.native, query):
+            bad.append(f"{table} (native)")
+    if bad:
+        raise BenchFailure(f"after {phase}: checksums differ from the publisher's for {', '.join(bad)}")
+    b.extra.setdefault("checksums", {})[phase] = "every table matches"
+    print(f"[{phase}] checksums: every table matches at the publisher, airflow-repl and native", flush=True)
+
+
+class Ticker:
+    """Runs ``work`` on its own connection every ``every`` seconds until stopped."""
+
+    def __init__(self, conninfo: str, every: float, work: Callable[[Any], None]) -> None:
+        self.conninfo, self.every, self.work = conninfo, every, work
+        self._stop = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        import psycopg
+
+        try:
+            with psycopg.connect(self.conninfo, autocommit=True) as conn:
+                while not self._stop.wait(self.every):
+                    self.work(conn)
+        except BaseException as exc:  # reported by stop()
+            self.error = exc
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        if self.error is not None:
+            raise BenchFailure(f"background connection failed: {self.error}")
+
+
+def lag_sampler(conninfo: str, samples: list[float]) -> Ticker:
+    """Every 200 ms, the age of the heartbeat the subscriber shows (same machine, same clock)."""
+
+    def sample(conn: Any) -> None:
+        (age,) = conn.execute(
+            "SELECT extract(epoch FROM clock_timestamp() - at)::float8 FROM public.bench_heartbeat WHERE id = 1"
+        ).fetchone()
+        samples.append(age)
+
+    return Ticker(conninfo, SAMPLE_SECONDS, sample)
+
+
+def start_agents(b: Bench) -> list[subprocess.Popen[bytes]]:
+    """Our side of phase 3: the Log Reader and the Distribution Agent side by side with
+    ``--continuous`` when the agents have it, else one child process looping one-shot runs."""
+    log = (b.root / "agents.log").open("w")
+    if continuous_supported():
+        options = ["--continuous", "--poll-interval", str(CONTINUOUS_POLL), "--max-run-seconds", "86400"]
+        commands = [cli(agent, "-t", str(b.topology_file), "-p", "bench", *options) for agent in CONTINUOUS_AGENTS]
+    else:
+        loop = [sys.executable, __file__, "--agent-loop", str(b.topology_file), "--stop-file", str(b.stop_file)]
+        commands = [loop]
+    return [subprocess.Popen(c, env=b.env, stdout=log, stderr=subprocess.STDOUT) for c in commands]
+
+
+def stop_agents(b: Bench, agents: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM ends a continuous run cleanly; the loop child ends at its stop file."""
+    b.stop_file.touch()
+    continuous = len(agents) > 1
+    for proc in agents:
+        if continuous:
+            proc.send_signal(signal.SIGTERM)
+    for proc in agents:
+        if proc.wait(timeout=600) != 0:
+            raise BenchFailure(f"an agent of phase 3 failed (exit {proc.returncode}); see {b.root / 'agents.log'}")
+
+
+def phase_lag(b: Bench, tps: int, seconds: int) -> None:
+    agents = start_agents(b)
+    rss = [PeakRss(proc.pid) for proc in agents]
+    try:
+        drain(b, agents)  # both subscribers live (our agents started and caught up) before the load
+        lags, drained = live_load(b, agents, tps, seconds)
+    finally:
+        stop_agents(b, agents)
+    add_lag_rows(b, tps, seconds, lags, drained, sum(r.stop() for r in rss))
+    check_checksums(b, "live lag")
+
+
+def live_load(
+    b: Bench, agents: list[subprocess.Popen[bytes]], tps: int, seconds: int
+) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """pgbench at ``tps`` for ``seconds`` with the heartbeat and the lag samplers; then the drain."""
+    beat = Ticker(
+        b.pub,
+        HEARTBEAT_SECONDS,
+        lambda c: c.execute("UPDATE public.bench_heartbeat SET seq = seq + 1, at = clock_timestamp() WHERE id = 1"),
+    )
+    lags: dict[str, list[float]] = {"native": [], "ours": []}
+    samplers = [lag_sampler(b.native, lags["native"]), lag_sampler(b.sub, lags["ours"])]
+    try:
+        b.extra["live_load_tps"] = pgbench_load(b, "--rate", str(tps), "-T", str(seconds))
+    finally:
+        for ticker in (*samplers, beat):
+            ticker.stop()
+    return lags, drain(b, agents)
+
+
+def drain(b: Bench, agents: list[subprocess.Popen[bytes]]) -> dict[str, float]:
+    """Seconds from now (the end of the load) until each subscriber shows a transaction committed now."""
+    marker, t0 = mark(b), time.monotonic()
+    out: dict[str, float] = {}
+    deadline = time.monotonic() + 1800
+    while len(out) < 2:
+        for name, conninfo in (("native", b.native), ("ours", b.sub)):
+            if name not in out and heartbeat_seq(conninfo) >= marker:
+                out[name] = time.monotonic() - t0
+        if any(proc.poll() is not None for proc in agents):
+            raise BenchFailure(f"an agent of phase 3 ended early; see {b.root / 'agents.log'}")
+        if time.monotonic() > deadline:
+            raise BenchFailure("live lag: the subscribers did not catch up within 30 minutes of the load's end")
+        time.sleep(POLL_SECONDS)
+    return out
+
+
+def add_lag_rows(
+    b: Bench, tps: int, seconds: int, lags: dict[str, list[float]], drained: dict[str, float], peak: float
+) -> None:
+    label = f"live lag at {tps:,} pgbench tps (achieved {b.extra['live_load_tps']:,.0f}) for {seconds} s"
+    for p in (50, 95):
+        b.rows.append(row(f"{label}: p{p}", percentile(lags["native"], p), percentile(lags["ours"], p), "s"))
+    b.rows.append(row(f"{label}: max", max(lags["native"], default=None), max(lags["ours"], default=None), "s"))
+    b.rows.append(
+        row("catch-up after the load stops (last transaction applied)", drained["native"], drained["ours"], "s")
+    )
+    b.rows.append(row("peak RSS, agents of phase 3 (log reader + distribution)", None, peak, "MiB", compare=False))
+    b.extra["lag_samples"] = {k: len(v) for k, v in lags.items()}
+    b.extra["agent_loop"] = agent_loop_mode()
+
+
+def agent_loop_mode() -> str:
+    if continuous_supported():
+        return f"continuous (log reader and distribution side by side, --poll-interval {CONTINUOUS_POLL})"
+    return "loop of one-shot runs (log reader, then distribution)"
+
+
+def continuous_supported() -> bool:
+    import inspect
+
+    from airflow_repl.engine.agents import distribution_agent, log_reader_agent
+
+    return all(
+        "continuous" in inspect.signature(f).parameters
+        for f in (log_reader_agent.run_log_reader, distribution_agent.run_distribution)
+    )
+
+
+def agent_loop(topology_file: str, stop_file: str) -> int:
+    """Child process of phase 3: Log Reader then Distribution, over and over, until the stop file exists."""
+    from airflow_repl.engine.model import topology
+    from airflow_repl.engine.postgres.connections import resolve_topology
+    from airflow_repl.jobs.agent_job import run_agent
+
+    topo = resolve_topology(topology.load(topology_file))
+    rounds = 0
+    while not Path(stop_file).exists():
+        read = run_agent("logreader", topo, "bench")
+        delivered = run_agent("distribution", topo, "bench")
+        rounds += 1
+        if not read.get("commands") and not delivered.get("commands"):
+            time.sleep(POLL_SECONDS)  # idle: do not spin on the servers
+    print(json.dumps({"rounds": rounds}), flush=True)
+    return 0
+
+
+# ---------------------------------------------------------------------------- main
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--scale", type=int, default=10, help="pgbench -i scale of the initial sync (default 10)")
+    parser.add_argument("--transactions", type=int, default=20_000, help="pgbench backlog to catch up (default 20000)")
+    parser.add_argument("--tps", type=int, default=1000, help="pgbench --rate of the live-lag phase (default 1000)")
+    parser.add_argument("--lag-seconds", type=int, default=30, help="length of the live-lag phase (default 30)")
+    parser.add_argument("--json", default=DEFAULT_JSON, help=f"where to write the results (default {DEFAULT_JSON})")
+    parser.add_argument("--bulk-apply", action="store_true", help="give our subscription bulk_apply: true")
+    parser.add_argument("--keep", action="store_true", help="keep the sandbox (printed) instead of destroying it")
+    parser.add_argument("--agent-loop", help=argparse.SUPPRESS)
+    parser.add_argument("--stop-file", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    for name in ("scale", "transactions", "tps", "lag_seconds"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    return args
+
+
+def run_info(args: argparse.Namespace, b: Bench) -> dict[str, Any]:
+    import psutil
+
+    version = b.pg_tool("pgbench", ["--version"], b.pub).strip() if hasattr(b, "pub") else None
+    return {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {
+            "host": platform.node(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+            "postgresql": version,
+            "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+        },
+        "args": {k: getattr(args, k) for k in ("scale", "transactions", "tps", "lag_seconds", "bulk_apply")},
+        **b.extra,
+    }
+
+
+def report(args: argparse.Namespace, b: Bench) -> None:
+    print(format_table(b.rows), flush=True)
+    path = Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(results_json(b.rows, run_info(args, b)) + "\n")
+    print(f"results written to {path}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.agent_loop:
+        return agent_loop(args.agent_loop, args.stop_file)
+    b = Bench(tempfile.mkdtemp(prefix="airflow-repl-native-"))
+    status = 0
+    try:
+        b.extra["load_average_at_start"] = [round(x, 2) for x in os.getloadavg()]
+        b.start({"bulk_apply": True} if args.bulk_apply else {})
+        setup(b, args.scale)
+        options = "bulk_apply: true" if args.bulk_apply else "defaults"
+        print(
+            f"setup done: scale {args.scale}, apply {b.extra['apply_seconds']} s; our subscription: {options}",
+            flush=True,
+        )
+        phase_initial(b)
+        phase_catchup(b, args.transactions)
+        phase_lag(b, args.tps, args.lag_seconds)
+    except BenchFailure as exc:
+        print(f"native_compare: error: {exc}", file=sys.stderr, flush=True)
+        status = 1
+    finally:
+        report(args, b)
+        if args.keep:
+            print(f"sandbox kept in {b.root}", flush=True)
+        else:
+            b.sb.destroy()
+            shutil.rmtree(b.root, ignore_errors=True)  # the snapshot folder, the topology file, the logs
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
