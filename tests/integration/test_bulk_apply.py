@@ -17,6 +17,7 @@ TABLES = {
     "b_mcall": {"upd_cmd": "MCALL"},
     "b_xcall": {"upd_cmd": "XCALL", "del_cmd": "XCALL"},
     "b_sql": {"ins_cmd": "SQL", "upd_cmd": "SQL", "del_cmd": "SQL"},
+    "b_multi": {"updates_as_delete_insert": "multi_row_key_changes"},
 }
 
 
@@ -56,6 +57,9 @@ def test_net_change_gives_the_rows_command_by_command_gives(env, spark):
         for base in (10, 40, 70):
             for t in TABLES:
                 _workload(conn, t, base)
+            conn.commit()
+        for t in TABLES:  # a transaction's only change of the article, a key change (kept as one UPDATE here)
+            conn.execute(f"UPDATE {t} SET id = 99999, qty = -1 WHERE id = 150")
             conn.commit()
     read, delivered = cycle(topo)
     assert delivered["net_batches"] >= 1 and delivered["transactions"] == read["transactions"]

@@ -78,3 +78,8 @@ def test_custom_procedures_and_none_are_not_covered():
     assert bulk_apply.eligible(_article(update="SQL", insert="SQL", delete="SQL"))
     assert not bulk_apply.eligible(_article(update="CALL my_proc"))
     assert not bulk_apply.eligible(_article(delete="NONE"))
+
+
+def test_a_key_change_kept_as_one_update_leaves_one_key_for_the_other():
+    moved = Command(UPDATE, "t", old=["1", "a", "b"], new=["2", "a", "b"])
+    assert _net(moved) == {("1",): (True, None, True, []), ("2",): (False, ["2", "a", "b"], False, [])}

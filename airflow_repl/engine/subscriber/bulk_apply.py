@@ -80,7 +80,13 @@ def net_changes(commands: Sequence[Command], articles: dict[str, ResolvedArticle
         keys = out.setdefault(cmd.article, {})
         image = cmd.new if cmd.op == INSERT else cmd.old
         assert image is not None
-        _step(keys, tuple(image[i] for i in art.pk_positions), cmd)
+        key = tuple(image[i] for i in art.pk_positions)
+        if cmd.op == UPDATE and cmd.new is not None and (moved := tuple(cmd.new[i] for i in art.pk_positions)) != key:
+            # a key change kept as one UPDATE (multi_row_key_changes): the row leaves one key for another
+            _step(keys, key, Command(DELETE, cmd.article, old=cmd.old))
+            _step(keys, moved, Command(INSERT, cmd.article, new=cmd.new))
+            continue
+        _step(keys, key, cmd)
     return out
 
 
