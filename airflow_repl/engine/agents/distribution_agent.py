@@ -249,7 +249,7 @@ class _Delivery:
     def _fast_path(self, dist: psycopg.Connection, applier: Applier, batch: _Batch) -> bool:
         """Plan, apply and commit the batch with the watermark, and record it; False when it
         failed (everything is still to roll back: the caller replays it)."""
-        if self.settings.bulk and self._net_change(dist, applier, batch):
+        if self.settings.bulk and batch.commands <= bulk_apply.MAX_COMMANDS and self._net_change(dist, applier, batch):
             return True
         rows = distdb.batch_commands(dist, self.publication, batch.first, batch.last)
         try:

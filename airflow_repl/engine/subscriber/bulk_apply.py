@@ -37,6 +37,10 @@ from airflow_repl.engine.articles.commands import DELETE, INSERT, UPDATE, Comman
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.model.propagation import CallSyntax, Method, Operation
 
+#: A batch larger than this (one huge transaction) is applied command by command, streamed:
+#: net change holds the batch's commands in memory.
+MAX_COMMANDS = 200_000
+
 #: A row's primary-key values (text), as the commands carry them.
 Key = tuple[str | None, ...]
 
