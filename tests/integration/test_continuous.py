@@ -14,9 +14,12 @@ import time
 from typing import Any
 
 import psycopg
+import pytest
 from test_agents import RUNNER, _spec_file, assert_in_sync, count_applied_rows, snapshotted_items
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent
+from airflow_repl.engine.errors import ReplError
+from airflow_repl.operators.agents import DistributionAgentOperator, LogReaderAgentOperator
 
 POLL = 0.2
 
@@ -127,3 +130,16 @@ def test_sigterm_ends_a_continuous_distribution_cleanly_and_a_restart_resumes(en
     assert rest["transactions"] == 200 - partial and state() == 200
     assert env.rows(env.sub, "SELECT count(*) FROM applied")[0][0] == 5000
     assert_in_sync(topo)
+
+
+def test_operators_pass_continuous_options_to_the_job_and_refuse_bad_ones():
+    common = {"topology": "t.yaml", "publication": "p"}
+    reader = LogReaderAgentOperator(task_id="r", continuous=True, poll_interval=0.5, max_run_seconds=600, **common)
+    assert reader._extra_args() == ["--continuous", "--poll-interval", "0.5", "--max-run-seconds", "600"]
+    assert LogReaderAgentOperator(task_id="once", **common)._extra_args() == []
+    dist = DistributionAgentOperator(task_id="d", continuous=True, **common)
+    assert dist._extra_args() == ["--continuous"]
+    with pytest.raises(ReplError, match="cannot be combined"):
+        DistributionAgentOperator(task_id="d2", continuous=True, until="{{ data_interval_end }}", **common)
+    with pytest.raises(ReplError, match=r"poll_interval \(--poll-interval\) -1 is not a positive number"):
+        LogReaderAgentOperator(task_id="r2", continuous=True, poll_interval=-1, **common)
