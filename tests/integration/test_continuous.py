@@ -143,3 +143,17 @@ def test_operators_pass_continuous_options_to_the_job_and_refuse_bad_ones():
         DistributionAgentOperator(task_id="d2", continuous=True, until="{{ data_interval_end }}", **common)
     with pytest.raises(ReplError, match=r"poll_interval \(--poll-interval\) -1 is not a positive number"):
         LogReaderAgentOperator(task_id="r2", continuous=True, poll_interval=-1, **common)
+
+
+def test_the_example_dag_runs_both_agents_continuously_side_by_side(monkeypatch):
+    from airflow_repl import demo
+
+    monkeypatch.syspath_prepend(str(demo.DAGS))  # the DAGs import repl_common, as in Airflow's dags folder
+    dag = demo.load_dag("repl_continuous.py")
+    assert dag.dag_id == "airflow_repl_continuous" and dag.max_active_runs == 1
+    assert type(dag.timetable).__name__ == "ContinuousTimetable"  # schedule="@continuous"
+    tasks = {t.task_id: t for t in dag.tasks}
+    assert set(tasks) == {"log_reader", "distribution"}
+    for task in tasks.values():
+        assert not task.upstream_task_ids  # parallel, not one after the other
+        assert task._extra_args() == ["--continuous", "--poll-interval", "1.0", "--max-run-seconds", "600"]
