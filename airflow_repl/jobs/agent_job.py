@@ -272,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         topo = _read_spec(args.spec)
+        if args.continuous:
+            continuous_mode.stop_when_orphaned()  # spark-submit's JVM stopped: end cleanly, not orphaned
         result = run_agent(
             args.agent,
             topo,
@@ -288,7 +290,10 @@ def main(argv: list[str] | None = None) -> int:
         code = outcome["exit_code"]
         print(f"airflow-repl: error: {outcome['message']}", file=sys.stderr)
     if args.result:
-        write_result(args.result, outcome)
+        try:
+            write_result(args.result, outcome)
+        except OSError as exc:  # e.g. a continuous run stopped by Airflow, whose task removed the folder
+            log.warning("could not write the result file %s: %s", args.result, exc)
     return code
 
 

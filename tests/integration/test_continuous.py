@@ -6,11 +6,13 @@ SIGTERM, and a restart resumes with nothing lost or doubled.  No timing goal is 
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -19,6 +21,7 @@ from test_agents import RUNNER, _spec_file, assert_in_sync, count_applied_rows, 
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent
 from airflow_repl.engine.errors import ReplError
+from airflow_repl.jobs import agent_job
 from airflow_repl.operators.agents import DistributionAgentOperator, LogReaderAgentOperator
 
 POLL = 0.2
@@ -157,3 +160,23 @@ def test_the_example_dag_runs_both_agents_continuously_side_by_side(monkeypatch)
     for task in tasks.values():
         assert not task.upstream_task_ids  # parallel, not one after the other
         assert task._extra_args() == ["--continuous", "--poll-interval", "1.0", "--max-run-seconds", "600"]
+
+
+def test_a_continuous_job_whose_parent_is_killed_ends_cleanly_and_writes_its_summary(env, spark, tmp_path):
+    """Airflow stops a task by killing spark-submit, whose Python driver would be left running:
+    the job notices that its parent went away and ends like on SIGTERM."""
+    topo = snapshotted_items(env, spark, 100)
+    job = str(Path(agent_job.__file__).resolve())
+    result = tmp_path / "result.json"
+    argv = [sys.executable, job, "logreader", "--spec", _spec_file(topo, tmp_path), "--result", str(result)]
+    argv += ["--publication", "p", "--continuous", "--poll-interval", str(POLL), "--max-run-seconds", "120"]
+    parent = subprocess.Popen(["bash", "-c", f"{shlex.join(argv)} & wait"])  # stands in for spark-submit's JVM
+    _write(env.pub, 0, 5)
+    stored = lambda: env.rows(env.dist, "SELECT count(*) FROM airflow_repl.transactions")[0][0] >= 5  # noqa: E731
+    assert _wait_for(stored, 60) is not None
+    parent.kill()
+    parent.wait()
+    assert _wait_for(result.exists, 30) is not None, "the orphaned job did not end"
+    outcome = json.loads(result.read_text())
+    assert outcome["status"] == "succeeded" and outcome["transactions"] == 5
+    assert outcome["continuous"]["ended_by"] == "parent process gone"

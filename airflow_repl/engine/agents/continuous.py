@@ -3,10 +3,14 @@
 A continuous run is one agent run (one lock, one ``agent_history`` row) whose loop does not end
 when nothing is pending: it sleeps ``poll_interval`` seconds and looks again.  It ends cleanly,
 with the ordinary success summary, when ``max_run_seconds`` have passed (so that Airflow can start
-the next run) or when the process receives SIGTERM (how Airflow stops a task): the batch being
-applied is finished and committed first, and no new one is started.  The agents' guarantees are
+the next run), when the process receives SIGTERM (how Airflow stops a task) or, in a spark-submit
+driver, when its parent process goes away (Airflow's ``on_kill`` kills spark-submit): the batch
+being applied is finished and committed first, and no new one is started.  The agents' guarantees are
 untouched: this module only decides whether the loop takes another turn, between batches, where
 everything is committed.
+
+A continuous run ends its summary with ``continuous``: the options, the rounds that found
+nothing pending, and ``ended_by`` (``max_run_seconds``, ``SIGTERM`` or ``parent process gone``).
 
 Owns the options (:func:`options`, checked: one clear line for a bad value; their command-line
 form, :func:`add_arguments`, and which agents take them, :func:`check_request`), the clock and the
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import threading
 import time
@@ -37,6 +42,19 @@ MAX_RUN_SECONDS = 3600.0
 #: At most one progress log line and history update this often (seconds).
 PROGRESS_EVERY = 5.0
 _SLICE = 0.2  # a sleep is cut into slices this long, so that SIGTERM ends it promptly
+#: The parent process a continuous run watches (see stop_when_orphaned); empty: none.
+_watched_parent: list[int] = []
+
+
+def stop_when_orphaned() -> None:
+    """End this process's continuous runs cleanly, like SIGTERM, when its parent process goes
+    away.  spark-submit runs the Python driver as a child of its JVM, and stopping the JVM
+    (Airflow's ``on_kill`` kills spark-submit) leaves that child running; the job calls this."""
+    _watched_parent[:] = [os.getppid()]
+
+
+def _orphaned() -> bool:
+    return bool(_watched_parent) and os.getppid() != _watched_parent[0]
 
 
 @dataclass(frozen=True)
@@ -182,6 +200,8 @@ class Loop:
         assert self.opts is not None
         if self._signalled:
             self.ended_by = "SIGTERM"
+        elif _orphaned():
+            self.ended_by = "parent process gone"
         elif time.monotonic() - self.started >= self.opts.max_run_seconds:
             self.ended_by = "max_run_seconds"
         return self.ended_by is not None
@@ -189,7 +209,7 @@ class Loop:
     def _sleep(self, seconds: float) -> None:
         assert self.opts is not None
         until = min(time.monotonic() + seconds, self.started + self.opts.max_run_seconds)
-        while not self._signalled and (left := until - time.monotonic()) > 0:
+        while not self._signalled and not _orphaned() and (left := until - time.monotonic()) > 0:
             time.sleep(min(left, _SLICE))
 
     def _report(self) -> None:
