@@ -21,6 +21,7 @@ from test_agents import RUNNER, _spec_file, assert_in_sync, count_applied_rows, 
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent
 from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.provisioning.schema_change import schema_change
 from airflow_repl.jobs import agent_job
 from airflow_repl.operators.agents import DistributionAgentOperator, LogReaderAgentOperator
 
@@ -63,7 +64,7 @@ def _wait_for(condition: Any, timeout: float) -> float | None:
     return None
 
 
-def test_continuous_agents_follow_a_writer_and_end_cleanly_at_max_run_seconds(env, spark):
+def test_continuous_agents_follow_a_writer_and_a_schema_change_and_end_cleanly_at_max_run_seconds(env, spark):
     topo = snapshotted_items(env, spark, 1000)
     count_applied_rows(env)
     runs = 10.0
@@ -89,6 +90,8 @@ def test_continuous_agents_follow_a_writer_and_end_cleanly_at_max_run_seconds(en
         assert lag is not None, f"wave {wave} did not arrive ({reader.error!r}, {dist.error!r})"
         assert reader.is_alive() and dist.is_alive()
         lags.append(lag)
+        if wave == 0:  # a schema change arrives in order too, and the runs go on with the new columns
+            schema_change(topo, "p", "ALTER TABLE items ADD COLUMN extra text DEFAULT 'e'")
     print(f"continuous lag after each wave's last commit: {[round(x, 2) for x in lags]} s")
     reader.join(runs + 30)
     dist.join(runs + 30)
@@ -96,14 +99,16 @@ def test_continuous_agents_follow_a_writer_and_end_cleanly_at_max_run_seconds(en
     assert reader.summary and dist.summary
     for summary in (reader.summary, dist.summary):
         assert summary["continuous"]["ended_by"] == "max_run_seconds"
-        assert summary["transactions"] == 300 and summary["commands"] == 600
+        assert (summary["transactions"], summary["commands"]) == (301, 601)  # 300 writes and the schema change
+    assert dist.summary["schema_changes"] == 1
     assert env.rows(env.sub, "SELECT count(*) FROM applied")[0][0] == 600
+    assert env.rows(env.sub, "SELECT count(*) FROM items WHERE extra = 'e'")[0][0] == 1300  # the new column arrived
     history = env.rows(
         env.dist,
         "SELECT agent, status, transactions FROM airflow_repl.agent_history "
         "WHERE agent IN ('logreader', 'distribution') AND started_at > now() - interval '5 minutes' ORDER BY agent",
     )
-    assert history == [("distribution", "succeeded", 300), ("logreader", "succeeded", 300)]
+    assert history == [("distribution", "succeeded", 301), ("logreader", "succeeded", 301)]
     assert_in_sync(topo)
 
 

@@ -10,7 +10,8 @@ untouched: this module only decides whether the loop takes another turn, between
 everything is committed.
 
 A continuous run ends its summary with ``continuous``: the options, the rounds that found
-nothing pending, and ``ended_by`` (``max_run_seconds``, ``SIGTERM`` or ``parent process gone``).
+nothing pending, and ``ended_by`` (``max_run_seconds``, ``SIGTERM``, ``parent process gone`` or
+the agent's own reason, :attr:`Loop.check`).
 
 Owns the options (:func:`options`, checked: one clear line for a bad value; their command-line
 form, :func:`add_arguments`, and which agents take them, :func:`check_request`), the clock and the
@@ -26,6 +27,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -151,7 +153,10 @@ class Loop:
         self._signalled = False
         self._previous: Any = None
         self._reported = (0, 0)
-        self._last_report = self.started
+        self._last_report = self._last_check = self.started
+        #: the agent's own reason to end (None: go on), asked when idle and at most every
+        #: PROGRESS_EVERY seconds between batches, e.g. article definitions that changed
+        self.check: Callable[[], str | None] | None = None
 
     def __enter__(self) -> Loop:
         if self.opts is not None and threading.current_thread() is threading.main_thread():
@@ -171,7 +176,7 @@ class Loop:
         if self.opts is None:
             return True
         self._report()
-        return not self._should_end()
+        return not self._should_end(time.monotonic() - self._last_check >= PROGRESS_EVERY)
 
     def idle(self, worked: bool = False) -> bool:
         """Nothing pending: an ordinary run ends (False); a continuous one sleeps
@@ -183,7 +188,7 @@ class Loop:
         self._report()
         if not worked:
             self._sleep(self.opts.poll_interval)
-        return not self._should_end()
+        return not self._should_end(True)
 
     def summary(self, totals: dict[str, Any]) -> dict[str, Any]:
         """The summary of a continuous run: ``totals`` with how the run ended."""
@@ -196,7 +201,7 @@ class Loop:
             }
         return totals
 
-    def _should_end(self) -> bool:
+    def _should_end(self, check: bool) -> bool:
         assert self.opts is not None
         if self._signalled:
             self.ended_by = "SIGTERM"
@@ -204,6 +209,9 @@ class Loop:
             self.ended_by = "parent process gone"
         elif time.monotonic() - self.started >= self.opts.max_run_seconds:
             self.ended_by = "max_run_seconds"
+        elif check and self.check is not None:
+            self._last_check = time.monotonic()
+            self.ended_by = self.check()
         return self.ended_by is not None
 
     def _sleep(self, seconds: float) -> None:

@@ -214,6 +214,18 @@ class _Delivery:
             if not loop.go_on():  # between batches: everything is committed
                 return
 
+    def definitions_changed(self, dist: psycopg.Connection, applier: Applier) -> str | None:
+        """Between batches of a continuous run: why it must end because the subscriber's article
+        definitions are no longer those it applies with (the subscription was reinitialized
+        meanwhile; the next run starts from the new ones), or None."""
+        has = subscriber_state.articles_hash(self.streams.first, self.publication)
+        self.streams.first.rollback()
+        has = has or distdb.subscription_articles_hash(dist, self.publication, self.subscriber)
+        dist.commit()
+        if has is None or has == definition_hash(list(applier.articles.values())):
+            return None
+        return "article definitions changed"
+
     def _catch_up_record(self, dist: psycopg.Connection) -> None:
         """A run that stopped between a subscriber commit and its record at the distributor left
         the record behind the watermark: bring it, and the tracer tokens up to it, there."""
@@ -450,6 +462,7 @@ def run_distribution(
         run.counts = run.details = delivery.totals
         run.step = "delivery"
         with continuous_mode.Loop(opts, run, delivery.totals) as loop:
+            loop.check = lambda: delivery.definitions_changed(dist, applier)
             delivery.run(dist, run_id, applier, loop)
         totals = _succeed(run, delivery, loop)
     return totals

@@ -261,6 +261,12 @@ class _LogReader:
         self.pub.commit()
         self.totals["read_upto_lsn"] = self.upto
 
+    def reload_articles(self) -> None:
+        """The publication's article definitions as stored now (between rounds of a continuous
+        run; the schema changes this run read are stored with their batches)."""
+        self.articles = relation_articles(distdb.load_articles(self.dist, self.publication))
+        self.dist.commit()
+
     def read_batch(self, batch_changes: int) -> _Batch:
         """Peek at the slot and decode up to ``batch_changes`` rows into the writer."""
         batch = _Batch(self.totals["batches"] + 1)
@@ -437,6 +443,7 @@ def _read_loop(reader: _LogReader, loop: continuous_mode.Loop, batch_changes: in
             reader.advance_idle_slot()
             if not loop.idle(worked):
                 return
+            reader.reload_articles()  # as the next ordinary run would: an 'apply' meanwhile counts
             reader.new_bound()
             worked = False
             continue
