@@ -123,6 +123,13 @@ def _deliver_in_parallel(
     spark = spark or spark_session(f"airflow-repl-distribution-{req.publication}")
     spec, publication, until = req.topology.to_dict(with_secrets=True), req.publication, req.until
     continuous = req.continuous
+    slots = spark.sparkContext.defaultParallelism
+    if continuous and continuous.get("continuous") and len(names) > slots:
+        raise ReplError(
+            f"continuous delivery of publication {publication!r} to {len(names)} subscribers needs {len(names)} "
+            f"Spark tasks at once, and the application has {slots} task slots: give it more cores (e.g. local[{len(names)}] "
+            f"or spark.cores.max) or run one Distribution Agent per group of subscribers (--subscriber)"
+        )
     try:
         rdd = spark.sparkContext.parallelize(names, len(names))
         return spark, rdd.map(lambda n: _deliver_one(spec, publication, n, until, continuous)).collect()

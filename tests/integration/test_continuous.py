@@ -21,8 +21,10 @@ from test_agents import RUNNER, _spec_file, assert_in_sync, count_applied_rows, 
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent
 from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.model.topology import from_dict
 from airflow_repl.engine.provisioning.schema_change import schema_change
 from airflow_repl.jobs import agent_job
+from airflow_repl.jobs.agent_job import run_agent
 from airflow_repl.operators.agents import DistributionAgentOperator, LogReaderAgentOperator
 
 POLL = 0.2
@@ -185,3 +187,20 @@ def test_a_continuous_job_whose_parent_is_killed_ends_cleanly_and_writes_its_sum
     outcome = json.loads(result.read_text())
     assert outcome["status"] == "succeeded" and outcome["transactions"] == 5
     assert outcome["continuous"]["ended_by"] == "parent process gone"
+
+
+def test_continuous_delivery_to_more_subscribers_than_task_slots_is_refused(spark):
+    """Each subscriber's continuous delivery holds a Spark task for the whole run: with more
+    subscribers than slots (local[2] here) some would wait for a whole window."""
+    subscribers = {f"s{i}": f"postgresql://nowhere.invalid/s{i}" for i in range(3)}
+    topo = from_dict(
+        {
+            "publisher": "postgresql://nowhere.invalid/pub",
+            "distributor": "postgresql://nowhere.invalid/dist",
+            "subscribers": subscribers,
+            "publications": [{"name": "p", "articles": [{"table": "public.t"}]}],
+            "subscriptions": [{"publication": "p", "subscriber": s} for s in subscribers],
+        }
+    )
+    with pytest.raises(ReplError, match=r"to 3 subscribers needs 3 Spark tasks at once, and the application has 2"):
+        run_agent("distribution", topo, "p", spark=spark, continuous={"continuous": True})
