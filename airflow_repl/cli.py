@@ -13,6 +13,7 @@ import sys
 import traceback
 from typing import Any, NoReturn
 
+from airflow_repl.engine.agents import continuous as continuous_mode
 from airflow_repl.engine.agents.lifecycle import as_engine_error
 from airflow_repl.engine.codegen import procedures, tsql_script
 from airflow_repl.engine.errors import INTERNAL_EXIT_CODE, ReplError
@@ -53,6 +54,8 @@ def _cmd_agent(args: argparse.Namespace) -> dict[str, Any]:
     until = getattr(args, "until", None)
     if until is not None:
         parse_until(until)  # a bad time is an error before anything runs
+    continuous = continuous_mode.from_arguments(args)
+    continuous_mode.check_request(args.command, until, continuous)  # bad continuous options too
     topo = _load(args)
     publication = _publication(topo, args.publication)
     if args.subscriber:
@@ -64,6 +67,7 @@ def _cmd_agent(args: argparse.Namespace) -> dict[str, Any]:
         subscribers=args.subscriber,
         until=until,
         reinitialize=getattr(args, "reinitialize", False),
+        continuous=continuous,
     )
 
 
@@ -341,12 +345,13 @@ def _add_agent_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--subscriber", action="append")
     p.add_argument("--reinitialize", action="store_true", help="re-initialize active subscriptions too")
     p.set_defaults(func=_cmd_agent)
-    _with_topology(sub.add_parser("logreader", help="run the Log Reader Agent")).set_defaults(
-        func=_cmd_agent, subscriber=None
-    )
+    p = _with_topology(sub.add_parser("logreader", help="run the Log Reader Agent"))
+    continuous_mode.add_arguments(p)
+    p.set_defaults(func=_cmd_agent, subscriber=None)
     p = _with_topology(sub.add_parser("distribution", help="run the Distribution Agent"))
     p.add_argument("--subscriber", action="append")
     p.add_argument("--until", help="deliver transactions committed up to this ISO-8601 time")
+    continuous_mode.add_arguments(p)
     p.set_defaults(func=_cmd_agent)
     p = _with_topology(sub.add_parser("queuereader", help="run the Queue Reader Agent (queued updating)"))
     p.add_argument("--subscriber", action="append", help="limit to these subscribers (default: the queued ones)")

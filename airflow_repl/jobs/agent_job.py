@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow_repl.engine.agents import continuous as continuous_mode
 from airflow_repl.engine.agents import (
     distribution_agent,
     lifecycle,
@@ -59,6 +60,7 @@ class Request:
     subscribers: list[str] | None = None
     until: str | None = None  # deliver transactions committed up to this ISO-8601 time
     reinitialize: bool = False
+    continuous: dict[str, Any] | None = None  # Log Reader, Distribution: run_* keyword arguments of continuous mode
 
 
 #: An agent's entry: runs it for the request, in the given SparkSession or (None) one it starts
@@ -84,7 +86,7 @@ def _snapshot(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any],
 
 
 def _logreader(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any], SparkSession | None]:
-    return log_reader_agent.run_log_reader(req.topology, req.publication), spark
+    return log_reader_agent.run_log_reader(req.topology, req.publication, **(req.continuous or {})), spark
 
 
 def _distribution(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any], SparkSession | None]:
@@ -95,7 +97,7 @@ def _distribution(req: Request, spark: SparkSession | None) -> tuple[dict[str, A
     for name in names:
         topo.subscription(publication, name)  # unknown subscription -> error before any delivery
     if len(names) <= 1:
-        results = [_deliver(topo, publication, n, req.until) for n in names]
+        results = [_deliver(topo, publication, n, req.until, req.continuous) for n in names]
     else:
         spark, results = _deliver_in_parallel(req, names, spark)
     return {
@@ -105,14 +107,19 @@ def _distribution(req: Request, spark: SparkSession | None) -> tuple[dict[str, A
     }, spark
 
 
-def _deliver(topo: Topology, publication: str, subscriber: str, until: str | None) -> dict[str, Any]:
-    return {"subscriber": subscriber, **distribution_agent.run_distribution(topo, publication, subscriber, until=until)}
+def _deliver(
+    topo: Topology, publication: str, subscriber: str, until: str | None, continuous: dict[str, Any] | None
+) -> dict[str, Any]:
+    summary = distribution_agent.run_distribution(topo, publication, subscriber, until=until, **(continuous or {}))
+    return {"subscriber": subscriber, **summary}
 
 
-def _deliver_one(spec: dict[str, Any], publication: str, subscriber: str, until: str | None) -> dict[str, Any]:
+def _deliver_one(
+    spec: dict[str, Any], publication: str, subscriber: str, until: str | None, continuous: dict[str, Any] | None
+) -> dict[str, Any]:
     """Executor side: one subscription's delivery (several run in parallel as Spark tasks),
     with the executor that ran it."""
-    return {**_deliver(from_dict(spec), publication, subscriber, until), "executor": executor_id()}
+    return {**_deliver(from_dict(spec), publication, subscriber, until, continuous), "executor": executor_id()}
 
 
 def _deliver_in_parallel(
@@ -122,9 +129,17 @@ def _deliver_in_parallel(
 
     spark = spark or spark_session(f"airflow-repl-distribution-{req.publication}")
     spec, publication, until = req.topology.to_dict(with_secrets=True), req.publication, req.until
+    continuous = req.continuous
+    slots = spark.sparkContext.defaultParallelism
+    if continuous and continuous.get("continuous") and len(names) > slots:
+        raise ReplError(
+            f"continuous delivery of publication {publication!r} to {len(names)} subscribers needs {len(names)} "
+            f"Spark tasks at once, and the application has {slots} task slots: give it more cores (e.g. local[{len(names)}] "
+            f"or spark.cores.max) or run one Distribution Agent per group of subscribers (--subscriber)"
+        )
     try:
         rdd = spark.sparkContext.parallelize(names, len(names))
-        return spark, rdd.map(lambda n: _deliver_one(spec, publication, n, until)).collect()
+        return spark, rdd.map(lambda n: _deliver_one(spec, publication, n, until, continuous)).collect()
     except Exception as exc:  # a subscription's failure, wrapped by Spark: report the agent's own error
         unwrapped = lifecycle.unwrap_spark_error(exc)
         if unwrapped is exc:
@@ -197,14 +212,18 @@ def run_agent(
     until: str | None = None,
     reinitialize: bool = False,
     spark: SparkSession | None = None,
+    continuous: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run one agent; the same entry point serves spark-submit, the CLI and the tests."""
+    """Run one agent; the same entry point serves spark-submit, the CLI and the tests.
+    ``continuous``: the Log Reader's or Distribution Agent's continuous mode, as keyword
+    arguments (``continuous``, ``poll_interval``, ``max_run_seconds``)."""
     if agent not in AGENTS:
         raise ReplError(f"unknown agent {agent!r}; choose one of {', '.join(AGENTS)}")
     topo.publication(publication)  # unknown publication -> clear error
     if until is not None:
         distribution_agent.parse_until(until)  # a bad time -> clear error before anything runs
-    request = Request(topo, publication, subscribers, until, reinitialize)
+    continuous_mode.check_request(agent, until, continuous)  # bad continuous options: before anything runs
+    request = Request(topo, publication, subscribers, until, reinitialize, continuous)
     result, spark = AGENTS[agent](request, spark)
     if spark is not None:
         result["spark_application_id"] = spark.sparkContext.applicationId
@@ -263,10 +282,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--subscriber", action="append", help="limit to these subscribers")
     parser.add_argument("--until", help="deliver transactions committed up to this ISO-8601 time")
     parser.add_argument("--reinitialize", action="store_true")
+    continuous_mode.add_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         topo = _read_spec(args.spec)
+        if args.continuous:
+            continuous_mode.stop_when_orphaned()  # spark-submit's JVM stopped: end cleanly, not orphaned
         result = run_agent(
             args.agent,
             topo,
@@ -274,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
             subscribers=args.subscriber,
             until=args.until or None,
             reinitialize=args.reinitialize,
+            continuous=continuous_mode.from_arguments(args),
         )
         outcome, code = {"status": "succeeded", **result}, 0
         log.info("%s agent finished: %s", args.agent, json.dumps(result, default=str))
@@ -282,7 +305,10 @@ def main(argv: list[str] | None = None) -> int:
         code = outcome["exit_code"]
         print(f"airflow-repl: error: {outcome['message']}", file=sys.stderr)
     if args.result:
-        write_result(args.result, outcome)
+        try:
+            write_result(args.result, outcome)
+        except OSError as exc:  # e.g. a continuous run stopped by Airflow, whose task removed the folder
+            log.warning("could not write the result file %s: %s", args.result, exc)
     return code
 
 

@@ -21,6 +21,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from airflow_repl.engine.agents import continuous as continuous_mode
 from airflow_repl.engine.errors import ReplError
 from airflow_repl.hooks.replication import ReplicationHook
 from airflow_repl.jobs import agent_job
@@ -191,12 +192,33 @@ class SnapshotAgentOperator(_AgentOperator):
         return ["--reinitialize"] if self.reinitialize else []
 
 
-class LogReaderAgentOperator(_AgentOperator):
+class _ContinuousMixin:
+    """``continuous``, ``poll_interval`` and ``max_run_seconds``, passed to the job (checked
+    when the DAG is parsed: a bad value is one clear error there)."""
+
+    def _init_continuous(self, continuous: bool, poll_interval: float | None, max_run_seconds: float | None) -> None:
+        continuous_mode.options(continuous, poll_interval, max_run_seconds)
+        self.continuous, self.poll_interval, self.max_run_seconds = continuous, poll_interval, max_run_seconds
+
+    def _continuous_args(self) -> list[str]:
+        args = ["--continuous"] if self.continuous else []
+        if self.poll_interval is not None:
+            args += ["--poll-interval", str(self.poll_interval)]
+        if self.max_run_seconds is not None:
+            args += ["--max-run-seconds", str(self.max_run_seconds)]
+        return args
+
+
+class LogReaderAgentOperator(_ContinuousMixin, _AgentOperator):
     """Run the Log Reader Agent: move committed transactions of ``publication`` from the
     publisher's WAL into the distribution database.
 
     :param topology: path of the topology YAML file. (templated)
     :param publication: publication to read. (templated)
+    :param continuous: keep reading what is committed later, until ``max_run_seconds`` or
+        SIGTERM (the task ends with the success summary; see docs/continuous.md).
+    :param poll_interval: seconds between looks at the publisher when idle (continuous; default 1).
+    :param max_run_seconds: end a continuous run after this many seconds (default 3600).
     :param conn_id: Spark connection id (must exist; no silent YARN fallback).
     :param spark_log_level: log level of the Spark driver (``spark.log.level``); WARN by default
         so task logs show the agent, not Spark's scheduler chatter.
@@ -204,8 +226,22 @@ class LogReaderAgentOperator(_AgentOperator):
 
     agent = "logreader"
 
+    def __init__(
+        self,
+        *,
+        continuous: bool = False,
+        poll_interval: float | None = None,
+        max_run_seconds: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self._init_continuous(continuous, poll_interval, max_run_seconds)
 
-class DistributionAgentOperator(_AgentOperator):
+    def _extra_args(self) -> list[str]:
+        return self._continuous_args()
+
+
+class DistributionAgentOperator(_ContinuousMixin, _AgentOperator):
     """Run the Distribution Agent: deliver pending transactions of ``publication`` to its
     subscribers (or ``subscribers``), in commit order, exactly once.
 
@@ -213,7 +249,14 @@ class DistributionAgentOperator(_AgentOperator):
     :param publication: publication to deliver. (templated)
     :param subscribers: deliver only to these subscribers. (templated)
     :param until: deliver only transactions committed up to this time, e.g.
-        ``"{{ data_interval_end }}"`` for point-in-time delivery in backfills. (templated)
+        ``"{{ data_interval_end }}"`` for point-in-time delivery in backfills; not with
+        ``continuous``. (templated)
+    :param continuous: keep delivering what the Log Reader stores later, until
+        ``max_run_seconds`` or SIGTERM (the task ends with the success summary; see
+        docs/continuous.md).
+    :param poll_interval: seconds between looks at the distribution database when idle
+        (continuous; default 1).
+    :param max_run_seconds: end a continuous run after this many seconds (default 3600).
     :param conn_id: Spark connection id (must exist; no silent YARN fallback).
     :param spark_log_level: log level of the Spark driver (``spark.log.level``); WARN by default
         so task logs show the agent, not Spark's scheduler chatter.
@@ -222,12 +265,22 @@ class DistributionAgentOperator(_AgentOperator):
     agent = "distribution"
     template_fields: Sequence[str] = (*_AgentOperator.template_fields, "until")
 
-    def __init__(self, *, until: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        until: str | None = None,
+        continuous: bool = False,
+        poll_interval: float | None = None,
+        max_run_seconds: float | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.until = until
+        self._init_continuous(continuous, poll_interval, max_run_seconds)
+        continuous_mode.refuse_until(until, continuous_mode.options(continuous, poll_interval, max_run_seconds))
 
     def _extra_args(self) -> list[str]:
-        return ["--until", str(self.until)] if self.until else []
+        return (["--until", str(self.until)] if self.until else []) + self._continuous_args()
 
 
 class QueueReaderAgentOperator(_AgentOperator):

@@ -10,9 +10,10 @@ transactions applied at the publisher, conflicts resolved by the publication's p
 (posting tracer tokens, their latency history), ``quiescing`` (the checks of the quiescing
 sensors: a token arrived, a topology quiesced up to a position), ``procedure_regeneration``
 (``airflow-repl regenerate-procs``: procedures recreated at subscribers on demand),
-``cleanup_agent`` (retention: delivered commands deleted, idle subscriptions expired) and
+``cleanup_agent`` (retention: delivered commands deleted, idle subscriptions expired),
 ``wal_retention`` (the WAL a publication's slot retains against its limit; the Log Reader
-warns).  A new agent is a module with only its own logic, run inside an
+warns) and ``continuous`` (continuous mode of the Log Reader and Distribution Agents: the
+options, whether the loop takes another turn, SIGTERM, progress).  A new agent is a module with only its own logic, run inside an
 ``AgentRun`` (the lifecycle module's documentation says how to write one).
 
 May import: every other engine package.  Never Airflow, never PySpark: the Snapshot Agent is

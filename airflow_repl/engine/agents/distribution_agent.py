@@ -44,6 +44,7 @@ from typing import Any
 
 import psycopg
 
+from airflow_repl.engine.agents import continuous as continuous_mode
 from airflow_repl.engine.agents import stream_planning
 from airflow_repl.engine.agents.lifecycle import AgentRun
 from airflow_repl.engine.articles.commands import Command
@@ -194,17 +195,37 @@ class _Delivery:
         self.streams.first.rollback()
 
     # ------------------------------------------------------------------ the loop
-    def run(self, dist: psycopg.Connection, run_id: int, applier: Applier) -> None:
-        """Deliver batch after batch until none is pending; a batch that fails on the fast path
-        is replayed on one stream, which skips what ``skip_errors`` allows or raises."""
+    def run(self, dist: psycopg.Connection, run_id: int, applier: Applier, loop: continuous_mode.Loop) -> None:
+        """Deliver batch after batch until none is pending (a continuous run: until ``loop``
+        ends it, looking again every poll interval); a batch that fails on the fast path is
+        replayed on one stream, which skips what ``skip_errors`` allows or raises."""
         self._catch_up_record(dist)
-        while (batch := self._next_batch(dist)) is not None:
+        while True:
+            batch = self._next_batch(dist)
+            if batch is None:
+                if loop.idle():
+                    continue
+                return
             if batch.txns[0].schema_change:
                 self._schema_batch(dist, run_id, applier, batch)
             elif self.guard is not None:
                 self._converge(dist, run_id, applier, batch, self.guard)
             elif not self._fast_path(dist, applier, batch):
                 self._replay(dist, run_id, applier, batch)
+            if not loop.go_on():  # between batches: everything is committed
+                return
+
+    def definitions_changed(self, dist: psycopg.Connection, applier: Applier) -> str | None:
+        """Between batches of a continuous run: why it must end because the subscriber's article
+        definitions are no longer those it applies with (the subscription was reinitialized
+        meanwhile; the next run starts from the new ones), or None."""
+        has = subscriber_state.articles_hash(self.streams.first, self.publication)
+        self.streams.first.rollback()
+        has = has or distdb.subscription_articles_hash(dist, self.publication, self.subscriber)
+        dist.commit()
+        if has is None or has == definition_hash(list(applier.articles.values())):
+            return None
+        return "article definitions changed"
 
     def _catch_up_record(self, dist: psycopg.Connection) -> None:
         """A run that stopped between a subscriber commit and its record at the distributor left
@@ -443,8 +464,16 @@ def run_distribution(
     commit_batch_threshold: int | None = None,
     subscription_streams: int | None = None,
     skip_errors: list[str] | None = None,
+    continuous: bool = False,
+    poll_interval: float | None = None,
+    max_run_seconds: float | None = None,
 ) -> dict[str, Any]:
-    """Deliver every pending transaction (committed up to ``until``, when given)."""
+    """Deliver every pending transaction (committed up to ``until``, when given).
+    ``continuous``: keep delivering what the Log Reader stores later, looking every
+    ``poll_interval`` seconds when idle, until ``max_run_seconds`` or SIGTERM
+    (:mod:`~airflow_repl.engine.agents.continuous`); not with ``until``."""
+    opts = continuous_mode.options(continuous, poll_interval, max_run_seconds)
+    continuous_mode.refuse_until(until, opts)
     in_doubt.resolve_quietly(topology, publication, [subscriber])  # its immediate updates, prepared at the publisher
     overrides = _Overrides(until, commit_batch_size, commit_batch_threshold, subscription_streams, skip_errors)
     delivery = _Delivery(topology, publication, subscriber, _settings(topology, publication, subscriber, overrides))
@@ -458,8 +487,10 @@ def run_distribution(
         run_id = run.begin(dist)
         run.counts = run.details = delivery.totals
         run.step = "delivery"
-        delivery.run(dist, run_id, applier)
-        totals = _succeed(run, delivery)
+        with continuous_mode.Loop(opts, run, delivery.totals) as loop:
+            loop.check = lambda: delivery.definitions_changed(dist, applier)
+            delivery.run(dist, run_id, applier, loop)
+        totals = _succeed(run, delivery, loop)
     return totals
 
 
@@ -536,10 +567,10 @@ def _start(run: AgentRun, delivery: _Delivery) -> None:
     delivery.streams.first.rollback()
 
 
-def _succeed(run: AgentRun, delivery: _Delivery) -> dict[str, Any]:
-    """Finish the run: its totals (with the streams' measured rates) in the history row, the log
-    and the result."""
+def _succeed(run: AgentRun, delivery: _Delivery, loop: continuous_mode.Loop) -> dict[str, Any]:
+    """Finish the run: its totals (with the streams' measured rates and, for a continuous run,
+    how it ended) in the history row, the log and the result."""
     totals = delivery.totals
     if delivery.n > 1:
         totals["stream_rates"] = {"streams": delivery.n, **delivery.chooser.rates()}
-    return run.succeed(totals)
+    return run.succeed(loop.summary(totals))

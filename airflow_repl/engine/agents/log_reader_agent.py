@@ -31,6 +31,7 @@ from typing import Any
 
 import psycopg
 
+from airflow_repl.engine.agents import continuous as continuous_mode
 from airflow_repl.engine.agents import wal_retention
 from airflow_repl.engine.agents.change_mapping import (
     RelationMap,
@@ -252,9 +253,19 @@ class _LogReader:
         self.read_upto = distdb.last_read_lsn(self.dist, self.publication)
         self.dist.commit()
         self.writer = _TxnWriter(self.dist, self.publication, chunk)
+        self.new_bound()
+
+    def new_bound(self) -> None:
+        """Read up to what is committed now (a continuous run takes a new bound each round)."""
         self.upto = slots.current_flush_lsn(self.pub)
         self.pub.commit()
         self.totals["read_upto_lsn"] = self.upto
+
+    def reload_articles(self) -> None:
+        """The publication's article definitions as stored now (between rounds of a continuous
+        run; the schema changes this run read are stored with their batches)."""
+        self.articles = relation_articles(distdb.load_articles(self.dist, self.publication))
+        self.dist.commit()
 
     def read_batch(self, batch_changes: int) -> _Batch:
         """Peek at the slot and decode up to ``batch_changes`` rows into the writer."""
@@ -398,10 +409,16 @@ def run_log_reader(
     batch_changes: int = 20000,
     chunk: int = 5000,
     max_batches: int | None = None,
+    continuous: bool = False,
+    poll_interval: float | None = None,
+    max_run_seconds: float | None = None,
 ) -> dict[str, Any]:
     """Read everything committed before the run started (or ``max_batches`` batches) into the
     distribution database.  Returns a summary (transactions, commands, batches, last
-    xact_seqno, read_upto_lsn, seconds)."""
+    xact_seqno, read_upto_lsn, seconds).  ``continuous``: keep reading what is committed
+    later, every ``poll_interval`` seconds when idle, until ``max_run_seconds`` or SIGTERM
+    (:mod:`~airflow_repl.engine.agents.continuous`)."""
+    opts = continuous_mode.options(continuous, poll_interval, max_run_seconds)
     in_doubt.resolve_quietly(topology, publication)  # immediate subscribers' prepared transactions first
     with AgentRun(AGENT, publication) as run:
         reader = _LogReader(run, topology, publication)
@@ -411,11 +428,27 @@ def run_log_reader(
         run.counts = totals = reader.totals
         wal_retention.warn_if_exceeded(reader.pub, topology, publication, reader.slot, totals)  # before reading
         reader.load_state(chunk)
-        while max_batches is None or totals["batches"] < max_batches:
-            batch = reader.read_batch(batch_changes)
-            if batch.last_end is None:
-                reader.advance_idle_slot()
-                break
-            reader.store(batch, batch.last_end)  # durable at the distributor ...
-            reader.advance_slot(batch, batch.last_end)  # ... then advance
-        return run.succeed(totals)
+        with continuous_mode.Loop(opts, run, totals) as loop:
+            _read_loop(reader, loop, batch_changes, max_batches)
+        return run.succeed(loop.summary(totals))
+
+
+def _read_loop(reader: _LogReader, loop: continuous_mode.Loop, batch_changes: int, max_batches: int | None) -> None:
+    """Batch after batch up to the run's bound; a continuous run then takes a new bound (at
+    once when the round stored transactions, else after ``poll_interval``)."""
+    totals, worked = reader.totals, False
+    while max_batches is None or totals["batches"] < max_batches:
+        batch = reader.read_batch(batch_changes)
+        if batch.last_end is None:
+            reader.advance_idle_slot()
+            if not loop.idle(worked):
+                return
+            reader.reload_articles()  # as the next ordinary run would: an 'apply' meanwhile counts
+            reader.new_bound()
+            worked = False
+            continue
+        reader.store(batch, batch.last_end)  # durable at the distributor ...
+        reader.advance_slot(batch, batch.last_end)  # ... then advance
+        worked = worked or batch.transactions > 0
+        if not loop.go_on():
+            return

@@ -540,6 +540,15 @@ def finish_run(
     conn.commit()
 
 
+def record_run_progress(conn: psycopg.Connection, run_id: int, transactions: int, commands: int) -> None:
+    """A running run's counts so far (a continuous run's progress); committed."""
+    conn.execute(
+        "UPDATE airflow_repl.agent_history SET transactions = %s, commands = %s WHERE run_id = %s AND status = 'running'",
+        (transactions, commands, run_id),
+    )
+    conn.commit()
+
+
 def last_stream_rates(conn: psycopg.Connection, publication: str, subscriber: str, streams: int) -> dict[str, float]:
     """The delivery rates (commands per second, spread over ``streams`` streams and on one) that
     the last successful Distribution Agent run of the subscription measured, or {}."""

@@ -1,0 +1,236 @@
+"""Continuous mode: an agent's ordinary loop, repeated until a maximum run time or SIGTERM.
+
+A continuous run is one agent run (one lock, one ``agent_history`` row) whose loop does not end
+when nothing is pending: it sleeps ``poll_interval`` seconds and looks again.  It ends cleanly,
+with the ordinary success summary, when ``max_run_seconds`` have passed (so that Airflow can start
+the next run), when the process receives SIGTERM (how Airflow stops a task) or, in a spark-submit
+driver, when its parent process goes away (Airflow's ``on_kill`` kills spark-submit): the batch
+being applied is finished and committed first, and no new one is started.  The agents' guarantees are
+untouched: this module only decides whether the loop takes another turn, between batches, where
+everything is committed.
+
+A continuous run ends its summary with ``continuous``: the options, the rounds that found
+nothing pending, and ``ended_by`` (``max_run_seconds``, ``SIGTERM``, ``parent process gone`` or
+the agent's own reason, :attr:`Loop.check`).
+
+Owns the options (:func:`options`, checked: one clear line for a bad value; their command-line
+form, :func:`add_arguments`, and which agents take them, :func:`check_request`), the clock and the
+stop signal (:class:`Loop`), and the progress of a long run: the run's step, a log line and the
+history row's counts, at most every :data:`PROGRESS_EVERY` seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from airflow_repl.engine.agents.lifecycle import AgentRun
+from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.state import distdb
+
+log = logging.getLogger(__name__)
+
+#: Defaults of a continuous run (seconds).
+POLL_INTERVAL = 1.0
+MAX_RUN_SECONDS = 3600.0
+#: At most one progress log line and history update this often (seconds).
+PROGRESS_EVERY = 5.0
+_SLICE = 0.2  # a sleep is cut into slices this long, so that SIGTERM ends it promptly
+#: The parent process a continuous run watches (see stop_when_orphaned); empty: none.
+_watched_parent: list[int] = []
+
+
+def stop_when_orphaned() -> None:
+    """End this process's continuous runs cleanly, like SIGTERM, when its parent process goes
+    away.  spark-submit runs the Python driver as a child of its JVM, and stopping the JVM
+    (Airflow's ``on_kill`` kills spark-submit) leaves that child running; the job calls this."""
+    _watched_parent[:] = [os.getppid()]
+
+
+def _orphaned() -> bool:
+    return bool(_watched_parent) and os.getppid() != _watched_parent[0]
+
+
+@dataclass(frozen=True)
+class Continuous:
+    """The options of a continuous run."""
+
+    poll_interval: float = POLL_INTERVAL
+    max_run_seconds: float = MAX_RUN_SECONDS
+
+
+def options(
+    continuous: bool, poll_interval: float | None = None, max_run_seconds: float | None = None
+) -> Continuous | None:
+    """The run's continuous options (None: an ordinary run), checked."""
+    if not continuous:
+        given = [
+            n for n, v in (("poll_interval", poll_interval), ("max_run_seconds", max_run_seconds)) if v is not None
+        ]
+        if given:
+            raise ReplError(f"{' and '.join(given)} apply to continuous runs only: add continuous (--continuous)")
+        return None
+    poll = POLL_INTERVAL if poll_interval is None else _seconds("poll_interval (--poll-interval)", poll_interval)
+    most = (
+        MAX_RUN_SECONDS if max_run_seconds is None else _seconds("max_run_seconds (--max-run-seconds)", max_run_seconds)
+    )
+    return Continuous(poll, most)
+
+
+def _seconds(name: str, value: Any) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise ReplError(f"{name} {value!r} is not a positive number of seconds: use e.g. 1 (or 3600 for the run time)")
+    return seconds
+
+
+def refuse_until(until: object, opts: Continuous | None) -> None:
+    """A point-in-time delivery ends at ``until``; a continuous one follows the publisher."""
+    if until is not None and opts is not None:
+        raise ReplError(
+            "until (--until) and continuous (--continuous) cannot be combined: a continuous Distribution Agent "
+            "follows the publisher; use until for point-in-time runs only"
+        )
+
+
+#: The agents that can run continuously, by the name they are run under.
+AGENTS = ("logreader", "distribution")
+
+
+def check_request(agent: str, until: str | None, given: dict[str, Any] | None) -> None:
+    """Continuous options given to ``agent`` (``run_*`` keyword arguments), checked before
+    anything runs."""
+    if not given:
+        return
+    if agent not in AGENTS:
+        raise ReplError(f"the {agent} agent has no continuous mode: only {' and '.join(AGENTS)} run continuously")
+    refuse_until(until, options(**given))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--continuous``, ``--poll-interval`` and ``--max-run-seconds`` (the CLI's and the job's)."""
+    parser.add_argument("--continuous", action="store_true", help="keep running until --max-run-seconds or SIGTERM")
+    parser.add_argument("--poll-interval", type=float, help="seconds between looks when idle (continuous; default 1)")
+    parser.add_argument("--max-run-seconds", type=float, help="end a continuous run after this (default 3600)")
+
+
+def from_arguments(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The continuous options given on a command line, as ``run_*`` keyword arguments (None:
+    none given)."""
+    given = {
+        "continuous": bool(getattr(args, "continuous", False)),
+        "poll_interval": getattr(args, "poll_interval", None),
+        "max_run_seconds": getattr(args, "max_run_seconds", None),
+    }
+    return (
+        given
+        if given["continuous"] or given["poll_interval"] is not None or given["max_run_seconds"] is not None
+        else None
+    )
+
+
+class Loop:
+    """Whether an agent's loop takes another turn.  An ordinary run (``opts`` None) never
+    waits: :meth:`idle` ends it.  A continuous run sleeps when idle and ends at its maximum run
+    time or on SIGTERM (handled while the loop is entered, in the main thread only)."""
+
+    def __init__(self, opts: Continuous | None, run: AgentRun, totals: dict[str, Any]) -> None:
+        self.opts, self.run, self.totals = opts, run, totals
+        self.started = time.monotonic()
+        self.ended_by: str | None = None
+        self.rounds = 0
+        self._signalled = False
+        self._previous: Any = None
+        self._reported = (0, 0)
+        self._last_report = self._last_check = self.started
+        #: the agent's own reason to end (None: go on), asked when idle and at most every
+        #: PROGRESS_EVERY seconds between batches, e.g. article definitions that changed
+        self.check: Callable[[], str | None] | None = None
+
+    def __enter__(self) -> Loop:
+        if self.opts is not None and threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        self._signalled = True  # only a flag: the loop stops at its next turn, between batches
+
+    def go_on(self) -> bool:
+        """After a batch (everything committed): another turn, unless the run must end."""
+        if self.opts is None:
+            return True
+        self._report()
+        return not self._should_end(time.monotonic() - self._last_check >= PROGRESS_EVERY)
+
+    def idle(self, worked: bool = False) -> bool:
+        """Nothing pending: an ordinary run ends (False); a continuous one sleeps
+        ``poll_interval`` (not when ``worked``: the last round did work, look again at once)
+        and takes another turn, unless it must end."""
+        if self.opts is None:
+            return False
+        self.rounds += 1
+        self._report()
+        if not worked:
+            self._sleep(self.opts.poll_interval)
+        return not self._should_end(True)
+
+    def summary(self, totals: dict[str, Any]) -> dict[str, Any]:
+        """The summary of a continuous run: ``totals`` with how the run ended."""
+        if self.opts is not None:
+            totals["continuous"] = {
+                "poll_interval": self.opts.poll_interval,
+                "max_run_seconds": self.opts.max_run_seconds,
+                "rounds": self.rounds,
+                "ended_by": self.ended_by or "max_run_seconds",
+            }
+        return totals
+
+    def _should_end(self, check: bool) -> bool:
+        assert self.opts is not None
+        if self._signalled:
+            self.ended_by = "SIGTERM"
+        elif _orphaned():
+            self.ended_by = "parent process gone"
+        elif time.monotonic() - self.started >= self.opts.max_run_seconds:
+            self.ended_by = "max_run_seconds"
+        elif check and self.check is not None:
+            self._last_check = time.monotonic()
+            self.ended_by = self.check()
+        return self.ended_by is not None
+
+    def _sleep(self, seconds: float) -> None:
+        assert self.opts is not None
+        until = min(time.monotonic() + seconds, self.started + self.opts.max_run_seconds)
+        while not self._signalled and not _orphaned() and (left := until - time.monotonic()) > 0:
+            time.sleep(min(left, _SLICE))
+
+    def _report(self) -> None:
+        """The run's step, and (when the counts moved, at most every PROGRESS_EVERY seconds) a
+        log line and the history row's counts."""
+        counts = (int(self.totals.get("transactions", 0)), int(self.totals.get("commands", 0)))
+        elapsed = time.monotonic() - self.started
+        self.run.step = f"continuous run ({counts[0]} transactions, {counts[1]} commands so far, {elapsed:.0f}s)"
+        if counts == self._reported or time.monotonic() - self._last_report < PROGRESS_EVERY:
+            return
+        self._reported, self._last_report = counts, time.monotonic()
+        log.info(
+            "%s for %s, continuous: %s transactions, %s commands so far", self.run.label, self.run.where(), *counts
+        )
+        if self.run.dist is not None and self.run.run_id is not None:
+            distdb.record_run_progress(self.run.dist, self.run.run_id, *counts)

@@ -1,0 +1,206 @@
+"""Continuous mode of the Log Reader and Distribution Agents against real servers: changes keep
+arriving without restarting the agents, runs end cleanly at their maximum run time or on
+SIGTERM, and a restart resumes with nothing lost or doubled.  No timing goal is asserted here
+(live lag is `make bench`'s); the lag seen is only printed."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from test_agents import RUNNER, _spec_file, assert_in_sync, count_applied_rows, snapshotted_items
+
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent
+from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.model.topology import from_dict
+from airflow_repl.engine.provisioning.schema_change import schema_change
+from airflow_repl.jobs import agent_job
+from airflow_repl.jobs.agent_job import run_agent
+from airflow_repl.operators.agents import DistributionAgentOperator, LogReaderAgentOperator
+
+POLL = 0.2
+
+
+class _Agent(threading.Thread):
+    """Runs one agent function in a thread and keeps its summary (or its error)."""
+
+    def __init__(self, func: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(daemon=True)
+        self.func, self.args, self.kwargs = func, args, kwargs
+        self.summary: dict[str, Any] | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.summary = self.func(*self.args, **self.kwargs)
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+
+def _write(conninfo: str, first: int, n: int) -> None:
+    """``n`` small transactions (an insert and an update each), a few milliseconds apart."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        for i in range(first, first + n):
+            with conn.transaction():
+                conn.execute("INSERT INTO items (id, grp, payload) VALUES (%s, 1, 'live')", (1_000_000 + i,))
+                conn.execute("UPDATE items SET payload = payload || '+' WHERE id = %s", (1 + i % 500,))
+            time.sleep(0.005)
+
+
+def _wait_for(condition: Any, timeout: float) -> float | None:
+    """Seconds until ``condition()`` held, or None after ``timeout``."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if condition():
+            return time.monotonic() - start
+        time.sleep(0.05)
+    return None
+
+
+def test_continuous_agents_follow_a_writer_and_a_schema_change_and_end_cleanly_at_max_run_seconds(env, spark):
+    topo = snapshotted_items(env, spark, 1000)
+    count_applied_rows(env)
+    runs = 10.0
+    reader = _Agent(
+        log_reader_agent.run_log_reader, topo, "p", continuous=True, poll_interval=POLL, max_run_seconds=runs
+    )
+    dist = _Agent(
+        distribution_agent.run_distribution,
+        topo,
+        "p",
+        "sub1",
+        continuous=True,
+        poll_interval=POLL,
+        max_run_seconds=runs,
+    )
+    reader.start()
+    dist.start()
+    arrived = lambda n: env.rows(env.sub, "SELECT count(*) FROM items WHERE id >= 1000000")[0][0] >= n  # noqa: E731
+    lags = []
+    for wave in range(3):  # three waves, each arriving while both agents keep running
+        _write(env.pub, wave * 100, 100)
+        lag = _wait_for(lambda w=wave: arrived((w + 1) * 100), runs)
+        assert lag is not None, f"wave {wave} did not arrive ({reader.error!r}, {dist.error!r})"
+        assert reader.is_alive() and dist.is_alive()
+        lags.append(lag)
+        if wave == 0:  # a schema change arrives in order too, and the runs go on with the new columns
+            schema_change(topo, "p", "ALTER TABLE items ADD COLUMN extra text DEFAULT 'e'")
+    print(f"continuous lag after each wave's last commit: {[round(x, 2) for x in lags]} s")
+    reader.join(runs + 30)
+    dist.join(runs + 30)
+    assert reader.error is None and dist.error is None, (reader.error, dist.error)
+    assert reader.summary and dist.summary
+    for summary in (reader.summary, dist.summary):
+        assert summary["continuous"]["ended_by"] == "max_run_seconds"
+        assert (summary["transactions"], summary["commands"]) == (301, 601)  # 300 writes and the schema change
+    assert dist.summary["schema_changes"] == 1
+    assert env.rows(env.sub, "SELECT count(*) FROM applied")[0][0] == 600
+    assert env.rows(env.sub, "SELECT count(*) FROM items WHERE extra = 'e'")[0][0] == 1300  # the new column arrived
+    history = env.rows(
+        env.dist,
+        "SELECT agent, status, transactions FROM airflow_repl.agent_history "
+        "WHERE agent IN ('logreader', 'distribution') AND started_at > now() - interval '5 minutes' ORDER BY agent",
+    )
+    assert history == [("distribution", "succeeded", 301), ("logreader", "succeeded", 301)]
+    assert_in_sync(topo)
+
+
+def test_sigterm_ends_a_continuous_distribution_cleanly_and_a_restart_resumes(env, spark, tmp_path):
+    topo = snapshotted_items(env, spark, 5000, commit_batch_size=4)
+    count_applied_rows(env)
+    for i in range(200):  # 200 transactions x 25 updates = 5000 commands
+        env.run(env.pub, "UPDATE items SET grp = grp + 1, payload = payload || 'x' WHERE id %% 200 = %s", (i,))
+    assert log_reader_agent.run_log_reader(topo, "p")["transactions"] == 200
+    kwargs = json.dumps({"continuous": True, "poll_interval": POLL, "max_run_seconds": 120})
+    proc = subprocess.Popen(
+        [sys.executable, RUNNER, "distribution", _spec_file(topo, tmp_path), kwargs], stdout=subprocess.PIPE, text=True
+    )
+    state = lambda: env.rows(env.sub, "SELECT transactions FROM airflow_repl.subscription_state")[0][0]  # noqa: E731
+    assert _wait_for(lambda: state() >= 8 or proc.poll() is not None, 60) is not None
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    summary = json.loads(out)
+    assert summary["continuous"]["ended_by"] == "SIGTERM"
+    partial = state()
+    assert summary["transactions"] == partial and 8 <= partial <= 200
+    assert env.rows(env.sub, "SELECT count(*) FROM applied")[0][0] == partial * 25  # whole batches only
+    last = env.rows(env.dist, "SELECT status FROM airflow_repl.agent_history ORDER BY run_id DESC LIMIT 1")
+    assert last == [("succeeded",)]
+    rest = distribution_agent.run_distribution(topo, "p", "sub1")
+    assert rest["transactions"] == 200 - partial and state() == 200
+    assert env.rows(env.sub, "SELECT count(*) FROM applied")[0][0] == 5000
+    assert_in_sync(topo)
+
+
+def test_operators_pass_continuous_options_to_the_job_and_refuse_bad_ones():
+    common = {"topology": "t.yaml", "publication": "p"}
+    reader = LogReaderAgentOperator(task_id="r", continuous=True, poll_interval=0.5, max_run_seconds=600, **common)
+    assert reader._extra_args() == ["--continuous", "--poll-interval", "0.5", "--max-run-seconds", "600"]
+    assert LogReaderAgentOperator(task_id="once", **common)._extra_args() == []
+    dist = DistributionAgentOperator(task_id="d", continuous=True, **common)
+    assert dist._extra_args() == ["--continuous"]
+    with pytest.raises(ReplError, match="cannot be combined"):
+        DistributionAgentOperator(task_id="d2", continuous=True, until="{{ data_interval_end }}", **common)
+    with pytest.raises(ReplError, match=r"poll_interval \(--poll-interval\) -1 is not a positive number"):
+        LogReaderAgentOperator(task_id="r2", continuous=True, poll_interval=-1, **common)
+
+
+def test_the_example_dag_runs_both_agents_continuously_side_by_side(monkeypatch):
+    from airflow_repl import demo
+
+    monkeypatch.syspath_prepend(str(demo.DAGS))  # the DAGs import repl_common, as in Airflow's dags folder
+    dag = demo.load_dag("repl_continuous.py")
+    assert dag.dag_id == "airflow_repl_continuous" and dag.max_active_runs == 1
+    assert type(dag.timetable).__name__ == "ContinuousTimetable"  # schedule="@continuous"
+    tasks = {t.task_id: t for t in dag.tasks}
+    assert set(tasks) == {"log_reader", "distribution"}
+    for task in tasks.values():
+        assert not task.upstream_task_ids  # parallel, not one after the other
+        assert task._extra_args() == ["--continuous", "--poll-interval", "1.0", "--max-run-seconds", "600"]
+
+
+def test_a_continuous_job_whose_parent_is_killed_ends_cleanly_and_writes_its_summary(env, spark, tmp_path):
+    """Airflow stops a task by killing spark-submit, whose Python driver would be left running:
+    the job notices that its parent went away and ends like on SIGTERM."""
+    topo = snapshotted_items(env, spark, 100)
+    job = str(Path(agent_job.__file__).resolve())
+    result = tmp_path / "result.json"
+    argv = [sys.executable, job, "logreader", "--spec", _spec_file(topo, tmp_path), "--result", str(result)]
+    argv += ["--publication", "p", "--continuous", "--poll-interval", str(POLL), "--max-run-seconds", "120"]
+    parent = subprocess.Popen(["bash", "-c", f"{shlex.join(argv)} & wait"])  # stands in for spark-submit's JVM
+    _write(env.pub, 0, 5)
+    stored = lambda: env.rows(env.dist, "SELECT count(*) FROM airflow_repl.transactions")[0][0] >= 5  # noqa: E731
+    assert _wait_for(stored, 60) is not None
+    parent.kill()
+    parent.wait()
+    assert _wait_for(result.exists, 30) is not None, "the orphaned job did not end"
+    outcome = json.loads(result.read_text())
+    assert outcome["status"] == "succeeded" and outcome["transactions"] == 5
+    assert outcome["continuous"]["ended_by"] == "parent process gone"
+
+
+def test_continuous_delivery_to_more_subscribers_than_task_slots_is_refused(spark):
+    """Each subscriber's continuous delivery holds a Spark task for the whole run: with more
+    subscribers than slots (local[2] here) some would wait for a whole window."""
+    subscribers = {f"s{i}": f"postgresql://nowhere.invalid/s{i}" for i in range(3)}
+    topo = from_dict(
+        {
+            "publisher": "postgresql://nowhere.invalid/pub",
+            "distributor": "postgresql://nowhere.invalid/dist",
+            "subscribers": subscribers,
+            "publications": [{"name": "p", "articles": [{"table": "public.t"}]}],
+            "subscriptions": [{"publication": "p", "subscriber": s} for s in subscribers],
+        }
+    )
+    with pytest.raises(ReplError, match=r"to 3 subscribers needs 3 Spark tasks at once, and the application has 2"):
+        run_agent("distribution", topo, "p", spark=spark, continuous={"continuous": True})

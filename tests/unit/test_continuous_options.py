@@ -1,0 +1,80 @@
+"""Continuous mode's options, without a server: bad values and combinations are refused with one
+line before anything runs (the running mode is tested in tests/integration/test_continuous.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_repl import cli
+from airflow_repl.engine.agents import continuous
+from airflow_repl.engine.errors import ReplError
+from airflow_repl.jobs import agent_job
+
+UNTIL = "2026-11-23T13:00:00+00:00"
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("airflow-repl: error: ")
+    return err
+
+
+def test_continuous_and_until_are_refused_together_by_the_cli(capsys, tmp_path):
+    missing = str(tmp_path / "never-read.yaml")  # refused before the topology is read
+    code = cli.main(["distribution", "-t", missing, "--continuous", "--until", UNTIL])
+    assert code == ReplError.exit_code
+    assert "until (--until) and continuous (--continuous) cannot be combined" in _one_error_line(capsys)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--continuous", "--poll-interval", "-1"], "poll_interval (--poll-interval) -1.0 is not a positive number"),
+        (["--continuous", "--poll-interval", "0"], "poll_interval (--poll-interval) 0.0 is not a positive number"),
+        (["--continuous", "--max-run-seconds", "-5"], "max_run_seconds (--max-run-seconds) -5.0 is not a positive"),
+        (["--poll-interval", "2"], "poll_interval apply to continuous runs only: add continuous (--continuous)"),
+    ],
+)
+def test_bad_continuous_options_are_refused_by_the_cli(capsys, tmp_path, args, says):
+    assert cli.main(["logreader", "-t", str(tmp_path / "never-read.yaml"), *args]) == ReplError.exit_code
+    assert says in _one_error_line(capsys)
+
+
+def test_only_the_log_reader_and_distribution_run_continuously(capsys, tmp_path):
+    assert cli.main(["snapshot", "-t", str(tmp_path / "t.yaml"), "--continuous"]) == ReplError.exit_code
+    assert "unrecognized arguments: --continuous" in _one_error_line(capsys)
+    with pytest.raises(ReplError, match="the queuereader agent has no continuous mode"):
+        continuous.check_request("queuereader", None, {"continuous": True})
+
+
+SPEC = {
+    "publisher": "postgresql://h/pub",
+    "distributor": "postgresql://h/dist",
+    "subscribers": {"sub1": "postgresql://h/sub"},
+    "publications": [{"name": "p", "articles": [{"table": "public.t"}]}],
+    "subscriptions": [{"publication": "p", "subscriber": "sub1"}],
+}
+
+
+def test_the_job_refuses_continuous_with_until_and_writes_the_failure(tmp_path, capsys):
+    spec, result = tmp_path / "spec.json", tmp_path / "result.json"
+    spec.write_text(json.dumps(SPEC))
+    argv = ["distribution", "--spec", str(spec), "--result", str(result), "--publication", "p", "--continuous"]
+    assert agent_job.main([*argv, "--until", UNTIL]) == ReplError.exit_code
+    assert "cannot be combined" in _one_error_line(capsys)
+    outcome = json.loads(result.read_text())
+    assert outcome["status"] == "failed" and outcome["error_class"] == "ReplError"
+    spec.write_text(json.dumps(SPEC))
+    assert agent_job.main([*argv, "--poll-interval", "-0.5"]) == ReplError.exit_code
+    assert "poll_interval (--poll-interval) -0.5 is not a positive number" in _one_error_line(capsys)
+
+
+def test_options_defaults_and_values():
+    assert continuous.options(False) is None
+    assert continuous.options(True) == continuous.Continuous(continuous.POLL_INTERVAL, continuous.MAX_RUN_SECONDS)
+    assert continuous.options(True, 0.5, 600) == continuous.Continuous(0.5, 600.0)
+    for bad in ("x", float("nan"), float("inf")):
+        with pytest.raises(ReplError, match="is not a positive number of seconds"):
+            continuous.options(True, bad)
