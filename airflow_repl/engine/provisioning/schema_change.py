@@ -208,24 +208,26 @@ def _describe(
 
 def _existing_value(conn: psycopg.Connection, schema: str, table: str, column: str) -> str | None:
     """The value every existing row got in an added column (its text form), which subscribers
-    give their rows too.  A volatile default gives each row its own value: refused."""
+    give their rows too.  A volatile default gives each row its own value: PostgreSQL then
+    rewrites the table instead of storing one "missing" value (``atthasmissing``): refused.
+    Both checks read one row, whatever the table's size."""
     target = sql.Identifier(schema, table)
-    col = sql.Identifier(column)
-    row = conn.execute(sql.SQL("SELECT {}::text FROM ONLY {} LIMIT 1").format(col, target)).fetchone()
-    if row is None:
-        return None  # no rows: nothing to fill
-    varied = conn.execute(
-        sql.SQL("SELECT count(DISTINCT {}::text) + max(CASE WHEN {} IS NULL THEN 1 ELSE 0 END) FROM ONLY {}").format(
-            col, col, target
-        )
+    row = conn.execute(
+        sql.SQL("SELECT {}::text FROM ONLY {} LIMIT 1").format(sql.Identifier(column), target)
     ).fetchone()
-    if varied is not None and varied[0] > 1:
+    if row is None or row[0] is None:
+        return None  # no rows (nothing to fill), or NULL for all of them (a default that is NULL or none)
+    stored = conn.execute(
+        "SELECT a.atthasmissing FROM pg_catalog.pg_attribute a WHERE a.attrelid = %s::regclass AND a.attname = %s",
+        (quoting.qualified(schema, table), column),
+    ).fetchone()
+    if stored is None or not stored[0]:
         raise SchemaChangeError(
             f"schema change: the default of {schema}.{table}.{column} gives existing rows different values "
             f"(a volatile default such as random() or nextval()), which cannot be replicated: add the column "
             f"without a default, UPDATE the rows (replicated as row changes), then SET DEFAULT"
         )
-    return None if row[0] is None else str(row[0])
+    return str(row[0])
 
 
 def _resolve_after(
