@@ -26,6 +26,10 @@ AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="airflow-repl-tests-")) / "airflow"
 os.environ["AIRFLOW_HOME"] = str(AIRFLOW_HOME)
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__LOGGING__LOGGING_LEVEL"] = "INFO"  # the e2e test reads the spark-submit log lines
+# ... and the example DAGs' folder, which dag.test() parses: a test module importing Airflow when it
+# is collected would otherwise freeze Airflow's default (AIRFLOW_HOME/dags) before the e2e tests run
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(Path(__file__).resolve().parents[2] / "dags")
+os.environ.setdefault("AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT", "300")
 
 
 def _resolved(data: dict) -> topology_mod.Topology:
