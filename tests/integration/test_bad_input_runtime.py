@@ -319,15 +319,15 @@ CASES = [
         "until-not-a-date",
         "applied",
         _argv("distribution", "-t", "TOPOLOGY", "--until", "not-a-date"),
-        2,
-        ("--until 'not-a-date' is not an ISO-8601 time",),
+        64,  # a usage error (EX_USAGE)
+        ("argument --until: 'not-a-date' is not an ISO-8601 time",),
     ),
     Case(
         "until-month-13",
         "applied",
         _argv("distribution", "-t", "TOPOLOGY", "--until", "2026-13-01T00:00"),
-        2,
-        ("--until '2026-13-01T00:00'",),
+        64,
+        ("argument --until: '2026-13-01T00:00'",),
     ),
     Case(
         "snapshot-unknown-subscriber",
