@@ -443,15 +443,15 @@ CASES = [
         "unknown-option",
         "fresh",
         _argv("distribution", "-t", "TOPOLOGY", "--bogus"),
-        2,
+        64,
         ("unrecognized arguments: --bogus",),
     ),
-    Case("missing-topology-option", "fresh", _argv("logreader"), 2, ("--topology",)),
+    Case("missing-topology-option", "fresh", _argv("logreader"), 64, ("--topology",)),
     Case(
         "bad-dialect",
         "fresh",
         _argv("script-procs", "-t", "TOPOLOGY", "--dialect", "oracle"),
-        2,
+        64,
         ("invalid choice: 'oracle'",),
     ),
 ]

@@ -418,7 +418,7 @@ def test_cli_cleanup_operator_and_wal_retention(env, spark, tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["cleanup", "-t", path, "--min-retention", "-1"]) == USAGE_EXIT_CODE
     assert capsys.readouterr().err.strip().splitlines() == [
-        "airflow-repl: error: the minimum retention -1.0 is not a number of hours >= 0: give e.g. 0, 24 or 72"
+        "airflow-repl: error: cleanup: argument --min-retention: '-1' is not a number >= 0 (see 'airflow-repl cleanup --help')"
     ]
     assert _stored(env) == (2, 2)
     assert cli.main(["cleanup", "-t", path, "--min-retention", "0", "--max-retention", "24"]) == 0
