@@ -321,23 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _with_topology(sub.add_parser("apply", help="validate and deploy the topology")).set_defaults(func=_cmd_apply)
     _add_agent_commands(sub)
-    p = _with_topology(
-        sub.add_parser("set-update-mode", help="switch a failover subscription between immediate and queued updating")
-    )
-    p.add_argument("--subscriber", required=True, help="the failover subscriber to switch")
-    p.add_argument("--mode", required=True, choices=sorted(update_mode.TARGETS), help="the updating mode to switch to")
-    p.set_defaults(func=_cmd_set_update_mode)
-    p = _with_topology(
-        sub.add_parser("resolve-in-doubt", help="finish immediate subscribers' transactions prepared at the publisher")
-    )
-    p.add_argument("--subscriber", help="one subscriber (default: every immediate subscriber of the publication)")
-    p.add_argument(
-        "--follow", action="store_true", help="keep resolving: at each subscriber commit, and every interval"
-    )
-    p.add_argument(
-        "--interval", type=POSITIVE_FLOAT, default=60.0, help="seconds between two rounds with --follow (default 60)"
-    )
-    p.set_defaults(func=_cmd_resolve_in_doubt)
+    _add_updating_commands(sub)
     p = _with_topology(sub.add_parser("validate", help="compare row counts and checksums (exit 6 on differences)"))
     p.add_argument("--subscriber", action="append", help=_SUBSCRIBERS_HELP)
     p.set_defaults(func=_cmd_validate)
@@ -361,16 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_script_procs)
     _add_schema_commands(sub)
-    p = sub.add_parser("sandbox", help="the embedded PostgreSQL sandbox")
-    p.add_argument("action", choices=["start", "stop", "status", "destroy"], help="what to do with the sandbox")
-    p.add_argument("--root", default=".sandbox", help="the sandbox's folder (default .sandbox)")
-    p.set_defaults(func=_cmd_sandbox)
-    p = sub.add_parser("demo", help="run the end-to-end demo on the sandbox")
-    p.add_argument("--root", default=".sandbox", help="the sandbox's folder (default .sandbox)")
-    p.add_argument(
-        "--cycles", type=POSITIVE_INT, default=2, help="replication cycles while the workload runs (default 2)"
-    )
-    p.set_defaults(func=_cmd_demo)
+    _add_sandbox_commands(sub)
+    for choice in sub._choices_actions:  # each command's --help starts with what it does
+        sub.choices[choice.dest].description = f"{choice.help[0].upper()}{choice.help[1:]}." if choice.help else None
     return parser
 
 
@@ -382,6 +359,41 @@ def _with_topology(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--topology", "-t", required=True, help="topology YAML file")
     p.add_argument("--publication", "-p", help="publication (optional when there is only one)")
     return p
+
+
+def _add_updating_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``set-update-mode`` and ``resolve-in-doubt`` (docs/updatable-subscriptions.md)."""
+    p = _with_topology(
+        sub.add_parser("set-update-mode", help="switch a failover subscription between immediate and queued updating")
+    )
+    p.add_argument("--subscriber", required=True, help="the failover subscriber to switch")
+    p.add_argument("--mode", required=True, choices=sorted(update_mode.TARGETS), help="the updating mode to switch to")
+    p.set_defaults(func=_cmd_set_update_mode)
+    p = _with_topology(
+        sub.add_parser("resolve-in-doubt", help="finish immediate subscribers' transactions prepared at the publisher")
+    )
+    p.add_argument("--subscriber", help="one subscriber (default: every immediate subscriber of the publication)")
+    p.add_argument(
+        "--follow", action="store_true", help="keep resolving: at each subscriber commit, and every interval"
+    )
+    p.add_argument(
+        "--interval", type=POSITIVE_FLOAT, default=60.0, help="seconds between two rounds with --follow (default 60)"
+    )
+    p.set_defaults(func=_cmd_resolve_in_doubt)
+
+
+def _add_sandbox_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``sandbox`` and ``demo``."""
+    p = sub.add_parser("sandbox", help="the embedded PostgreSQL sandbox")
+    p.add_argument("action", choices=["start", "stop", "status", "destroy"], help="what to do with the sandbox")
+    p.add_argument("--root", default=".sandbox", help="the sandbox's folder (default .sandbox)")
+    p.set_defaults(func=_cmd_sandbox)
+    p = sub.add_parser("demo", help="run the end-to-end demo on the sandbox")
+    p.add_argument("--root", default=".sandbox", help="the sandbox's folder (default .sandbox)")
+    p.add_argument(
+        "--cycles", type=POSITIVE_INT, default=2, help="replication cycles while the workload runs (default 2)"
+    )
+    p.set_defaults(func=_cmd_demo)
 
 
 def _add_schema_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
