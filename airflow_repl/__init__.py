@@ -6,7 +6,25 @@ Airflow provider layer (hooks, operators, sensors, triggers) is a thin shell aro
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 __version__ = "0.1.0"
+
+
+def documentation_url() -> str | None:
+    """A ``file://`` URI of the documentation's index on this machine, or None when there is none.
+
+    There is no public documentation site: the documentation is the ``docs/`` folder, installed
+    with the package under ``<prefix>/share/doc/airflow-repl`` (setup.cfg ``data_files``) and
+    present in a source checkout (an editable install) next to the package."""
+    for index in (
+        Path(sys.prefix) / "share" / "doc" / "airflow-repl" / "index.md",
+        Path(__file__).resolve().parent.parent / "docs" / "index.md",
+    ):
+        if index.is_file():
+            return index.as_uri()
+    return None
 
 
 def get_provider_info() -> dict:
@@ -17,13 +35,7 @@ def get_provider_info() -> dict:
         "description": "SQL Server-style transactional replication for PostgreSQL: snapshot, "
         "log reader, distribution and queue reader agents submitted as Spark applications.",
         "versions": [__version__],
-        "integrations": [
-            {
-                "integration-name": "airflow-repl",
-                "external-doc-url": "https://example.invalid/airflow-repl/docs",
-                "tags": ["software"],
-            }
-        ],
+        "integrations": [_integration()],
         "hooks": [{"integration-name": "airflow-repl", "python-modules": ["airflow_repl.hooks.replication"]}],
         "operators": [
             {
@@ -49,3 +61,9 @@ def get_provider_info() -> dict:
             }
         ],
     }
+
+
+def _integration() -> dict:
+    """The provider's one integration; ``external-doc-url`` only when the documentation is installed."""
+    doc = documentation_url()
+    return {"integration-name": "airflow-repl", **({"external-doc-url": doc} if doc else {}), "tags": ["software"]}

@@ -9,20 +9,88 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 import traceback
 from typing import Any, NoReturn
 
+from airflow_repl import __version__
 from airflow_repl.engine.agents import continuous as continuous_mode
 from airflow_repl.engine.agents.lifecycle import as_engine_error
 from airflow_repl.engine.codegen import procedures, tsql_script
-from airflow_repl.engine.errors import INTERNAL_EXIT_CODE, ReplError
+from airflow_repl.engine.errors import INTERNAL_EXIT_CODE, USAGE_EXIT_CODE, DifferencesFound, ReplError
 from airflow_repl.engine.model import topology
 from airflow_repl.engine.postgres import connections
 from airflow_repl.engine.provisioning import deploy, update_mode
 from airflow_repl.engine.subscriber import validation
 
 PROG = "airflow-repl"
+
+DESCRIPTION = """\
+Run SQL Server-style transactional replication for PostgreSQL from a topology file:
+deploy it, run each agent once (snapshot, logreader, distribution, queuereader) in a
+local SparkSession, validate subscribers, and manage retention, tracer tokens and
+schema changes. 'airflow-repl <command> --help' explains each command's options."""
+
+EPILOG = """\
+connections:
+  Every server in the topology (publisher, distributor, subscribers) is either a
+  postgresql:// (or postgres://) URI, e.g. postgresql://repl@db1:5432/shop, or an
+  Airflow connection id, e.g. repl_publisher. The command line resolves a connection
+  id from the environment variable AIRFLOW_CONN_<ID> (the id in upper case), as
+  Airflow does: its value is a postgresql:// URI or Airflow's JSON form
+  ({"conn_type": "postgres", "host": ..., "port": ..., "login": ..., "password": ...,
+  "schema": <database>}). It does not read Airflow's metadata database. Every
+  server is resolved before a command runs; passwords are never printed.
+
+exit codes:
+  0    success (the summary, if any, is JSON on standard output)
+  1    internal error: a bug; run again with -v for the traceback and report it
+  2    replication or topology error: bad topology, option values the topology
+       contradicts, server settings, expired subscriptions, ...
+  3    not initialized: run the Snapshot Agent (or apply) first
+  4    delivery error: a command could not be applied at a subscriber
+  5    retryable: a server cannot be reached or went away, or the agent is busy
+  6    validate found differences between the publisher and a subscriber
+  64   usage error: unknown option, missing argument or bad option value
+  130  interrupted (Ctrl-C)
+  See docs/errors.md for every message."""
+
+ISO_EXAMPLE = "2026-11-23T13:00:00+00:00"
+
+
+def iso_time(value: str) -> str:
+    """An ``--until`` / ``--since`` value: checked to be ISO-8601 (kept as given)."""
+    from datetime import datetime
+
+    try:
+        datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not an ISO-8601 time: use e.g. {ISO_EXAMPLE} (a time without offset is UTC)"
+        ) from None
+    return value
+
+
+def _number(kind: type[int] | type[float], minimum: float, inclusive: bool) -> Any:
+    """An argparse ``type`` accepting numbers of ``kind`` above ``minimum`` (or equal, if ``inclusive``)."""
+    bound = f"{'>=' if inclusive else '>'} {minimum:g}"
+
+    def check(value: str) -> int | float:
+        try:
+            number = kind(value)
+        except ValueError:
+            number = math.nan
+        if not math.isfinite(number) or number < minimum or (number == minimum and not inclusive):
+            raise argparse.ArgumentTypeError(f"{value!r} is not {'an integer' if kind is int else 'a number'} {bound}")
+        return number
+
+    return check
+
+
+POSITIVE_INT = _number(int, 0, inclusive=False)
+POSITIVE_FLOAT = _number(float, 0, inclusive=False)
+NON_NEGATIVE_FLOAT = _number(float, 0, inclusive=True)
 
 
 def _load(args: argparse.Namespace) -> topology.Topology:
@@ -48,14 +116,10 @@ def _subscribers(topo: topology.Topology, publication: str, names: list[str] | N
 
 
 def _cmd_agent(args: argparse.Namespace) -> dict[str, Any]:
-    from airflow_repl.engine.agents.distribution_agent import parse_until
     from airflow_repl.jobs.agent_job import run_agent
 
     until = getattr(args, "until", None)
-    if until is not None:
-        parse_until(until)  # a bad time is an error before anything runs
-    continuous = continuous_mode.from_arguments(args)
-    continuous_mode.check_request(args.command, until, continuous)  # bad continuous options too
+    continuous = continuous_mode.from_arguments(args)  # checked by _check_options before anything runs
     topo = _load(args)
     publication = _publication(topo, args.publication)
     if args.subscriber:
@@ -107,7 +171,7 @@ def _cmd_validate(args: argparse.Namespace) -> dict[str, Any]:
     for s, rows in report.items():
         print(f"subscriber {s}:\n{validation.format_report(rows)}", file=sys.stderr)
     if not all(r["match"] for rows in report.values() for r in rows):
-        raise ReplError("validation found differences (see the report above)")
+        raise DifferencesFound("validation found differences (see the report above)")
     return report
 
 
@@ -238,44 +302,37 @@ def _cmd_demo(args: argparse.Namespace) -> None:
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage errors are one line too: ``airflow-repl: error: ...`` and exit code 2."""
+    """Usage errors are one line too: ``airflow-repl: error: ...`` and exit code 64 (EX_USAGE)."""
 
     def error(self, message: str) -> NoReturn:
         where = self.prog.removeprefix(PROG).strip()
         print(f"{PROG}: error: {where + ': ' if where else ''}{message} (see '{self.prog} --help')", file=sys.stderr)
-        sys.exit(ReplError.exit_code)
+        sys.exit(USAGE_EXIT_CODE)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description=(__doc__ or PROG).splitlines()[0])
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser = _Parser(
+        prog=PROG, description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}", help="print the version")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="debug logging; an error's extra lines and tracebacks too"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     _with_topology(sub.add_parser("apply", help="validate and deploy the topology")).set_defaults(func=_cmd_apply)
     _add_agent_commands(sub)
-    p = _with_topology(
-        sub.add_parser("set-update-mode", help="switch a failover subscription between immediate and queued updating")
-    )
-    p.add_argument("--subscriber", required=True)
-    p.add_argument("--mode", required=True, choices=sorted(update_mode.TARGETS))
-    p.set_defaults(func=_cmd_set_update_mode)
-    p = _with_topology(
-        sub.add_parser("resolve-in-doubt", help="finish immediate subscribers' transactions prepared at the publisher")
-    )
-    p.add_argument("--subscriber", help="one subscriber (default: every immediate subscriber of the publication)")
-    p.add_argument(
-        "--follow", action="store_true", help="keep resolving: at each subscriber commit, and every interval"
-    )
-    p.add_argument("--interval", type=float, default=60.0, help="seconds between two rounds with --follow")
-    p.set_defaults(func=_cmd_resolve_in_doubt)
-    p = _with_topology(sub.add_parser("validate", help="compare row counts and checksums"))
-    p.add_argument("--subscriber", action="append")
+    _add_updating_commands(sub)
+    p = _with_topology(sub.add_parser("validate", help="compare row counts and checksums (exit 6 on differences)"))
+    p.add_argument("--subscriber", action="append", help=_SUBSCRIBERS_HELP)
     p.set_defaults(func=_cmd_validate)
     p = _with_topology(
         sub.add_parser("conflicts", help="list the conflicts the Queue Reader and the Distribution Agent recorded")
     )
-    p.add_argument("--subscriber")
-    p.add_argument("--article")
-    p.add_argument("--since", help="only conflicts detected at or after this ISO-8601 time (UTC without offset)")
+    p.add_argument("--subscriber", help="only this subscriber's conflicts")
+    p.add_argument("--article", help="only this article's conflicts")
+    p.add_argument(
+        "--since", type=iso_time, help=f"only conflicts detected at or after this ISO-8601 time, e.g. {_ISO_HELP}"
+    )
     p.set_defaults(func=_cmd_conflicts)
     _add_tracer_command(sub)
     _add_retention_commands(sub)
@@ -288,21 +345,55 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_script_procs)
     _add_schema_commands(sub)
-    p = sub.add_parser("sandbox", help="the embedded PostgreSQL sandbox")
-    p.add_argument("action", choices=["start", "stop", "status", "destroy"])
-    p.add_argument("--root", default=".sandbox")
-    p.set_defaults(func=_cmd_sandbox)
-    p = sub.add_parser("demo", help="run the end-to-end demo on the sandbox")
-    p.add_argument("--root", default=".sandbox")
-    p.add_argument("--cycles", type=int, default=2, help="replication cycles while the workload runs")
-    p.set_defaults(func=_cmd_demo)
+    _add_sandbox_commands(sub)
+    for choice in sub._choices_actions:  # each command's --help starts with what it does
+        sub.choices[choice.dest].description = f"{choice.help[0].upper()}{choice.help[1:]}." if choice.help else None
     return parser
+
+
+_SUBSCRIBERS_HELP = "only this subscriber (repeatable; default: every subscriber of the publication)"
+_ISO_HELP = f"{ISO_EXAMPLE} (no offset: UTC)"
 
 
 def _with_topology(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--topology", "-t", required=True, help="topology YAML file")
     p.add_argument("--publication", "-p", help="publication (optional when there is only one)")
     return p
+
+
+def _add_updating_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``set-update-mode`` and ``resolve-in-doubt`` (docs/updatable-subscriptions.md)."""
+    p = _with_topology(
+        sub.add_parser("set-update-mode", help="switch a failover subscription between immediate and queued updating")
+    )
+    p.add_argument("--subscriber", required=True, help="the failover subscriber to switch")
+    p.add_argument("--mode", required=True, choices=sorted(update_mode.TARGETS), help="the updating mode to switch to")
+    p.set_defaults(func=_cmd_set_update_mode)
+    p = _with_topology(
+        sub.add_parser("resolve-in-doubt", help="finish immediate subscribers' transactions prepared at the publisher")
+    )
+    p.add_argument("--subscriber", help="one subscriber (default: every immediate subscriber of the publication)")
+    p.add_argument(
+        "--follow", action="store_true", help="keep resolving: at each subscriber commit, and every interval"
+    )
+    p.add_argument(
+        "--interval", type=POSITIVE_FLOAT, default=60.0, help="seconds between two rounds with --follow (default 60)"
+    )
+    p.set_defaults(func=_cmd_resolve_in_doubt)
+
+
+def _add_sandbox_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``sandbox`` and ``demo``."""
+    p = sub.add_parser("sandbox", help="the embedded PostgreSQL sandbox")
+    p.add_argument("action", choices=["start", "stop", "status", "destroy"], help="what to do with the sandbox")
+    p.add_argument("--root", default=".sandbox", help="the sandbox's folder (default .sandbox)")
+    p.set_defaults(func=_cmd_sandbox)
+    p = sub.add_parser("demo", help="run the end-to-end demo on the sandbox")
+    p.add_argument("--root", default=".sandbox", help="the sandbox's folder (default .sandbox)")
+    p.add_argument(
+        "--cycles", type=POSITIVE_INT, default=2, help="replication cycles while the workload runs (default 2)"
+    )
+    p.set_defaults(func=_cmd_demo)
 
 
 def _add_schema_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
@@ -318,14 +409,14 @@ def _add_schema_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
     p.add_argument(
         "--quiesced-token",
-        type=int,
+        type=POSITIVE_INT,
         help="refuse unless everything up to this tracer token reached every subscriber (queues drained)",
     )
     p.set_defaults(func=_cmd_schema_change)
     p = _with_topology(
         sub.add_parser("register-script", help="register the script regenerating an article's custom procedures")
     )
-    p.add_argument("--article", required=True)
+    p.add_argument("--article", required=True, help="the article whose procedures the script regenerates")
     how = p.add_mutually_exclusive_group(required=True)
     how.add_argument("--sql-file", help="a SQL template ({{table}}, {{columns}}, {{proc_ins}}, ... placeholders)")
     how.add_argument("--python", help="module:function, called as function(connection, article, subscriber)")
@@ -334,23 +425,25 @@ def _add_schema_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = _with_topology(
         sub.add_parser("regenerate-procs", help="regenerate the articles' procedures at subscribers now")
     )
-    p.add_argument("--subscriber", action="append")
-    p.add_argument("--article", action="append")
+    p.add_argument("--subscriber", action="append", help=_SUBSCRIBERS_HELP)
+    p.add_argument("--article", action="append", help="only this article (repeatable; default: every article)")
     p.set_defaults(func=_cmd_regenerate_procs)
 
 
 def _add_agent_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     """``snapshot``, ``logreader``, ``distribution`` and ``queuereader``: one agent run each."""
     p = _with_topology(sub.add_parser("snapshot", help="run the Snapshot Agent"))
-    p.add_argument("--subscriber", action="append")
+    p.add_argument("--subscriber", action="append", help=_SUBSCRIBERS_HELP)
     p.add_argument("--reinitialize", action="store_true", help="re-initialize active subscriptions too")
     p.set_defaults(func=_cmd_agent)
     p = _with_topology(sub.add_parser("logreader", help="run the Log Reader Agent"))
     continuous_mode.add_arguments(p)
     p.set_defaults(func=_cmd_agent, subscriber=None)
     p = _with_topology(sub.add_parser("distribution", help="run the Distribution Agent"))
-    p.add_argument("--subscriber", action="append")
-    p.add_argument("--until", help="deliver transactions committed up to this ISO-8601 time")
+    p.add_argument("--subscriber", action="append", help=_SUBSCRIBERS_HELP)
+    p.add_argument(
+        "--until", type=iso_time, help=f"deliver transactions committed up to this ISO-8601 time, e.g. {_ISO_HELP}"
+    )
     continuous_mode.add_arguments(p)
     p.set_defaults(func=_cmd_agent)
     p = _with_topology(sub.add_parser("queuereader", help="run the Queue Reader Agent (queued updating)"))
@@ -361,8 +454,8 @@ def _add_agent_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
 def _add_tracer_command(sub: argparse._SubParsersAction[_Parser]) -> None:
     """``tracer post`` and ``tracer history``."""
     p = _with_topology(sub.add_parser("tracer", help="post a tracer token, or list the tokens' latency"))
-    p.add_argument("action", choices=["post", "history"])
-    p.add_argument("--token", type=int, help="history of this token only")
+    p.add_argument("action", choices=["post", "history"], help="post a new token, or show the tokens' history")
+    p.add_argument("--token", type=POSITIVE_INT, help="history of this token only")
     p.add_argument("--output", "-o", choices=["table", "json"], default="table", help="history as a table or JSON")
     p.set_defaults(func=_cmd_tracer)
 
@@ -370,12 +463,21 @@ def _add_tracer_command(sub: argparse._SubParsersAction[_Parser]) -> None:
 def _add_retention_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     """``cleanup`` and ``wal-retention`` (docs/retention.md)."""
     p = _with_topology(sub.add_parser("cleanup", help="expire idle subscriptions, delete delivered commands"))
-    p.add_argument("--min-retention", type=float, help="hours delivered commands are kept (default: topology, 0)")
-    p.add_argument("--max-retention", type=float, help="hours before an idle subscription expires (default: 72)")
-    p.add_argument("--batch-commands", type=int, default=10000, help="commands deleted per distributor transaction")
+    p.add_argument(
+        "--min-retention", type=NON_NEGATIVE_FLOAT, help="hours delivered commands are kept (default: topology, 0)"
+    )
+    p.add_argument(
+        "--max-retention", type=POSITIVE_FLOAT, help="hours before an idle subscription expires (default: 72)"
+    )
+    p.add_argument(
+        "--batch-commands",
+        type=POSITIVE_INT,
+        default=10000,
+        help="commands deleted per distributor transaction (default 10000)",
+    )
     p.set_defaults(func=_cmd_cleanup)
     p = _with_topology(sub.add_parser("wal-retention", help="the WAL the publication's slot keeps at the publisher"))
-    p.add_argument("--max-wal-mb", type=int, help="limit in MB (default: the publication's max_slot_wal_mb)")
+    p.add_argument("--max-wal-mb", type=POSITIVE_INT, help="limit in MB (default: the publication's max_slot_wal_mb)")
     p.set_defaults(func=_cmd_wal_retention)
 
 
@@ -401,11 +503,24 @@ def report_error(exc: BaseException, verbose: bool = False) -> int:
     return INTERNAL_EXIT_CODE
 
 
-def main(argv: list[str] | None = None) -> int:
+def _check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Combinations of options the command line alone rules out are usage errors too (e.g.
+    ``--until`` with ``--continuous``): refused before the topology is read."""
+    if args.func is not _cmd_agent:
+        return
     try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:  # --help, or a usage error already printed as one line
-        return exc.code if isinstance(exc.code, int) else ReplError.exit_code
+        continuous_mode.check_request(args.command, getattr(args, "until", None), continuous_mode.from_arguments(args))
+    except ReplError as exc:
+        parser.error(str(exc))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        _check_options(parser, args)
+    except SystemExit as exc:  # --help, --version, or a usage error already printed as one line
+        return exc.code if isinstance(exc.code, int) else USAGE_EXIT_CODE
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

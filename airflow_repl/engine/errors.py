@@ -6,12 +6,14 @@ command line's exit code and whether running the agent again (an Airflow retry) 
 ===========================  =====  =========  ==============================================
 class                        exit   retryable  meaning
 ===========================  =====  =========  ==============================================
+(usage error)                64     no         the command line itself: unknown option, bad value
 ReplError / TopologyError    2      no         bad input: topology file, options, arguments
 NotInitialized               3      no         run the Snapshot Agent (or apply) first
 DeliveryError                4      no         a command cannot be applied at a subscriber
 ConnectionFailed             5      yes        a server cannot be reached
 ConnectionLost               5      yes        a server went away during a run
 AgentBusy                    5      yes        another agent of the same kind is running
+DifferencesFound             6      no         ``validate`` found rows that differ
 (anything else)              1      no         an internal error: a bug to report
 ===========================  =====  =========  ==============================================
 """
@@ -26,6 +28,9 @@ ROW_NOT_FOUND_SQLSTATE = "RP598"
 
 #: Exit code of an unexpected (internal) error.
 INTERNAL_EXIT_CODE = 1
+
+#: Exit code of a command-line usage error (sysexits.h's EX_USAGE): the command line alone is wrong.
+USAGE_EXIT_CODE = 64
 
 
 class ReplError(Exception):
@@ -87,3 +92,9 @@ class AgentBusy(ReplError):
 
     exit_code = 5
     retryable = True
+
+
+class DifferencesFound(ReplError):
+    """``validate`` compared a publication with its subscribers and found differences."""
+
+    exit_code = 6

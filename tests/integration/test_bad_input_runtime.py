@@ -319,15 +319,15 @@ CASES = [
         "until-not-a-date",
         "applied",
         _argv("distribution", "-t", "TOPOLOGY", "--until", "not-a-date"),
-        2,
-        ("--until 'not-a-date' is not an ISO-8601 time",),
+        64,  # a usage error (EX_USAGE)
+        ("argument --until: 'not-a-date' is not an ISO-8601 time",),
     ),
     Case(
         "until-month-13",
         "applied",
         _argv("distribution", "-t", "TOPOLOGY", "--until", "2026-13-01T00:00"),
-        2,
-        ("--until '2026-13-01T00:00'",),
+        64,
+        ("argument --until: '2026-13-01T00:00'",),
     ),
     Case(
         "snapshot-unknown-subscriber",
@@ -443,15 +443,15 @@ CASES = [
         "unknown-option",
         "fresh",
         _argv("distribution", "-t", "TOPOLOGY", "--bogus"),
-        2,
+        64,
         ("unrecognized arguments: --bogus",),
     ),
-    Case("missing-topology-option", "fresh", _argv("logreader"), 2, ("--topology",)),
+    Case("missing-topology-option", "fresh", _argv("logreader"), 64, ("--topology",)),
     Case(
         "bad-dialect",
         "fresh",
         _argv("script-procs", "-t", "TOPOLOGY", "--dialect", "oracle"),
-        2,
+        64,
         ("invalid choice: 'oracle'",),
     ),
 ]

@@ -7,6 +7,7 @@ import json
 import yaml
 
 from airflow_repl import cli
+from airflow_repl.engine.errors import DifferencesFound
 from airflow_repl.engine.postgres.connections import to_uri
 
 
@@ -47,7 +48,7 @@ def test_cli_runs_every_agent_and_validates(env, spark, tmp_path, capsys):
     assert cli.main(["validate", "-t", topo]) == 0
     assert json.loads(capsys.readouterr().out)["sub1"][0]["match"] is True
     env.run(env.sub, "DELETE FROM orders WHERE id = 1")
-    assert cli.main(["validate", "-t", topo]) == 2
+    assert cli.main(["validate", "-t", topo]) == DifferencesFound.exit_code == 6
     assert "validation found differences" in capsys.readouterr().err
 
 

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from airflow_repl import cli
 from airflow_repl.engine.agents import cleanup_agent, distribution_agent, log_reader_agent, snapshot_agent
-from airflow_repl.engine.errors import AgentBusy, NotInitialized, ReplError, TopologyError
+from airflow_repl.engine.errors import USAGE_EXIT_CODE, AgentBusy, NotInitialized, ReplError, TopologyError
 from airflow_repl.engine.postgres.connections import to_uri
 from airflow_repl.engine.postgres.lsn import lsn_to_int
 from airflow_repl.engine.state import distdb
@@ -416,9 +416,9 @@ def test_cli_cleanup_operator_and_wal_retention(env, spark, tmp_path, capsys):
     assert measured["exceeded"] is False and measured["limit_mb"] == 100000 and measured["retained_bytes"] >= 0
     assert cli.main(["distribution", "-t", path]) == 0
     capsys.readouterr()
-    assert cli.main(["cleanup", "-t", path, "--min-retention", "-1"]) == 2
+    assert cli.main(["cleanup", "-t", path, "--min-retention", "-1"]) == USAGE_EXIT_CODE
     assert capsys.readouterr().err.strip().splitlines() == [
-        "airflow-repl: error: the minimum retention -1.0 is not a number of hours >= 0: give e.g. 0, 24 or 72"
+        "airflow-repl: error: cleanup: argument --min-retention: '-1' is not a number >= 0 (see 'airflow-repl cleanup --help')"
     ]
     assert _stored(env) == (2, 2)
     assert cli.main(["cleanup", "-t", path, "--min-retention", "0", "--max-retention", "24"]) == 0

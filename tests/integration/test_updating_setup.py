@@ -9,7 +9,7 @@ import pytest
 
 from airflow_repl import cli
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
-from airflow_repl.engine.errors import NotInitialized, ReplError, TopologyError
+from airflow_repl.engine.errors import USAGE_EXIT_CODE, NotInitialized, ReplError, TopologyError
 from airflow_repl.engine.model import topology as topology_mod
 from airflow_repl.engine.postgres.connections import resolve_topology, to_uri
 from airflow_repl.engine.provisioning import deploy, update_mode
@@ -288,4 +288,4 @@ def test_set_update_mode_cli(env, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["update_mode"] == "queued failover"
     assert cli.main([*args, "immediate"]) == 3
     assert "is not initialized: run the Snapshot Agent" in capsys.readouterr().err
-    assert cli.main([*args, "sideways"]) == 2
+    assert cli.main([*args, "sideways"]) == USAGE_EXIT_CODE  # not one of the choices

@@ -9,7 +9,7 @@ import pytest
 
 from airflow_repl import cli
 from airflow_repl.engine.agents import continuous
-from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.errors import USAGE_EXIT_CODE, ReplError
 from airflow_repl.jobs import agent_job
 
 UNTIL = "2026-11-23T13:00:00+00:00"
@@ -24,7 +24,7 @@ def _one_error_line(capsys) -> str:
 def test_continuous_and_until_are_refused_together_by_the_cli(capsys, tmp_path):
     missing = str(tmp_path / "never-read.yaml")  # refused before the topology is read
     code = cli.main(["distribution", "-t", missing, "--continuous", "--until", UNTIL])
-    assert code == ReplError.exit_code
+    assert code == USAGE_EXIT_CODE
     assert "until (--until) and continuous (--continuous) cannot be combined" in _one_error_line(capsys)
 
 
@@ -38,12 +38,12 @@ def test_continuous_and_until_are_refused_together_by_the_cli(capsys, tmp_path):
     ],
 )
 def test_bad_continuous_options_are_refused_by_the_cli(capsys, tmp_path, args, says):
-    assert cli.main(["logreader", "-t", str(tmp_path / "never-read.yaml"), *args]) == ReplError.exit_code
+    assert cli.main(["logreader", "-t", str(tmp_path / "never-read.yaml"), *args]) == USAGE_EXIT_CODE
     assert says in _one_error_line(capsys)
 
 
 def test_only_the_log_reader_and_distribution_run_continuously(capsys, tmp_path):
-    assert cli.main(["snapshot", "-t", str(tmp_path / "t.yaml"), "--continuous"]) == ReplError.exit_code
+    assert cli.main(["snapshot", "-t", str(tmp_path / "t.yaml"), "--continuous"]) == USAGE_EXIT_CODE
     assert "unrecognized arguments: --continuous" in _one_error_line(capsys)
     with pytest.raises(ReplError, match="the queuereader agent has no continuous mode"):
         continuous.check_request("queuereader", None, {"continuous": True})

@@ -135,19 +135,24 @@ def test_expired_message_names_the_subscription_and_the_fix():
 
 # ---------------------------------------------------------------------- CLI
 @pytest.mark.parametrize(
-    ("args", "message"),
+    ("args", "code", "message"),
     [
-        (["--min-retention", "-1"], "airflow-repl: error: the minimum retention -1.0 is not a number of hours >= 0"),
-        (["-p", "nope"], "airflow-repl: error: unknown publication 'nope'"),
-        (["--min-retention", "x"], "argument --min-retention: invalid float value: 'x'"),
+        (
+            ["--min-retention", "-1"],
+            64,
+            "airflow-repl: error: cleanup: argument --min-retention: '-1' is not a number >= 0",
+        ),
+        (["-p", "nope"], 2, "airflow-repl: error: unknown publication 'nope'"),
+        (["--min-retention", "x"], 64, "argument --min-retention: 'x' is not a number >= 0"),
+        (["--min-retention", "2", "--max-retention", "1"], 2, "the minimum retention (2.0 h) is above the maximum"),
     ],
 )
-def test_cli_cleanup_bad_input_is_one_line_before_any_connection(tmp_path, capsys, args, message):
+def test_cli_cleanup_bad_input_is_one_line_before_any_connection(tmp_path, capsys, args, code, message):
     path = tmp_path / "t.yaml"
     path.write_text(
         "publisher: postgresql://u@127.0.0.1:1/pub\ndistributor: postgresql://u@127.0.0.1:1/dist\n"
         "publications: [{name: p, articles: [public.items]}]\n"
     )
-    assert cli.main(["cleanup", "-t", str(path), *args]) == 2
+    assert cli.main(["cleanup", "-t", str(path), *args]) == code
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
