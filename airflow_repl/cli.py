@@ -232,6 +232,22 @@ def _cmd_wal_retention(args: argparse.Namespace) -> dict[str, Any]:
     return found.to_dict()
 
 
+def _cmd_status(args: argparse.Namespace) -> None:
+    """Per subscription: backlog, watermark, last runs, last error, expiry (docs/status.md); printed
+    first, then an error (exit code 2) when a last run failed or a backlog is above --max-pending."""
+    from airflow_repl.engine.agents import status
+
+    topo = _load(args)
+    rows = status.subscription_status(topo, args.publication)
+    if args.output == "json":
+        print(json.dumps([r.to_json() for r in rows], indent=2))
+    else:
+        print(status.format_table(rows))
+    found = status.problems(rows, args.max_pending)
+    if found:
+        raise ReplError("; ".join(found))
+
+
 def _cmd_script_procs(args: argparse.Namespace) -> None:
     topo = _load(args)
     pub = _publication(topo, args.publication)
@@ -335,6 +351,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_conflicts)
     _add_tracer_command(sub)
+    p = _with_topology(
+        sub.add_parser("status", help="backlog, watermark, last runs, errors and expiry per subscription")
+    )
+    p.add_argument("--output", "-o", choices=["table", "json"], default="table", help="a text table or JSON")
+    p.add_argument(
+        "--max-pending", type=_number(int, 0, True), help="exit 2 when a backlog is above this many transactions"
+    )
+    p.set_defaults(func=_cmd_status)
     _add_retention_commands(sub)
     p = _with_topology(sub.add_parser("script-procs", help="print the generated procedures"))
     p.add_argument(

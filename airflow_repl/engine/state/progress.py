@@ -162,3 +162,75 @@ def delivery_behind(conn: psycopg.Connection[Any], publication: str, position: s
         (position, publication),
     ).fetchall()
     return [Behind(str(r[0]), r[1], int(r[2])) for r in rows]
+
+
+# ---------------------------------------------------------------------- status (airflow-repl status)
+#: SQL: per subscription of a publication (or all): its status, delivered watermark and that
+#: transaction's commit time, the backlog after it, the last synchronization and the oldest
+#: transaction waiting (as the cleanup's expiry computes them).
+_STATUS = """
+SELECT s.publication, s.subscriber, s.status, s.delivered_xact_seqno::text, d.commit_time,
+       count(t.xact_seqno), coalesce(sum(t.command_count), 0), coalesce(s.delivered_at, s.initialized_at),
+       min(t.entry_time)
+FROM airflow_repl.subscriptions AS s
+LEFT JOIN airflow_repl.transactions AS d ON d.publication = s.publication AND d.xact_seqno = s.delivered_xact_seqno
+LEFT JOIN airflow_repl.transactions AS t ON t.publication = s.publication AND s.status <> 'expired'
+    AND t.xact_seqno > coalesce(s.delivered_xact_seqno, s.start_xact_seqno, '0/0'::pg_lsn)
+    AND (s.status NOT IN ('pending', 'initializing') OR s.start_xact_seqno IS NOT NULL)
+WHERE %(p)s::text IS NULL OR s.publication = %(p)s::text
+GROUP BY s.publication, s.subscriber, s.status, s.delivered_xact_seqno, d.commit_time, s.delivered_at, s.initialized_at
+ORDER BY s.publication, s.subscriber
+"""
+
+
+@dataclass(frozen=True)
+class SubscriptionRow:
+    """A subscription's state at the distributor (see :data:`_STATUS`)."""
+
+    publication: str
+    subscriber: str
+    status: str
+    delivered_xact_seqno: str | None
+    delivered_commit_time: datetime | None
+    backlog_transactions: int
+    backlog_commands: int
+    last_sync: datetime | None
+    waiting_since: datetime | None
+
+
+def subscription_rows(conn: psycopg.Connection[Any], publication: str | None) -> list[SubscriptionRow]:
+    """Every subscription of ``publication`` (all publications: None), by publication and subscriber."""
+    rows = conn.execute(_STATUS, {"p": publication}).fetchall()
+    return [SubscriptionRow(r[0], r[1], r[2], r[3], r[4], int(r[5]), int(r[6]), r[7], r[8]) for r in rows]
+
+
+@dataclass(frozen=True)
+class LastRun:
+    """An agent's last finished (or running) run."""
+
+    run_id: int
+    status: str
+    started_at: datetime
+    finished_at: datetime | None
+    message: str | None
+
+
+def last_run(conn: psycopg.Connection[Any], agent: str, publication: str, subscriber: str | None) -> LastRun | None:
+    """The latest run of ``agent`` for the publication (and subscriber, when given)."""
+    row = conn.execute(
+        "SELECT run_id, status, started_at, finished_at, message FROM airflow_repl.agent_history "
+        "WHERE agent = %s AND publication = %s AND (%s::text IS NULL OR subscriber = %s::text) "
+        "ORDER BY run_id DESC LIMIT 1",
+        (agent, publication, subscriber, subscriber),
+    ).fetchone()
+    return LastRun(int(row[0]), str(row[1]), row[2], row[3], row[4]) if row is not None else None
+
+
+def last_error(conn: psycopg.Connection[Any], publication: str, subscriber: str) -> tuple[datetime, str] | None:
+    """The latest error recorded for the subscription (any agent): when, and its message."""
+    row = conn.execute(
+        "SELECT occurred_at, message FROM airflow_repl.errors WHERE publication = %s AND subscriber = %s "
+        "ORDER BY error_id DESC LIMIT 1",
+        (publication, subscriber),
+    ).fetchone()
+    return (row[0], str(row[1])) if row is not None else None

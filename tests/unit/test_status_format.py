@@ -1,0 +1,43 @@
+"""The pure parts of ``airflow-repl status``: the table, the JSON, expiry and the exit reasons."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from airflow_repl.engine.agents import status
+from airflow_repl.engine.state.progress import LastRun, SubscriptionRow
+
+T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+
+
+def _row(subscriber: str, backlog: int, run_status: str | None, error: str | None = None) -> status.SubscriptionStatus:
+    sub = SubscriptionRow("p", subscriber, "active", "0/16B3748", T0, backlog, backlog * 3, T0, T0 if backlog else None)
+    run = LastRun(7, run_status, T0, T0 + timedelta(seconds=5), "boom\nline 2") if run_status else None
+    return status.SubscriptionStatus(sub, run, None, (T0, error) if error else None, status.expires_at(sub, 72.0))
+
+
+def test_table_has_a_header_and_one_row_per_subscription():
+    text = status.format_table([_row("s1", 2, "succeeded"), _row("s2", 0, None, "relation  missing\nmore")])
+    lines = text.splitlines()
+    assert len(lines) == 3 and lines[0].startswith("publication  subscriber  status")
+    assert lines[1].split()[:5] == ["p", "s1", "active", "2", "6"] and "succeeded" in lines[1]
+    assert "never" in lines[2] and "relation missing more" in lines[2]
+
+
+def test_json_and_expiry():
+    data = _row("s1", 2, "failed").to_json()
+    assert data["backlog"] == {"transactions": 2, "commands": 6}
+    assert data["delivered"] == {"xact_seqno": "0/16B3748", "commit_time": T0.isoformat()}
+    assert data["last_runs"]["distribution"]["status"] == "failed" and data["last_runs"]["logreader"] is None
+    assert data["expires_at"] == (T0 + timedelta(hours=72)).isoformat() and data["last_error"] is None
+    assert _row("s1", 0, None).to_json()["expires_at"] is None
+
+
+def test_problems_name_the_subscription_and_the_reason():
+    rows = [_row("s1", 2, "failed"), _row("s2", 5, "succeeded"), _row("s3", 0, None)]
+    found = status.problems(rows, max_pending=3)
+    assert found == [
+        "'s1' of publication 'p': the Distribution Agent's last run failed (boom line 2)",
+        "'s2' of publication 'p': 5 transactions pending, above --max-pending 3",
+    ]
+    assert status.problems(rows[1:], None) == []
