@@ -47,7 +47,8 @@ exit codes:
   0    success (the summary, if any, is JSON on standard output)
   1    internal error: a bug; run again with -v for the traceback and report it
   2    replication or topology error: bad topology, option values the topology
-       contradicts, server settings, expired subscriptions, ...
+       contradicts, server settings, expired subscriptions, ...; for status: a
+       subscription whose last run failed or whose backlog exceeds --max-pending
   3    not initialized: run the Snapshot Agent (or apply) first
   4    delivery error: a command could not be applied at a subscriber
   5    retryable: a server cannot be reached or went away, or the agent is busy
