@@ -807,7 +807,8 @@ class PendingTransaction:
 
 
 def subscription_articles_hash(conn: psycopg.Connection, publication: str, subscriber: str) -> str | None:
-    """The hash of the article definitions the subscriber was initialized with, if any."""
+    """The hash of the article definitions the subscriber has as of its recorded delivery: those
+    it was initialized with, or those a delivered schema change left (None: not recorded)."""
     row = conn.execute(
         "SELECT articles_hash FROM airflow_repl.subscriptions WHERE publication = %s AND subscriber = %s",
         (publication, subscriber),

@@ -198,6 +198,7 @@ def run_script(conn: psycopg.Connection, article: ResolvedArticle, script: Scrip
         raise DeliveryError(
             f"the script registered for article {article.name!r} failed at subscriber {subscriber!r}: "
             f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}; fix it "
-            f"(airflow-repl register-script) and run the Distribution Agent again (delivery resumes at the change)",
+            f"(airflow-repl register-script), then run again: the Distribution Agent resumes at the schema change, "
+            f"regenerate-procs runs the script anew",
             article=article.name,
         ) from None
