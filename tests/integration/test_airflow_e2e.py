@@ -44,7 +44,8 @@ def _xcom(task_id: str, dag_id: str) -> dict:
         ).fetchall()
     assert rows, f"no XCom return value for {dag_id}.{task_id}"
     value = rows[0][0]
-    value = json.loads(value if isinstance(value, str) else value.decode())
+    if isinstance(value, (str, bytes)):  # a JSON document (a number comes back as one)
+        value = json.loads(value if isinstance(value, str) else value.decode())
     return json.loads(value) if isinstance(value, str) else value
 
 
@@ -154,6 +155,57 @@ def test_schema_change_dag_with_the_workload_writing_before_and_after(airflow_en
     with psycopg.connect(airflow_env["subscriber"]) as conn:
         counts = dict(conn.execute("SELECT channel, count(*) FROM orders GROUP BY channel").fetchall())
     assert counts.get("shop") == 1 and counts.get("app", 0) > 0 and counts.get("web", 0) > 0
+
+
+class _Cycles:
+    """Runs the Log Reader and the Distribution Agent again and again in a thread, as a scheduled
+    or continuous replication DAG would beside the maintenance DAG, until stopped."""
+
+    def __init__(self, topo) -> None:
+        import threading
+
+        self.topo, self.stop, self.errors = topo, threading.Event(), []
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        from airflow_repl.engine.agents import distribution_agent, log_reader_agent
+
+        while not self.stop.wait(0.3):
+            try:
+                log_reader_agent.run_log_reader(self.topo, "shop")
+                distribution_agent.run_distribution(self.topo, "shop", "reporting")
+            except Exception as exc:  # reported by the test
+                self.errors.append(exc)
+                return
+
+    def __enter__(self) -> _Cycles:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(60)
+
+
+def test_maintenance_dag_guards_wal_cleans_up_and_measures_a_tracer_token(airflow_env, capfd, monkeypatch):
+    """The example DAG ``airflow_repl_maintenance``: the WAL guard passes under its limit, the
+    cleanup deletes only what every subscription has, and the tracer-token sensor (rescheduled
+    between pokes) succeeds once the agents, running beside it, delivered the token."""
+    from airflow_repl.engine.agents import tracer
+
+    monkeypatch.setenv("AIRFLOW_REPL_TRACER_POKE_SECONDS", "1")
+    dag = demo.load_dag("repl_maintenance.py")
+    topo = connections.resolve_topology(topology.load(demo.DAGS / "demo_topology.yaml"))
+    with _Cycles(topo) as cycles:
+        dr = dag.test()
+    assert not cycles.errors, cycles.errors
+    assert _succeeded(dr), _why_not_success(dr, capfd, airflow_env["distributor"])
+    wal = _xcom("wal_retention", "airflow_repl_maintenance")
+    assert wal["exceeded"] is False and wal["limit_mb"] == 1024, wal
+    assert {"transactions_deleted", "commands_deleted"} <= set(_xcom("cleanup", "airflow_repl_maintenance"))
+    token = _xcom("post_tracer_token", "airflow_repl_maintenance")
+    rows = [r for r in tracer.tracer_history(topo, "shop", token) if r.subscriber == "reporting"]
+    assert rows and rows[0].subscriber_at is not None and rows[0].total is not None, rows
 
 
 def test_missing_spark_connection_fails_clearly_instead_of_yarn(airflow_env):
