@@ -46,9 +46,13 @@ format: install
 #: replication, docs/performance.md).  Its defaults (pgbench scale 10, 20k transactions, 1,000 tps for
 #: 30 s) take a few minutes; e.g. make bench BENCH_NATIVE="--scale 1 --transactions 2000 --lag-seconds 10"
 BENCH_NATIVE ?=
+#: Arguments of benchmarks/memory_bound.py (peak memory of the agents on one transaction of 5M row
+#: changes and a backlog of 10M: about 40 minutes here); e.g. BENCH_MEMORY="--backlog 1000000"
+BENCH_MEMORY ?=
 
 bench: install
 	$(PY) benchmarks/native_compare.py $(BENCH_NATIVE)
+	$(PY) benchmarks/memory_bound.py --bulk-apply $(BENCH_MEMORY)
 	$(PY) benchmarks/throughput.py
 	$(PY) benchmarks/streams.py
 	$(PY) benchmarks/queue_reader.py
