@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
@@ -87,7 +88,7 @@ def _side(art: ResolvedArticle, publisher: bool) -> tuple[sql.Composable, sql.Co
 
 def _sums_query(art: ResolvedArticle, publisher: bool, ranges: int) -> sql.Composable:
     relation, cond = _side(art, publisher)
-    half = "coalesce(sum(('x' || substr(d, {at}, 16))::bit(64)::bigint::numeric), 0)"
+    half = "coalesce(sum(('x' || substr(d, {at}, 16))::bit(64)::bigint), 0)"  # summed exactly, in 128 bits
     return sql.SQL(
         "SELECT r, count(*), {s} FROM (SELECT {r} AS r, md5({row}) AS d FROM {t} WHERE {c}) x GROUP BY r"
     ).format(
@@ -123,27 +124,34 @@ def range_sums(task: Task) -> Sums:
     return {int(r): [int(n), int(s1), int(s2)] for r, n, s1, s2 in rows}
 
 
-def _stream(conn: psycopg.Connection, query: sql.Composed, name: str) -> Iterator[tuple[bytes, str, str]]:
-    with conn.cursor(name=name) as cur:
-        cur.execute(query)
-        while batch := cur.fetchmany(FETCH_ROWS):
-            yield from batch
+def _open(cur: psycopg.ServerCursor, query: sql.Composed) -> list[tuple[bytes, str, str]]:
+    """Run ``query`` in ``cur`` and fetch its first rows (the server scans and sorts meanwhile)."""
+    cur.execute(query)
+    return cur.fetchmany(FETCH_ROWS)
+
+
+def _stream(cur: psycopg.ServerCursor, first: list[tuple[bytes, str, str]]) -> Iterator[tuple[bytes, str, str]]:
+    batch = first
+    while batch:
+        yield from batch
+        batch = cur.fetchmany(FETCH_ROWS)
 
 
 def range_rows(task: Task) -> dict[str, Any]:
     """Pass 2, one article and subscriber: the rows of the differing ranges of both servers,
-    merged by key (see :func:`merge_rows`)."""
+    merged by key (see :func:`merge_rows`).  Both servers scan and sort at the same time."""
     art = ResolvedArticle.from_dict(task["article"])
     ranges, bad = task["ranges"], task["bad"]
     with (
         connections.connect(task["publisher"], "publisher") as pub,
         connections.connect(task["subscriber"], f"subscriber {task['name']!r}") as sub,
+        pub.cursor(name="airflow_repl_validate") as p_cur,
+        sub.cursor(name="airflow_repl_validate") as s_cur,
+        ThreadPoolExecutor(2) as pool,
     ):
-        return merge_rows(
-            _stream(pub, _rows_query(art, True, ranges, bad), "airflow_repl_validate_pub"),
-            _stream(sub, _rows_query(art, False, ranges, bad), "airflow_repl_validate_sub"),
-            task["max_keys"],
-        )
+        p_first = pool.submit(_open, p_cur, _rows_query(art, True, ranges, bad))
+        s_first = pool.submit(_open, s_cur, _rows_query(art, False, ranges, bad))
+        return merge_rows(_stream(p_cur, p_first.result()), _stream(s_cur, s_first.result()), task["max_keys"])
 
 
 # ---------------------------------------------------------------------- the pure parts
