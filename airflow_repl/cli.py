@@ -183,10 +183,7 @@ def _cmd_validate(args: argparse.Namespace) -> None:
             )
         )
     if not result["match"]:
-        differ = [s for s, rows in result["subscribers"].items() if not all(r["match"] for r in rows)]
-        raise DifferencesFound(
-            f"validation found differences at subscriber(s) {', '.join(differ)} (see the report above)"
-        )
+        raise DifferencesFound(f"{validation.differences_line(pub, result['subscribers'])} (see the report above)")
 
 
 def _cmd_conflicts(args: argparse.Namespace) -> list[dict[str, Any]]:

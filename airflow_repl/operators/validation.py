@@ -47,18 +47,5 @@ class ValidationOperator(_AgentOperator):
         if report.get("match", True):
             return report
         context["ti"].xcom_push(key="return_value", value=report)
-        raise AirflowFailException(differences_message(report))
-
-
-def differences_message(report: dict[str, Any]) -> str:
-    """The task's error: which articles differ at which subscribers, and by how many rows."""
-    parts = [
-        f"{name}/{r['article']} ({r['missing']} missing, {r['extra']} extra, {r['different']} different)"
-        for name, rows in report["subscribers"].items()
-        for r in rows
-        if not r["match"]
-    ]
-    return (
-        f"validation of publication {report['publication']!r} found differences at "
-        f"{'; '.join(parts)}; the report (with the first differing keys) is this task's XCom"
-    )
+        line = validation.differences_line(report["publication"], report["subscribers"])
+        raise AirflowFailException(f"{line}; the report (with the first differing keys) is this task's XCom")

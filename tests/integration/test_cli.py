@@ -51,7 +51,7 @@ def test_cli_runs_every_agent_and_validates(env, spark, tmp_path, capsys):
     assert cli.main(["validate", "-t", topo]) == DifferencesFound.exit_code == 6
     out, err = capsys.readouterr()
     assert "subscriber sub1:" in out and "    key (1): missing at the subscriber" in out
-    assert "validation found differences at subscriber(s) sub1" in err
+    assert "validation of publication 'p' found differences at sub1/orders (1 missing, 0 extra, 0 different)" in err
 
 
 def test_cli_scripts_procedures_in_both_dialects(env, tmp_path, capsys):

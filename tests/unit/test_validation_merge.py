@@ -68,3 +68,7 @@ def test_report_lists_the_keys_and_says_how_many_more_differ():
     assert lines[2] == "    key (1): missing at the subscriber"
     assert lines[3] == "    ... and 3 more key(s) (raise --max-keys to list them)"
     assert validation.matches({"s": [row]}) is False and validation.matches({"s": []}) is True
+    same = validation.article_row("items", {}, {}, 16)
+    assert validation.differences_line("shop", {"s": [row, same]}) == (
+        "validation of publication 'shop' found differences at s/orders (4 missing, 0 extra, 0 different)"
+    )

@@ -325,6 +325,17 @@ def matches(report: dict[str, list[dict[str, Any]]]) -> bool:
     return all(r["match"] for rows in report.values() for r in rows)
 
 
+def differences_line(publication: str, report: dict[str, list[dict[str, Any]]]) -> str:
+    """One line naming what differs: each subscriber/article and its counts of each kind."""
+    parts = [
+        f"{name}/{r['article']} ({r['missing']} missing, {r['extra']} extra, {r['different']} different)"
+        for name, rows in report.items()
+        for r in rows
+        if not r["match"]
+    ]
+    return f"validation of publication {publication!r} found differences at {'; '.join(parts)}"
+
+
 def format_report(rows: list[dict[str, Any]]) -> str:
     """One subscriber's report as text: a line per article, then its differing keys listed."""
     lines = [f"{'article':<24} {'pub rows':>10} {'sub rows':>10} {'missing':>8} {'extra':>8} {'different':>9}  match"]
