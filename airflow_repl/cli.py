@@ -94,6 +94,14 @@ POSITIVE_FLOAT = _number(float, 0, inclusive=False)
 NON_NEGATIVE_FLOAT = _number(float, 0, inclusive=True)
 
 
+def validation_ranges(value: str) -> int:
+    """A ``validate --ranges`` value: an integer from 1 to the engine's maximum."""
+    number = POSITIVE_INT(value)
+    if number > validation.MAX_RANGES:
+        raise argparse.ArgumentTypeError(f"{value!r} is above the maximum of {validation.MAX_RANGES} ranges")
+    return int(number)
+
+
 def _load(args: argparse.Namespace) -> topology.Topology:
     return connections.resolve_topology(topology.load(args.topology))
 
@@ -362,8 +370,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--ranges",
-        type=POSITIVE_INT,
-        help=f"key-hash ranges per article compared before rows are read (default {validation.RANGES})",
+        type=validation_ranges,
+        help=f"key-hash ranges per article compared before rows are read (default {validation.RANGES}, "
+        f"at most {validation.MAX_RANGES})",
     )
     p.set_defaults(func=_cmd_validate)
     p = _with_topology(

@@ -33,9 +33,10 @@ class ValidationOperator(_AgentOperator):
 
     def __init__(self, *, max_keys: int = validation.MAX_KEYS, ranges: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if max_keys < 0 or (ranges is not None and ranges < 1):
+        if max_keys < 0 or (ranges is not None and not 1 <= ranges <= validation.MAX_RANGES):
             raise ValueError(
-                f"task {kwargs.get('task_id')!r}: max_keys must be >= 0 and ranges >= 1 (got {max_keys} and {ranges})"
+                f"task {kwargs.get('task_id')!r}: max_keys must be >= 0 and ranges from 1 to "
+                f"{validation.MAX_RANGES} (got max_keys {max_keys} and ranges {ranges})"
             )
         self.max_keys, self.ranges = max_keys, ranges
 

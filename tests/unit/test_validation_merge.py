@@ -3,6 +3,10 @@ rows of those ranges by key, and the text report."""
 
 from __future__ import annotations
 
+import pytest
+
+from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.model.topology import from_dict
 from airflow_repl.engine.subscriber import validation
 from airflow_repl.engine.subscriber.validation import DIFFERENT, EXTRA, MISSING
 
@@ -72,3 +76,19 @@ def test_report_lists_the_keys_and_says_how_many_more_differ():
     assert validation.differences_line("shop", {"s": [row, same]}) == (
         "validation of publication 'shop' found differences at s/orders (4 missing, 0 extra, 0 different)"
     )
+
+
+def test_out_of_range_options_are_refused_before_any_server_is_reached():
+    topo = from_dict(
+        {
+            "publisher": "postgresql://u@127.0.0.1:1/p",
+            "distributor": "postgresql://u@127.0.0.1:1/d",
+            "subscribers": {"s": "postgresql://u@127.0.0.1:1/s"},
+            "publications": [{"name": "p", "articles": ["public.t"]}],
+            "subscriptions": [{"publication": "p", "subscriber": "s"}],
+        }
+    )
+    with pytest.raises(ReplError, match=r"needs ranges from 1 to 65536 and max_keys >= 0 \(got ranges 70000"):
+        validation.validate(topo, "p", ["s"], ranges=70000)
+    with pytest.raises(ReplError, match="got ranges 8 and max_keys -1"):
+        validation.validate(topo, "p", ["s"], ranges=8, max_keys=-1)

@@ -43,6 +43,8 @@ from airflow_repl.engine.state import distdb
 
 #: Ranges of the key-hash space per article (a power of two is not required).
 RANGES = 1024
+#: The most ranges per article (pass 1 returns a line per non-empty range and server).
+MAX_RANGES = 65536
 #: Differing keys listed per article and subscriber (the counts are always complete).
 MAX_KEYS = 10
 #: Rows fetched at a time by the row pass.
@@ -230,8 +232,11 @@ def validate(
     """subscriber -> one report line per article (see :func:`article_row`), with the counts of
     missing, extra and different rows and the first ``max_keys`` differing keys filled in.
     Bad input (undeployed publication, uninitialized subscriber) is refused before any task runs."""
-    if ranges < 1 or max_keys < 0:
-        raise ReplError(f"validation needs ranges >= 1 and max_keys >= 0 (got {ranges} and {max_keys})")
+    if not 1 <= ranges <= MAX_RANGES or max_keys < 0:
+        raise ReplError(
+            f"validation of publication {publication!r} needs ranges from 1 to {MAX_RANGES} and max_keys >= 0 "
+            f"(got ranges {ranges} and max_keys {max_keys})"
+        )
     if articles is None:
         with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
             articles = distdb.load_articles(dist, publication)
