@@ -46,8 +46,10 @@ def synced(env, spark):
     return topo
 
 
-def test_identical_tables_report_nothing_and_each_difference_is_found_by_key(env, spark, synced):
+def test_identical_tables_report_nothing_and_each_difference_is_found_by_key(env, spark, synced, monkeypatch):
     topo = synced
+    monkeypatch.setattr(validation, "BLOCKS_PER_TASK", 4)  # each table's scan split into block ranges
+    assert env.rows(env.pub, "SELECT pg_relation_size('items') / 8192 > 8") == [(True,)]
     clean = run_agent("validate", topo, "p", spark=spark)
     assert clean["match"] is True and clean["spark_application_id"] == spark.sparkContext.applicationId
     items, orders = clean["subscribers"]["sub1"]
@@ -77,7 +79,8 @@ def test_identical_tables_report_nothing_and_each_difference_is_found_by_key(env
     assert (items["missing"], items["extra"], items["different"]) == (1, 1, 3)
     assert 1 <= items["differing_ranges"] <= 5 and items["ranges"] == 64
     assert _found(orders) == [("(4)", DIFFERENT), ("(7)", EXTRA)]  # a row the filter excludes is extra
-    # the same answer without Spark, and the list capped with complete counts
+    # the same answer without Spark and in one scan per table, and the list capped with complete counts
+    monkeypatch.undo()
     local = validation.validate(topo, "p", ["sub1"], max_keys=2)["sub1"]
     assert [d["key"] for d in local[0]["differences"]] == ["(10)", "(20)"] and local[0]["different"] == 3
     text = validation.format_report(local)

@@ -3,6 +3,8 @@ rows of those ranges by key, and the text report."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from airflow_repl.engine.errors import ReplError
@@ -92,3 +94,18 @@ def test_out_of_range_options_are_refused_before_any_server_is_reached():
         validation.validate(topo, "p", ["s"], ranges=70000)
     with pytest.raises(ReplError, match="got ranges 8 and max_keys -1"):
         validation.validate(topo, "p", ["s"], ranges=8, max_keys=-1)
+
+
+def test_block_chunks_cover_every_block_once_and_the_last_is_open():
+    assert validation.block_chunks(0) == [[None, None]]
+    assert validation.block_chunks(100, per_task=1000) == [[None, None]]
+    assert validation.block_chunks(100, per_task=30) == [[None, 25], [25, 50], [50, 75], [75, None]]
+    many = validation.block_chunks(10**6, per_task=10, max_chunks=8)
+    assert len(many) == 8 and many[0][0] is None and many[-1][1] is None
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(many))
+
+
+def test_sums_of_chunks_add_up():
+    total = validation.add_sums({}, {1: [2, 10, -4]})
+    validation.add_sums(total, {1: [1, 5, 4], 3: [1, 1, 1]})
+    assert total == {1: [3, 15, 0], 3: [1, 1, 1]}

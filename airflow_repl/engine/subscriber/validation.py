@@ -11,8 +11,9 @@ i``).  Unlike ranges of the keys' own order, a hash range holds the same keys at
 whatever its collation and encoding.  Validation runs in two passes of independent tasks, which
 the caller maps over Spark executors (:mod:`airflow_repl.jobs.agent_job`) or runs in turn:
 
-1. **sums**: per article and side (the publisher, each subscriber), one scan returning each
-   range's row count and hash sums; the publisher's side reads only the rows passing the
+1. **sums**: per article and side (the publisher, each subscriber), each range's row count and
+   hash sums, in one task per block range of the table (:func:`block_chunks`: one for a table
+   up to ``BLOCKS_PER_TASK`` blocks); the publisher's side reads only the rows passing the
    article's row filter, and both sides only the article's columns (its column filter);
 2. **rows**: per article and subscriber whose sums differ in some ranges, the rows of those
    ranges only, read from both servers in the same (byte) order of their keys' UTF8 text and
@@ -47,6 +48,11 @@ RANGES = 1024
 MAX_RANGES = 65536
 #: Differing keys listed per article and subscriber (the counts are always complete).
 MAX_KEYS = 10
+#: Table blocks (8 kB each by default) one pass-1 task scans: a larger table's scan is split into
+#: block ranges (``ctid`` ranges, read by TID range scans), one Spark task each; sums add up.
+BLOCKS_PER_TASK = 16384
+#: The most pass-1 tasks per article and server.
+MAX_CHUNKS = 64
 #: Rows fetched at a time by the row pass.
 FETCH_ROWS = 5000
 #: The three kinds of difference, as reported.
@@ -88,8 +94,19 @@ def _side(art: ResolvedArticle, publisher: bool) -> tuple[sql.Composable, sql.Co
     return sql.Identifier(art.dest_schema, art.dest_table), sql.SQL("true")
 
 
-def _sums_query(art: ResolvedArticle, publisher: bool, ranges: int) -> sql.Composable:
+def _blocks(chunk: list[int | None]) -> sql.Composable:
+    """The condition of a block range [lower, upper) (None: unbounded) on the rows' ``ctid``."""
+    parts = [
+        sql.SQL("ctid {} {}::tid").format(sql.SQL(op), sql.Literal(f"({bound},0)"))
+        for op, bound in ((">=", chunk[0]), ("<", chunk[1]))
+        if bound is not None
+    ]
+    return sql.SQL(" AND ").join(parts) if parts else sql.SQL("true")
+
+
+def _sums_query(art: ResolvedArticle, publisher: bool, ranges: int, chunk: list[int | None]) -> sql.Composable:
     relation, cond = _side(art, publisher)
+    cond = sql.SQL("{} AND {}").format(cond, _blocks(chunk))
     half = "coalesce(sum(('x' || substr(d, {at}, 16))::bit(64)::bigint), 0)"  # summed exactly, in 128 bits
     return sql.SQL(
         "SELECT r, count(*), {s} FROM (SELECT {r} AS r, md5({row}) AS d FROM {t} WHERE {c}) x GROUP BY r"
@@ -122,7 +139,7 @@ def range_sums(task: Task) -> Sums:
     """Pass 1, one article at one server: every non-empty range's row count and hash sums."""
     art = ResolvedArticle.from_dict(task["article"])
     with connections.connect(task["conninfo"], task["role"], autocommit=True) as conn:
-        rows = raw_sql.execute(conn, _sums_query(art, task["publisher"], task["ranges"])).fetchall()
+        rows = raw_sql.execute(conn, _sums_query(art, task["publisher"], task["ranges"], task["chunk"])).fetchall()
     return {int(r): [int(n), int(s1), int(s2)] for r, n, s1, s2 in rows}
 
 
@@ -186,6 +203,23 @@ def merge_rows(
     return {"missing": counts[MISSING], "extra": counts[EXTRA], "different": counts[DIFFERENT], "differences": keys}
 
 
+def block_chunks(blocks: int, per_task: int = BLOCKS_PER_TASK, max_chunks: int = MAX_CHUNKS) -> list[list[int | None]]:
+    """Block ranges [lower, upper) covering a table of ``blocks`` blocks, the first unbounded
+    below and the last above: together they hold every row once, whatever the table's size
+    when they are read (and every inheritance child's rows too)."""
+    n = max(1, min(max_chunks, -(-blocks // per_task)))
+    step = -(-blocks // n)
+    bounds: list[int | None] = [None, *(i * step for i in range(1, n)), None]
+    return [[bounds[i], bounds[i + 1]] for i in range(n)]
+
+
+def add_sums(total: Sums, part: Sums) -> Sums:
+    """Add a chunk's range sums into ``total`` (counts and hash sums are additive)."""
+    for r, values in part.items():
+        total[r] = [a + b for a, b in zip(total.get(r, [0, 0, 0]), values, strict=True)]
+    return total
+
+
 def differing_ranges(pub: Sums, sub: Sums) -> list[int]:
     """The ranges whose counts or sums differ (a range empty on one side differs if the other has rows)."""
     return sorted(r for r in pub.keys() | sub.keys() if pub.get(r) != sub.get(r))
@@ -242,11 +276,17 @@ def validate(
             articles = distdb.load_articles(dist, publication)
     pub_ci = topology.publisher.require("publisher")
     subs = {name: topology.subscriber_conninfo(name) for name in subscribers}
-    for name, conninfo in subs.items():
-        _check_tables(conninfo, name, articles)
     sides = [("", pub_ci), *subs.items()]
-    tasks = [_sums_task(art, name, ci, ranges) for name, ci in sides for art in articles]
-    sums = dict(zip(((t["side"], t["name"]) for t in tasks), map_tasks(range_sums, tasks), strict=True))
+    chunks = {side: _table_blocks(ci, side, articles) for side, ci in sides}  # checks the tables exist
+    tasks = [
+        _sums_task(art, side, ci, ranges, chunk)
+        for side, ci in sides
+        for art in articles
+        for chunk in block_chunks(chunks[side][art.name], BLOCKS_PER_TASK, MAX_CHUNKS)
+    ]
+    sums: dict[tuple[str, str], Sums] = {(side, a.name): {} for side, _ in sides for a in articles}
+    for task, part in zip(tasks, map_tasks(range_sums, tasks), strict=True):
+        add_sums(sums[task["side"], task["name"]], part)
     report = {
         name: [article_row(a.name, sums["", a.name], sums[name, a.name], ranges) for a in articles] for name in subs
     }
@@ -254,8 +294,8 @@ def validate(
     return report
 
 
-def _sums_task(art: ResolvedArticle, side: str, conninfo: str, ranges: int) -> Task:
-    """Pass 1's task of one article at the publisher (side "") or at subscriber ``side``."""
+def _sums_task(art: ResolvedArticle, side: str, conninfo: str, ranges: int, chunk: list[int | None]) -> Task:
+    """Pass 1's task of one article's block range at the publisher (side "") or at subscriber ``side``."""
     role = f"subscriber {side!r}" if side else "publisher"
     return {
         "article": art.to_dict(),
@@ -265,6 +305,7 @@ def _sums_task(art: ResolvedArticle, side: str, conninfo: str, ranges: int) -> T
         "role": role,
         "publisher": not side,
         "ranges": ranges,
+        "chunk": chunk,
     }
 
 
@@ -301,17 +342,30 @@ def _fill_differences(
         row.update(found)
 
 
-def _check_tables(conninfo: str, subscriber: str, articles: list[ResolvedArticle]) -> None:
-    """Every article's destination table exists at the subscriber (else: not initialized)."""
-    with connections.connect(conninfo, f"subscriber {subscriber!r}", autocommit=True) as conn:
+def _table_blocks(conninfo: str, side: str, articles: list[ResolvedArticle]) -> dict[str, int]:
+    """article -> blocks of its table at the publisher (side "") or at subscriber ``side``; a
+    subscriber without the destination table is not initialized."""
+    role = f"subscriber {side!r}" if side else "publisher"
+    out: dict[str, int] = {}
+    with connections.connect(conninfo, role, autocommit=True) as conn:
         for art in articles:
-            table = sql.Identifier(art.dest_schema, art.dest_table).as_string(conn)
-            found = conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()
+            schema, table = (art.dest_schema, art.dest_table) if side else (art.table.schema, art.table.name)
+            found = conn.execute(
+                "SELECT pg_relation_size(c) / current_setting('block_size')::bigint FROM to_regclass(%s) c",
+                (sql.Identifier(schema, table).as_string(conn),),
+            ).fetchone()
             if found is None or found[0] is None:
-                raise NotInitialized(
-                    f"subscriber {subscriber!r} has no table {art.destination} for article {art.name!r} of "
-                    f"publication {art.publication!r}: run the Snapshot Agent for it before validating"
+                where = (
+                    f"subscriber {side!r} has no table {art.destination}"
+                    if side
+                    else f"the publisher has no table {schema}.{table}"
                 )
+                raise NotInitialized(
+                    f"{where} for article {art.name!r} of publication {art.publication!r}: run the Snapshot Agent "
+                    f"for it before validating"
+                )
+            out[art.name] = int(found[0])
+    return out
 
 
 def compare(
