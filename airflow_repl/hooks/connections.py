@@ -103,7 +103,11 @@ def _why_unreadable(conn_id: str) -> str:
     from airflow.secrets.environment_variables import EnvironmentVariablesBackend
 
     try:
-        EnvironmentVariablesBackend().get_connection(conn_id)
+        conn = EnvironmentVariablesBackend().get_connection(conn_id)
+        if conn is not None:  # read, but Airflow's lookup failed on it (e.g. a host that is not a string)
+            postgres_conninfo(conn)
+    except TopologyError as exc:
+        return str(exc)
     except json.JSONDecodeError as exc:
         return f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
     except ValueError as exc:  # Airflow's messages name the field, e.g. the port
