@@ -78,7 +78,10 @@ def test_postgres_conninfo_keeps_every_extra_and_drops_the_hooks_own():
     "fields, says",
     [
         ({"conn_type": "mysql", "host": "h"}, "Airflow connection 'c' has connection type 'mysql': the topology's"),
-        ({"conn_type": "postgres", "extra": '{"sslmod": "x"}'}, "Airflow connection 'c': extra 'sslmod' is not a libpq"),
+        (
+            {"conn_type": "postgres", "extra": '{"sslmod": "x"}'},
+            "Airflow connection 'c': extra 'sslmod' is not a libpq",
+        ),
     ],
 )
 def test_postgres_conninfo_refuses_what_is_not_a_postgres_connection(fields, says):
