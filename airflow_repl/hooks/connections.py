@@ -64,7 +64,7 @@ def postgres_conninfo(conn: Any) -> str:
 
 
 def _in_task() -> bool:
-    """Whether this process is a task runner talking to its supervisor (the task SDK's lookup applies)."""
+    """Whether this process talks to an Airflow supervisor (a task runner, a triggerer): the task SDK's lookup applies."""
     runner = sys.modules.get("airflow.sdk.execution_time.task_runner")
     return getattr(runner, "SUPERVISOR_COMMS", None) is not None
 
