@@ -161,10 +161,9 @@ SCHEMA_CHANGE = "ALTER TABLE public.orders ADD COLUMN channel text NOT NULL DEFA
 
 
 def _topology() -> Any:
-    from airflow_repl.engine.model import topology
-    from airflow_repl.engine.postgres import connections
+    from airflow_repl.hooks.connections import load_topology  # connection ids: Airflow's lookup
 
-    return connections.resolve_topology(topology.load(DAGS / "demo_topology.yaml"))
+    return load_topology(DAGS / "demo_topology.yaml")
 
 
 def _post_token() -> None:

@@ -15,9 +15,8 @@ from harness import AIRFLOW_HOME
 from psycopg.conninfo import conninfo_to_dict
 
 from airflow_repl import demo, demo_updatable, demo_workload
-from airflow_repl.engine.model import topology
-from airflow_repl.engine.postgres import connections
 from airflow_repl.engine.subscriber import validation
+from airflow_repl.hooks.connections import load_topology
 
 pytestmark = pytest.mark.e2e
 
@@ -110,7 +109,7 @@ def test_example_dags_replicate_through_spark_submit(airflow_env, capfd):
     # (some workload transactions change no row, e.g. an update of a deleted order)
     assert 0 < read["transactions"] <= committed, (read, committed)
     assert delivered["transactions"] == read["transactions"], (delivered, read, dr.data_interval_end)
-    topo = connections.resolve_topology(topology.load(demo.DAGS / "demo_topology.yaml"))
+    topo = load_topology(demo.DAGS / "demo_topology.yaml")
     report = validation.compare(topo, "shop", "reporting")
     assert all(r["match"] for r in report), validation.format_report(report)
     # the password reached the jobs, but never a command line or a log line
@@ -149,7 +148,7 @@ def test_schema_change_dag_with_the_workload_writing_before_and_after(airflow_en
     interval_start = demo.current_interval_start(datetime.now(timezone.utc)) + timedelta(minutes=20)
     dr = scheduled.test(logical_date=pendulum.instance(interval_start))
     assert _succeeded(dr), _why_not_success(dr, capfd, airflow_env["distributor"])
-    topo = connections.resolve_topology(topology.load(demo.DAGS / "demo_topology.yaml"))
+    topo = load_topology(demo.DAGS / "demo_topology.yaml")
     report = validation.compare(topo, "shop", "reporting")
     assert all(r["match"] for r in report), validation.format_report(report)
     with psycopg.connect(airflow_env["subscriber"]) as conn:
@@ -195,7 +194,7 @@ def test_maintenance_dag_guards_wal_cleans_up_and_measures_a_tracer_token(airflo
 
     monkeypatch.setenv("AIRFLOW_REPL_TRACER_POKE_SECONDS", "1")
     dag = demo.load_dag("repl_maintenance.py")
-    topo = connections.resolve_topology(topology.load(demo.DAGS / "demo_topology.yaml"))
+    topo = load_topology(demo.DAGS / "demo_topology.yaml")
     with _Cycles(topo) as cycles:
         dr = dag.test()
     assert not cycles.errors, cycles.errors
@@ -232,7 +231,7 @@ def test_unknown_topology_connection_names_the_connection(airflow_env, tmp_path)
     op = LogReaderAgentOperator(task_id="log_reader", topology=str(bad), publication="shop")
     # a bad topology fails the task without retries, with the one-line message
     with pytest.raises(
-        AirflowFailException, match="Airflow connection 'no_such_pg' named in the topology is not defined"
+        AirflowFailException, match="connection id 'no_such_pg' is not defined: set the environment variable"
     ):
         op.execute({})
 
