@@ -27,7 +27,7 @@ from typing import Any
 
 from airflow.providers.postgres.hooks.postgres import PostgresHook
 
-from airflow_repl.engine.errors import TopologyError
+from airflow_repl.engine.errors import ConnectionFailed, TopologyError
 from airflow_repl.engine.model import topology
 from airflow_repl.engine.postgres import connections
 
@@ -83,6 +83,12 @@ def get_connection(conn_id: str) -> Any:
         return Connection.get_connection_from_secrets(conn_id)
     except AirflowNotFoundException:
         raise _not_found(conn_id) from None
+    except Exception as exc:  # a secrets backend that cannot be reached or refuses: retryable, named
+        detail = connections.redact(" ".join(str(exc).split()))[:300]
+        raise ConnectionFailed(
+            f"looking up connection id {conn_id!r} through Airflow failed ({type(exc).__name__}: {detail}): "
+            f"check the secrets backend ([secrets] backend) and its credentials, then run again"
+        ) from None
 
 
 def _not_found(conn_id: str) -> TopologyError:
