@@ -202,7 +202,9 @@ def test_every_example_dag_imports_without_errors(airflow_env):
 
     bag = DagBag(dag_folder=str(demo.DAGS))
     assert bag.import_errors == {}
-    assert {"airflow_repl_initial_sync", "airflow_repl_scheduled", "airflow_repl_schema_change"} <= set(bag.dag_ids)
+    assert {"airflow_repl_initial_sync", "airflow_repl_scheduled", "airflow_repl_schema_change", DOWNSTREAM} <= set(
+        bag.dag_ids
+    )
 
 
 def test_example_dags_replicate_through_spark_submit(airflow_env, capfd):
