@@ -23,6 +23,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_repl.engine.agents import continuous as continuous_mode
 from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.model.topology import Topology
+from airflow_repl.engine.postgres.addresses import TableAddress
 from airflow_repl.hooks.replication import ReplicationHook
 from airflow_repl.jobs import agent_job
 from airflow_repl.jobs.agent_job import failure
@@ -173,7 +175,7 @@ class _AgentOperator(SparkSubmitOperator):
         self._after_run(context, topo, summary)
         return summary
 
-    def _after_run(self, context: Any, topo: Any, summary: dict[str, Any]) -> None:
+    def _after_run(self, context: Any, topo: Topology, summary: dict[str, Any]) -> None:
         """What the operator does with a successful run's summary besides returning it."""
 
 
@@ -187,9 +189,9 @@ class _AssetsAndLineage(_AgentOperator):
         self.asset_alias = lineage.asset_alias(publication)
         given = list(outlets) if isinstance(outlets, list | tuple) else [outlets] if outlets is not None else []
         super().__init__(publication=publication, outlets=[*given, self.asset_alias], **kwargs)
-        self._changed: list[tuple[Any, dict[str, Any]]] | None = None
+        self._changed: list[tuple[TableAddress, dict[str, Any]]] | None = None
 
-    def _after_run(self, context: Any, topo: Any, summary: dict[str, Any]) -> None:
+    def _after_run(self, context: Any, topo: Topology, summary: dict[str, Any]) -> None:
         self._changed = lineage.changed_tables(self.agent, topo, self.publication, summary)
         if "outlet_events" in context:  # outside a task run (execute called directly) there is nowhere to emit
             lineage.emit(context, self.asset_alias, self._changed)
