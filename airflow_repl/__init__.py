@@ -36,7 +36,13 @@ def get_provider_info() -> dict:
         "log reader, distribution and queue reader agents submitted as Spark applications.",
         "versions": [__version__],
         "integrations": [_integration()],
-        "hooks": [{"integration-name": "airflow-repl", "python-modules": ["airflow_repl.hooks.replication"]}],
+        "hooks": [
+            {
+                "integration-name": "airflow-repl",
+                "python-modules": ["airflow_repl.hooks.replication", "airflow_repl.hooks.connections"],
+            }
+        ],
+        "connection-types": [_connection_type()],
         "operators": [
             {
                 "integration-name": "airflow-repl",
@@ -68,3 +74,19 @@ def _integration() -> dict:
     """The provider's one integration; ``external-doc-url`` only when the documentation is installed."""
     doc = documentation_url()
     return {"integration-name": "airflow-repl", **({"external-doc-url": doc} if doc else {}), "tags": ["software"]}
+
+
+def _connection_type() -> dict:
+    """The ``airflow_repl`` connection type (ReplicationHook): it names a topology file in its extra.
+
+    The servers themselves are ``postgres`` connections of the Postgres provider (docs/connections.md)."""
+    return {
+        "hook-class-name": "airflow_repl.hooks.replication.ReplicationHook",
+        "hook-name": "Replication topology (airflow-repl)",
+        "connection-type": "airflow_repl",
+        "ui-field-behaviour": {
+            "hidden-fields": ["host", "schema", "login", "password", "port"],
+            "relabeling": {},
+            "placeholders": {"extra": '{"topology": "/opt/airflow/dags/topology.yaml"}'},
+        },
+    }

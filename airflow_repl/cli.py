@@ -12,6 +12,8 @@ import logging
 import math
 import sys
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NoReturn
 
 from airflow_repl import __version__
@@ -35,13 +37,15 @@ schema changes. 'airflow-repl <command> --help' explains each command's options.
 EPILOG = """\
 connections:
   Every server in the topology (publisher, distributor, subscribers) is either a
-  postgresql:// (or postgres://) URI, e.g. postgresql://repl@db1:5432/shop, or an
-  Airflow connection id, e.g. repl_publisher. The command line resolves a connection
-  id from the environment variable AIRFLOW_CONN_<ID> (the id in upper case), as
-  Airflow does: its value is a postgresql:// URI or Airflow's JSON form
-  ({"conn_type": "postgres", "host": ..., "port": ..., "login": ..., "password": ...,
-  "schema": <database>}). It does not read Airflow's metadata database. Every
-  server is resolved before a command runs; passwords are never printed.
+  postgresql:// (or postgres://) URI, e.g. postgresql://repl@db1:5432/shop, or the
+  id of an Airflow Postgres connection, e.g. repl_publisher. A connection id is
+  looked up the way Airflow does it (airflow connections get): the configured
+  secrets backend ([secrets] backend), then the environment variable
+  AIRFLOW_CONN_<ID> (the id in upper case; a postgres:// URI or Airflow's JSON
+  form), then Airflow's metadata database. Every extra of the connection that is a
+  libpq parameter (application_name, sslmode, target_session_attrs, options, ...)
+  reaches libpq, as with PostgresHook. Every server is resolved before a command
+  runs; passwords are never printed. See docs/connections.md.
 
 exit codes:
   0    success (the summary, if any, is JSON on standard output)
@@ -94,6 +98,32 @@ POSITIVE_FLOAT = _number(float, 0, inclusive=False)
 NON_NEGATIVE_FLOAT = _number(float, 0, inclusive=True)
 
 
+def airflow_lookup(conn_id: str) -> str:
+    """A connection id through Airflow's own lookup (secrets backend, ``AIRFLOW_CONN_<ID>``, metadata
+    database); Airflow is imported only when a topology names a server by connection id."""
+    with _own_logging():  # the import configures Airflow's logging ...
+        from airflow_repl.hooks.connections import airflow_lookup as lookup
+    with _own_logging():  # ... and the lookup logs through it
+        return lookup(conn_id)
+
+
+@contextmanager
+def _own_logging() -> Iterator[None]:
+    """Importing Airflow configures logging for Airflow's processes (its handler on stdout, its
+    levels): the command line keeps its own (stderr, stdout for results), and Airflow's notes about
+    its own setup (config file read, no Fernet key) show only with -v."""
+    root, airflow_logger = logging.getLogger(), logging.getLogger("airflow")
+    handlers, level = root.handlers[:], root.level
+    quiet = logging.DEBUG if level <= logging.DEBUG else logging.ERROR
+    airflow_logger.setLevel(quiet)
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        airflow_logger.setLevel(quiet)
+
+
 def validation_ranges(value: str) -> int:
     """A ``validate --ranges`` value: an integer from 1 to the engine's maximum."""
     number = POSITIVE_INT(value)
@@ -103,7 +133,7 @@ def validation_ranges(value: str) -> int:
 
 
 def _load(args: argparse.Namespace) -> topology.Topology:
-    return connections.resolve_topology(topology.load(args.topology))
+    return connections.resolve_topology(topology.load(args.topology), airflow_lookup)
 
 
 def _publication(topo: topology.Topology, name: str | None) -> str:

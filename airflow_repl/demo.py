@@ -36,6 +36,7 @@ def _say(msg: str) -> None:
 
 def prepare_environment(root: Path, conninfos: dict[str, str], airflow_home: Path | None = None) -> None:
     """Airflow home, connections and Spark settings for running the example DAGs."""
+    from airflow_repl.engine.postgres.addresses import table_address
     from airflow_repl.engine.postgres.connections import to_uri
 
     home = airflow_home or root / "airflow"
@@ -51,6 +52,8 @@ def prepare_environment(root: Path, conninfos: dict[str, str], airflow_home: Pat
             "AIRFLOW_CONN_REPL_SUBSCRIBER": to_uri(conninfos["subscriber"]),
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
             "AIRFLOW_REPL_SNAPSHOT_FOLDER": str(root / "snapshots"),
+            # the table the asset-scheduled example DAG waits for (repl_on_replicated_table.py)
+            "AIRFLOW_REPL_ORDERS_ASSET": table_address(conninfos["subscriber"], "public.orders").uri,
             "PYSPARK_PYTHON": sys.executable,
             **demo_updatable.connection_ids(conninfos),
         }
@@ -161,10 +164,9 @@ SCHEMA_CHANGE = "ALTER TABLE public.orders ADD COLUMN channel text NOT NULL DEFA
 
 
 def _topology() -> Any:
-    from airflow_repl.engine.model import topology
-    from airflow_repl.engine.postgres import connections
+    from airflow_repl.hooks.connections import load_topology  # connection ids: Airflow's lookup
 
-    return connections.resolve_topology(topology.load(DAGS / "demo_topology.yaml"))
+    return load_topology(DAGS / "demo_topology.yaml")
 
 
 def _post_token() -> None:

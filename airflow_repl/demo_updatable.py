@@ -63,10 +63,10 @@ def _load_updatable_dag(demo: Any, topology: str) -> Any:
 
 def run(demo: Any, conninfos: dict[str, str]) -> bool:
     """This part of the demo, printed; True when its checks hold."""
-    from airflow_repl.engine.model import topology
     from airflow_repl.engine.postgres import connections
     from airflow_repl.engine.state import distdb
     from airflow_repl.engine.subscriber import validation
+    from airflow_repl.hooks.connections import load_topology
 
     path = str(demo.DAGS / TOPOLOGY_FILE)
     pub, dist = conninfos["publisher"], conninfos["distributor"]
@@ -95,7 +95,7 @@ def run(demo: Any, conninfos: dict[str, str]) -> bool:
         print(
             f"  conflict at {c['subscriber']}: {c['kind']} on {c['article']} {c['key']} ({c['policy']}): {c['outcome']}"
         )
-    topo = connections.resolve_topology(topology.load(path))
+    topo = load_topology(path)
     report = [r for b in BRANCHES for r in validation.compare(topo, PUBLICATION, b)]
     ok = (
         rows["publisher"] == rows["branch_a"] == rows["branch_b"]

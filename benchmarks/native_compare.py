@@ -237,10 +237,9 @@ class Bench:
         return res.stdout
 
     def topology(self):
-        from airflow_repl.engine.model import topology
-        from airflow_repl.engine.postgres.connections import resolve_topology
+        from airflow_repl.hooks.connections import load_topology
 
-        return resolve_topology(topology.load(self.topology_file))
+        return load_topology(self.topology_file)
 
 
 def topology_yaml(snapshots: Path, subscription_options: dict[str, Any]) -> str:
@@ -560,11 +559,10 @@ def continuous_supported() -> bool:
 
 def agent_loop(topology_file: str, stop_file: str) -> int:
     """Child process of phase 3: Log Reader then Distribution, over and over, until the stop file exists."""
-    from airflow_repl.engine.model import topology
-    from airflow_repl.engine.postgres.connections import resolve_topology
+    from airflow_repl.hooks.connections import load_topology
     from airflow_repl.jobs.agent_job import run_agent
 
-    topo = resolve_topology(topology.load(topology_file))
+    topo = load_topology(topology_file)
     rounds = 0
     while not Path(stop_file).exists():
         read = run_agent("logreader", topo, "bench")

@@ -4,7 +4,8 @@ Owns: ``agents`` (the Snapshot, Log Reader, Distribution and Queue Reader Agent 
 one base class), ``schema`` (schema changes and procedure regeneration, run in the worker),
 ``tracer`` (:class:`~airflow_repl.operators.tracer.PostTracerTokenOperator`, no Spark application),
 ``validation`` (:class:`~airflow_repl.operators.validation.ValidationOperator`, the ``validate``
-entry of the agent job as a Spark application) and ``retention`` (``CleanupOperator``, which runs the cleanup agent in the worker: a few
+entry of the agent job as a Spark application), ``lineage`` (the asset events and OpenLineage datasets of the Snapshot and Distribution Agent
+operators) and ``retention`` (``CleanupOperator``, which runs the cleanup agent in the worker: a few
 statements, no Spark application).
 
 May import: Airflow, the Spark provider, :mod:`airflow_repl.hooks`, :mod:`airflow_repl.jobs`

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseHook
@@ -23,9 +23,15 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_repl.engine.agents import continuous as continuous_mode
 from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.model.topology import Topology
+from airflow_repl.engine.postgres.addresses import TableAddress
 from airflow_repl.hooks.replication import ReplicationHook
 from airflow_repl.jobs import agent_job
 from airflow_repl.jobs.agent_job import failure
+from airflow_repl.operators import lineage
+
+if TYPE_CHECKING:
+    from airflow.providers.openlineage.extractors import OperatorLineage
 
 JOB_PATH = str(Path(agent_job.__file__).resolve())
 
@@ -166,10 +172,51 @@ class _AgentOperator(SparkSubmitOperator):
                 submit_error = exc
             summary = read_outcome(result, self.agent, submit_error, log=self.log)
         self.log.info("%s agent summary: %s", self.agent, summary)
+        self._after_run(context, topo, summary)
         return summary
 
+    def _after_run(self, context: Any, topo: Topology, summary: dict[str, Any]) -> None:
+        """What the operator does with a successful run's summary besides returning it."""
 
-class SnapshotAgentOperator(_AgentOperator):
+
+class _AssetsAndLineage(_AgentOperator):
+    """An agent that changes subscriber tables: asset events for the tables a run changed, on
+    the alias ``airflow-repl:<publication>`` it adds to its outlets, and OpenLineage facets
+    (inputs: the publisher's tables; outputs: the subscribers' tables).  See
+    :mod:`airflow_repl.operators.lineage` and docs/assets-and-lineage.md."""
+
+    def __init__(self, *, publication: str, outlets: Any = None, **kwargs: Any) -> None:
+        self.asset_alias = lineage.asset_alias(publication)
+        given = list(outlets) if isinstance(outlets, list | tuple) else [outlets] if outlets is not None else []
+        super().__init__(publication=publication, outlets=[*given, self.asset_alias], **kwargs)
+        self._changed: list[tuple[TableAddress, dict[str, Any]]] | None = None
+
+    def _after_run(self, context: Any, topo: Topology, summary: dict[str, Any]) -> None:
+        self._changed = lineage.changed_tables(self.agent, topo, self.publication, summary)
+        if "outlet_events" in context:  # outside a task run (execute called directly) there is nowhere to emit
+            lineage.emit(context, self.asset_alias, self._changed)
+        self.log.info(
+            "asset events for %d subscriber table(s) on alias %r: %s",
+            len(self._changed),
+            self.asset_alias.name,
+            ", ".join(address.uri for address, _ in self._changed) or "none changed",
+        )
+
+    def get_openlineage_facets_on_start(self) -> OperatorLineage:
+        topo = ReplicationHook(self.topology).get_topology()
+        return lineage.operator_lineage(
+            topo, self.publication, lineage.served_subscribers(topo, self.publication, self.subscribers)
+        )
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+        topo = ReplicationHook(self.topology).get_topology()
+        rows = lineage.rows_per_table(self._changed) if self._changed is not None else None
+        return lineage.operator_lineage(
+            topo, self.publication, lineage.served_subscribers(topo, self.publication, self.subscribers), rows
+        )
+
+
+class SnapshotAgentOperator(_AssetsAndLineage):
     """Run the Snapshot Agent: a consistent snapshot of ``publication`` and initialization of its
     subscriptions that are not active yet (all of them with ``reinitialize``).
 
@@ -241,7 +288,7 @@ class LogReaderAgentOperator(_ContinuousMixin, _AgentOperator):
         return self._continuous_args()
 
 
-class DistributionAgentOperator(_ContinuousMixin, _AgentOperator):
+class DistributionAgentOperator(_ContinuousMixin, _AssetsAndLineage):
     """Run the Distribution Agent: deliver pending transactions of ``publication`` to its
     subscribers (or ``subscribers``), in commit order, exactly once.
 
@@ -263,7 +310,7 @@ class DistributionAgentOperator(_ContinuousMixin, _AgentOperator):
     """
 
     agent = "distribution"
-    template_fields: Sequence[str] = (*_AgentOperator.template_fields, "until")
+    template_fields: Sequence[str] = (*_AssetsAndLineage.template_fields, "until")
 
     def __init__(
         self,

@@ -160,7 +160,8 @@ def test_key_updates_deletes_and_types_replicate(env, spark):
         (2, 'b', NULL, NULL, '-Infinity', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)""",
     )
     topo = env.topology([{"table": 'Odd Schema.Mixed "Case" Table'}])
-    snapshot_agent.run_snapshot(topo, "p", spark)
+    snap = snapshot_agent.run_snapshot(topo, "p", spark)
+    assert snap["tables"] == {'Odd Schema.Mixed "Case" Table': 2}  # rows per subscriber table (asset events)
     assert_in_sync(topo)
     table = '"Odd Schema"."Mixed ""Case"" Table"'
     env.run(env.pub, f"UPDATE {table} SET \"select\" = 'upd', n = n * 2 WHERE k1 = 1")  # big is unchanged TOAST
@@ -168,9 +169,17 @@ def test_key_updates_deletes_and_types_replicate(env, spark):
     env.run(env.pub, f"INSERT INTO {table} (k1, k2, big) VALUES (3, 'c', repeat('x', 100000))")
     env.run(env.pub, f"UPDATE {table} SET k1 = k1 + 10")  # every key changes, in one statement
     env.run(env.pub, f"DELETE FROM {table} WHERE k1 = 13")
-    _read, _delivered = cycle(topo)
+    _read, delivered = cycle(topo)
     ops = env.rows(env.dist, "SELECT op, count(*) FROM airflow_repl.commands GROUP BY op ORDER BY op")
     assert dict(ops) == {"D": 5, "I": 5, "U": 1}
+    # per subscriber table: 5 transactions, 7 row changes (a key update's DELETE + INSERT is one)
+    assert delivered["tables"] == {
+        'Odd Schema.Mixed "Case" Table': {
+            "transactions": 5,
+            "commands": 7,
+            "last_xact_seqno": delivered["last_xact_seqno"],
+        }
+    }
     assert_in_sync(topo)
     assert env.rows(env.sub, f'SELECT k1, k2, "select", length(big) FROM {table} ORDER BY k1') == [
         (11, "a", "upd", 15000),
@@ -374,6 +383,10 @@ def test_two_subscribers_are_delivered_in_parallel_spark_tasks(env2, spark):
     delivered = run_agent("distribution", topo, "p", spark=spark)
     assert [s["subscriber"] for s in delivered["subscriptions"]] == ["sub1", "sub2"]
     assert delivered["commands"] == 1000 and delivered["spark_application_id"]
+    for sub in delivered["subscriptions"]:  # per-table counts come back from the Spark tasks too
+        assert sub["tables"] == {
+            "public.items": {"transactions": 1, "commands": 500, "last_xact_seqno": sub["last_xact_seqno"]}
+        }
     assert_in_sync(topo, "sub1")
     assert_in_sync(topo, "sub2")
 

@@ -4,6 +4,7 @@ spark-submit the real agent application in Spark local mode."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -15,9 +16,8 @@ from harness import AIRFLOW_HOME
 from psycopg.conninfo import conninfo_to_dict
 
 from airflow_repl import demo, demo_updatable, demo_workload
-from airflow_repl.engine.model import topology
-from airflow_repl.engine.postgres import connections
 from airflow_repl.engine.subscriber import validation
+from airflow_repl.hooks.connections import load_topology
 
 pytestmark = pytest.mark.e2e
 
@@ -79,6 +79,119 @@ def _why_not_success(dr, capfd, dist_conninfo: str) -> str:
     return "\n".join(lines + keep[-40:])
 
 
+DOWNSTREAM = "airflow_repl_on_replicated_orders"  # dags/repl_on_replicated_table.py
+TABLES = ("public.customers", "public.order_lines", "public.orders", "public.products")
+
+
+def _set_paused(dag_id: str, paused: bool) -> None:
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import update
+
+    with create_session() as session:
+        assert session.execute(update(DagModel).where(DagModel.dag_id == dag_id).values(is_paused=paused)).rowcount == 1
+
+
+def _asset_events(dag_id: str, task_id: str) -> dict[str, dict]:
+    """The latest run's asset events of a task: asset URI -> extra."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        run_id = session.scalar(
+            select(AssetEvent.source_run_id)
+            .where(AssetEvent.source_dag_id == dag_id, AssetEvent.source_task_id == task_id)
+            .order_by(AssetEvent.id.desc())
+            .limit(1)
+        )
+        rows = session.execute(
+            select(AssetModel.uri, AssetEvent.extra)
+            .join(AssetModel, AssetModel.id == AssetEvent.asset_id)
+            .where(AssetEvent.source_dag_id == dag_id, AssetEvent.source_task_id == task_id)
+            .where(AssetEvent.source_run_id == run_id)
+        ).all()
+    events = {uri: extra for uri, extra in rows}  # noqa: C416 (Row objects, not pairs, to a type checker)
+    assert len(events) == len(rows), rows  # one event per table
+    return events
+
+
+def _subscriber_uri(env: dict, table: str) -> str:
+    from airflow_repl.engine.postgres.addresses import table_address
+
+    return table_address(env["subscriber"], table).uri
+
+
+def _check_snapshot_events(env: dict, snap: dict) -> None:
+    """One asset event per table the snapshot initialized, with its rows and position."""
+    events = _asset_events("airflow_repl_initial_sync", "snapshot")
+    assert set(events) == {_subscriber_uri(env, t) for t in TABLES}, events
+    assert sum(e["rows"] for e in events.values()) == snap["rows"]
+    assert {(e["subscriber"], e["watermark"], e["snapshot_id"]) for e in events.values()} == {
+        ("reporting", snap["consistent_lsn"], snap["snapshot_id"])
+    }
+
+
+def _check_distribution_events(env: dict, delivered: dict) -> None:
+    """One asset event per table that received transactions, with the counts the run reports,
+    no password anywhere, and the downstream DAG scheduled on public.orders queued and due."""
+    from airflow.models.asset import AssetDagRunQueue, AssetModel
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    (sub,) = delivered["subscriptions"]
+    expected = {_subscriber_uri(env, t): c for t, c in sub["tables"].items() if c["transactions"]}
+    events = _asset_events("airflow_repl_scheduled", "distribution")
+    assert set(events) == set(expected) and _subscriber_uri(env, "public.orders") in events, (events, sub)
+    for uri, extra in events.items():
+        assert extra == {
+            "agent": "distribution",
+            "publication": "shop",
+            "subscriber": "reporting",
+            "transactions": expected[uri]["transactions"],
+            "commands": expected[uri]["commands"],
+            "watermark": sub["last_xact_seqno"],
+        }
+    assert max(e["transactions"] for e in events.values()) <= delivered["transactions"]
+    assert sum(e["transactions"] for e in events.values()) >= delivered["transactions"]
+    password = conninfo_to_dict(env["subscriber"])["password"]
+    assert password not in json.dumps(events) + json.dumps(list(events))
+    with create_session() as session:
+        queued = session.scalars(
+            select(AssetModel.uri)
+            .join(AssetDagRunQueue, AssetDagRunQueue.asset_id == AssetModel.id)
+            .where(AssetDagRunQueue.target_dag_id == DOWNSTREAM)
+        ).all()
+        assert queued == [_subscriber_uri(env, "public.orders")]
+        _, triggered = DagModel.dags_needing_dagruns(session)  # the scheduler's own test for asset-triggered runs
+        assert DOWNSTREAM in triggered
+
+
+def _check_openlineage_events(env: dict, output: str) -> None:
+    """The console transport's events of the Distribution Agent's task: START and COMPLETE, the
+    publisher's tables in, the subscriber's tables out (OpenLineage's Postgres naming)."""
+    from airflow_repl.engine.postgres.addresses import table_address
+
+    events = []
+    for line in output.splitlines():
+        start = line.find('{"eventTime"')
+        if start >= 0 and "airflow_repl_scheduled.distribution" in line:
+            events.append(json.loads(line[start : line.rindex("}") + 1]))
+    assert {e["eventType"] for e in events} >= {"START", "COMPLETE"}, output[-5000:]
+    expected_in = {
+        (table_address(env["publisher"], t).namespace, table_address(env["publisher"], t).name) for t in TABLES
+    }
+    expected_out = {
+        (table_address(env["subscriber"], t).namespace, table_address(env["subscriber"], t).name) for t in TABLES
+    }
+    for event in events:
+        assert {(d["namespace"], d["name"]) for d in event["inputs"]} == expected_in, event
+        assert {(d["namespace"], d["name"]) for d in event["outputs"]} == expected_out, event
+    password = conninfo_to_dict(env["publisher"])["password"]
+    assert password not in json.dumps(events)
+
+
 def _succeeded(dr) -> bool:
     return str(getattr(dr.state, "value", dr.state)) == "success"
 
@@ -88,7 +201,9 @@ def test_every_example_dag_imports_without_errors(airflow_env):
 
     bag = DagBag(dag_folder=str(demo.DAGS))
     assert bag.import_errors == {}
-    assert {"airflow_repl_initial_sync", "airflow_repl_scheduled", "airflow_repl_schema_change"} <= set(bag.dag_ids)
+    assert {"airflow_repl_initial_sync", "airflow_repl_scheduled", "airflow_repl_schema_change", DOWNSTREAM} <= set(
+        bag.dag_ids
+    )
 
 
 def test_example_dags_replicate_through_spark_submit(airflow_env, capfd):
@@ -99,6 +214,8 @@ def test_example_dags_replicate_through_spark_submit(airflow_env, capfd):
     snap = _xcom("snapshot", "airflow_repl_initial_sync")
     assert snap["initialized"] == ["reporting"] and snap["rows"] > 10000
     assert snap["spark_application_id"].startswith("local-")
+    _check_snapshot_events(airflow_env, snap)
+    _set_paused(DOWNSTREAM, False)  # asset-triggered runs are queued only for unpaused DAGs, as in production
     workload = demo_workload.Workload(airflow_env["publisher"], pause=0)
     committed = workload.run(transactions=400)
     assert committed == 400 and not workload.errors, (committed, workload.errors[:5])
@@ -111,7 +228,8 @@ def test_example_dags_replicate_through_spark_submit(airflow_env, capfd):
     # (some workload transactions change no row, e.g. an update of a deleted order)
     assert 0 < read["transactions"] <= committed, (read, committed)
     assert delivered["transactions"] == read["transactions"], (delivered, read, dr.data_interval_end)
-    topo = connections.resolve_topology(topology.load(demo.DAGS / "demo_topology.yaml"))
+    _check_distribution_events(airflow_env, delivered)
+    topo = load_topology(demo.DAGS / "demo_topology.yaml")
     report = validation.compare(topo, "shop", "reporting")
     assert all(r["match"] for r in report), validation.format_report(report)
     # the password reached the jobs, but never a command line or a log line
@@ -121,6 +239,49 @@ def test_example_dags_replicate_through_spark_submit(airflow_env, capfd):
     assert "Spark-Submit cmd: spark-submit" in out + err and "--conf spark.log.level=WARN" in out + err
     assert " INFO DAGScheduler" not in out + err  # the driver ran at WARN: no scheduler chatter
     assert password not in out + err
+
+
+def test_an_empty_cycle_emits_no_asset_event_and_reports_openlineage(airflow_env, tmp_path):
+    """After the cycle above (which queued the downstream DAG), the scheduler creates that run
+    and clears its queue; a scheduled cycle with nothing to deliver then emits no asset event,
+    so nothing queues the downstream DAG again.  That cycle runs in ``airflow dags test`` with
+    the OpenLineage console transport: the Distribution Agent's events name the publisher's
+    tables as inputs and the subscriber's as outputs."""
+    from airflow.models.asset import AssetDagRunQueue, AssetEvent
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import delete, func, select
+
+    with create_session() as session:
+        assert session.scalar(select(func.count()).select_from(AssetDagRunQueue)), "the cycle above queued nothing"
+        session.execute(delete(AssetDagRunQueue))  # what the scheduler does when it creates the queued runs
+        before = session.scalar(select(func.max(AssetEvent.id)))
+    logical = demo.current_interval_start(datetime.now(timezone.utc)) + timedelta(minutes=30)
+    run_env = {
+        **os.environ,
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "console"}),
+        "AIRFLOW__OPENLINEAGE__NAMESPACE": "airflow-repl-tests",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+    }
+    argv = [sys.executable, "-m", "airflow", "dags", "test", "airflow_repl_scheduled", logical.isoformat()]
+    argv += ["--conf", json.dumps({"validate_every": 0})]  # a cycle of the agents only (no validation task)
+    done = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        env=run_env,
+        timeout=600,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-5000:]
+    assert _xcom("distribution", "airflow_repl_scheduled")["transactions"] == 0, output[-3000:]
+    with create_session() as session:
+        new_events = session.scalars(select(AssetEvent).where(AssetEvent.id > before)).all()
+        assert new_events == [], [(e.source_task_id, e.extra) for e in new_events]
+        assert session.scalar(select(func.count()).select_from(AssetDagRunQueue)) == 0
+        _, triggered = DagModel.dags_needing_dagruns(session)
+        assert DOWNSTREAM not in triggered
+    _check_openlineage_events(airflow_env, output)
 
 
 def test_schema_change_dag_with_the_workload_writing_before_and_after(airflow_env, capfd):
@@ -151,7 +312,7 @@ def test_schema_change_dag_with_the_workload_writing_before_and_after(airflow_en
     dr = scheduled.test(logical_date=pendulum.instance(interval_start), run_conf={"validate_every": 0})
     assert _succeeded(dr), _why_not_success(dr, capfd, airflow_env["distributor"])
     assert _task_states(dr)["validate"] == "skipped"  # validate_every 0: never
-    topo = connections.resolve_topology(topology.load(demo.DAGS / "demo_topology.yaml"))
+    topo = load_topology(demo.DAGS / "demo_topology.yaml")
     report = validation.compare(topo, "shop", "reporting")
     assert all(r["match"] for r in report), validation.format_report(report)
     with psycopg.connect(airflow_env["subscriber"]) as conn:
@@ -176,7 +337,7 @@ def test_validation_task_fails_with_the_differing_keys_in_xcom(airflow_env, capf
         ).fetchone()
         conn.execute("DELETE FROM customers WHERE id = 2; UPDATE customers SET city = NULL WHERE id = 3")
     try:
-        interval_start = demo.current_interval_start(datetime.now(timezone.utc)) + timedelta(minutes=30)
+        interval_start = demo.current_interval_start(datetime.now(timezone.utc)) + timedelta(minutes=90)
         dr = scheduled.test(
             logical_date=pendulum.instance(interval_start),
             run_conf={"validate_every": 1},
@@ -202,9 +363,7 @@ def test_validation_task_fails_with_the_differing_keys_in_xcom(airflow_env, capf
         {"key": "(3)", "difference": "values differ"},
     ]
     assert rows["orders"]["match"] is True and rows["products"]["match"] is True
-    password = conninfo_to_dict(
-        connections.resolve_topology(topology.load(demo.DAGS / "demo_topology.yaml")).publisher.conninfo
-    )["password"]
+    password = conninfo_to_dict(load_topology(demo.DAGS / "demo_topology.yaml").publisher.conninfo)["password"]
     assert password not in json.dumps(report)
     out, err = capfd.readouterr()
     assert "found differences at reporting/customers (1 missing, 0 extra, 1 different)" in out + err
@@ -248,7 +407,7 @@ def test_maintenance_dag_guards_wal_cleans_up_and_measures_a_tracer_token(airflo
 
     monkeypatch.setenv("AIRFLOW_REPL_TRACER_POKE_SECONDS", "1")
     dag = demo.load_dag("repl_maintenance.py")
-    topo = connections.resolve_topology(topology.load(demo.DAGS / "demo_topology.yaml"))
+    topo = load_topology(demo.DAGS / "demo_topology.yaml")
     with _Cycles(topo) as cycles:
         dr = dag.test()
     assert not cycles.errors, cycles.errors
@@ -285,7 +444,7 @@ def test_unknown_topology_connection_names_the_connection(airflow_env, tmp_path)
     op = LogReaderAgentOperator(task_id="log_reader", topology=str(bad), publication="shop")
     # a bad topology fails the task without retries, with the one-line message
     with pytest.raises(
-        AirflowFailException, match="Airflow connection 'no_such_pg' named in the topology is not defined"
+        AirflowFailException, match="connection id 'no_such_pg' is not defined: set the environment variable"
     ):
         op.execute({})
 

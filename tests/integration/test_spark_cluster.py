@@ -17,9 +17,8 @@ import yaml
 from harness import Env
 
 from airflow_repl.engine.agents import log_reader_agent
-from airflow_repl.engine.model import topology
-from airflow_repl.engine.postgres import connections
 from airflow_repl.engine.subscriber import validation
+from airflow_repl.hooks.connections import load_topology
 
 pytestmark = pytest.mark.e2e
 
@@ -84,7 +83,7 @@ def test_snapshot_and_parallel_distribution_on_a_standalone_cluster(env3, spark_
     env3.run(env3.pub, "UPDATE items SET n = n + 1, t = 'changed' WHERE id % 50 = 0")
     env3.run(env3.pub, "DELETE FROM items WHERE id % 333 = 0")
     env3.run(env3.pub, "INSERT INTO items SELECT g, 0, NULL FROM generate_series(%s, %s) g", (ROWS + 1, ROWS + 500))
-    topo = connections.resolve_topology(topology.load(topo_path))
+    topo = load_topology(topo_path)
     read = log_reader_agent.run_log_reader(topo, "p")
     assert read["transactions"] == 3, read
 

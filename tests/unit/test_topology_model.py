@@ -425,12 +425,11 @@ def test_keys_must_be_names_and_names_must_be_strings():
     assert "articles[0].name: article name is empty" in _error(_article(name=""))
 
 
-def test_resolution_errors_name_the_server(monkeypatch):
-    monkeypatch.delenv("AIRFLOW_CONN_NOPE_CONN", raising=False)
+def test_resolution_errors_name_the_server():
     topo = topology.from_dict(_data(subscribers={"s1": "nope_conn"}))
     with pytest.raises(
         TopologyError,
-        match=r"^subscribers\.s1: connection id 'nope_conn' is not defined: set the "
-        r"environment variable AIRFLOW_CONN_NOPE_CONN",
+        match=r"^subscribers\.s1: connection id 'nope_conn' cannot be resolved without Airflow: resolve the "
+        r"topology with airflow_repl\.hooks\.connections\.resolve_topology",
     ):
-        topo.resolve(lambda ref: "host=h" if ref != "nope_conn" else connections.env_resolver(ref))
+        connections.resolve_topology(topo, lambda ref: "host=h" if ref != "nope_conn" else connections.resolve(ref))

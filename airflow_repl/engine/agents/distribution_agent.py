@@ -152,6 +152,29 @@ def _own_leading(txns: list[PendingTransaction], own_origin: str, until: datetim
     return out
 
 
+class TableChanges:
+    """What each subscriber table received during a run, from the delivered transactions'
+    per-article row counts: ``{"schema.table": {"transactions", "commands", "last_xact_seqno"}}``
+    (``commands``: row changes; an UPDATE delivered as a DELETE + INSERT pair counts once).
+    The asset events of the Distribution Agent's operator are made from it."""
+
+    def __init__(self, destinations: dict[str, str]) -> None:
+        self.destinations = destinations  # article name -> subscriber table (schema.table)
+        self.tables: dict[str, dict[str, Any]] = {}
+
+    def add(self, txns: list[PendingTransaction]) -> None:
+        for txn in txns:
+            for article, rows in txn.article_rows.items():
+                table = self.destinations.get(article, article)
+                seen = self.tables.setdefault(table, {"transactions": 0, "commands": 0, "last_xact_seqno": None})
+                seen["transactions"] += 1
+                seen["commands"] += rows
+                seen["last_xact_seqno"] = txn.xact
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        return {table: dict(seen) for table, seen in sorted(self.tables.items())}
+
+
 class _Delivery:
     """One Distribution Agent run for one subscription: the delivery loop."""
 
@@ -177,6 +200,8 @@ class _Delivery:
         self.guard: QueueGuard | None = None
         self.queued = mode.queued or mode.failover
         self.policy = topology.publication(publication).conflict_policy
+        #: what each subscriber table received (the run's summary: ``tables``)
+        self.tables = TableChanges({a.name: a.destination for a in topology.publication(publication).articles})
 
     def connect(self, run: AgentRun) -> None:
         """Open the streams, take the subscription's lock, recover an interrupted batch."""
@@ -281,7 +306,7 @@ class _Delivery:
             self._commit(batch, len(shares))
             if self.n > 1 and may_spread == (len(shares) > 1):  # a batch planned but kept whole says nothing
                 self.chooser.record(may_spread, n, time.monotonic() - started)
-            self._delivered(dist, batch.last, len(batch.txns), n)
+            self._delivered(dist, batch.txns, n)
             return True
         except psycopg.Error as exc:
             rows.close()
@@ -312,7 +337,7 @@ class _Delivery:
             self._check_watermark_unmoved(batch)
             return False
         self._commit(batch, 1)
-        self._delivered(dist, batch.last, len(batch.txns), n)
+        self._delivered(dist, batch.txns, n)
         self.totals["net_batches"] = self.totals.get("net_batches", 0) + 1
         return True
 
@@ -439,18 +464,24 @@ class _Delivery:
             met = [c for c in outcome.conflicts if lsn.lsn_to_int(c["xact_seqno"]) <= through]
             distdb.record_delivery_conflicts(dist, self.publication, self.subscriber, met)
             self.totals["conflicts"] += len(met)
-        self._delivered(dist, done, applied, outcome.commands)
+        not_applied = {x.xact_seqno for x in outcome.skipped}  # skipped: no table received them
+        self._delivered(dist, batch.txns[:applied], outcome.commands, not_applied)
 
     # ------------------------------------------------------------------ progress
-    def _delivered(self, dist: psycopg.Connection, last: str, n_txn: int, n_cmd: int) -> None:
-        """Record at the distributor that the subscriber has everything up to ``last``."""
+    def _delivered(
+        self, dist: psycopg.Connection, txns: list[PendingTransaction], n_cmd: int, skipped: set[str] | None = None
+    ) -> None:
+        """Record at the distributor that the subscriber has everything up to the last of
+        ``txns`` (the transactions just committed there, but for the ``skipped`` ones)."""
+        last = txns[-1].xact
         distdb.mark_delivered(dist, self.publication, self.subscriber, last)
         progress.record_arrivals(dist, self.publication, self.subscriber, last)  # tracer tokens up to it
         dist.commit()
-        self.totals["transactions"] += n_txn
+        self.totals["transactions"] += len(txns)
         self.totals["commands"] += n_cmd
         self.totals["commits"] += 1
         self.totals["last_xact_seqno"] = last
+        self.tables.add([t for t in txns if not skipped or t.xact not in skipped])
 
 
 # ---------------------------------------------------------------------- the run
@@ -571,6 +602,7 @@ def _succeed(run: AgentRun, delivery: _Delivery, loop: continuous_mode.Loop) -> 
     """Finish the run: its totals (with the streams' measured rates and, for a continuous run,
     how it ended) in the history row, the log and the result."""
     totals = delivery.totals
+    totals["tables"] = delivery.tables.summary()
     if delivery.n > 1:
         totals["stream_rates"] = {"streams": delivery.n, **delivery.chooser.rates()}
     return run.succeed(loop.summary(totals))

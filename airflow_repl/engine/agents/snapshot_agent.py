@@ -99,7 +99,14 @@ def run_snapshot(
         has_slot = snap.check_slot(targets)
         if has_slot and not targets:
             message = "every subscription is already initialized; nothing to do"
-            return run.succeed({"snapshot_id": None, "initialized": [], "rows": 0, "message": message}, message=message)
+            nothing: dict[str, Any] = {
+                "snapshot_id": None,
+                "initialized": [],
+                "rows": 0,
+                "tables": {},
+                "message": message,
+            }
+            return run.succeed(nothing, message=message)
         snap.check_subscriber_types(articles, targets)
         in_doubt.resolve_quietly(topology, publication, list(targets))  # their changes reach the snapshot
         taken = snap.take(articles, has_slot, spark, max_partitions, identify)
@@ -107,7 +114,19 @@ def run_snapshot(
         loaded = initialize_subscriptions(
             topology, publication, articles, targets, taken.folder, manifest, spark, snap.dist, run, identify
         )
-        return run.succeed(taken.summary(targets, loaded), rows_copied=taken.rows)
+        return run.succeed(
+            {**taken.summary(targets, loaded), "tables": _table_rows(articles, taken.files)}, rows_copied=taken.rows
+        )
+
+
+def _table_rows(articles: list[ResolvedArticle], files: list[DataFile]) -> dict[str, int]:
+    """Rows the snapshot holds per subscriber table (``schema.table``), which each initialized
+    subscriber was loaded with (the operator's asset events are made from it)."""
+    destination = {a.name: a.destination for a in articles}
+    rows = dict.fromkeys(sorted(destination.values()), 0)
+    for f in files:
+        rows[destination[str(f["article"])]] += int(f["rows"])
+    return rows
 
 
 @dataclass

@@ -3,7 +3,8 @@
 Owns: connections and their session settings (``connections``), identifier and literal
 quoting (``quoting``), raw ``$n`` statements (``raw_sql``), catalog reads of tables, keys and
 columns (``catalog``), WAL positions (``lsn``), the pgoutput protocol decoder (``pgoutput``) and
-logical replication slots with their exported snapshots (``slots``).
+logical replication slots with their exported snapshots (``slots``), and where a table lives as
+Airflow asset URIs and OpenLineage datasets name it (``addresses``).
 
 May import: :mod:`airflow_repl.engine.errors`, :mod:`airflow_repl.engine.model` and psycopg.
 Nothing here knows about articles, agents or the distribution database.

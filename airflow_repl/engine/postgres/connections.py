@@ -2,29 +2,48 @@
 
 A server is named either by an Airflow connection id (``repl_publisher``) or by a plain
 ``postgresql://`` URI (handy for the sandbox).  The engine does not import Airflow: connection
-ids are resolved through a *resolver* callable.  The default resolver reads the same
-``AIRFLOW_CONN_<ID>`` environment variables Airflow itself honours; the Airflow hook passes a
-resolver backed by Airflow's connection store.
+ids are resolved through a *resolver* callable, which the Airflow layer supplies
+(:mod:`airflow_repl.hooks.connections`: Airflow's own lookup, turned into libpq settings the way
+``PostgresHook`` does, through :func:`conninfo_from_parts`).
 
 Connection strings carry passwords, so they are never logged: use :func:`describe` for messages.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, urlsplit
 
 import psycopg
 from psycopg import conninfo as pg_conninfo
+from psycopg import pq
 
 from airflow_repl.engine.errors import ConnectionFailed, TopologyError
 from airflow_repl.engine.model.topology import Topology, is_uri
 
 Resolver = Callable[[str], str]
+
+
+#: libpq parameters the agents set themselves: an Airflow connection's extra may not set them.
+ENGINE_OWNED_PARAMETERS = frozenset({"replication"})
+
+
+def libpq_parameters() -> frozenset[str]:
+    """The connection parameters the libpq in use knows (``application_name``, ``sslmode``, ...)."""
+    return frozenset(d.keyword.decode() for d in pq.Conninfo.get_defaults())
+
+
+def _libpq_value(key: str, value: Any) -> str | int | None:
+    """An extra's value as libpq takes it: JSON booleans as 1/0 (``keepalives``), numbers and strings as they are."""
+    if isinstance(value, bool):
+        return int(value)
+    if value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        return str(value)
+    raise TopologyError(f"extra {key!r} must be a string or a number, not {type(value).__name__}")
 
 
 def conninfo_from_parts(
@@ -35,22 +54,25 @@ def conninfo_from_parts(
     dbname: str | None,
     extra: dict[str, Any] | None = None,
 ) -> str:
-    """A libpq key/value connection string from the parts of an Airflow-style connection."""
-    params: dict[str, str | int] = {}
-    if host:
-        params["host"] = host
-    if port:
-        params["port"] = port
-    if login:
-        params["user"] = login
-    if password:
-        params["password"] = password
-    if dbname:
-        params["dbname"] = dbname
-    for key in ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout", "options"):
-        if extra and key in extra:
-            params[key] = extra[key]
-    return pg_conninfo.make_conninfo("", **params)
+    """A libpq key/value connection string from the parts of an Airflow-style connection.
+
+    Every entry of ``extra`` is a libpq parameter passed on as it is (``application_name``,
+    ``target_session_attrs``, ``options``, ``sslmode``, ...), overriding the fields, as
+    ``PostgresHook.get_conn`` does; the caller drops the extras that are not libpq parameters
+    (the hook's own keys).  An unknown key is an error naming it, not a failure to connect."""
+    params: dict[str, str | int | None] = {"host": host, "port": port, "user": login, "password": password}
+    params["dbname"] = dbname
+    known = libpq_parameters()
+    for key, value in (extra or {}).items():
+        if key in ENGINE_OWNED_PARAMETERS:
+            raise TopologyError(f"extra {key!r} cannot be set on a replication server: the agents set it themselves")
+        if key not in known:
+            raise TopologyError(
+                f"extra {key!r} is not a libpq connection parameter: remove it, or use one of the libpq "
+                f"parameters (e.g. application_name, sslmode, target_session_attrs, options)"
+            )
+        params[key] = _libpq_value(key, value)
+    return pg_conninfo.make_conninfo("", **{k: v for k, v in params.items() if v is not None and v != ""})
 
 
 def _uri_to_conninfo(uri: str) -> str:
@@ -78,84 +100,6 @@ def _uri_to_conninfo(uri: str) -> str:
         ) from None
 
 
-def _malformed(var: str, why: str) -> TopologyError:
-    return TopologyError(
-        f"the connection in environment variable {var} is malformed: {why}; give a "
-        f"postgresql://user:password@host:port/dbname URI or Airflow's JSON form "
-        f'{{"conn_type": "postgres", "host": ..., "port": 5432, "login": ..., '
-        f'"password": ..., "schema": <database>}}'
-    )
-
-
-def _json_connection(var: str, value: str) -> str:
-    """Airflow's JSON connection form, every field checked (the value itself is never quoted:
-    it holds the password)."""
-    try:
-        data = json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise _malformed(var, f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
-    if not isinstance(data, dict):
-        raise _malformed(var, f"the JSON is a {type(data).__name__}, not an object")
-    for key in ("host", "login", "password", "schema", "conn_type"):
-        if data.get(key) is not None and not isinstance(data[key], str):
-            raise _malformed(var, f"{key!r} must be a string, not {type(data[key]).__name__}")
-    port = data.get("port")
-    if port is not None and (isinstance(port, bool) or not str(port).isdigit() or not 0 < int(port) < 65536):
-        raise _malformed(var, "'port' must be a number from 1 to 65535")
-    extra = data.get("extra")
-    if isinstance(extra, str):  # Airflow allows extra as a JSON string too
-        try:
-            extra = json.loads(extra) if extra.strip() else None
-        except json.JSONDecodeError as exc:
-            raise _malformed(var, f"'extra' is not valid JSON ({exc.msg})") from None
-    if extra is not None and not isinstance(extra, dict):
-        raise _malformed(var, "'extra' must be an object")
-    return conninfo_from_parts(
-        data.get("host"),
-        int(port) if port is not None else None,
-        data.get("login"),
-        data.get("password"),
-        data.get("schema"),
-        extra,
-    )
-
-
-def env_resolver(conn_id: str) -> str:
-    """Resolve an Airflow connection id from ``AIRFLOW_CONN_<ID>`` (URI or JSON form)."""
-    var = f"AIRFLOW_CONN_{conn_id.upper()}"
-    value = os.environ.get(var)
-    if value is None:
-        raise TopologyError(
-            f"connection id {conn_id!r} is not defined: set the environment variable {var} "
-            f"(or run through Airflow, which resolves its own connections)"
-        )
-    value = value.strip()
-    if value.startswith("{"):
-        return _json_connection(var, value)
-    parts = urlsplit(value)
-    if parts.scheme in ("postgresql", "postgres"):
-        try:
-            return _uri_to_conninfo(value)
-        except TopologyError as exc:
-            raise _malformed(
-                var, str(exc).split(" is malformed", 1)[-1].lstrip(": ") or "the URI cannot be parsed"
-            ) from None
-    if not parts.scheme or not parts.netloc:
-        raise _malformed(var, "it is neither a URI nor a JSON object")
-    # Airflow URI form: postgres://login:password@host:port/schema
-    try:
-        port = parts.port
-    except ValueError:
-        raise _malformed(var, "the URI's port is not a number from 0 to 65535") from None
-    return conninfo_from_parts(
-        parts.hostname,
-        port,
-        unquote(parts.username or "") or None,
-        unquote(parts.password or "") or None,
-        parts.path.lstrip("/") or None,
-    )
-
-
 _SECRET_PATTERNS = (
     re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE),
     re.compile(r"(://[^:/@\s]*:)[^@\s]*(@)"),
@@ -169,16 +113,24 @@ def redact(text: str) -> str:
     return _SECRET_PATTERNS[1].sub(r"\1***\2", text)
 
 
+def _no_lookup(conn_id: str) -> str:
+    raise TopologyError(
+        f"connection id {conn_id!r} cannot be resolved without Airflow: resolve the topology with "
+        f"airflow_repl.hooks.connections.resolve_topology (Airflow's connection lookup) or give a postgresql:// URI"
+    )
+
+
 def resolve(ref: str, resolver: Resolver | None = None) -> str:
     """Turn a connection reference (URI or connection id) into a libpq connection string."""
     if is_uri(ref):
         return _uri_to_conninfo(ref)
-    return (resolver or env_resolver)(ref)
+    return (resolver or _no_lookup)(ref)
 
 
 def resolve_topology(topology: Topology, lookup: Resolver | None = None) -> Topology:
     """Resolve every server of ``topology`` (in place): URIs directly, connection ids through
-    ``lookup`` (default: the ``AIRFLOW_CONN_<ID>`` environment variables)."""
+    ``lookup``.  The engine does not import Airflow, so without a ``lookup`` a connection id is an
+    error; :func:`airflow_repl.hooks.connections.resolve_topology` passes Airflow's lookup."""
     return topology.resolve(lambda ref: resolve(ref, lookup))
 
 
