@@ -124,6 +124,14 @@ def _own_logging() -> Iterator[None]:
         airflow_logger.setLevel(quiet)
 
 
+def validation_ranges(value: str) -> int:
+    """A ``validate --ranges`` value: an integer from 1 to the engine's maximum."""
+    number = POSITIVE_INT(value)
+    if number > validation.MAX_RANGES:
+        raise argparse.ArgumentTypeError(f"{value!r} is above the maximum of {validation.MAX_RANGES} ranges")
+    return int(number)
+
+
 def _load(args: argparse.Namespace) -> topology.Topology:
     return connections.resolve_topology(topology.load(args.topology), airflow_lookup)
 
@@ -194,16 +202,26 @@ def _cmd_resolve_in_doubt(args: argparse.Namespace) -> dict[str, Any]:
         return {args.subscriber: "stopped"}
 
 
-def _cmd_validate(args: argparse.Namespace) -> dict[str, Any]:
+def _cmd_validate(args: argparse.Namespace) -> None:
+    """Compare the publisher with its subscribers over key ranges on Spark (docs/validation.md);
+    the report is printed first, then an error (exit code 6) when anything differs."""
+    from airflow_repl.jobs.agent_job import run_agent
+
     topo = _load(args)
     pub = _publication(topo, args.publication)
     subs = _subscribers(topo, pub, args.subscriber)
-    report = {s: validation.compare(topo, pub, s) for s in subs}
-    for s, rows in report.items():
-        print(f"subscriber {s}:\n{validation.format_report(rows)}", file=sys.stderr)
-    if not all(r["match"] for rows in report.values() for r in rows):
-        raise DifferencesFound("validation found differences (see the report above)")
-    return report
+    options = {"max_keys": args.max_keys, **({"ranges": args.ranges} if args.ranges else {})}
+    result = run_agent("validate", topo, pub, subscribers=subs, validation=options)
+    if args.output == "json":
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        print(
+            "\n\n".join(
+                f"subscriber {s}:\n{validation.format_report(rows)}" for s, rows in result["subscribers"].items()
+            )
+        )
+    if not result["match"]:
+        raise DifferencesFound(f"{validation.differences_line(pub, result['subscribers'])} (see the report above)")
 
 
 def _cmd_conflicts(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -369,8 +387,23 @@ def build_parser() -> argparse.ArgumentParser:
     _with_topology(sub.add_parser("apply", help="validate and deploy the topology")).set_defaults(func=_cmd_apply)
     _add_agent_commands(sub)
     _add_updating_commands(sub)
-    p = _with_topology(sub.add_parser("validate", help="compare row counts and checksums (exit 6 on differences)"))
+    p = _with_topology(
+        sub.add_parser("validate", help="list the rows that differ at subscribers, on Spark (exit 6 on differences)")
+    )
     p.add_argument("--subscriber", action="append", help=_SUBSCRIBERS_HELP)
+    p.add_argument("--output", "-o", choices=["table", "json"], default="table", help="a text report or JSON")
+    p.add_argument(
+        "--max-keys",
+        type=_number(int, 0, True),
+        default=validation.MAX_KEYS,
+        help=f"differing keys listed per article and subscriber (default {validation.MAX_KEYS}; counts are complete)",
+    )
+    p.add_argument(
+        "--ranges",
+        type=validation_ranges,
+        help=f"key-hash ranges per article compared before rows are read (default {validation.RANGES}, "
+        f"at most {validation.MAX_RANGES})",
+    )
     p.set_defaults(func=_cmd_validate)
     p = _with_topology(
         sub.add_parser("conflicts", help="list the conflicts the Queue Reader and the Distribution Agent recorded")

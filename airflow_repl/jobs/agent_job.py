@@ -40,9 +40,10 @@ from airflow_repl.engine.agents import (
     queue_reader_agent,
     snapshot_agent,
 )
-from airflow_repl.engine.errors import INTERNAL_EXIT_CODE, ReplError
+from airflow_repl.engine.errors import INTERNAL_EXIT_CODE, DifferencesFound, ReplError
 from airflow_repl.engine.model.topology import Topology, from_dict
 from airflow_repl.engine.postgres import connections
+from airflow_repl.engine.subscriber import validation
 from airflow_repl.jobs.executors import executor_id
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ class Request:
     until: str | None = None  # deliver transactions committed up to this ISO-8601 time
     reinitialize: bool = False
     continuous: dict[str, Any] | None = None  # Log Reader, Distribution: run_* keyword arguments of continuous mode
+    validation: dict[str, Any] | None = None  # validate: keyword arguments of validation.validate (ranges, max_keys)
 
 
 #: An agent's entry: runs it for the request, in the given SparkSession or (None) one it starts
@@ -137,14 +139,7 @@ def _deliver_in_parallel(
             f"Spark tasks at once, and the application has {slots} task slots: give it more cores (e.g. local[{len(names)}] "
             f"or spark.cores.max) or run one Distribution Agent per group of subscribers (--subscriber)"
         )
-    try:
-        rdd = spark.sparkContext.parallelize(names, len(names))
-        return spark, rdd.map(lambda n: _deliver_one(spec, publication, n, until, continuous)).collect()
-    except Exception as exc:  # a subscription's failure, wrapped by Spark: report the agent's own error
-        unwrapped = lifecycle.unwrap_spark_error(exc)
-        if unwrapped is exc:
-            raise
-        raise unwrapped from None
+    return spark, _map_on_spark(spark, lambda n: _deliver_one(spec, publication, n, until, continuous), names)
 
 
 def _queuereader(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any], SparkSession | None]:
@@ -183,14 +178,39 @@ def _read_queues_in_parallel(
 
     spark = spark or spark_session(f"airflow-repl-queuereader-{req.publication}")
     spec, publication = req.topology.to_dict(with_secrets=True), req.publication
+    return spark, _map_on_spark(spark, lambda n: _read_queue_one(spec, publication, n), names)
+
+
+def _map_on_spark(spark: SparkSession, f: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+    """``f`` over ``items``, one Spark task each, results in order; a task's failure, wrapped by
+    Spark, is raised as the engine's own error."""
     try:
-        rdd = spark.sparkContext.parallelize(names, len(names))
-        return spark, rdd.map(lambda n: _read_queue_one(spec, publication, n)).collect()
-    except Exception as exc:  # a subscriber's failure, wrapped by Spark: report the agent's own error
+        return spark.sparkContext.parallelize(items, len(items)).map(f).collect()
+    except Exception as exc:
         unwrapped = lifecycle.unwrap_spark_error(exc)
         if unwrapped is exc:
             raise
         raise unwrapped from None
+
+
+def _validate(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any], SparkSession | None]:
+    """Compare the publisher with every named subscriber (all by default) over key ranges, the
+    tasks of both passes on Spark (see :mod:`airflow_repl.engine.subscriber.validation`); the
+    SparkSession starts only once the input is checked."""
+    topo, publication = req.topology, req.publication
+    names = req.subscribers or [s.subscriber for s in topo.subscriptions_of(publication)]
+    for name in names:
+        topo.subscription(publication, name)  # unknown subscription -> error before anything runs
+    session = [spark]
+
+    def on_spark(f: Callable[[Any], Any], tasks: list[Any]) -> list[Any]:
+        from airflow_repl.jobs.session import spark_session
+
+        active = session[0] = session[0] or spark_session(f"airflow-repl-validate-{publication}")
+        return _map_on_spark(active, f, tasks) if tasks else []
+
+    report = validation.validate(topo, publication, names, on_spark, **(req.validation or {}))
+    return {"publication": publication, "match": validation.matches(report), "subscribers": report}, session[0]
 
 
 #: The agents, by the name the CLI, the operators and spark-submit use.  A new agent is one
@@ -200,6 +220,7 @@ AGENTS: dict[str, Entry] = {
     "logreader": _logreader,
     "distribution": _distribution,
     "queuereader": _queuereader,
+    "validate": _validate,
 }
 
 
@@ -213,17 +234,19 @@ def run_agent(
     reinitialize: bool = False,
     spark: SparkSession | None = None,
     continuous: dict[str, Any] | None = None,
+    validation: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run one agent; the same entry point serves spark-submit, the CLI and the tests.
     ``continuous``: the Log Reader's or Distribution Agent's continuous mode, as keyword
-    arguments (``continuous``, ``poll_interval``, ``max_run_seconds``)."""
+    arguments (``continuous``, ``poll_interval``, ``max_run_seconds``); ``validation``: the
+    ``validate`` entry's ``ranges`` and ``max_keys``."""
     if agent not in AGENTS:
         raise ReplError(f"unknown agent {agent!r}; choose one of {', '.join(AGENTS)}")
     topo.publication(publication)  # unknown publication -> clear error
     if until is not None:
         distribution_agent.parse_until(until)  # a bad time -> clear error before anything runs
     continuous_mode.check_request(agent, until, continuous)  # bad continuous options: before anything runs
-    request = Request(topo, publication, subscribers, until, reinitialize, continuous)
+    request = Request(topo, publication, subscribers, until, reinitialize, continuous, validation)
     result, spark = AGENTS[agent](request, spark)
     if spark is not None:
         result["spark_application_id"] = spark.sparkContext.applicationId
@@ -273,6 +296,14 @@ def _read_spec(path: str) -> Topology:
     return from_dict(spec)
 
 
+def _validation_options(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The ``validate`` entry's options given on the command line (None for the other agents)."""
+    if args.agent != "validate":
+        return None
+    given = {"ranges": args.ranges, "max_keys": args.max_keys}
+    return {k: v for k, v in given.items() if v is not None}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="agent_job.py")
     parser.add_argument("agent", choices=list(AGENTS))
@@ -283,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--until", help="deliver transactions committed up to this ISO-8601 time")
     parser.add_argument("--reinitialize", action="store_true")
     continuous_mode.add_arguments(parser)
+    parser.add_argument("--ranges", type=int, help="validate: key ranges per article")
+    parser.add_argument("--max-keys", type=int, help="validate: differing keys listed per article and subscriber")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -297,8 +330,11 @@ def main(argv: list[str] | None = None) -> int:
             until=args.until or None,
             reinitialize=args.reinitialize,
             continuous=continuous_mode.from_arguments(args),
+            validation=_validation_options(args),
         )
         outcome, code = {"status": "succeeded", **result}, 0
+        if result.get("match") is False:  # validate found differences: the report, and exit code 6
+            code = DifferencesFound.exit_code
         log.info("%s agent finished: %s", args.agent, json.dumps(result, default=str))
     except Exception as exc:
         outcome = failure(exc)

@@ -3,7 +3,8 @@
 Owns: ``agents`` (the Snapshot, Log Reader, Distribution and Queue Reader Agent operators over
 one base class), ``schema`` (schema changes and procedure regeneration, run in the worker),
 ``tracer`` (:class:`~airflow_repl.operators.tracer.PostTracerTokenOperator`, no Spark application),
-``lineage`` (the asset events and OpenLineage datasets of the Snapshot and Distribution Agent
+``validation`` (:class:`~airflow_repl.operators.validation.ValidationOperator`, the ``validate``
+entry of the agent job as a Spark application), ``lineage`` (the asset events and OpenLineage datasets of the Snapshot and Distribution Agent
 operators) and ``retention`` (``CleanupOperator``, which runs the cleanup agent in the worker: a few
 statements, no Spark application).
 

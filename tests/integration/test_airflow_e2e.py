@@ -220,8 +220,9 @@ def test_example_dags_replicate_through_spark_submit(airflow_env, capfd):
     committed = workload.run(transactions=400)
     assert committed == 400 and not workload.errors, (committed, workload.errors[:5])
     interval_start = demo.current_interval_start(datetime.now(timezone.utc)) + timedelta(minutes=10)
-    dr = scheduled.test(logical_date=pendulum.instance(interval_start))
+    dr = scheduled.test(logical_date=pendulum.instance(interval_start), run_conf={"validate_every": 1})
     assert _succeeded(dr), _why_not_success(dr, capfd, airflow_env["distributor"])
+    assert _xcom("validate", "airflow_repl_scheduled")["match"] is True  # validate_every 1: every run validates
     delivered = _xcom("distribution", "airflow_repl_scheduled")
     read = _xcom("log_reader", "airflow_repl_scheduled")
     # (some workload transactions change no row, e.g. an update of a deleted order)
@@ -262,8 +263,10 @@ def test_an_empty_cycle_emits_no_asset_event_and_reports_openlineage(airflow_env
         "AIRFLOW__OPENLINEAGE__NAMESPACE": "airflow-repl-tests",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
     }
+    argv = [sys.executable, "-m", "airflow", "dags", "test", "airflow_repl_scheduled", logical.isoformat()]
+    argv += ["--conf", json.dumps({"validate_every": 0})]  # a cycle of the agents only (no validation task)
     done = subprocess.run(
-        [sys.executable, "-m", "airflow", "dags", "test", "airflow_repl_scheduled", logical.isoformat()],
+        argv,
         capture_output=True,
         text=True,
         env=run_env,
@@ -306,14 +309,64 @@ def test_schema_change_dag_with_the_workload_writing_before_and_after(airflow_en
             "INSERT INTO orders (id, customer_id, status, ordered_at, channel) VALUES (9000001, 1, 'new', now(), 'shop')"
         )
     interval_start = demo.current_interval_start(datetime.now(timezone.utc)) + timedelta(minutes=20)
-    dr = scheduled.test(logical_date=pendulum.instance(interval_start))
+    dr = scheduled.test(logical_date=pendulum.instance(interval_start), run_conf={"validate_every": 0})
     assert _succeeded(dr), _why_not_success(dr, capfd, airflow_env["distributor"])
+    assert _task_states(dr)["validate"] == "skipped"  # validate_every 0: never
     topo = load_topology(demo.DAGS / "demo_topology.yaml")
     report = validation.compare(topo, "shop", "reporting")
     assert all(r["match"] for r in report), validation.format_report(report)
     with psycopg.connect(airflow_env["subscriber"]) as conn:
         counts = dict(conn.execute("SELECT channel, count(*) FROM orders GROUP BY channel").fetchall())
     assert counts.get("shop") == 1 and counts.get("app", 0) > 0 and counts.get("web", 0) > 0
+
+
+def _task_states(dr) -> dict[str, str]:
+    return {ti.task_id: str(getattr(ti.state, "value", ti.state)) for ti in dr.get_task_instances()}
+
+
+def test_validation_task_fails_with_the_differing_keys_in_xcom(airflow_env, capfd):
+    """The scheduled DAG's validation (validate_every 1; the agents' tasks marked successful):
+    a subscriber that differs fails the task, whose XCom holds the report, without a password."""
+    import psycopg
+
+    scheduled = demo.load_dag("repl_scheduled.py")
+    sub = airflow_env["subscriber"]
+    with psycopg.connect(sub, autocommit=True) as conn:
+        saved, city3 = conn.execute(
+            "SELECT (SELECT row_to_json(c) FROM customers c WHERE id = 2), (SELECT row_to_json(c) FROM customers c WHERE id = 3)"
+        ).fetchone()
+        conn.execute("DELETE FROM customers WHERE id = 2; UPDATE customers SET city = NULL WHERE id = 3")
+    try:
+        interval_start = demo.current_interval_start(datetime.now(timezone.utc)) + timedelta(minutes=90)
+        dr = scheduled.test(
+            logical_date=pendulum.instance(interval_start),
+            run_conf={"validate_every": 1},
+            mark_success_pattern="^(log_reader|distribution)$",
+        )
+    finally:
+        with psycopg.connect(sub, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO customers SELECT * FROM json_populate_record(NULL::customers, %s::json)",
+                (json.dumps(saved),),
+            )
+            conn.execute(
+                "UPDATE customers c SET city = p.city FROM json_populate_record(NULL::customers, %s::json) p "
+                "WHERE c.id = 3",
+                (json.dumps(city3),),
+            )
+    assert _task_states(dr)["validate"] == "failed", _why_not_success(dr, capfd, airflow_env["distributor"])
+    report = _xcom("validate", "airflow_repl_scheduled")
+    assert report["match"] is False and report["publication"] == "shop"
+    rows = {r["article"]: r for r in report["subscribers"]["reporting"]}
+    assert rows["customers"]["differences"] == [
+        {"key": "(2)", "difference": "missing at the subscriber"},
+        {"key": "(3)", "difference": "values differ"},
+    ]
+    assert rows["orders"]["match"] is True and rows["products"]["match"] is True
+    password = conninfo_to_dict(load_topology(demo.DAGS / "demo_topology.yaml").publisher.conninfo)["password"]
+    assert password not in json.dumps(report)
+    out, err = capfd.readouterr()
+    assert "found differences at reporting/customers (1 missing, 0 extra, 1 different)" in out + err
 
 
 class _Cycles:

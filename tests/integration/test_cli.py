@@ -45,11 +45,13 @@ def test_cli_runs_every_agent_and_validates(env, spark, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["commands"] == 10
     assert cli.main(["distribution", "-t", topo, "--subscriber", "sub1"]) == 0
     assert json.loads(capsys.readouterr().out)["commands"] == 10
-    assert cli.main(["validate", "-t", topo]) == 0
-    assert json.loads(capsys.readouterr().out)["sub1"][0]["match"] is True
+    assert cli.main(["validate", "-t", topo, "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["subscribers"]["sub1"][0]["match"] is True
     env.run(env.sub, "DELETE FROM orders WHERE id = 1")
     assert cli.main(["validate", "-t", topo]) == DifferencesFound.exit_code == 6
-    assert "validation found differences" in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert "subscriber sub1:" in out and "    key (1): missing at the subscriber" in out
+    assert "validation of publication 'p' found differences at sub1/orders (1 missing, 0 extra, 0 different)" in err
 
 
 def test_cli_scripts_procedures_in_both_dialects(env, tmp_path, capsys):

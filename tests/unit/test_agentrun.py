@@ -104,4 +104,4 @@ def test_until_is_checked_and_defaults_to_utc():
 
 
 def test_the_agents_are_a_table():
-    assert list(AGENTS) == ["snapshot", "logreader", "distribution", "queuereader"]
+    assert list(AGENTS) == ["snapshot", "logreader", "distribution", "queuereader", "validate"]

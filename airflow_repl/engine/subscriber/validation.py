@@ -1,173 +1,411 @@
-"""Validation: row counts and checksums of every article at the publisher and a subscriber.
+"""Validation: which rows of every article differ between the publisher and a subscriber.
 
 Validation compares *values*, not bytes or orderings.  Each row is turned into its PostgreSQL
 text form (the session settings of :mod:`connections` pin everything that text depends on),
-converted to UTF8 whatever the database's encoding, and hashed; a table's checksum is the sum of
-its rows' hashes.  A sum does not depend on the order rows are visited in, so neither collation
-nor encoding can make identical data look different.  When an article differs, the keys that
-differ are found by comparing the sums per bucket of key hashes, then the rows of the differing
-buckets only.
+converted to UTF8 whatever the database's encoding, and hashed; a set of rows' checksum is the
+sum of its rows' hashes, which does not depend on the order rows are visited in.
+
+**Key ranges.**  The key space of an article is split into ``ranges`` ranges of the 32-bit hash
+of each key's UTF8 text (range ``i`` holds the keys whose hash ``h`` has ``h * ranges >> 32 ==
+i``).  Unlike ranges of the keys' own order, a hash range holds the same keys at every server,
+whatever its collation and encoding.  Validation runs in two passes of independent tasks, which
+the caller maps over Spark executors (:mod:`airflow_repl.jobs.agent_job`) or runs in turn:
+
+1. **sums**: per article and side (the publisher, each subscriber), each range's row count and
+   hash sums, in one task per block range of the table (:func:`block_chunks`: one for a table
+   up to ``BLOCKS_PER_TASK`` blocks); the publisher's side reads only the rows passing the
+   article's row filter, and both sides only the article's columns (its column filter);
+2. **rows**: per article and subscriber whose sums differ in some ranges, the rows of those
+   ranges only, read from both servers in the same (byte) order of their keys' UTF8 text and
+   merged: a key only at the publisher is *missing*, only at the subscriber *extra*, at both
+   with other values *different*.  Both sides stream through server-side cursors, so memory
+   stays constant however many rows differ; the first ``max_keys`` keys are kept, the counts
+   are complete.
+
+The pure parts (:func:`merge_rows`, :func:`differing_ranges`, :func:`format_report`) need no
+server; the tasks (:func:`range_sums`, :func:`range_rows`) run on executors and take plain data.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from airflow_repl.engine.articles.resolved import ResolvedArticle
+from airflow_repl.engine.errors import NotInitialized, ReplError
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import connections, raw_sql
 from airflow_repl.engine.state import distdb
 
-#: Buckets the keys are hashed into when looking for the keys that differ (16^BUCKET_DIGITS).
-BUCKET_DIGITS = 3
-#: Differing keys reported per article.
+#: Ranges of the key-hash space per article (a power of two is not required).
+RANGES = 1024
+#: The most ranges per article (pass 1 returns a line per non-empty range and server).
+MAX_RANGES = 65536
+#: Differing keys listed per article and subscriber (the counts are always complete).
 MAX_KEYS = 10
+#: Table blocks (8 kB each by default) one pass-1 task scans: a larger table's scan is split into
+#: block ranges (``ctid`` ranges, read by TID range scans), one Spark task each; sums add up.
+BLOCKS_PER_TASK = 16384
+#: The most pass-1 tasks per article and server.
+MAX_CHUNKS = 64
+#: Rows fetched at a time by the row pass.
+FETCH_ROWS = 5000
+#: The three kinds of difference, as reported.
+MISSING, EXTRA, DIFFERENT = "missing at the subscriber", "extra at the subscriber", "values differ"
+
+#: A task of either pass (plain data: it is shipped to Spark executors).
+Task = dict[str, Any]
+#: Runs a task function over tasks (on Spark executors, or in turn) and returns the results in order.
+MapTasks = Callable[[Callable[[Task], Any], list[Task]], list[Any]]
+#: Per range index: [row count, hash sum 1, hash sum 2].
+Sums = dict[int, list[int]]
 
 
-def _utf8_md5(expr: sql.Composable) -> sql.Composable:
-    return sql.SQL("md5(convert_to({}::text, 'UTF8'))").format(expr)
+def run_locally(f: Callable[[Task], Any], tasks: list[Task]) -> list[Any]:
+    """:data:`MapTasks` without Spark: the tasks in turn, in this process."""
+    return [f(t) for t in tasks]
 
 
-def _row_hash_sums(columns: list[str]) -> sql.Composable:
-    """Two numeric sums of the 128-bit row hashes (as two signed 64-bit halves)."""
-    digest = _utf8_md5(sql.SQL("ROW({})").format(sql.SQL(", ").join(sql.Identifier(c) for c in columns)))
-    half = "coalesce(sum(('x' || substr({d}, {at}, 16))::bit(64)::bigint::numeric), 0)"
-    return sql.SQL(", ").join(sql.SQL(half).format(d=digest, at=sql.Literal(at)) for at in (1, 17))
+# ---------------------------------------------------------------------- SQL pieces
+def _utf8(expr: sql.Composable) -> sql.Composable:
+    return sql.SQL("convert_to({}::text, 'UTF8')").format(expr)
 
 
-def _key_text(key: list[str]) -> sql.Composable:
-    return sql.SQL("ROW({})::text").format(sql.SQL(", ").join(sql.Identifier(c) for c in key))
+def _row(columns: list[str]) -> sql.Composable:
+    return sql.SQL("ROW({})").format(sql.SQL(", ").join(sql.Identifier(c) for c in columns))
 
 
-def _source(relation: sql.Composable, row_filter: str | None) -> sql.Composable:
-    where = sql.SQL(" WHERE ({})").format(sql.SQL(row_filter)) if row_filter else sql.SQL("")
-    return sql.SQL("{}{}").format(relation, where)
+def _range_of(key: list[str], ranges: int) -> sql.Composable:
+    """The range index of a row's key: the first 32 bits of its UTF8 text's md5, scaled."""
+    h = sql.SQL("('x' || lpad(left(md5({}), 8), 16, '0'))::bit(64)::bigint").format(_utf8(_row(key)))
+    return sql.SQL("(({} * {}) >> 32)::int").format(h, sql.Literal(ranges))
 
 
-def _digest(count: int, s1: object, s2: object) -> str:
-    return hashlib.md5(f"{count}:{s1}:{s2}".encode()).hexdigest()
+def _side(art: ResolvedArticle, publisher: bool) -> tuple[sql.Composable, sql.Composable]:
+    """(relation, row condition) of the article at the publisher (its row filter) or a subscriber."""
+    if publisher:
+        cond = sql.SQL("({})").format(sql.SQL(art.row_filter)) if art.row_filter else sql.SQL("true")
+        return art.source, cond
+    return sql.Identifier(art.dest_schema, art.dest_table), sql.SQL("true")
 
 
-def table_checksum(
-    conn: psycopg.Connection, relation: sql.Composable, columns: list[str], row_filter: str | None = None
-) -> tuple[int, str]:
-    """(row count, order- and encoding-independent checksum) of ``columns`` of ``relation``,
-    limited to the rows passing ``row_filter`` (an article's filter, in PostgreSQL's deparsed form)."""
-    count, s1, s2 = raw_sql.one_row(
-        raw_sql.execute(
-            conn, sql.SQL("SELECT count(*), {} FROM {}").format(_row_hash_sums(columns), _source(relation, row_filter))
-        )
+def _blocks(chunk: list[int | None]) -> sql.Composable:
+    """The condition of a block range [lower, upper) (None: unbounded) on the rows' ``ctid``."""
+    parts = [
+        sql.SQL("ctid {} {}::tid").format(sql.SQL(op), sql.Literal(f"({bound},0)"))
+        for op, bound in ((">=", chunk[0]), ("<", chunk[1]))
+        if bound is not None
+    ]
+    return sql.SQL(" AND ").join(parts) if parts else sql.SQL("true")
+
+
+def _sums_query(art: ResolvedArticle, publisher: bool, ranges: int, chunk: list[int | None]) -> sql.Composable:
+    relation, cond = _side(art, publisher)
+    cond = sql.SQL("{} AND {}").format(cond, _blocks(chunk))
+    half = "coalesce(sum(('x' || substr(d, {at}, 16))::bit(64)::bigint), 0)"  # summed exactly, in 128 bits
+    return sql.SQL(
+        "SELECT r, count(*), {s} FROM (SELECT {r} AS r, md5({row}) AS d FROM {t} WHERE {c}) x GROUP BY r"
+    ).format(
+        s=sql.SQL(", ").join(sql.SQL(half).format(at=sql.Literal(at)) for at in (1, 17)),
+        r=_range_of(art.primary_key, ranges),
+        row=_utf8(_row(art.column_names)),
+        t=relation,
+        c=cond,
     )
-    return int(count), _digest(count, s1, s2)
 
 
-def _buckets(
-    conn: psycopg.Connection, relation: sql.Composable, columns: list[str], key: list[str], row_filter: str | None
-) -> dict[str, tuple[Any, ...]]:
-    bucket = sql.SQL("left({}, {})").format(_utf8_md5(_key_text(key)), sql.Literal(BUCKET_DIGITS))
+def _rows_query(art: ResolvedArticle, publisher: bool, ranges: int, bad: list[int]) -> sql.Composed:
+    relation, cond = _side(art, publisher)
+    return sql.SQL(
+        "SELECT {kb}, {key}::text, md5({row}) FROM {t} WHERE {c} AND {r} = ANY({bad}::int[]) ORDER BY 1"
+    ).format(
+        kb=_utf8(_row(art.primary_key)),
+        key=_row(art.primary_key),
+        row=_utf8(_row(art.column_names)),
+        t=relation,
+        c=cond,
+        r=_range_of(art.primary_key, ranges),
+        bad=sql.Literal(bad),
+    )
+
+
+# ---------------------------------------------------------------------- the tasks (executor side)
+def range_sums(task: Task) -> Sums:
+    """Pass 1, one article at one server: every non-empty range's row count and hash sums."""
+    art = ResolvedArticle.from_dict(task["article"])
+    with connections.connect(task["conninfo"], task["role"], autocommit=True) as conn:
+        rows = raw_sql.execute(conn, _sums_query(art, task["publisher"], task["ranges"], task["chunk"])).fetchall()
+    return {int(r): [int(n), int(s1), int(s2)] for r, n, s1, s2 in rows}
+
+
+def _open(cur: psycopg.ServerCursor, query: sql.Composed) -> list[tuple[bytes, str, str]]:
+    """Run ``query`` in ``cur`` and fetch its first rows (the server scans and sorts meanwhile)."""
+    cur.execute(query)
+    return cur.fetchmany(FETCH_ROWS)
+
+
+def _stream(cur: psycopg.ServerCursor, first: list[tuple[bytes, str, str]]) -> Iterator[tuple[bytes, str, str]]:
+    batch = first
+    while batch:
+        yield from batch
+        batch = cur.fetchmany(FETCH_ROWS)
+
+
+def range_rows(task: Task) -> dict[str, Any]:
+    """Pass 2, one article and subscriber: the rows of the differing ranges of both servers,
+    merged by key (see :func:`merge_rows`).  Both servers scan and sort at the same time."""
+    art = ResolvedArticle.from_dict(task["article"])
+    ranges, bad = task["ranges"], task["bad"]
+    with (
+        connections.connect(task["publisher"], "publisher") as pub,
+        connections.connect(task["subscriber"], f"subscriber {task['name']!r}") as sub,
+        pub.cursor(name="airflow_repl_validate") as p_cur,
+        sub.cursor(name="airflow_repl_validate") as s_cur,
+        ThreadPoolExecutor(2) as pool,
+    ):
+        p_first = pool.submit(_open, p_cur, _rows_query(art, True, ranges, bad))
+        s_first = pool.submit(_open, s_cur, _rows_query(art, False, ranges, bad))
+        return merge_rows(_stream(p_cur, p_first.result()), _stream(s_cur, s_first.result()), task["max_keys"])
+
+
+# ---------------------------------------------------------------------- the pure parts
+def merge_rows(
+    pub: Iterable[tuple[bytes, str, str]], sub: Iterable[tuple[bytes, str, str]], max_keys: int
+) -> dict[str, Any]:
+    """Merge two streams of (key bytes, key text, row hash), each in ascending key-byte order:
+    the count of each kind of difference and the first ``max_keys`` differing keys."""
+    counts = {MISSING: 0, EXTRA: 0, DIFFERENT: 0}
+    keys: list[dict[str, str]] = []
+
+    def found(key: str, kind: str) -> None:
+        counts[kind] += 1
+        if len(keys) < max_keys:
+            keys.append({"key": key, "difference": kind})
+
+    p_it, s_it = iter(pub), iter(sub)
+    p, s = next(p_it, None), next(s_it, None)
+    while p is not None or s is not None:
+        if s is None or (p is not None and bytes(p[0]) < bytes(s[0])):
+            found(p[1], MISSING)  # type: ignore[index]
+            p = next(p_it, None)
+        elif p is None or bytes(s[0]) < bytes(p[0]):
+            found(s[1], EXTRA)
+            s = next(s_it, None)
+        else:
+            if p[2] != s[2]:
+                found(p[1], DIFFERENT)
+            p, s = next(p_it, None), next(s_it, None)
+    return {"missing": counts[MISSING], "extra": counts[EXTRA], "different": counts[DIFFERENT], "differences": keys}
+
+
+def block_chunks(blocks: int, per_task: int = BLOCKS_PER_TASK, max_chunks: int = MAX_CHUNKS) -> list[list[int | None]]:
+    """Block ranges [lower, upper) covering a table of ``blocks`` blocks, the first unbounded
+    below and the last above: together they hold every row once, whatever the table's size
+    when they are read (and every inheritance child's rows too)."""
+    n = max(1, min(max_chunks, -(-blocks // per_task)))
+    step = -(-blocks // n)
+    bounds: list[int | None] = [None, *(i * step for i in range(1, n)), None]
+    return [[bounds[i], bounds[i + 1]] for i in range(n)]
+
+
+def add_sums(total: Sums, part: Sums) -> Sums:
+    """Add a chunk's range sums into ``total`` (counts and hash sums are additive)."""
+    for r, values in part.items():
+        total[r] = [a + b for a, b in zip(total.get(r, [0, 0, 0]), values, strict=True)]
+    return total
+
+
+def differing_ranges(pub: Sums, sub: Sums) -> list[int]:
+    """The ranges whose counts or sums differ (a range empty on one side differs if the other has rows)."""
+    return sorted(r for r in pub.keys() | sub.keys() if pub.get(r) != sub.get(r))
+
+
+def totals(sums: Sums) -> tuple[int, str]:
+    """(rows, checksum) of a whole side from its ranges' sums."""
+    count = sum(v[0] for v in sums.values())
+    s1, s2 = sum(v[1] for v in sums.values()), sum(v[2] for v in sums.values())
+    return count, hashlib.md5(f"{count}:{s1}:{s2}".encode()).hexdigest()
+
+
+def article_row(name: str, pub: Sums, sub: Sums, ranges: int) -> dict[str, Any]:
+    """One article's line of the report, before the row pass fills in its differences."""
+    (p_rows, p_sum), (s_rows, s_sum) = totals(pub), totals(sub)
+    bad = differing_ranges(pub, sub)
     return {
-        b: tuple(rest)
-        for b, *rest in raw_sql.execute(
-            conn,
-            sql.SQL("SELECT {b} AS bucket, count(*), {sums} FROM {src} GROUP BY 1").format(
-                b=bucket, sums=_row_hash_sums(columns), src=_source(relation, row_filter)
-            ),
-        )
+        "article": name,
+        "publisher_rows": p_rows,
+        "subscriber_rows": s_rows,
+        "publisher_checksum": p_sum,
+        "subscriber_checksum": s_sum,
+        "match": not bad,
+        "ranges": ranges,
+        "differing_ranges": len(bad),
+        "missing": 0,
+        "extra": 0,
+        "different": 0,
+        "differences": [],
     }
 
 
-def _rows_in(
-    conn: psycopg.Connection,
-    relation: sql.Composable,
-    columns: list[str],
-    key: list[str],
-    row_filter: str | None,
-    buckets: list[str],
-) -> dict[str, str]:
-    """key text -> row hash of the rows whose key falls in ``buckets``."""
-    cond = sql.SQL("left({}, {}) = ANY({})").format(
-        _utf8_md5(_key_text(key)), sql.Literal(BUCKET_DIGITS), sql.Literal(buckets)
-    )
-    where = sql.SQL(" AND ").join([sql.SQL("({})").format(sql.SQL(row_filter)), cond]) if row_filter else cond
-    row = _utf8_md5(sql.SQL("ROW({})").format(sql.SQL(", ").join(sql.Identifier(c) for c in columns)))
-    return dict(
-        raw_sql.execute(
-            conn, sql.SQL("SELECT {}, {} FROM {} WHERE {}").format(_key_text(key), row, relation, where)
-        ).fetchall()
-    )
+# ---------------------------------------------------------------------- the driver
+def validate(
+    topology: Topology,
+    publication: str,
+    subscribers: list[str],
+    map_tasks: MapTasks = run_locally,
+    *,
+    ranges: int = RANGES,
+    max_keys: int = MAX_KEYS,
+    articles: list[ResolvedArticle] | None = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """subscriber -> one report line per article (see :func:`article_row`), with the counts of
+    missing, extra and different rows and the first ``max_keys`` differing keys filled in.
+    Bad input (undeployed publication, uninitialized subscriber) is refused before any task runs."""
+    if not 1 <= ranges <= MAX_RANGES or max_keys < 0:
+        raise ReplError(
+            f"validation of publication {publication!r} needs ranges from 1 to {MAX_RANGES} and max_keys >= 0 "
+            f"(got ranges {ranges} and max_keys {max_keys})"
+        )
+    if articles is None:
+        with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
+            articles = distdb.load_articles(dist, publication)
+    pub_ci = topology.publisher.require("publisher")
+    subs = {name: topology.subscriber_conninfo(name) for name in subscribers}
+    sides = [("", pub_ci), *subs.items()]
+    chunks = {side: _table_blocks(ci, side, articles) for side, ci in sides}  # checks the tables exist
+    tasks = [
+        _sums_task(art, side, ci, ranges, chunk)
+        for side, ci in sides
+        for art in articles
+        for chunk in block_chunks(chunks[side][art.name], BLOCKS_PER_TASK, MAX_CHUNKS)
+    ]
+    sums: dict[tuple[str, str], Sums] = {(side, a.name): {} for side, _ in sides for a in articles}
+    for task, part in zip(tasks, map_tasks(range_sums, tasks), strict=True):
+        add_sums(sums[task["side"], task["name"]], part)
+    report = {
+        name: [article_row(a.name, sums["", a.name], sums[name, a.name], ranges) for a in articles] for name in subs
+    }
+    _fill_differences(report, articles, sums, pub_ci, subs, ranges, max_keys, map_tasks)
+    return report
 
 
-def differing_keys(
-    pub: psycopg.Connection, sub: psycopg.Connection, art: ResolvedArticle, limit: int = MAX_KEYS
-) -> list[dict[str, str]]:
-    """Up to ``limit`` keys whose rows differ: missing at the subscriber, extra at the
-    subscriber, or with other values.  Reads only the rows of the key buckets that differ."""
-    dest = sql.Identifier(art.dest_schema, art.dest_table)
-    p = _buckets(pub, art.source, art.column_names, art.primary_key, art.row_filter)
-    s = _buckets(sub, dest, art.column_names, art.primary_key, None)
-    bad = sorted(b for b in p.keys() | s.keys() if p.get(b) != s.get(b))
-    out: list[dict[str, str]] = []
-    for i in range(0, len(bad), 16):
-        chunk = bad[i : i + 16]
-        prow = _rows_in(pub, art.source, art.column_names, art.primary_key, art.row_filter, chunk)
-        srow = _rows_in(sub, dest, art.column_names, art.primary_key, None, chunk)
-        for k in sorted(prow.keys() | srow.keys()):
-            if k not in srow:
-                out.append({"key": k, "difference": "missing at the subscriber"})
-            elif k not in prow:
-                out.append({"key": k, "difference": "extra at the subscriber"})
-            elif prow[k] != srow[k]:
-                out.append({"key": k, "difference": "values differ"})
-            if len(out) >= limit:
-                return out
+def _sums_task(art: ResolvedArticle, side: str, conninfo: str, ranges: int, chunk: list[int | None]) -> Task:
+    """Pass 1's task of one article's block range at the publisher (side "") or at subscriber ``side``."""
+    role = f"subscriber {side!r}" if side else "publisher"
+    return {
+        "article": art.to_dict(),
+        "name": art.name,
+        "side": side,
+        "conninfo": conninfo,
+        "role": role,
+        "publisher": not side,
+        "ranges": ranges,
+        "chunk": chunk,
+    }
+
+
+def _fill_differences(
+    report: dict[str, list[dict[str, Any]]],
+    articles: list[ResolvedArticle],
+    sums: dict[tuple[str, str], Sums],
+    pub_ci: str,
+    subs: dict[str, str],
+    ranges: int,
+    max_keys: int,
+    map_tasks: MapTasks,
+) -> None:
+    """Pass 2: the rows of the differing ranges of every article and subscriber that differ."""
+    targets, tasks = [], []
+    for name, rows in report.items():
+        for art, row in zip(articles, rows, strict=True):
+            if row["match"]:
+                continue
+            bad = differing_ranges(sums["", art.name], sums[name, art.name])
+            targets.append(row)
+            tasks.append(
+                {
+                    "article": art.to_dict(),
+                    "publisher": pub_ci,
+                    "subscriber": subs[name],
+                    "name": name,
+                    "ranges": ranges,
+                    "bad": bad,
+                    "max_keys": max_keys,
+                }
+            )
+    for row, found in zip(targets, map_tasks(range_rows, tasks) if tasks else [], strict=True):
+        row.update(found)
+
+
+def _table_blocks(conninfo: str, side: str, articles: list[ResolvedArticle]) -> dict[str, int]:
+    """article -> blocks of its table at the publisher (side "") or at subscriber ``side``; a
+    subscriber without the destination table is not initialized."""
+    role = f"subscriber {side!r}" if side else "publisher"
+    out: dict[str, int] = {}
+    with connections.connect(conninfo, role, autocommit=True) as conn:
+        for art in articles:
+            schema, table = (art.dest_schema, art.dest_table) if side else (art.table.schema, art.table.name)
+            found = conn.execute(
+                "SELECT pg_relation_size(c) / current_setting('block_size')::bigint FROM to_regclass(%s) c",
+                (sql.Identifier(schema, table).as_string(conn),),
+            ).fetchone()
+            if found is None or found[0] is None:
+                where = (
+                    f"subscriber {side!r} has no table {art.destination}"
+                    if side
+                    else f"the publisher has no table {schema}.{table}"
+                )
+                raise NotInitialized(
+                    f"{where} for article {art.name!r} of publication {art.publication!r}: run the Snapshot Agent "
+                    f"for it before validating"
+                )
+            out[art.name] = int(found[0])
     return out
 
 
 def compare(
-    topology: Topology, publication: str, subscriber: str, articles: list[ResolvedArticle] | None = None
+    topology: Topology,
+    publication: str,
+    subscriber: str,
+    articles: list[ResolvedArticle] | None = None,
+    map_tasks: MapTasks = run_locally,
 ) -> list[dict[str, Any]]:
-    """Per article: rows and checksum at the publisher and at the subscriber, whether they
-    match, and (when they do not) the first keys that differ."""
-    if articles is None:
-        with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
-            articles = distdb.load_articles(dist, publication)
-    out: list[dict[str, Any]] = []
-    with (
-        connections.connect(topology.publisher.require("publisher"), "publisher") as pub,
-        connections.connect(topology.subscriber_conninfo(subscriber), f"subscriber {subscriber!r}") as sub,
-    ):
-        for art in articles:
-            p = table_checksum(pub, art.source, art.column_names, art.row_filter)
-            s = table_checksum(sub, sql.Identifier(art.dest_schema, art.dest_table), art.column_names)
-            row: dict[str, Any] = {
-                "article": art.name,
-                "publisher_rows": p[0],
-                "subscriber_rows": s[0],
-                "publisher_checksum": p[1],
-                "subscriber_checksum": s[1],
-                "match": p == s,
-            }
-            if not row["match"]:
-                row["differences"] = differing_keys(pub, sub, art)
-            out.append(row)
-    return out
+    """One subscriber's report lines (see :func:`validate`)."""
+    return validate(topology, publication, [subscriber], map_tasks, articles=articles)[subscriber]
+
+
+def matches(report: dict[str, list[dict[str, Any]]]) -> bool:
+    """Whether every article of every subscriber in ``report`` matches."""
+    return all(r["match"] for rows in report.values() for r in rows)
+
+
+def differences_line(publication: str, report: dict[str, list[dict[str, Any]]]) -> str:
+    """One line naming what differs: each subscriber/article and its counts of each kind."""
+    parts = [
+        f"{name}/{r['article']} ({r['missing']} missing, {r['extra']} extra, {r['different']} different)"
+        for name, rows in report.items()
+        for r in rows
+        if not r["match"]
+    ]
+    return f"validation of publication {publication!r} found differences at {'; '.join(parts)}"
 
 
 def format_report(rows: list[dict[str, Any]]) -> str:
-    lines = [
-        f"{'article':<20} {'pub rows':>9} {'sub rows':>9}  {'publisher checksum':<32}  "
-        f"{'subscriber checksum':<32}  match"
-    ]
+    """One subscriber's report as text: a line per article, then its differing keys listed."""
+    lines = [f"{'article':<24} {'pub rows':>10} {'sub rows':>10} {'missing':>8} {'extra':>8} {'different':>9}  match"]
     for r in rows:
         lines.append(
-            f"{r['article']:<20} {r['publisher_rows']:>9} {r['subscriber_rows']:>9}  "
-            f"{r['publisher_checksum']:<32}  {r['subscriber_checksum']:<32}  "
-            f"{'yes' if r['match'] else 'NO'}"
+            f"{r['article']:<24} {r['publisher_rows']:>10} {r['subscriber_rows']:>10} {r.get('missing', 0):>8} "
+            f"{r.get('extra', 0):>8} {r.get('different', 0):>9}  {'yes' if r['match'] else 'NO'}"
         )
-        for d in r.get("differences", []):
-            lines.append(f"    key {d['key']}: {d['difference']}")
+        listed = r.get("differences", [])
+        lines += [f"    key {d['key']}: {d['difference']}" for d in listed]
+        more = r.get("missing", 0) + r.get("extra", 0) + r.get("different", 0) - len(listed)
+        if more > 0:
+            lines.append(f"    ... and {more} more key(s) (raise --max-keys to list them)")
     return "\n".join(lines)
