@@ -159,7 +159,7 @@ def _status_table(status: list[dict[str, Any]]) -> str:
     return _table(headers, rows, "no subscriptions in the distribution database")
 
 
-def _cut(text: str, most: int = 160) -> str:
+def _cut(text: str, most: int = 240) -> str:
     """Long text cut (the errors table has it whole)."""
     return text if len(text) <= most else text[: most - 1] + "…"
 
