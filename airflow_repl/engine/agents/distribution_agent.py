@@ -233,8 +233,7 @@ class _Delivery:
         replayed on one stream, which skips what ``skip_errors`` allows or raises.  Progress
         lines (:mod:`~airflow_repl.engine.agents.progress_lines`) between batches."""
         self._catch_up_record(dist)
-        tx, cmds = progress.backlog(dist, self.publication, self.subscriber)
-        dist.commit()
+        tx, cmds = self._pending(dist)
         self.totals["backlog_at_start"] = {"transactions": tx, "commands": cmds}
         while True:
             batch = self._next_batch(dist)
