@@ -22,7 +22,7 @@ from airflow_repl.engine.agents import (
     snapshot_agent,
     snapshot_folder,
 )
-from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.errors import NotInitialized, ReplError
 from tests.integration.test_cli import _topology_file
 from tests.integration.test_queued_updating import setup_queued
 
@@ -153,8 +153,12 @@ def test_report_renders_in_a_headless_browser(env2, spark, tmp_path, capsys):
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
 
 
-def test_report_refuses_a_missing_folder(env, tmp_path, capsys):
+def test_report_refuses_a_missing_folder_and_an_undeployed_distributor(env, tmp_path, capsys):
     env.run(env.pub, "CREATE TABLE orders (id int PRIMARY KEY, v text)")
     topo = _topology_file(env, tmp_path)
     assert cli.main(["report", "-t", topo, "-o", str(tmp_path / "nowhere" / "r.html")]) == ReplError.exit_code
     assert "folder" in capsys.readouterr().err and not (tmp_path / "nowhere").exists()
+    assert cli.main(["report", "-t", topo, "-o", str(tmp_path / "r.html")]) == NotInitialized.exit_code
+    err = capsys.readouterr().err
+    assert "has no airflow_repl tables yet: run 'airflow-repl apply'" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r.html").exists()
