@@ -297,6 +297,18 @@ def _cmd_status(args: argparse.Namespace) -> None:
         raise ReplError("; ".join(found))
 
 
+def _cmd_report(args: argparse.Namespace) -> dict[str, Any]:
+    """One self-contained HTML page: status, backlog and throughput charts, conflicts, errors (docs/report.md)."""
+    from pathlib import Path
+
+    from airflow_repl.engine.agents import report
+
+    topo = _load(args)
+    path = Path(args.output).expanduser().resolve()
+    data = report.write(topo, path, args.publication, Path(args.topology).name)
+    return {"report": str(path), "subscriptions": len(data.status), "runs": len(data.runs), "errors": len(data.errors)}
+
+
 def _cmd_script_procs(args: argparse.Namespace) -> None:
     topo = _load(args)
     pub = _publication(topo, args.publication)
@@ -423,6 +435,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-pending", type=_number(int, 0, True), help="exit 2 when a backlog is above this many transactions"
     )
     p.set_defaults(func=_cmd_status)
+    p = _with_topology(
+        sub.add_parser("report", help="write one self-contained HTML page: status, backlog and throughput, errors")
+    )
+    p.add_argument("--output", "-o", required=True, help="the HTML file to write, e.g. report.html")
+    p.set_defaults(func=_cmd_report)
     _add_retention_commands(sub)
     p = _with_topology(sub.add_parser("script-procs", help="print the generated procedures"))
     p.add_argument(

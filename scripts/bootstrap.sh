@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine lacks for airflow-repl: a Java runtime (Spark), PostgreSQL server
-# binaries (the sandbox and the tests), a virtual environment with the package and its test and
+# binaries (the sandbox and the tests), a headless browser (chromium: the test that renders
+# `airflow-repl report` and the docs' screenshot of it), a virtual environment with the package and its test and
 # lint dependencies.  Safe to re-run.
 set -euo pipefail
 PYTHON=${PYTHON:-python3}
@@ -16,6 +17,7 @@ missing=()
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 have_pg_server || missing+=(postgresql)
 command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
+command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "bootstrap: missing system packages: ${missing[*]}; install them (sudo apt-get install ${missing[*]})" >&2

@@ -8,7 +8,9 @@ executors), ``log_reader_agent`` (with ``change_mapping``: pgoutput row changes 
 over subscription streams), ``queue_reader_agent`` (queued updating: subscribers' queued
 transactions applied at the publisher, conflicts resolved by the publication's policy), ``tracer``
 (posting tracer tokens, their latency history), ``status`` (each subscription's backlog, watermark,
-last runs, last error and expiry: ``airflow-repl status``), ``quiescing`` (the checks of the quiescing
+last runs, last error and expiry: ``airflow-repl status``), ``progress_lines`` (the INFO progress
+lines of long runs, at most every ``AIRFLOW_REPL_PROGRESS_INTERVAL`` seconds), ``report`` and
+``report_html`` (``airflow-repl report``: the data read, and the self-contained HTML page made from it), ``quiescing`` (the checks of the quiescing
 sensors: a token arrived, a topology quiesced up to a position), ``procedure_regeneration``
 (``airflow-repl regenerate-procs``: procedures recreated at subscribers on demand),
 ``cleanup_agent`` (retention: delivered commands deleted, idle subscriptions expired),

@@ -15,8 +15,9 @@ the agent's own reason, :attr:`Loop.check`).
 
 Owns the options (:func:`options`, checked: one clear line for a bad value; their command-line
 form, :func:`add_arguments`, and which agents take them, :func:`check_request`), the clock and the
-stop signal (:class:`Loop`), and the progress of a long run: the run's step, a log line and the
-history row's counts, at most every :data:`PROGRESS_EVERY` seconds.
+stop signal (:class:`Loop`), and the progress of a long run: the run's step, a DEBUG log line and
+the history row's counts, at most every :data:`PROGRESS_EVERY` seconds (the INFO progress lines are
+:mod:`~airflow_repl.engine.agents.progress_lines`').
 """
 
 from __future__ import annotations
@@ -229,7 +230,7 @@ class Loop:
         if counts == self._reported or time.monotonic() - self._last_report < PROGRESS_EVERY:
             return
         self._reported, self._last_report = counts, time.monotonic()
-        log.info(
+        log.debug(  # the agents' own progress lines (progress_lines) say more, at INFO
             "%s for %s, continuous: %s transactions, %s commands so far", self.run.label, self.run.where(), *counts
         )
         if self.run.dist is not None and self.run.run_id is not None:

@@ -45,7 +45,7 @@ from typing import Any
 import psycopg
 
 from airflow_repl.engine.agents import continuous as continuous_mode
-from airflow_repl.engine.agents import stream_planning
+from airflow_repl.engine.agents import progress_lines, stream_planning
 from airflow_repl.engine.agents.lifecycle import AgentRun
 from airflow_repl.engine.articles.commands import Command
 from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
@@ -220,11 +220,21 @@ class _Delivery:
         self.streams.first.rollback()
 
     # ------------------------------------------------------------------ the loop
-    def run(self, dist: psycopg.Connection, run_id: int, applier: Applier, loop: continuous_mode.Loop) -> None:
+    def run(
+        self,
+        dist: psycopg.Connection,
+        run_id: int,
+        applier: Applier,
+        loop: continuous_mode.Loop,
+        lines: progress_lines.Lines,
+    ) -> None:
         """Deliver batch after batch until none is pending (a continuous run: until ``loop``
         ends it, looking again every poll interval); a batch that fails on the fast path is
-        replayed on one stream, which skips what ``skip_errors`` allows or raises."""
+        replayed on one stream, which skips what ``skip_errors`` allows or raises.  Progress
+        lines (:mod:`~airflow_repl.engine.agents.progress_lines`) between batches."""
         self._catch_up_record(dist)
+        tx, cmds = self._pending(dist)
+        self.totals["backlog_at_start"] = {"transactions": tx, "commands": cmds}
         while True:
             batch = self._next_batch(dist)
             if batch is None:
@@ -237,8 +247,20 @@ class _Delivery:
                 self._converge(dist, run_id, applier, batch, self.guard)
             elif not self._fast_path(dist, applier, batch):
                 self._replay(dist, run_id, applier, batch)
+            if lines.due():
+                lines.log(
+                    progress_lines.delivery_line(
+                        self.totals["transactions"], self.totals["commands"], *self._pending(dist)
+                    )
+                )
             if not loop.go_on():  # between batches: everything is committed
                 return
+
+    def _pending(self, dist: psycopg.Connection) -> tuple[int, int]:
+        """The subscription's backlog now (transactions, commands)."""
+        pending = progress.backlog(dist, self.publication, self.subscriber)
+        dist.commit()
+        return pending
 
     def definitions_changed(self, dist: psycopg.Connection, applier: Applier) -> str | None:
         """Between batches of a continuous run: why it must end because the subscriber's article
@@ -509,6 +531,7 @@ def run_distribution(
     overrides = _Overrides(until, commit_batch_size, commit_batch_threshold, subscription_streams, skip_errors)
     delivery = _Delivery(topology, publication, subscriber, _settings(topology, publication, subscriber, overrides))
     with AgentRun(AGENT, publication, subscriber) as run:
+        lines = progress_lines.Lines(run)  # its interval checked before anything changes
         run.step = "connecting"
         dist = run.connect(topology.distributor.require("distributor"), "distributor")
         distdb.load_articles(dist, publication)  # deployed at all? (before the subscriber is asked)
@@ -520,7 +543,7 @@ def run_distribution(
         run.step = "delivery"
         with continuous_mode.Loop(opts, run, delivery.totals) as loop:
             loop.check = lambda: delivery.definitions_changed(dist, applier)
-            delivery.run(dist, run_id, applier, loop)
+            delivery.run(dist, run_id, applier, loop, lines)
         totals = _succeed(run, delivery, loop)
     return totals
 

@@ -32,7 +32,7 @@ from typing import Any
 import psycopg
 
 from airflow_repl.engine.agents import continuous as continuous_mode
-from airflow_repl.engine.agents import wal_retention
+from airflow_repl.engine.agents import progress_lines, wal_retention
 from airflow_repl.engine.agents.change_mapping import (
     RelationMap,
     map_relation,
@@ -395,6 +395,20 @@ class _LogReader:
         self.totals["transactions"] += batch.transactions
         self.totals["batches"] += 1
 
+    def report(self, lines: progress_lines.Lines, end_lsn: int) -> None:
+        """A progress line, when one is due: what the run read, and the LSN it reached against
+        the publisher's WAL end now."""
+        if not lines.due():
+            return
+        wal_end = slots.current_flush_lsn(self.pub)
+        self.pub.commit()
+        t = self.totals
+        reached = lsn.int_to_lsn(end_lsn)
+        behind = lsn.lsn_to_int(wal_end) - end_lsn
+        lines.log(
+            progress_lines.log_reader_line(t["transactions"], t["commands"], t["batches"], reached, wal_end, behind)
+        )
+
     def advance_idle_slot(self) -> None:
         """Nothing more of this publication committed up to where the run stops: move the slot
         there, so that a busy publisher's WAL of unpublished tables is not kept forever."""
@@ -421,6 +435,7 @@ def run_log_reader(
     opts = continuous_mode.options(continuous, poll_interval, max_run_seconds)
     in_doubt.resolve_quietly(topology, publication)  # immediate subscribers' prepared transactions first
     with AgentRun(AGENT, publication) as run:
+        lines = progress_lines.Lines(run)  # its interval checked before anything changes
         reader = _LogReader(run, topology, publication)
         run.lock(reader.dist)
         reader.check_slot()
@@ -429,11 +444,17 @@ def run_log_reader(
         wal_retention.warn_if_exceeded(reader.pub, topology, publication, reader.slot, totals)  # before reading
         reader.load_state(chunk)
         with continuous_mode.Loop(opts, run, totals) as loop:
-            _read_loop(reader, loop, batch_changes, max_batches)
+            _read_loop(reader, loop, lines, batch_changes, max_batches)
         return run.succeed(loop.summary(totals))
 
 
-def _read_loop(reader: _LogReader, loop: continuous_mode.Loop, batch_changes: int, max_batches: int | None) -> None:
+def _read_loop(
+    reader: _LogReader,
+    loop: continuous_mode.Loop,
+    lines: progress_lines.Lines,
+    batch_changes: int,
+    max_batches: int | None,
+) -> None:
     """Batch after batch up to the run's bound; a continuous run then takes a new bound (at
     once when the round stored transactions, else after ``poll_interval``)."""
     totals, worked = reader.totals, False
@@ -449,6 +470,7 @@ def _read_loop(reader: _LogReader, loop: continuous_mode.Loop, batch_changes: in
             continue
         reader.store(batch, batch.last_end)  # durable at the distributor ...
         reader.advance_slot(batch, batch.last_end)  # ... then advance
+        reader.report(lines, batch.last_end)
         worked = worked or batch.transactions > 0
         if not loop.go_on():
             return

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 import psycopg
 from psycopg import sql
 
-from airflow_repl.engine.agents import snapshot_folder
+from airflow_repl.engine.agents import progress_lines, snapshot_folder
 from airflow_repl.engine.agents.lifecycle import AgentRun
 from airflow_repl.engine.agents.snapshot_folder import DataFile, Partition
 from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
@@ -66,6 +66,7 @@ class SparkContext(Protocol):
     @property
     def defaultParallelism(self) -> int: ...
     def parallelize(self, c: Iterable[Any], numSlices: int | None = None) -> RDD: ...
+    def accumulator(self, value: int) -> Any: ...
 
 
 class SparkSession(Protocol):
@@ -165,6 +166,7 @@ class _SnapshotRun:
 
     def __init__(self, run: AgentRun, topology: Topology, publication: str) -> None:
         self.run, self.topology, self.publication = run, topology, publication
+        self.lines = progress_lines.Lines(run)  # its interval checked before anything changes
         self.pub_conninfo = topology.publisher.require("publisher")
         run.step = "connecting"
         self.dist = run.connect(topology.distributor.require("distributor"), "distributor")
@@ -223,7 +225,7 @@ class _SnapshotRun:
             tasks, needs = self._plan(snapshot, articles, parallelism)
             self.run.spark_step("the read of the snapshot", "publisher", self.pub_conninfo)
             started = time.monotonic()
-            files = _read_partitions(spark, tasks, self.pub_conninfo, snapshot, str(folder), identify)
+            files = _read_partitions(spark, tasks, self.pub_conninfo, snapshot, str(folder), self.lines, identify)
             read_seconds = time.monotonic() - started
         finally:
             repl_conn.close()  # ends the exported snapshot (and drops a temporary slot)
@@ -268,18 +270,23 @@ def _read_partitions(
     conninfo: str,
     snapshot: str,
     folder: str,
+    lines: progress_lines.Lines,
     identify: Identify | None = None,
 ) -> list[DataFile]:
     """Read every key range into its data file, one Spark task each (the task closes over the
     plain arguments only: it is shipped to the executors); with ``identify``, each file names
-    the executor that read it."""
+    the executor that read it.  Progress lines: rows copied per article out of the plan's count."""
+    totals = {f"article {t['article']['name']!r}": int(t["estimated_rows"]) for t in tasks}
+    with progress_lines.Counted(lines, spark.sparkContext, totals, "copied") as counted:
+        accumulators = counted.accumulators
 
-    def read(task: Partition) -> DataFile:
-        file = snapshot_folder.read_partition(conninfo, snapshot, folder, task)
-        return {**file, "executor": identify()} if identify else file
+        def read(task: Partition) -> DataFile:
+            file = snapshot_folder.read_partition(conninfo, snapshot, folder, task)
+            accumulators[f"article {file['article']!r}"].add(int(file["rows"]))
+            return {**file, "executor": identify()} if identify else file
 
-    rdd = spark.sparkContext.parallelize(tasks, len(tasks))
-    return rdd.map(read).collect()
+        rdd = spark.sparkContext.parallelize(tasks, len(tasks))
+        return rdd.map(read).collect()
 
 
 # ---------------------------------------------------------------------- initializing subscriptions
@@ -327,6 +334,7 @@ class _Initialization:
     ) -> None:
         self.publication, self.articles, self.folder, self.manifest = publication, articles, folder, manifest
         self.dist, self.run = dist, run
+        self.lines = progress_lines.Lines(run)
         self.snapshot_id: str = manifest["snapshot_id"]
         self.conninfos = {s: topology.subscriber_conninfo(s) for s in subscribers}
         modes = {s: topology.subscription(publication, s).update_mode for s in subscribers}
@@ -371,7 +379,7 @@ class _Initialization:
         else:
             self.run.step = f"the data load of subscribers {', '.join(self.conninfos)}"
         by_name = {a.name: a.to_dict() for a in self.articles}
-        executors = _load_files(spark, tasks, str(self.folder), by_name, self.snapshot_id, identify)
+        executors = _load_files(spark, tasks, str(self.folder), by_name, self.snapshot_id, self.lines, identify)
         self.run.spark_role = None
         return executors
 
@@ -449,17 +457,30 @@ def _load_files(
     folder: str,
     articles: dict[str, dict[str, Any]],
     snapshot_id: str,
+    lines: progress_lines.Lines,
     identify: Identify | None = None,
 ) -> list[str]:
     """Load each (subscriber, file) in a Spark task (closing over the plain arguments only);
-    returns the executors that ran them (with ``identify``)."""
+    returns the executors that ran them (with ``identify``).  Progress lines: rows loaded per
+    article and subscriber."""
+    totals: dict[str, int] = {}
+    for name, _, file, article in tasks:
+        key = _load_key(article, name)
+        totals[key] = totals.get(key, 0) + int(file["rows"])
+    with progress_lines.Counted(lines, spark.sparkContext, totals, "loaded") as counted:
+        accumulators = counted.accumulators
 
-    def load(task: LoadTask) -> str | None:
-        snapshot_folder.load_file(task[1], folder, articles[task[3]], task[2], snapshot_id)
-        return identify() if identify else None
+        def load(task: LoadTask) -> str | None:
+            snapshot_folder.load_file(task[1], folder, articles[task[3]], task[2], snapshot_id)
+            accumulators[_load_key(task[3], task[0])].add(int(task[2]["rows"]))
+            return identify() if identify else None
 
-    rdd = spark.sparkContext.parallelize(tasks, len(tasks))
-    return sorted({e for e in rdd.map(load).collect() if e})
+        rdd = spark.sparkContext.parallelize(tasks, len(tasks))
+        return sorted({e for e in rdd.map(load).collect() if e})
+
+
+def _load_key(article: str, subscriber: str) -> str:
+    return f"article {article!r} at subscriber {subscriber!r}"
 
 
 # ---------------------------------------------------------------------- checks

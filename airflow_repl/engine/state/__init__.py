@@ -8,7 +8,7 @@ queue of queued updating among them) and ``publisher_state`` (the Queue Reader's
 ``queue_applied`` and replication origin at the publisher) and ``subscriber_immediate`` (an
 immediate subscriber's publisher link and prepared-transaction record), ``progress`` (the
 statements on the tracer tokens' tables, whose DDL is distdb's, and how far each subscription is
-behind a position) and ``retention`` (what the cleanup agent may delete, and expiring
+behind a position, its status at a glance, its backlog, and the recent runs and errors the report shows) and ``retention`` (what the cleanup agent may delete, and expiring
 subscriptions); one function per question an agent asks.
 
 May import: ``errors``, ``model``, ``postgres`` and ``articles``.

@@ -616,6 +616,16 @@ def _deployed(conn: psycopg.Connection[Any], table: str) -> bool:
     return bool(_one(conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{SCHEMA}.{table}",)))[0])
 
 
+def require_deployed(conn: psycopg.Connection[Any]) -> None:
+    """The distribution database has the ``airflow_repl`` tables (else NotInitialized, naming the fix)."""
+    if not _deployed(conn, "agent_history"):
+        raise NotInitialized(
+            f"the distribution database {conn.info.dbname!r} has no {SCHEMA} tables yet: "
+            f"run 'airflow-repl apply' (or the Snapshot Agent) first"
+        )
+    conn.commit()
+
+
 # ---------------------------------------------------------------------- questions of the Snapshot Agent
 def publication_was_read(conn: psycopg.Connection[Any], publication: str) -> bool:
     """Has the Log Reader ever stored a transaction of the publication, or does it have an

@@ -183,6 +183,19 @@ ORDER BY s.publication, s.subscriber
 """
 
 
+def backlog(conn: psycopg.Connection[Any], publication: str, subscriber: str) -> tuple[int, int]:
+    """The transactions and commands stored after the subscription's delivered watermark (its
+    backlog, as :data:`_STATUS` counts it)."""
+    row = conn.execute(
+        "SELECT count(t.xact_seqno), coalesce(sum(t.command_count), 0) FROM airflow_repl.subscriptions AS s "
+        "JOIN airflow_repl.transactions AS t ON t.publication = s.publication "
+        "AND t.xact_seqno > coalesce(s.delivered_xact_seqno, s.start_xact_seqno, '0/0'::pg_lsn) "
+        "WHERE s.publication = %s AND s.subscriber = %s",
+        (publication, subscriber),
+    ).fetchone()
+    return (int(row[0]), int(row[1])) if row is not None else (0, 0)
+
+
 @dataclass(frozen=True)
 class SubscriptionRow:
     """A subscription's state at the distributor (see :data:`_STATUS`)."""
@@ -234,3 +247,59 @@ def last_error(conn: psycopg.Connection[Any], publication: str, subscriber: str)
         (publication, subscriber),
     ).fetchone()
     return (row[0], str(row[1])) if row is not None else None
+
+
+# ---------------------------------------------------------------------- the report (airflow-repl report)
+#: The columns of :func:`recent_runs`, in order.
+RUN_COLUMNS = (
+    "run_id",
+    "agent",
+    "publication",
+    "subscriber",
+    "started_at",
+    "finished_at",
+    "status",
+    "transactions",
+    "commands",
+    "rows_copied",
+    "message",
+    "backlog_at_start",
+)
+
+
+def recent_runs(conn: psycopg.Connection[Any], publication: str | None, limit: int) -> list[dict[str, Any]]:
+    """The latest ``limit`` agent runs of ``publication`` (all: None), oldest first; a
+    Distribution Agent run's ``backlog_at_start`` is ``{"transactions", "commands"}`` or None."""
+    rows = conn.execute(
+        "SELECT * FROM (SELECT run_id, agent, publication, subscriber, started_at, finished_at, status, "
+        "transactions, commands, rows_copied, message, details->'backlog_at_start' "
+        "FROM airflow_repl.agent_history WHERE %(p)s::text IS NULL OR publication = %(p)s::text "
+        "ORDER BY run_id DESC LIMIT %(n)s) AS r ORDER BY run_id",
+        {"p": publication, "n": limit},
+    ).fetchall()
+    return [dict(zip(RUN_COLUMNS, row, strict=True)) for row in rows]
+
+
+#: The columns of :func:`recent_errors`, in order.
+ERROR_COLUMNS = (
+    "occurred_at",
+    "agent",
+    "publication",
+    "subscriber",
+    "article",
+    "xact_seqno",
+    "sqlstate",
+    "skipped",
+    "message",
+)
+
+
+def recent_errors(conn: psycopg.Connection[Any], publication: str | None, limit: int) -> list[dict[str, Any]]:
+    """The latest ``limit`` rows of ``airflow_repl.errors`` for ``publication`` (all: None), newest first."""
+    rows = conn.execute(
+        "SELECT occurred_at, agent, publication, subscriber, article, xact_seqno::text, sqlstate, skipped, message "
+        "FROM airflow_repl.errors WHERE %(p)s::text IS NULL OR publication = %(p)s::text "
+        "ORDER BY error_id DESC LIMIT %(n)s",
+        {"p": publication, "n": limit},
+    ).fetchall()
+    return [dict(zip(ERROR_COLUMNS, row, strict=True)) for row in rows]
