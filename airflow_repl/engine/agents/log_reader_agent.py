@@ -190,6 +190,9 @@ class _TxnWriter:
         self.buffer = []
 
 
+_ROW_CHANGES = (pgoutput.Insert, pgoutput.Update, pgoutput.Delete)
+
+
 def _image(values: list[Any] | None) -> Image:
     assert values is not None  # a pair's DELETE has its before image and its INSERT its after image
     return tuple(values)
@@ -288,8 +291,12 @@ class _LogReader:
             ) from None
 
     def _read(self, msg: Any, batch: _Batch) -> None:
-        """One decoded pgoutput message."""
-        if isinstance(msg, pgoutput.Begin):
+        """One decoded pgoutput message (row changes, the most frequent, first)."""
+        if type(msg) in _ROW_CHANGES:
+            relmap = None if batch.skip else batch.relmap(msg.relid, self.articles)
+            if relmap is not None:
+                self.writer.row_change(relmap.article.name, row_commands(msg, relmap))
+        elif isinstance(msg, pgoutput.Begin):
             self._begin(msg, batch)
         elif isinstance(msg, pgoutput.Origin):
             self.writer.origin = msg.name
@@ -298,10 +305,6 @@ class _LogReader:
         elif isinstance(msg, pgoutput.Relation):
             batch.relations[msg.relid] = msg
             batch.relmaps.pop(msg.relid, None)
-        elif isinstance(msg, (pgoutput.Insert, pgoutput.Update, pgoutput.Delete)):
-            relmap = None if batch.skip else batch.relmap(msg.relid, self.articles)
-            if relmap is not None:
-                self.writer.row_change(relmap.article.name, row_commands(msg, relmap))
         elif isinstance(msg, pgoutput.Truncate):
             if not batch.skip:
                 for name in truncated_articles([batch.relmap(r, self.articles) for r in msg.relids]):
