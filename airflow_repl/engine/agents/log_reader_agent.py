@@ -24,7 +24,6 @@ are :mod:`~airflow_repl.engine.agents.change_mapping`'s; the slot's statements a
 from __future__ import annotations
 
 import json
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -90,7 +89,7 @@ class _TxnWriter:
         self.run_article: str | None = None
         self.run_inserts: list[Command | None] = []  # in memory; None = cancelled
         self.pending: dict[Image, list[int]] = {}  # after image -> its indexes in run_inserts
-        self.staged_hashes: Counter[int] = Counter()  # hash of each staged INSERT's image
+        self.staged_hashes: dict[int, int] = {}  # hash of each staged INSERT's image -> how many
         self.staged = 0  # sequence number of the last staged INSERT of the run
 
     def row_change(self, article: str, commands: list[Command]) -> None:
@@ -136,14 +135,15 @@ class _TxnWriter:
             if cmd is not None:
                 self.staged += 1
                 rows.append((self.staged, cmd.article, cmd.op, distdb.dumps(cmd.to_json())))
-                self.staged_hashes[hash(_image(cmd.new))] += 1
+                key = hash(_image(cmd.new))
+                self.staged_hashes[key] = self.staged_hashes.get(key, 0) + 1
         distdb.stage_inserts(self.dist, rows, first)
         self.run_inserts, self.pending = [], {}
 
     def _unstage(self, image: Image) -> bool:
         """Cancel a staged INSERT of ``image``; False when none was staged."""
         key = hash(image)
-        if not self.staged_hashes[key]:
+        if not self.staged_hashes.get(key):
             return False
         if not distdb.unstage_insert(self.dist, list(image)):  # only the hash was equal
             return False
@@ -159,7 +159,7 @@ class _TxnWriter:
             if cmd is not None:
                 self.add(cmd)
         self.run_article, self.run_inserts, self.pending = None, [], {}
-        self.staged_hashes = Counter()
+        self.staged_hashes = {}
 
     def end(self, commit_time: datetime, end_lsn: int) -> None:
         """The transaction committed: queue its row (written with the batch)."""

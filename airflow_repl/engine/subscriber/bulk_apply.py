@@ -201,7 +201,7 @@ def _statements(conn: psycopg.Connection, art: ResolvedArticle) -> _Statements:
     if art.digest in made:
         return made[art.digest]
     names = sql.SQL(", ").join(sql.Identifier(f"c{i + 1}") for i in range(len(art.columns)))
-    arrays = sql.SQL(", ").join(sql.SQL("%s::text[]") for _ in range(len(art.columns) + 1))
+    arrays = sql.SQL(", ").join(sql.SQL("%b::text[]") for _ in range(len(art.columns) + 1))
     source = sql.SQL("unnest({}) AS s(m, {})").format(arrays, names)
     update = art.propagation[Operation.UPDATE]
     masked = update.method == Method.PROC and update.call_syntax in (CallSyntax.SCALL, CallSyntax.MCALL)
