@@ -367,18 +367,24 @@ def achieved_tps(pgbench_output: str) -> float:
     return float(found.group(1))
 
 
-def phase_catchup(b: Bench, transactions: int) -> None:
+def backlog(b: Bench, transactions: int, key: str) -> tuple[int, float]:
+    """Native stopped, a backlog of pgbench ``transactions`` and a marker written, then native
+    started again: returns the marker and native's seconds from ENABLE until it shows it."""
     execute(b.native, "ALTER SUBSCRIPTION native_sub DISABLE")
     wait_for(
         lambda: query_one(b.native, "SELECT count(pid) FROM pg_catalog.pg_stat_subscription")[0] == 0,
         "native apply worker stop",
         60,
     )
-    b.extra["catch_up_load_tps"] = pgbench_load(b, "-t", str(max(1, transactions // 2)))
+    b.extra[key] = pgbench_load(b, "-t", str(max(1, transactions // 2)))
     marker = mark(b)
     t0 = time.monotonic()
     execute(b.native, "ALTER SUBSCRIPTION native_sub ENABLE")
-    native = wait_for(lambda: heartbeat_seq(b.native) >= marker, "native catch-up", 3600) - t0
+    return marker, wait_for(lambda: heartbeat_seq(b.native) >= marker, "native catch-up", 3600) - t0
+
+
+def phase_catchup(b: Bench, transactions: int) -> None:
+    marker, native = backlog(b, transactions, "catch_up_load_tps")
     topo = ["-t", str(b.topology_file), "-p", "bench"]
     lr, lr_peak, out = run_measured(cli("logreader", *topo), b.env, "airflow-repl logreader")
     di, di_peak, dout = run_measured(cli("distribution", *topo), b.env, "airflow-repl distribution")
@@ -396,6 +402,29 @@ def phase_catchup(b: Bench, transactions: int) -> None:
     b.rows.append(row("peak RSS, log reader (CLI)", None, lr_peak, "MiB", compare=False))
     b.rows.append(row("peak RSS, distribution (CLI)", None, di_peak, "MiB", compare=False))
     check_checksums(b, "catch-up")
+
+
+def running(b: Bench, agents: list[subprocess.Popen[bytes]]) -> bool:
+    """True while every agent runs (a BenchFailure naming their log once one has ended)."""
+    if any(proc.poll() is not None for proc in agents):
+        raise BenchFailure(f"an agent ended early; see {b.root / 'agents.log'}")
+    return True
+
+
+def phase_catchup_side_by_side(b: Bench, transactions: int) -> None:
+    """A second backlog caught up by our two agents started together with ``--continuous`` (the
+    Distribution Agent applies each batch the Log Reader stores while it reads the next), timed
+    from their start until our subscriber shows the marker."""
+    marker, native = backlog(b, transactions, "catch_up_side_by_side_load_tps")
+    t0 = time.monotonic()
+    agents = start_agents(b)
+    try:
+        ours = wait_for(lambda: running(b, agents) and heartbeat_seq(b.sub) >= marker, "our catch-up", 3600) - t0
+    finally:
+        stop_agents(b, agents)
+    label = f"catch-up of {2 * max(1, transactions // 2):,} pgbench transactions, our agents side by side (continuous)"
+    b.rows.append(row(label, native, ours, "s"))
+    check_checksums(b, "catch-up side by side")
 
 
 def check_checksums(b: Bench, phase: str) -> None:
@@ -637,6 +666,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         phase_initial(b)
         phase_catchup(b, args.transactions)
+        if continuous_supported():
+            phase_catchup_side_by_side(b, args.transactions)
         phase_lag(b, args.tps, args.lag_seconds)
     except BenchFailure as exc:
         print(f"native_compare: error: {exc}", file=sys.stderr, flush=True)

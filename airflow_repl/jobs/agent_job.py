@@ -38,7 +38,6 @@ from airflow_repl.engine.agents import (
     lifecycle,
     log_reader_agent,
     queue_reader_agent,
-    snapshot_agent,
 )
 from airflow_repl.engine.errors import INTERNAL_EXIT_CODE, DifferencesFound, ReplError
 from airflow_repl.engine.model.topology import Topology, from_dict
@@ -71,6 +70,7 @@ Entry = Callable[[Request, "SparkSession | None"], "tuple[dict[str, Any], SparkS
 
 
 def _snapshot(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any], SparkSession | None]:
+    from airflow_repl.engine.agents import snapshot_agent  # with pyarrow: only the Snapshot Agent's runs pay the import
     from airflow_repl.jobs.session import spark_session
 
     for name in req.subscribers or []:  # an unknown subscriber is refused before Spark starts (seconds)

@@ -106,3 +106,25 @@ def test_batches_it_does_not_cover_are_applied_command_by_command(env, spark):
     assert delivered.get("net_batches", 0) == 0 and delivered["transactions"] == 2
     assert env.rows(env.sub, "SELECT count(*) FROM b_none WHERE id = 3") == [(1,)]  # NONE: not deleted
     assert env.rows(env.sub, "SELECT count(*) FROM b_call") == [(0,)]
+
+
+def test_a_server_error_in_the_pipeline_falls_back_then_later_batches_go_net_again(env, spark):
+    """A duplicate key raised by a statement of the batch's pipeline: the batch is applied command
+    by command (the usual error naming the key, skip_errors), and the next batch goes by net change."""
+    topo = _env(env, spark, {"b_call": {}})
+    env.run(env.sub, "INSERT INTO b_call VALUES (300, 'sub-only', 1, NULL, NULL)")
+    env.run(env.pub, "INSERT INTO b_call VALUES (300, 'c300', 3, NULL, NULL); UPDATE b_call SET qty = 0 WHERE id = 1")
+    log_reader_agent.run_log_reader(topo, "p")
+    with pytest.raises(DeliveryError, match=r"key \(id=300\).*duplicate key"):
+        distribution_agent.run_distribution(topo, "p", "sub1")
+    assert env.rows(env.sub, "SELECT qty FROM b_call WHERE id = 1") == [(1,)]  # nothing of the batch applied
+    done = distribution_agent.run_distribution(topo, "p", "sub1", skip_errors=["duplicate_key"])
+    assert done["skipped"] == 1
+    env.run(env.pub, "UPDATE b_call SET qty = 5 WHERE id = 2")
+    _, delivered = cycle(topo)
+    assert delivered["net_batches"] == 1
+    assert env.rows(env.sub, "SELECT id, qty FROM b_call WHERE id IN (1, 2, 300) ORDER BY id") == [
+        (1, 1),
+        (2, 5),
+        (300, 1),
+    ]

@@ -346,7 +346,7 @@ class _Delivery:
         """``bulk_apply``: the batch applied by net change (:mod:`~airflow_repl.engine.subscriber.bulk_apply`)
         on the first stream and committed with the watermark; False, rolled back and the
         watermark locked again, when it must be applied command by command."""
-        rows = distdb.batch_commands(dist, self.publication, batch.first, batch.last)
+        rows = distdb.batch_commands_list(dist, self.publication, batch.first, batch.last)
         commands = [cmd for _, _, cmd in applier.commands(rows, batch.article_rows())]
         try:
             n = bulk_apply.apply(self.streams.first, commands, applier.articles)

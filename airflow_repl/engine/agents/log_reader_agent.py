@@ -24,7 +24,6 @@ are :mod:`~airflow_repl.engine.agents.change_mapping`'s; the slot's statements a
 from __future__ import annotations
 
 import json
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -90,7 +89,7 @@ class _TxnWriter:
         self.run_article: str | None = None
         self.run_inserts: list[Command | None] = []  # in memory; None = cancelled
         self.pending: dict[Image, list[int]] = {}  # after image -> its indexes in run_inserts
-        self.staged_hashes: Counter[int] = Counter()  # hash of each staged INSERT's image
+        self.staged_hashes: dict[int, int] = {}  # hash of each staged INSERT's image -> how many
         self.staged = 0  # sequence number of the last staged INSERT of the run
 
     def row_change(self, article: str, commands: list[Command]) -> None:
@@ -136,14 +135,15 @@ class _TxnWriter:
             if cmd is not None:
                 self.staged += 1
                 rows.append((self.staged, cmd.article, cmd.op, distdb.dumps(cmd.to_json())))
-                self.staged_hashes[hash(_image(cmd.new))] += 1
+                key = hash(_image(cmd.new))
+                self.staged_hashes[key] = self.staged_hashes.get(key, 0) + 1
         distdb.stage_inserts(self.dist, rows, first)
         self.run_inserts, self.pending = [], {}
 
     def _unstage(self, image: Image) -> bool:
         """Cancel a staged INSERT of ``image``; False when none was staged."""
         key = hash(image)
-        if not self.staged_hashes[key]:
+        if not self.staged_hashes.get(key):
             return False
         if not distdb.unstage_insert(self.dist, list(image)):  # only the hash was equal
             return False
@@ -159,7 +159,7 @@ class _TxnWriter:
             if cmd is not None:
                 self.add(cmd)
         self.run_article, self.run_inserts, self.pending = None, [], {}
-        self.staged_hashes = Counter()
+        self.staged_hashes = {}
 
     def end(self, commit_time: datetime, end_lsn: int) -> None:
         """The transaction committed: queue its row (written with the batch)."""
@@ -188,6 +188,9 @@ class _TxnWriter:
     def flush(self) -> None:
         distdb.copy_commands(self.dist, self.buffer)
         self.buffer = []
+
+
+_ROW_CHANGES = (pgoutput.Insert, pgoutput.Update, pgoutput.Delete)
 
 
 def _image(values: list[Any] | None) -> Image:
@@ -288,8 +291,12 @@ class _LogReader:
             ) from None
 
     def _read(self, msg: Any, batch: _Batch) -> None:
-        """One decoded pgoutput message."""
-        if isinstance(msg, pgoutput.Begin):
+        """One decoded pgoutput message (row changes, the most frequent, first)."""
+        if type(msg) in _ROW_CHANGES:
+            relmap = None if batch.skip else batch.relmap(msg.relid, self.articles)
+            if relmap is not None:
+                self.writer.row_change(relmap.article.name, row_commands(msg, relmap))
+        elif isinstance(msg, pgoutput.Begin):
             self._begin(msg, batch)
         elif isinstance(msg, pgoutput.Origin):
             self.writer.origin = msg.name
@@ -298,10 +305,6 @@ class _LogReader:
         elif isinstance(msg, pgoutput.Relation):
             batch.relations[msg.relid] = msg
             batch.relmaps.pop(msg.relid, None)
-        elif isinstance(msg, (pgoutput.Insert, pgoutput.Update, pgoutput.Delete)):
-            relmap = None if batch.skip else batch.relmap(msg.relid, self.articles)
-            if relmap is not None:
-                self.writer.row_change(relmap.article.name, row_commands(msg, relmap))
         elif isinstance(msg, pgoutput.Truncate):
             if not batch.skip:
                 for name in truncated_articles([batch.relmap(r, self.articles) for r in msg.relids]):

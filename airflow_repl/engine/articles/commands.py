@@ -91,10 +91,7 @@ def bitmask(changed: Sequence[bool]) -> bytes:
 
 def key_changed(article: ResolvedArticle, old: Values, new: Values) -> bool:
     """True when an UPDATE changes a primary-key column or a column of a unique constraint."""
-    positions = set(article.pk_positions)
-    for key in article.unique_positions:
-        positions.update(key)
-    return any(old[i] != new[i] for i in positions)
+    return any(old[i] != new[i] for i in article.key_positions)
 
 
 def update_commands(article: ResolvedArticle, old: Values, new: Values) -> list[Command]:

@@ -7,6 +7,7 @@ import hashlib
 import json
 from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from psycopg import sql
@@ -40,7 +41,9 @@ class ResolvedArticle:
             return self.table.columns
         return [c for c in self.table.columns if c.name in self.column_list]
 
-    @property
+    # The three below are computed once per article (the agents ask for them per row change);
+    # an article's definition is never changed in place: a schema change makes a new one.
+    @cached_property
     def column_names(self) -> list[str]:
         return [c.name for c in self.columns]
 
@@ -48,15 +51,28 @@ class ResolvedArticle:
     def primary_key(self) -> list[str]:
         return self.table.primary_key
 
-    @property
+    @cached_property
     def pk_positions(self) -> list[int]:
         names = self.column_names
         return [names.index(c) for c in self.primary_key]
 
-    @property
+    @cached_property
     def unique_positions(self) -> list[list[int]]:
         names = self.column_names
         return [[names.index(c) for c in key] for key in self.table.unique_keys if set(key) <= set(names)]
+
+    @cached_property
+    def key_positions(self) -> list[int]:
+        """The positions of every column of the primary key or of a unique constraint."""
+        positions = set(self.pk_positions)
+        for key in self.unique_positions:
+            positions.update(key)
+        return sorted(positions)
+
+    @cached_property
+    def digest(self) -> str:
+        """A fingerprint of this article's definition (sha1 of its stored form)."""
+        return hashlib.sha1(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
 
     @property
     def source(self) -> sql.Composable:

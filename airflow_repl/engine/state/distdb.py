@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import TupleRow
-from psycopg.types.json import Jsonb
+from psycopg.types.json import Jsonb, set_json_loads
 
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import NotInitialized, TopologyError
@@ -599,8 +599,12 @@ def record_error(
 
 
 def dumps(value: Any) -> str:
-    """Compact JSON text, as commands and transaction rows store it."""
-    return json.dumps(value, separators=(",", ":"))
+    """Compact JSON text, as commands and transaction rows store it (one encoder for every call:
+    ``json.dumps`` with separators builds a new one each time, a cost per stored command)."""
+    return _ENCODER.encode(value)
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
 
 
 def _one(cur: psycopg.Cursor[TupleRow]) -> TupleRow:
@@ -848,6 +852,22 @@ def batch_commands(
         cur.itersize = 2000
         cur.execute(COMMANDS_QUERY, (publication, first, last))
         yield from cur
+
+
+def batch_commands_list(conn: psycopg.Connection, publication: str, first: str, last: str) -> list[CommandRow]:
+    """The commands of :func:`batch_commands`, read in one round trip (a caller that holds the
+    whole batch in memory anyway)."""
+    with conn.cursor() as cur:
+        set_json_loads(_loads, cur)
+        return cur.execute(COMMANDS_QUERY, (publication, first, last)).fetchall()
+
+
+def _loads(data: str | bytes) -> Any:
+    """json.loads without its encoding detection per value (the server sends UTF-8)."""
+    return _DECODER.decode(data.decode() if isinstance(data, bytes) else data)
+
+
+_DECODER = json.JSONDecoder()
 
 
 def origin_positions(conn: psycopg.Connection, publication: str, origin: str, xids: list[int]) -> dict[int, str]:

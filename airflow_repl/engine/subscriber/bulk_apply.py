@@ -1,7 +1,8 @@
 """Net-change application of a batch (subscription option ``bulk_apply``): the batch's row
 changes collapsed to their net effect per key and applied with three set-based statements per
-article (DELETE ... USING, UPDATE ... FROM, INSERT ... SELECT) from a temporary table loaded
-with COPY, instead of one statement (and one procedure call) per command.
+article (DELETE ... USING, UPDATE ... FROM, INSERT ... SELECT) whose rows are their array
+parameters (``unnest``), all the batch's statements sent in one pipeline, instead of one
+statement (and one procedure call) per command.
 
 The batch commits with the watermark as one transaction either way, so nobody can see the
 difference in the subscriber's tables: every row ends exactly as applying the commands one by
@@ -24,8 +25,6 @@ every intermediate command (ordinary triggers do not fire for replicated changes
 
 from __future__ import annotations
 
-import hashlib
-import json
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -76,16 +75,18 @@ def net_changes(commands: Sequence[Command], articles: dict[str, ResolvedArticle
     """article -> key -> net effect, in the order of the commands (NotNetApplicable when a
     command is outside what the set-based path covers or could not apply in that order)."""
     out: dict[str, dict[Key, _Key]] = {}
+    checked: dict[str, ResolvedArticle] = {}  # the eligible articles met so far
     for cmd in commands:
-        art = articles.get(cmd.article)
-        if cmd.op not in (INSERT, UPDATE, DELETE) or not eligible(art):
+        art = checked.get(cmd.article) or articles.get(cmd.article)
+        if cmd.op not in (INSERT, UPDATE, DELETE) or art is None or not (cmd.article in checked or eligible(art)):
             raise NotNetApplicable(f"{cmd.op} command of article {cmd.article!r}")
-        assert art is not None
+        checked[cmd.article] = art
         keys = out.setdefault(cmd.article, {})
         image = cmd.new if cmd.op == INSERT else cmd.old
         assert image is not None
-        key = tuple(image[i] for i in art.pk_positions)
-        if cmd.op == UPDATE and cmd.new is not None and (moved := tuple(cmd.new[i] for i in art.pk_positions)) != key:
+        pk = art.pk_positions
+        key = tuple([image[i] for i in pk])
+        if cmd.op == UPDATE and cmd.new is not None and (moved := tuple([cmd.new[i] for i in pk])) != key:
             # a key change kept as one UPDATE (multi_row_key_changes): the row leaves one key for another
             _step(keys, key, Command(DELETE, cmd.article, old=cmd.old))
             _step(keys, moved, Command(INSERT, cmd.article, new=cmd.new))
@@ -123,74 +124,94 @@ def _step(keys: dict[Key, _Key], key: Key, cmd: Command) -> None:
 def apply(conn: psycopg.Connection, commands: Sequence[Command], articles: dict[str, ResolvedArticle]) -> int:
     """Apply the commands by net change on ``conn`` (no commit); returns how many commands they
     were.  NotNetApplicable (nothing to undo beyond the caller's rollback) when the batch must be
-    applied command by command."""
+    applied command by command.  Every statement of the batch is sent in one pipeline (one round
+    trip), in article order and per article DELETE, UPDATE, INSERT; the server runs them in that
+    order, and the rows each found are checked when all have run."""
     plan = net_changes(commands, articles)
-    for name, keys in plan.items():
-        if keys:
-            _apply_article(conn, articles[name], keys)
+    runs = [run for name, keys in plan.items() if keys for run in _runs(conn, articles[name], keys)]
+    if runs:
+        with conn.pipeline():
+            sent = [(conn.execute(stmt, params), expected, what) for stmt, params, expected, what in runs]
+        for cur, expected, what in sent:
+            if cur.rowcount != expected:
+                raise NotNetApplicable(f"{what} affected {cur.rowcount} rows, not {expected}")
     return len(commands)
 
 
-def _apply_article(conn: psycopg.Connection, art: ResolvedArticle, keys: dict[Key, _Key]) -> None:
-    table = _temp_table(conn, art)
-    update = art.propagation[Operation.UPDATE]
-    masked = update.method == Method.PROC and update.call_syntax in (CallSyntax.SCALL, CallSyntax.MCALL)
-    counts = {"D": 0, "U": 0, "I": 0}
-    n = len(art.column_names)
-    with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} FROM STDIN").format(table)) as copy:
-        for key, state in keys.items():
-            for op, row in _rows(key, state, art, masked):
-                counts[op] += 1
-                copy.write_row(row[: n + 2])
-    _run(conn, _delete(art, table), counts["D"], art, "DELETE")
-    _run(conn, _update(art, table, masked), counts["U"], art, "UPDATE")
-    _run(conn, _insert(art, table), counts["I"], art, "INSERT")
+#: One set-based statement: its text, its parameters (one text array per column of ``s``), the
+#: rows it must find, and what it is (for the message when it finds another number).
+_Run = tuple[str, list[list[str | None]], int, str]
+
+
+def _runs(conn: psycopg.Connection, art: ResolvedArticle, keys: dict[Key, _Key]) -> list[_Run]:
+    """The article's DELETE, UPDATE and INSERT (those with rows), each with its rows as
+    parameters: per column of ``s`` (the mask, then the article's columns) one text array."""
+    stmts = _statements(conn, art)
+    rows: dict[str, list[list[str | None]]] = {"D": [], "U": [], "I": []}
+    for key, state in keys.items():
+        for op, row in _rows(key, state, art, stmts.masked):
+            rows[op].append(row)
+    out: list[_Run] = []
+    for op, stmt, what in (("D", stmts.delete, "DELETE"), ("U", stmts.update, "UPDATE"), ("I", stmts.insert, "INSERT")):
+        if rows[op]:
+            columns = [list(column) for column in zip(*rows[op], strict=True)]
+            out.append((stmt, columns, len(rows[op]), f"{what} of article {art.name!r}"))
+    return out
 
 
 def _rows(key: Key, state: _Key, art: ResolvedArticle, masked: bool) -> list[tuple[str, list[str | None]]]:
-    """The temporary table's rows for one key: (op, [op, mask, column values...])."""
+    """The rows of ``s`` for one key: (op, [mask, column values...])."""
     n = len(art.column_names)
     pk_row: list[str | None] = [None] * n
     for value, i in zip(key, art.pk_positions, strict=True):
         pk_row[i] = value
     out: list[tuple[str, list[str | None]]] = []
     if state.existed and (state.deleted or state.final is None):
-        out.append(("D", ["D", None, *pk_row]))
+        out.append(("D", [None, *pk_row]))
     if state.final is not None and state.existed and not state.deleted:
         mask = "".join("1" if i in state.changed else "0" for i in range(n)) if masked else None
-        out.append(("U", ["U", mask, *state.final]))
+        out.append(("U", [mask, *state.final]))
     if state.final is not None and (not state.existed or state.deleted):
-        out.append(("I", ["I", None, *state.final]))
+        out.append(("I", [None, *state.final]))
     return out
 
 
-#: The temporary tables each connection has (created once per session; a rolled-back creation
-#: is forgotten by :func:`forget_tables`).
-_TEMP_TABLES: weakref.WeakKeyDictionary[psycopg.Connection, set[str]] = weakref.WeakKeyDictionary()
+@dataclass(frozen=True)
+class _Statements:
+    """An article's set-based statements, composed once per connection and article definition."""
+
+    masked: bool  # UPDATEs set only the columns the batch changed (SCALL and MCALL)
+    delete: str
+    update: str
+    insert: str
+
+
+#: Per connection, the statements of each article (by definition digest) it applied.
+_STATEMENTS: weakref.WeakKeyDictionary[psycopg.Connection, dict[str, _Statements]] = weakref.WeakKeyDictionary()
 
 
 def forget_tables(conn: psycopg.Connection) -> None:
-    """After a rollback: tables created in the rolled-back transaction are gone."""
-    _TEMP_TABLES.pop(conn, None)
+    """After a rollback: forget what is known about the connection (its statements are composed again)."""
+    _STATEMENTS.pop(conn, None)
 
 
-def _temp_table(conn: psycopg.Connection, art: ResolvedArticle) -> sql.Identifier:
-    """A session temporary table for the article's rows (emptied at each commit)."""
-    digest = hashlib.sha1(json.dumps(art.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
-    name = f"airflow_repl_net_{digest}"
-    made = _TEMP_TABLES.setdefault(conn, set())
-    if name in made:
-        return sql.Identifier(name)  # emptied by the last commit (ON COMMIT DELETE ROWS) or rollback
-    columns = sql.SQL(", ").join(
-        sql.SQL("{} text").format(sql.Identifier(f"c{i + 1}")) for i in range(len(art.columns))
+def _statements(conn: psycopg.Connection, art: ResolvedArticle) -> _Statements:
+    """The article's statements on ``conn``; ``s`` is the statement's rows, from its array parameters."""
+    made = _STATEMENTS.setdefault(conn, {})
+    if art.digest in made:
+        return made[art.digest]
+    names = sql.SQL(", ").join(sql.Identifier(f"c{i + 1}") for i in range(len(art.columns)))
+    arrays = sql.SQL(", ").join(sql.SQL("%b::text[]") for _ in range(len(art.columns) + 1))
+    source = sql.SQL("unnest({}) AS s(m, {})").format(arrays, names)
+    update = art.propagation[Operation.UPDATE]
+    masked = update.method == Method.PROC and update.call_syntax in (CallSyntax.SCALL, CallSyntax.MCALL)
+    made[art.digest] = _Statements(
+        masked,
+        _delete(art, source).as_string(conn),
+        _update(art, source, masked).as_string(conn),
+        _insert(art, source).as_string(conn),
     )
-    conn.execute(
-        sql.SQL("CREATE TEMP TABLE IF NOT EXISTS {} (op text NOT NULL, m text, {}) ON COMMIT DELETE ROWS").format(
-            sql.Identifier(name), columns
-        )
-    )
-    made.add(name)
-    return sql.Identifier(name)
+    return made[art.digest]
 
 
 def _value(art: ResolvedArticle, i: int) -> sql.Composable:
@@ -204,12 +225,12 @@ def _key_match(art: ResolvedArticle) -> sql.Composable:
     )
 
 
-def _delete(art: ResolvedArticle, tmp: sql.Identifier) -> sql.Composed:
+def _delete(art: ResolvedArticle, source: sql.Composable) -> sql.Composed:
     dest = sql.Identifier(art.dest_schema, art.dest_table)
-    return sql.SQL("DELETE FROM {} AS t USING {} AS s WHERE s.op = 'D' AND {}").format(dest, tmp, _key_match(art))
+    return sql.SQL("DELETE FROM {} AS t USING {} WHERE {}").format(dest, source, _key_match(art))
 
 
-def _update(art: ResolvedArticle, tmp: sql.Identifier, masked: bool) -> sql.Composed:
+def _update(art: ResolvedArticle, source: sql.Composable, masked: bool) -> sql.Composed:
     dest = sql.Identifier(art.dest_schema, art.dest_table)
     sets = []
     for i, name in enumerate(art.column_names):
@@ -222,21 +243,13 @@ def _update(art: ResolvedArticle, tmp: sql.Identifier, masked: bool) -> sql.Comp
             )
         else:
             sets.append(sql.SQL("{} = {}").format(col, _value(art, i)))
-    return sql.SQL("UPDATE {} AS t SET {} FROM {} AS s WHERE s.op = 'U' AND {}").format(
-        dest, sql.SQL(", ").join(sets), tmp, _key_match(art)
+    return sql.SQL("UPDATE {} AS t SET {} FROM {} WHERE {}").format(
+        dest, sql.SQL(", ").join(sets), source, _key_match(art)
     )
 
 
-def _insert(art: ResolvedArticle, tmp: sql.Identifier) -> sql.Composed:
+def _insert(art: ResolvedArticle, source: sql.Composable) -> sql.Composed:
     dest = sql.Identifier(art.dest_schema, art.dest_table)
     cols = sql.SQL(", ").join(sql.Identifier(c) for c in art.column_names)
     values = sql.SQL(", ").join(_value(art, i) for i in range(len(art.column_names)))
-    return sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} AS s WHERE s.op = 'I'").format(dest, cols, values, tmp)
-
-
-def _run(conn: psycopg.Connection, stmt: sql.Composed, expected: int, art: ResolvedArticle, what: str) -> None:
-    if not expected:
-        return
-    found = conn.execute(stmt).rowcount  # composed from identifiers and the catalog's type names
-    if found != expected:
-        raise NotNetApplicable(f"{what} of article {art.name!r} affected {found} rows, not {expected}")
+    return sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}").format(dest, cols, values, source)
