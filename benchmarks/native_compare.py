@@ -206,7 +206,11 @@ class Bench:
         }
         os.environ.update({k: v for k, v in self.env.items() if k.startswith("AIRFLOW_CONN_BENCH_")})
         self.topology_file = self.root / "topology.yaml"
-        self.topology_file.write_text(topology_yaml(self.root / "snapshots", subscription_options))
+        # The servers as URIs (the file is 0600): a connection id would make each agent's CLI process
+        # import Airflow to look it up (about 2 s of CPU here), which the agents run by the operators
+        # never pay (the operator resolves the topology in the worker and hands the job a spec).
+        servers = {"publisher": to_uri(self.pub), "distributor": to_uri(self.dist), "s": to_uri(self.sub)}
+        self.topology_file.write_text(topology_yaml(self.root / "snapshots", subscription_options, servers))
         os.chmod(self.topology_file, 0o600)
 
     def pg_env(self, conninfo: str) -> dict[str, str]:
@@ -242,12 +246,16 @@ class Bench:
         return load_topology(self.topology_file)
 
 
-def topology_yaml(snapshots: Path, subscription_options: dict[str, Any]) -> str:
-    """The benchmark's topology: the five tables with default article options, one subscription."""
+def topology_yaml(snapshots: Path, subscription_options: dict[str, Any], servers: dict[str, str] | None = None) -> str:
+    """The benchmark's topology: the five tables with default article options, one subscription.
+    ``servers``: publisher, distributor and subscriber ``s`` (default: the connection ids
+    ``bench_pub``, ``bench_dist``, ``bench_sub``)."""
+    names = {"publisher": "bench_pub", "distributor": "bench_dist", "s": "bench_sub", **(servers or {})}
     articles = "".join(f"      - table: public.{t}\n" for t in TABLES)
     options = "".join(f"    {k}: {json.dumps(v)}\n" for k, v in subscription_options.items())
     return (
-        "publisher: bench_pub\ndistributor: bench_dist\nsubscribers:\n  s: bench_sub\n"
+        f"publisher: {json.dumps(names['publisher'])}\ndistributor: {json.dumps(names['distributor'])}\n"
+        f"subscribers:\n  s: {json.dumps(names['s'])}\n"
         f"snapshot_folder: {snapshots}\npublications:\n  - name: bench\n    articles:\n{articles}"
         f"subscriptions:\n  - publication: bench\n    subscriber: s\n{options}"
     )
