@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -206,7 +207,7 @@ def test_every_example_dag_imports_without_errors(airflow_env):
     )
 
 
-def test_example_dags_replicate_through_spark_submit(airflow_env, capfd):
+def test_example_dags_replicate_through_spark_submit(airflow_env, capfd, monkeypatch):
     initial = demo.load_dag("repl_initial_sync.py")
     scheduled = demo.load_dag("repl_scheduled.py")
     dr = initial.test()
@@ -220,6 +221,7 @@ def test_example_dags_replicate_through_spark_submit(airflow_env, capfd):
     committed = workload.run(transactions=400)
     assert committed == 400 and not workload.errors, (committed, workload.errors[:5])
     interval_start = demo.current_interval_start(datetime.now(timezone.utc)) + timedelta(minutes=10)
+    monkeypatch.setenv("AIRFLOW_REPL_PROGRESS_INTERVAL", "0")  # a progress line after every batch
     dr = scheduled.test(logical_date=pendulum.instance(interval_start), run_conf={"validate_every": 1})
     assert _succeeded(dr), _why_not_success(dr, capfd, airflow_env["distributor"])
     assert _xcom("validate", "airflow_repl_scheduled")["match"] is True  # validate_every 1: every run validates
@@ -239,6 +241,9 @@ def test_example_dags_replicate_through_spark_submit(airflow_env, capfd):
     assert "Spark-Submit cmd: spark-submit" in out + err and "--conf spark.log.level=WARN" in out + err
     assert " INFO DAGScheduler" not in out + err  # the driver ran at WARN: no scheduler chatter
     assert password not in out + err
+    # the agents' progress lines reach the task log through spark-submit
+    assert re.search(r"read \d+ transactions, \d+ commands in \d+ batches; LSN", out + err), out[-3000:]
+    assert re.search(r"delivered \d+ of \d+ transactions \(", out + err), out[-3000:]
 
 
 def test_an_empty_cycle_emits_no_asset_event_and_reports_openlineage(airflow_env, tmp_path):
