@@ -22,6 +22,11 @@ the caller maps over Spark executors (:mod:`airflow_repl.jobs.agent_job`) or run
    stays constant however many rows differ; the first ``max_keys`` keys are kept, the counts
    are complete.
 
+**One snapshot per server.**  Each server's side is read in one snapshot, exported at the start
+by a read-only repeatable-read transaction held open until the end (``pg_export_snapshot``) and
+taken by every task (``SET TRANSACTION SNAPSHOT``): the block ranges of pass 1 add up to one
+consistent table, and pass 2 reads the very rows pass 1 summed, even while the server is written.
+
 The pure parts (:func:`merge_rows`, :func:`differing_ranges`, :func:`format_report`) need no
 server; the tasks (:func:`range_sums`, :func:`range_rows`) run on executors and take plain data.
 """
@@ -31,6 +36,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import psycopg
@@ -138,7 +144,8 @@ def _rows_query(art: ResolvedArticle, publisher: bool, ranges: int, bad: list[in
 def range_sums(task: Task) -> Sums:
     """Pass 1, one article at one server: every non-empty range's row count and hash sums."""
     art = ResolvedArticle.from_dict(task["article"])
-    with connections.connect(task["conninfo"], task["role"], autocommit=True) as conn:
+    with connections.connect(task["conninfo"], task["role"]) as conn:
+        use_snapshot(conn, task.get("snapshot"))
         rows = raw_sql.execute(conn, _sums_query(art, task["publisher"], task["ranges"], task["chunk"])).fetchall()
     return {int(r): [int(n), int(s1), int(s2)] for r, n, s1, s2 in rows}
 
@@ -160,10 +167,20 @@ def range_rows(task: Task) -> dict[str, Any]:
     """Pass 2, one article and subscriber: the rows of the differing ranges of both servers,
     merged by key (see :func:`merge_rows`).  Both servers scan and sort at the same time."""
     art = ResolvedArticle.from_dict(task["article"])
-    ranges, bad = task["ranges"], task["bad"]
     with (
         connections.connect(task["publisher"], "publisher") as pub,
         connections.connect(task["subscriber"], f"subscriber {task['name']!r}") as sub,
+    ):
+        use_snapshot(pub, task.get("publisher_snapshot"))
+        use_snapshot(sub, task.get("subscriber_snapshot"))
+        return _merge_ranges(art, task, pub, sub)
+
+
+def _merge_ranges(
+    art: ResolvedArticle, task: Task, pub: psycopg.Connection[Any], sub: psycopg.Connection[Any]
+) -> dict[str, Any]:
+    ranges, bad = task["ranges"], task["bad"]
+    with (
         pub.cursor(name="airflow_repl_validate") as p_cur,
         sub.cursor(name="airflow_repl_validate") as s_cur,
         ThreadPoolExecutor(2) as pool,
@@ -171,6 +188,31 @@ def range_rows(task: Task) -> dict[str, Any]:
         p_first = pool.submit(_open, p_cur, _rows_query(art, True, ranges, bad))
         s_first = pool.submit(_open, s_cur, _rows_query(art, False, ranges, bad))
         return merge_rows(_stream(p_cur, p_first.result()), _stream(s_cur, s_first.result()), task["max_keys"])
+
+
+def use_snapshot(conn: psycopg.Connection[Any], snapshot: str | None) -> None:
+    """Start ``conn``'s transaction in the exported ``snapshot`` (None: a snapshot of its own)."""
+    if snapshot is None:
+        return
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    conn.read_only = True
+    conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
+
+
+@contextmanager
+def exported_snapshots(sides: list[tuple[str, str]]) -> Iterator[dict[str, str]]:
+    """side -> the id of a snapshot of that server, exported by a read-only repeatable-read
+    transaction that stays open until the block ends (tasks may take it meanwhile)."""
+    with ExitStack() as stack:
+        ids: dict[str, str] = {}
+        for side, conninfo in sides:
+            conn = stack.enter_context(connections.connect(conninfo, f"subscriber {side!r}" if side else "publisher"))
+            conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            conn.read_only = True
+            row = conn.execute("SELECT pg_export_snapshot()").fetchone()
+            assert row is not None
+            ids[side] = str(row[0])
+        yield ids
 
 
 # ---------------------------------------------------------------------- the pure parts
@@ -278,19 +320,20 @@ def validate(
     subs = {name: topology.subscriber_conninfo(name) for name in subscribers}
     sides = [("", pub_ci), *subs.items()]
     chunks = {side: _table_blocks(ci, side, articles) for side, ci in sides}  # checks the tables exist
-    tasks = [
-        _sums_task(art, side, ci, ranges, chunk)
-        for side, ci in sides
-        for art in articles
-        for chunk in block_chunks(chunks[side][art.name], BLOCKS_PER_TASK, MAX_CHUNKS)
-    ]
-    sums: dict[tuple[str, str], Sums] = {(side, a.name): {} for side, _ in sides for a in articles}
-    for task, part in zip(tasks, map_tasks(range_sums, tasks), strict=True):
-        add_sums(sums[task["side"], task["name"]], part)
-    report = {
-        name: [article_row(a.name, sums["", a.name], sums[name, a.name], ranges) for a in articles] for name in subs
-    }
-    _fill_differences(report, articles, sums, pub_ci, subs, ranges, max_keys, map_tasks)
+    with exported_snapshots(sides) as snapshots:
+        tasks = [
+            {**_sums_task(art, side, ci, ranges, chunk), "snapshot": snapshots[side]}
+            for side, ci in sides
+            for art in articles
+            for chunk in block_chunks(chunks[side][art.name], BLOCKS_PER_TASK, MAX_CHUNKS)
+        ]
+        sums: dict[tuple[str, str], Sums] = {(side, a.name): {} for side, _ in sides for a in articles}
+        for task, part in zip(tasks, map_tasks(range_sums, tasks), strict=True):
+            add_sums(sums[task["side"], task["name"]], part)
+        report = {
+            name: [article_row(a.name, sums["", a.name], sums[name, a.name], ranges) for a in articles] for name in subs
+        }
+        _fill_differences(report, articles, sums, (pub_ci, subs), snapshots, (ranges, max_keys), map_tasks)
     return report
 
 
@@ -313,13 +356,15 @@ def _fill_differences(
     report: dict[str, list[dict[str, Any]]],
     articles: list[ResolvedArticle],
     sums: dict[tuple[str, str], Sums],
-    pub_ci: str,
-    subs: dict[str, str],
-    ranges: int,
-    max_keys: int,
+    servers: tuple[str, dict[str, str]],
+    snapshots: dict[str, str],
+    limits: tuple[int, int],
     map_tasks: MapTasks,
 ) -> None:
-    """Pass 2: the rows of the differing ranges of every article and subscriber that differ."""
+    """Pass 2: the rows of the differing ranges of every article and subscriber that differ
+    (``servers``: the publisher's and the subscribers' conninfos; ``limits``: ranges, max_keys),
+    each side in its snapshot of pass 1."""
+    (pub_ci, subs), (ranges, max_keys) = servers, limits
     targets, tasks = [], []
     for name, rows in report.items():
         for art, row in zip(articles, rows, strict=True):
@@ -336,6 +381,8 @@ def _fill_differences(
                     "ranges": ranges,
                     "bad": bad,
                     "max_keys": max_keys,
+                    "publisher_snapshot": snapshots[""],
+                    "subscriber_snapshot": snapshots[name],
                 }
             )
     for row, found in zip(targets, map_tasks(range_rows, tasks) if tasks else [], strict=True):
