@@ -85,6 +85,7 @@ def test_identical_tables_report_nothing_and_each_difference_is_found_by_key(env
     assert [d["key"] for d in local[0]["differences"]] == ["(10)", "(20)"] and local[0]["different"] == 3
     text = validation.format_report(local)
     assert "    key (10): missing at the subscriber" in text and "... and 3 more key(s)" in text
+
     # one snapshot per server, exported as validation starts: writes made while its tasks run (here:
     # just before each pass's tasks) are not seen, and pass 2 reads the very rows pass 1 summed
     def writing(f, tasks):
