@@ -612,6 +612,10 @@ def agent_loop(topology_file: str, stop_file: str) -> int:
 
 
 # ---------------------------------------------------------------------------- main
+#: The phases, in the order they run (``--phases``).
+PHASES = ("initial", "catch-up", "side-by-side", "live-lag")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--scale", type=int, default=10, help="pgbench -i scale of the initial sync (default 10)")
@@ -620,6 +624,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--lag-seconds", type=int, default=30, help="length of the live-lag phase (default 30)")
     parser.add_argument("--json", default=DEFAULT_JSON, help=f"where to write the results (default {DEFAULT_JSON})")
     parser.add_argument("--bulk-apply", action="store_true", help="give our subscription bulk_apply: true")
+    parser.add_argument(
+        "--phases",
+        default=",".join(PHASES),
+        help=f"comma-separated phases to run, of {', '.join(PHASES)} (default all; the initial sync always runs: "
+        "the others start from it)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the sandbox (printed) instead of destroying it")
     parser.add_argument("--agent-loop", help=argparse.SUPPRESS)
     parser.add_argument("--stop-file", help=argparse.SUPPRESS)
@@ -627,6 +637,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name in ("scale", "transactions", "tps", "lag_seconds"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    unknown = [p for p in phases if p not in PHASES]
+    if unknown:
+        parser.error(f"--phases: unknown phase {unknown[0]!r}; the phases are {', '.join(PHASES)}")
+    args.phases = {"initial", *phases}
     return args
 
 
@@ -644,7 +659,10 @@ def run_info(args: argparse.Namespace, b: Bench) -> dict[str, Any]:
             "postgresql": version,
             "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         },
-        "args": {k: getattr(args, k) for k in ("scale", "transactions", "tps", "lag_seconds", "bulk_apply")},
+        "args": {
+            **{k: getattr(args, k) for k in ("scale", "transactions", "tps", "lag_seconds", "bulk_apply")},
+            "phases": [p for p in PHASES if p in args.phases],
+        },
         **b.extra,
     }
 
@@ -673,10 +691,12 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         phase_initial(b)
-        phase_catchup(b, args.transactions)
-        if continuous_supported():
+        if "catch-up" in args.phases:
+            phase_catchup(b, args.transactions)
+        if "side-by-side" in args.phases and continuous_supported():
             phase_catchup_side_by_side(b, args.transactions)
-        phase_lag(b, args.tps, args.lag_seconds)
+        if "live-lag" in args.phases:
+            phase_lag(b, args.tps, args.lag_seconds)
     except BenchFailure as exc:
         print(f"native_compare: error: {exc}", file=sys.stderr, flush=True)
         status = 1

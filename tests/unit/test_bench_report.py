@@ -91,3 +91,12 @@ def test_bad_arguments_are_one_line_errors(bench, capsys):
         bench.parse_args(["--transactions", "0"])
     assert exc.value.code == 2
     assert "--transactions must be at least 1" in capsys.readouterr().err
+
+
+def test_phases_default_to_all_and_always_include_the_initial_sync(bench, capsys):
+    assert bench.parse_args([]).phases == set(bench.PHASES)
+    assert bench.parse_args(["--phases", "catch-up"]).phases == {"initial", "catch-up"}
+    with pytest.raises(SystemExit) as exc:
+        bench.parse_args(["--phases", "initial,catchup"])
+    assert exc.value.code == 2
+    assert "unknown phase 'catchup'" in capsys.readouterr().err

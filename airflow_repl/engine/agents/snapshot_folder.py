@@ -30,7 +30,7 @@ from psycopg import sql
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.codegen import key_enforcement, procedures, user_types
 from airflow_repl.engine.errors import ReplError
-from airflow_repl.engine.postgres import connections, raw_sql, slots
+from airflow_repl.engine.postgres import arrow_reads, connections, raw_sql
 from airflow_repl.engine.postgres.quoting import ident, qualified
 from airflow_repl.engine.state import subscriber_state
 
@@ -197,7 +197,9 @@ def _folder_name(article: str) -> str:
 
 
 def read_partition(conninfo: str, snapshot_name: str, folder: str, task: Partition) -> DataFile:
-    """Executor side: read one key range inside the exported snapshot into a Parquet file."""
+    """Executor side: read one key range inside the exported snapshot into a Parquet file.  The
+    rows arrive as Arrow columns (:mod:`~airflow_repl.engine.postgres.arrow_reads`: COPY binary
+    decoded in C++), in batches, so memory stays bounded whatever the size of the range."""
     article = ResolvedArticle.from_dict(task["article"])
     query = sql.SQL("SELECT {} FROM {} WHERE {} AND {}").format(
         _select_list(article), article.source, _range_condition(article, task["lower"], task["upper"]), _filter(article)
@@ -207,17 +209,26 @@ def read_partition(conninfo: str, snapshot_name: str, folder: str, task: Partiti
     path.parent.mkdir(parents=True, exist_ok=True)
     schema = arrow_schema(article)
     rows = 0
-    with connections.connect(conninfo, "publisher", autocommit=True) as conn:
-        slots.join_snapshot(conn, snapshot_name)
-        with conn.cursor(name="airflow_repl_snapshot") as cur, pq.ParquetWriter(str(path), schema) as writer:
-            cur.execute(query)  # no parameters: the text is sent as it is
-            while batch := cur.fetchmany(FETCH_ROWS):
-                columns = list(zip(*batch, strict=True))  # rows of one query: of one length
-                arrays = [pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=True)]
-                writer.write_batch(pa.record_batch(arrays, schema=schema))
-                rows += len(batch)
-        conn.execute("COMMIT")
+    what = f"article {article.name!r}"
+    with (
+        arrow_reads.snapshot_batches(conninfo, "publisher", snapshot_name, query.as_string(None), what) as batches,
+        pq.ParquetWriter(str(path), schema) as writer,
+    ):
+        for batch in batches:
+            writer.write_batch(_as_schema(batch, schema))
+            rows += batch.num_rows
     return {"article": article.name, "path": str(rel), "rows": rows, "lower": task["lower"], "upper": task["upper"]}
+
+
+def _as_schema(batch: Any, schema: Any) -> Any:
+    """A batch read from the publisher with the data files' schema (the field names, nullability
+    and ``pg_type`` metadata of :func:`arrow_schema`; a column the driver typed otherwise, e.g. a
+    domain over a typed type, is cast)."""
+    columns = [
+        col if col.type == field.type else col.cast(field.type)
+        for col, field in zip(batch.columns, schema, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 def _range_condition(article: ResolvedArticle, lower: list[str] | None, upper: list[str] | None) -> sql.Composable:

@@ -4,8 +4,10 @@ Owns: connections and their session settings (``connections``), identifier and l
 quoting (``quoting``), raw ``$n`` statements (``raw_sql``), catalog reads of tables, keys and
 columns (``catalog``), WAL positions (``lsn``), the pgoutput protocol decoder (``pgoutput``) and
 logical replication slots with their exported snapshots (``slots``), and where a table lives as
-Airflow asset URIs and OpenLineage datasets name it (``addresses``).
+Airflow asset URIs and OpenLineage datasets name it (``addresses``), and a query's rows as
+Arrow record batches inside an exported snapshot (``arrow_reads``, with ADBC's driver).
 
-May import: :mod:`airflow_repl.engine.errors`, :mod:`airflow_repl.engine.model` and psycopg.
+May import: :mod:`airflow_repl.engine.errors`, :mod:`airflow_repl.engine.model`, psycopg and
+ADBC's PostgreSQL driver.
 Nothing here knows about articles, agents or the distribution database.
 """

@@ -1,0 +1,77 @@
+"""Reading a query's rows as Arrow record batches, inside an exported snapshot: the Snapshot
+Agent's key ranges.
+
+ADBC's PostgreSQL driver runs the query as ``COPY (...) TO STDOUT (FORMAT binary)`` and decodes
+the rows into Arrow columns in C++, with no Python object per value: about three times less
+CPU than fetching rows through psycopg and building the columns from them.  The connection
+has the engine's session settings (:data:`~airflow_repl.engine.postgres.connections.SESSION_SETTINGS`:
+text in UTF8 whatever the database's encoding, dates in ISO, ...), as every other connection.
+
+Owns: :func:`snapshot_batches`.  Errors become one line naming the server and what was read
+(:class:`~airflow_repl.engine.errors.ConnectionFailed` when the server cannot be reached,
+:class:`~airflow_repl.engine.errors.ReplError` otherwise); the password never appears in them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import adbc_driver_manager
+import adbc_driver_postgresql.dbapi as adbc
+from psycopg import conninfo as pg_conninfo
+from psycopg import sql
+
+from airflow_repl.engine.errors import ConnectionFailed, ReplError
+from airflow_repl.engine.postgres import connections
+
+#: Seconds to wait for the server, as :func:`~airflow_repl.engine.postgres.connections.connect` does.
+CONNECT_TIMEOUT = 10
+
+
+@contextmanager
+def snapshot_batches(conninfo: str, role: str, snapshot_name: str, query: str, what: str) -> Iterator[Any]:
+    """A ``pa.RecordBatchReader`` over ``query``'s rows as the exported snapshot
+    ``snapshot_name`` sees the database (a read-only repeatable-read transaction, ended when
+    the block ends).  ``what`` names what is read in an error."""
+    timeout = (
+        {} if "connect_timeout" in pg_conninfo.conninfo_to_dict(conninfo) else {"connect_timeout": CONNECT_TIMEOUT}
+    )
+    settings = connections.with_session_settings(pg_conninfo.make_conninfo(conninfo, **timeout))
+    try:
+        conn = adbc.connect(settings, autocommit=True)
+    except adbc_driver_manager.Error as exc:
+        raise ConnectionFailed(
+            f"cannot connect to the {role} at {connections.describe(conninfo)}: {_server_message(exc)}. "
+            f"Check that the server is running and that the connection's host, port, "
+            f"user, password and database are right."
+        ) from None
+    try:
+        with conn.cursor() as cur:
+            try:
+                cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                cur.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)).as_string(None))
+                cur.execute(query)
+                yield cur.fetch_record_batch()
+                cur.execute("COMMIT")
+            except adbc_driver_manager.Error as exc:
+                raise ReplError(
+                    f"cannot read {what} at the {role} ({connections.describe(conninfo)}): {_server_message(exc)}"
+                ) from None
+    finally:
+        conn.close()
+
+
+def _server_message(exc: Exception) -> str:
+    """The server's (or libpq's) own message of an ADBC error, on one line: ADBC's text also
+    holds the statement, which may be long."""
+    text = str(exc)
+    found = re.search(r"(?:ERROR|FATAL):\s+(.+)", text)
+    if found:
+        return found.group(1).strip()
+    for line in text.splitlines():
+        if line.strip():
+            return re.sub(r"^[A-Z_]+: (\[libpq\] )?", "", line.strip())
+    return type(exc).__name__
