@@ -40,8 +40,35 @@ def test_schema_script_places_generated_columns_and_skips_those_reading_filtered
         text = snapshot_folder.schema_script(resolve_articles(topo.publication("p"), {"t": table})[0])
         return [line.strip().split()[0] for line in text.splitlines() if line.startswith("    ")]
 
-    assert script() == ['"id"', '"g0"', '"a"', '"g1"', '"b"', '"g2"', "PRIMARY"]
-    assert script(columns=["b"]) == ['"id"', '"g0"', '"b"', '"g2"', "PRIMARY"]  # g1 reads filtered-out a
+    assert script() == ['"id"', '"g0"', '"a"', '"g1"', '"b"', '"g2"']
+    assert script(columns=["b"]) == ['"id"', '"g0"', '"b"', '"g2"']  # g1 reads filtered-out a
+
+
+def test_keys_are_added_after_the_load_as_deferrable_as_at_the_publisher():
+    cols = [Column("id", "integer", True, 23), Column("a", "integer", True, 23), Column("b", "text", False, 25)]
+    table = TableInfo("s", "t", 1, cols, ["id"], unique_keys=[["a"], ["b", "a"]], deferrable_keys=[(["a"], True)])
+
+    def article(**options):
+        topo = from_dict(
+            {
+                "publisher": "a",
+                "distributor": "b",
+                "publications": [{"name": "p", "articles": [{"table": "s.t", **options}]}],
+            }
+        )
+        return resolve_articles(topo.publication("p"), {"t": table})[0]
+
+    created = snapshot_folder.schema_script(article())
+    assert "PRIMARY KEY" not in created and "UNIQUE" not in created
+    keys = snapshot_folder.keys_script(article()).splitlines()
+    assert keys[:3] == [
+        'ALTER TABLE "s"."t" ADD PRIMARY KEY ("id");',
+        'ALTER TABLE "s"."t" ADD UNIQUE ("a") DEFERRABLE INITIALLY DEFERRED;',
+        'ALTER TABLE "s"."t" ADD UNIQUE ("b", "a");',
+    ]
+    assert "ENABLE ALWAYS TRIGGER" in "\n".join(keys[3:])  # the deferrable key is checked for replicated changes too
+    # a unique key on a filtered-out column is not the subscriber's
+    assert snapshot_folder.keys_script(article(columns=["id", "b"])) == 'ALTER TABLE "s"."t" ADD PRIMARY KEY ("id");\n'
 
 
 def _table(n: int, key: int = 1) -> TableInfo:

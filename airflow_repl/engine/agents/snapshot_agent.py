@@ -344,6 +344,8 @@ class _Initialization:
         self.updatable = {s for s in subscribers if topology.subscription(publication, s).update_mode.updatable}
         self.schema_sql = (folder / "schema.sql").read_text()
         self.procs_sql = (folder / "procedures.sql").read_text()
+        keys = folder / "keys.sql"  # absent from an older folder, whose schema.sql creates the keys
+        self.keys_sql = keys.read_text() if keys.exists() else ""
 
     def connect(self, name: str, conninfo: str) -> psycopg.Connection[Any]:
         self.run.step = f"the initialization of subscriber {name!r}"
@@ -386,6 +388,7 @@ class _Initialization:
     def activate(self, name: str) -> None:
         """Check the loaded rows, start the watermark, and mark the subscription 'active'."""
         with self.connect(name, self.conninfos[name]) as sub:
+            self._add_keys(sub, name)
             _check_loaded_rows(sub, self.articles, self.manifest, name)
             for art in self.articles:
                 sub.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(art.dest_schema, art.dest_table)))
@@ -405,6 +408,20 @@ class _Initialization:
             self.dist, self.publication, name, self.manifest["consistent_lsn"], definition_hash(self.articles)
         )
         self.dist.commit()
+
+    def _add_keys(self, sub: psycopg.Connection[Any], name: str) -> None:
+        """The tables' keys, built once over the loaded rows (in the activation's transaction)."""
+        if not self.keys_sql.strip():
+            return
+        try:
+            sub.execute(self.keys_sql)
+        except (psycopg.errors.UniqueViolation, psycopg.errors.ExclusionViolation) as exc:
+            raise ReplError(
+                f"the rows of publication {self.publication!r} break a key at subscriber {name!r}: "
+                f"{exc.diag.message_primary} ({exc.diag.message_detail}). Rows distinct at the publisher "
+                f"are equal under the subscriber's collation: give the subscriber database or the columns "
+                f"a deterministic collation, then run the Snapshot Agent again"
+            ) from None
 
     def _immediate_now(self, name: str) -> bool:
         """The subscription updates immediately now: ``sync tran``, or a failover subscription

@@ -2,7 +2,8 @@
 written and loaded.
 
 A snapshot folder (one per publication and run) holds ``schema.sql`` (each article's
-pre-creation script, after the user types it needs), ``procedures.sql``, Parquet data files
+pre-creation script, after the user types it needs), ``keys.sql`` (the tables' keys, added
+after the load), ``procedures.sql``, Parquet data files
 (``data/<article>-<hash>/part-NNNNN.parquet``, one per key range) and ``manifest.json``.
 
 Owns: the key ranges (:func:`plan_partitions`, planned in the exported snapshot), reading one
@@ -30,7 +31,7 @@ from psycopg import sql
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.codegen import key_enforcement, procedures, user_types
 from airflow_repl.engine.errors import ReplError
-from airflow_repl.engine.postgres import arrow_reads, connections, raw_sql
+from airflow_repl.engine.postgres import arrow_reads, connections, copy_text, raw_sql
 from airflow_repl.engine.postgres.quoting import ident, qualified
 from airflow_repl.engine.state import subscriber_state
 
@@ -62,10 +63,11 @@ DataFile = dict[str, Any]
 
 # ---------------------------------------------------------------------- scripts and manifest
 def schema_script(article: ResolvedArticle, collations: dict[str, str] | None = None) -> str:
-    """DROP + CREATE of the subscriber table (SQL Server's pre-creation command 'drop');
-    ``collations`` maps columns to their (quoted) collation where it is not their type's default.
-    Stored generated columns are created with the publisher's expression, in their place,
-    unless they read a column the article filters out."""
+    """DROP + CREATE of the subscriber table (SQL Server's pre-creation command 'drop'), without
+    its keys: :func:`keys_script` adds them after the data load (one sorted index build instead
+    of an index insertion per row); ``collations`` maps columns to their (quoted) collation
+    where it is not their type's default.  Stored generated columns are created with the
+    publisher's expression, in their place, unless they read a column the article filters out."""
     collations = collations or {}
     place = {c.name: i for i, c in enumerate(article.table.columns)}
     cols = [
@@ -86,25 +88,31 @@ def schema_script(article: ResolvedArticle, collations: dict[str, str] | None = 
             ]
         )
     ]
-    keys = [("PRIMARY KEY", article.primary_key)] + [
-        ("UNIQUE", key) for key in article.table.unique_keys if set(key) <= set(article.column_names)
-    ]
-    cols += [_key_clause(kind, key, article.table.deferral(key)) for kind, key in keys]
     table = qualified(article.dest_schema, article.dest_table)
-    deferrable = any(article.table.deferral(key) for _, key in keys)
     return (
         f"CREATE SCHEMA IF NOT EXISTS {ident(article.dest_schema)};\n"
         f"DROP TABLE IF EXISTS {table} CASCADE;\n"
-        f"CREATE TABLE {table} (\n"
-        + ",\n".join(cols)
-        + "\n);\n"
-        + (key_enforcement.enforce_deferrable_keys_script(table) if deferrable else "")
+        f"CREATE TABLE {table} (\n" + ",\n".join(cols) + "\n);\n"
     )
+
+
+def keys_script(article: ResolvedArticle) -> str:
+    """The subscriber table's primary key and the publisher's unique keys it holds all columns
+    of, as deferrable as at the publisher (DEFERRABLE ones checked ALWAYS, replicated changes
+    included), added to the loaded table."""
+    keys = [("PRIMARY KEY", article.primary_key)] + [
+        ("UNIQUE", key) for key in article.table.unique_keys if set(key) <= set(article.column_names)
+    ]
+    table = qualified(article.dest_schema, article.dest_table)
+    deferrable = any(article.table.deferral(key) for _, key in keys)
+    return "".join(
+        f"ALTER TABLE {table} ADD{_key_clause(kind, key, article.table.deferral(key))};\n" for kind, key in keys
+    ) + (key_enforcement.enforce_deferrable_keys_script(table) if deferrable else "")
 
 
 def _key_clause(kind: str, key: list[str], deferral: str) -> str:
     """A PRIMARY KEY / UNIQUE table constraint, as deferrable as at the publisher."""
-    return f"    {kind} ({', '.join(ident(c) for c in key)}){' ' + deferral if deferral else ''}"
+    return f" {kind} ({', '.join(ident(c) for c in key)}){' ' + deferral if deferral else ''}"
 
 
 def _select_list(article: ResolvedArticle) -> sql.Composable:
@@ -241,7 +249,8 @@ def _range_condition(article: ResolvedArticle, lower: list[str] | None, upper: l
 
 
 def load_file(conninfo: str, folder: str, article_data: dict[str, Any], file: DataFile, snapshot_id: str) -> int:
-    """Executor side: bulk-load one Parquet file into the subscriber table with COPY, exactly
+    """Executor side: bulk-load one Parquet file into the subscriber table with COPY (text
+    format, from :mod:`~airflow_repl.engine.postgres.copy_text`), exactly
     once: the file is entered in the subscriber's ledger in the same transaction (a concurrent
     attempt waits for it, then finds the entry).  Returns the rows loaded by this call."""
     article = ResolvedArticle.from_dict(article_data)
@@ -259,9 +268,7 @@ def load_file(conninfo: str, folder: str, article_data: dict[str, Any], file: Da
         try:
             with conn.cursor() as cur, cur.copy(copy_sql) as copy:
                 for batch in table.iter_batches(batch_size=FETCH_ROWS):
-                    columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
-                    for row in zip(*columns, strict=True):  # columns of one batch: of one length
-                        copy.write_row(row)
+                    copy.write(copy_text.copy_text(batch))  # COPY text, made column by column in C++
                     rows += batch.num_rows
         except psycopg.errors.UntranslatableCharacter as exc:
             raise ReplError(
@@ -293,12 +300,14 @@ def check_writable(folder: Path) -> None:
 
 
 def write_scripts(folder: Path, articles: list[ResolvedArticle], needs: user_types.Requirements) -> None:
-    """``schema.sql`` (the user types the articles need, then each article's table) and
-    ``procedures.sql`` (the generated procedures)."""
+    """``schema.sql`` (the user types the articles need, then each article's table),
+    ``keys.sql`` (each table's keys, run after the data load) and ``procedures.sql`` (the
+    generated procedures)."""
     (folder / "schema.sql").write_text(
         user_types.script(needs.objects)
         + "\n".join(schema_script(a, needs.column_collations.get(a.name)) for a in articles)
     )
+    (folder / "keys.sql").write_text("".join(keys_script(a) for a in articles))
     (folder / "procedures.sql").write_text("\n".join(procedures.article_script(a) for a in articles))
 
 

@@ -1,0 +1,62 @@
+"""Arrow record batches as PostgreSQL ``COPY ... FROM STDIN`` text, column by column in Arrow's
+C++ kernels: no Python object per value (except for ``bytea``, written as ``\\x`` hex).
+
+What each column becomes is what PostgreSQL's input functions read back as the same value:
+
+* ``bool``: ``true`` / ``false``; integers: their decimal digits;
+* ``float4`` / ``float8``: the shortest text that reads back as the same binary value (Arrow's
+  formatting; ``inf``, ``-inf``, ``nan`` and ``-0`` are accepted by ``float4in``/``float8in``);
+* text: the characters, with ``\\``, newline, carriage return and tab escaped as COPY's text
+  format requires;
+* ``bytea``: ``\\x`` and the hex digits (the backslash escaped);
+* NULL: ``\\N``.
+
+Owns: :func:`copy_text` (a batch's rows, tab-separated, one line each).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+#: COPY text's escapes, backslash first (the others add backslashes).
+_ESCAPES = (("\\", "\\\\"), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t"))
+
+
+def copy_text(batch: Any) -> memoryview:
+    """The batch's rows in COPY's text format (``pa.RecordBatch`` with columns of the types the
+    Snapshot Agent's data files use), ready for ``copy.write``; empty for no rows."""
+    if batch.num_rows == 0:
+        return memoryview(b"")
+    columns = [_column_text(col) for col in batch.columns]
+    tab, newline, empty = (pa.scalar(s, pa.large_string()) for s in ("\t", "\n", ""))
+    lines = pc.binary_join_element_wise(*columns, tab) if len(columns) > 1 else columns[0]
+    lines = pc.binary_join_element_wise(lines, empty, newline)  # each line ends with a newline
+    return _data(lines)
+
+
+def _column_text(col: Any) -> Any:
+    """One column as COPY text values (a large string array without nulls: 64-bit offsets, so
+    a batch of big values never overflows them)."""
+    kind = col.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        text = col.cast(pa.large_string())
+        for raw, escaped in _ESCAPES:
+            text = pc.replace_substring(text, raw, escaped)
+    elif pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+        text = pa.array([None if v is None else "\\\\x" + v.hex() for v in col.to_pylist()], pa.large_string())
+    elif pa.types.is_boolean(kind) or pa.types.is_integer(kind) or pa.types.is_floating(kind):
+        text = pc.cast(col, pa.large_string())
+    else:
+        raise TypeError(f"no COPY text form for Arrow type {kind}")
+    return pc.fill_null(text, "\\N")
+
+
+def _data(lines: Any) -> memoryview:
+    """The concatenated values of a large string array without nulls: its data buffer between
+    the first and the last offset (a slice of the array may start inside the buffer)."""
+    offsets = memoryview(lines.buffers()[1]).cast("q")
+    first, last = offsets[lines.offset], offsets[lines.offset + len(lines)]
+    return memoryview(lines.buffers()[2])[first:last]
