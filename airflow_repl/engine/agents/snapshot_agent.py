@@ -141,6 +141,7 @@ class _Taken:
     files: list[DataFile]
     needs: user_types.Requirements
     read_seconds: float
+    plan_seconds: float
 
     @property
     def rows(self) -> int:
@@ -154,6 +155,7 @@ class _Taken:
             "rows": self.rows,
             "partitions": self.partitions,
             "initialized": initialized,
+            "plan_seconds": round(self.plan_seconds, 3),
             "read_seconds": round(self.read_seconds, 3),
             "rows_per_second": round(self.rows / self.read_seconds, 1) if self.read_seconds else None,
             "read_executors": sorted({str(f["executor"]) for f in self.files if f.get("executor")}),
@@ -222,14 +224,16 @@ class _SnapshotRun:
                 repl_conn, temp_slot if has_slot else self.slot, permanent=not has_slot
             )
             parallelism = max_partitions or max(1, spark.sparkContext.defaultParallelism * 2)
+            started = time.monotonic()
             tasks, needs = self._plan(snapshot, articles, parallelism)
+            plan_seconds = time.monotonic() - started
             self.run.spark_step("the read of the snapshot", "publisher", self.pub_conninfo)
             started = time.monotonic()
             files = _read_partitions(spark, tasks, self.pub_conninfo, snapshot, str(folder), self.lines, identify)
             read_seconds = time.monotonic() - started
         finally:
             repl_conn.close()  # ends the exported snapshot (and drops a temporary slot)
-        return _Taken(snapshot_id, folder, consistent_lsn, len(tasks), files, needs, read_seconds)
+        return _Taken(snapshot_id, folder, consistent_lsn, len(tasks), files, needs, read_seconds, plan_seconds)
 
     def _plan(
         self, snapshot: str, articles: list[ResolvedArticle], parallelism: int
