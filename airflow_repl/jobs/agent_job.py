@@ -30,7 +30,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from airflow_repl.engine.agents import continuous as continuous_mode
 from airflow_repl.engine.agents import (
@@ -70,21 +70,31 @@ Entry = Callable[[Request, "SparkSession | None"], "tuple[dict[str, Any], SparkS
 
 
 def _snapshot(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any], SparkSession | None]:
-    from airflow_repl.engine.agents import snapshot_agent  # with pyarrow: only the Snapshot Agent's runs pay the import
-    from airflow_repl.jobs.session import spark_session
+    from airflow_repl.jobs import session
 
     for name in req.subscribers or []:  # an unknown subscriber is refused before Spark starts (seconds)
         req.topology.subscription(req.publication, name)
-    spark = spark or spark_session(f"airflow-repl-snapshot-{req.publication}")
+    max_partitions, starting = None, None
+    if spark is None:
+        # A local JVM starts while the agent checks, creates the slot and plans the partitions
+        # (none of which needs Spark); their number then comes from the local master's cores.
+        master = None if session.under_spark_submit() else session.default_master()
+        starting = session.StartingSession(f"airflow-repl-snapshot-{req.publication}")
+        cores = session.local_parallelism(master) if master else None
+        max_partitions = 2 * cores if cores else None
+        spark = cast("SparkSession", starting)
+    from airflow_repl.engine.agents import snapshot_agent  # with pyarrow: only the Snapshot Agent's runs pay the import
+
     summary = snapshot_agent.run_snapshot(
         req.topology,
         req.publication,
         spark,
         subscribers=req.subscribers,
         reinitialize=req.reinitialize,
+        max_partitions=max_partitions,
         identify=executor_id,
     )
-    return summary, spark
+    return summary, starting.result() if starting is not None else spark
 
 
 def _logreader(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any], SparkSession | None]:

@@ -1,9 +1,26 @@
-"""The SparkSession an agent runs in."""
+"""The SparkSession an agent runs in, and starting one in the background while the agent does
+the work that needs no Spark (a local JVM takes seconds to start)."""
 
 from __future__ import annotations
 
 import os
+import re
 import sys
+import threading
+from typing import Any
+
+#: The master of a session started outside spark-submit (CLI, tests), unless one is given.
+DEFAULT_MASTER = "local[2]"
+
+
+def default_master() -> str:
+    """$AIRFLOW_REPL_SPARK_MASTER, else ``local[2]``."""
+    return os.environ.get("AIRFLOW_REPL_SPARK_MASTER", DEFAULT_MASTER)
+
+
+def under_spark_submit() -> bool:
+    """Whether this process is a spark-submit application's driver (its session exists)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ  # set by spark-submit's PythonRunner
 
 
 def spark_session(app_name: str, master: str | None = None):
@@ -20,9 +37,50 @@ def spark_session(app_name: str, master: str | None = None):
     if active is not None:
         return active
     builder = SparkSession.builder.appName(app_name)
-    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # set by spark-submit's PythonRunner
-    if not under_submit:
-        builder = builder.master(master or os.environ.get("AIRFLOW_REPL_SPARK_MASTER", "local[2]")).config(
-            "spark.ui.enabled", "false"
-        )
+    if not under_spark_submit():
+        builder = builder.master(master or default_master()).config("spark.ui.enabled", "false")
     return builder.config("spark.sql.shuffle.partitions", "4").getOrCreate()
+
+
+def local_parallelism(master: str) -> int | None:
+    """The default parallelism of a local master (``local``: 1, ``local[N]`` and
+    ``local[N,F]``: N, ``local[*]``: the machine's cores); None for a cluster's master."""
+    if master == "local":
+        return 1
+    found = re.fullmatch(r"local\[(\d+|\*)(?:,\s*\d+)?\]", master)
+    if found is None:
+        return None
+    return (os.cpu_count() or 1) if found.group(1) == "*" else max(1, int(found.group(1)))
+
+
+class StartingSession:
+    """A SparkSession starting in a background thread (:func:`spark_session`); using any of its
+    attributes waits for it, and a failure to start is raised there.  The thread is a daemon:
+    a run that fails before it needs Spark does not wait for the JVM to exit."""
+
+    def __init__(self, app_name: str, master: str | None = None) -> None:
+        self._done = threading.Event()
+        self._session: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._start, args=(app_name, master), name="spark-session-start", daemon=True
+        )
+        self._thread.start()
+
+    def _start(self, app_name: str, master: str | None) -> None:
+        try:
+            self._session = spark_session(app_name, master)
+        except BaseException as exc:  # raised where the session is used
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def result(self) -> Any:
+        """The started SparkSession (waits for it)."""
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._session
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.result(), name)

@@ -5,6 +5,7 @@ publisher row by row and with ``validate``."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -205,6 +206,33 @@ def test_inheritance_parent_only_or_with_children_never_a_mix(env, spark):
     env.run(env.pub, "TRUNCATE all_t_c1")
     with pytest.raises(ReplError, match=r"TRUNCATE of only part of public.all_t .* article 'all_t', which includes"):
         log_reader_agent.run_log_reader(topo, "p")
+
+
+def test_block_ranges_read_every_row_once_over_children_of_other_sizes(env, spark, monkeypatch):
+    """Several block ranges over a hierarchy whose tables have other sizes (the parent small, a
+    child large, with dead tuples and free space in the middle): every row once."""
+    env.run(env.pub, INHERITANCE.format(p="blk"))
+    env.run(
+        env.pub,
+        """INSERT INTO blk_c1 SELECT g, repeat('x', g % 300), g FROM generate_series(1000, 40999) g;
+           DELETE FROM blk_c1 WHERE id % 3 = 0 AND id BETWEEN 5000 AND 20000;
+           UPDATE blk_c1 SET v = 'moved' WHERE id BETWEEN 30000 AND 30999;
+           INSERT INTO blk SELECT g, 'p' FROM generate_series(100, 599) g""",
+    )
+    monkeypatch.setattr(snapshot_folder, "ROWS_PER_PARTITION", 2000)
+    topo = env.topology([{"table": "blk", "include_children": True}])
+    summary = snapshot_agent.run_snapshot(topo, "p", spark, max_partitions=7)
+    assert summary["partitions"] == 7
+    manifest = json.loads((Path(summary["folder"]) / "manifest.json").read_text())
+    files = manifest["articles"][0]["files"]
+    bounds = [(f["lower"], f["upper"]) for f in files]
+    assert bounds[0][0] is None and bounds[-1][1] is None  # open at both ends
+    assert all(a[1] == b[0] and isinstance(a[1], int) for a, b in itertools.pairwise(bounds))  # contiguous blocks
+    assert sum(1 for f in files if f["rows"]) > 3  # the rows really are spread over the ranges
+    expected = env.rows(env.pub, "SELECT id, v FROM blk ORDER BY id")
+    assert sub_rows(env, "SELECT id, v FROM blk ORDER BY id") == expected
+    assert sub_rows(env, "SELECT count(*), count(DISTINCT id) FROM blk") == [(len(expected), len(expected))]
+    assert_in_sync(topo)
 
 
 def test_a_child_cannot_be_an_article_and_an_included_child(env):

@@ -9,7 +9,7 @@ commit at or after that point are exactly the ones the slot decodes, so the subs
 watermark starts just before it: rows written during the snapshot are neither lost nor doubled.
 
 A run, step by step: check the subscriptions and apply the topology; create the slot; plan
-key ranges in the exported snapshot; read them into Parquet files with Spark; write the
+block ranges in the exported snapshot; read them into Parquet files with Spark; write the
 snapshot folder (scripts, manifest); initialize each subscription that needs it (types, schema
 and procedures, parallel load, row check, watermark, 'active').
 
@@ -238,7 +238,7 @@ class _SnapshotRun:
     def _plan(
         self, snapshot: str, articles: list[ResolvedArticle], parallelism: int
     ) -> tuple[list[Partition], user_types.Requirements]:
-        """Key ranges and the user types the articles need, as of the exported snapshot."""
+        """Block ranges and the user types the articles need, as of the exported snapshot."""
         self.run.step = "the planning of the snapshot"
         with self.run.connect(self.pub_conninfo, "publisher", autocommit=True) as planner:
             slots.join_snapshot(planner, snapshot)
@@ -277,7 +277,7 @@ def _read_partitions(
     lines: progress_lines.Lines,
     identify: Identify | None = None,
 ) -> list[DataFile]:
-    """Read every key range into its data file, one Spark task each (the task closes over the
+    """Read every block range into its data file, one Spark task each (the task closes over the
     plain arguments only: it is shipped to the executors); with ``identify``, each file names
     the executor that read it.  Progress lines: rows copied per article out of the plan's count."""
     totals = {f"article {t['article']['name']!r}": int(t["estimated_rows"]) for t in tasks}

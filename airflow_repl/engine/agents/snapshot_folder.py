@@ -4,9 +4,9 @@ written and loaded.
 A snapshot folder (one per publication and run) holds ``schema.sql`` (each article's
 pre-creation script, after the user types it needs), ``keys.sql`` (the tables' keys, added
 after the load), ``procedures.sql``, Parquet data files
-(``data/<article>-<hash>/part-NNNNN.parquet``, one per key range) and ``manifest.json``.
+(``data/<article>-<hash>/part-NNNNN.parquet``, one per block range) and ``manifest.json``.
 
-Owns: the key ranges (:func:`plan_partitions`, planned in the exported snapshot), reading one
+Owns: the block ranges (:func:`plan_partitions`, planned in the exported snapshot), reading one
 range into a Parquet file (:func:`read_partition`) and loading one file into a subscriber table
 exactly once (:func:`load_file`), both run on Spark executors, and the scripts and manifest.
 The Snapshot Agent (:mod:`~airflow_repl.engine.agents.snapshot_agent`) decides when each runs.
@@ -49,12 +49,12 @@ ARROW_TYPES: dict[int, Any] = {
     1042: pa.string(),
     17: pa.binary(),
 }
-#: Rows of one key range (one data file), roughly.
+#: Rows of one block range (one data file), roughly.
 ROWS_PER_PARTITION = 50_000
 #: Rows fetched, written and loaded at a time.
 FETCH_ROWS = 10_000
 
-#: One data file to read: the article (its definition), the file's index, its key range
+#: One data file to read: the article (its definition), the file's index, its block range
 #: (lower bound included, upper excluded; None: unbounded) and the article's estimated rows.
 Partition = dict[str, Any]
 #: One data file read: article, path (relative to the folder), rows, lower, upper.
@@ -145,57 +145,48 @@ def arrow_schema(article: ResolvedArticle) -> Any:
 
 
 # ---------------------------------------------------------------------- partitions
-# Key ranges exist on the publisher side only: they are planned and read inside the same
-# exported snapshot, under the publisher's own ordering.  The subscriber never evaluates a
-# range (its collation may order the keys differently): each file loads exactly once thanks to
-# the ledger below, so no step depends on two servers ordering keys alike.
-def _key_tuple(article: ResolvedArticle) -> sql.Composable:
-    return sql.SQL("({})").format(sql.SQL(", ").join(sql.Identifier(c) for c in article.primary_key))
-
-
-def _key_values(article: ResolvedArticle, values: list[str]) -> sql.Composable:
-    # literals, not parameters: a statement embedding identifiers is never scanned for placeholders
-    types = [article.table.column(c).type for c in article.primary_key]
-    return sql.SQL("({})").format(
-        sql.SQL(", ").join(sql.SQL("{}::" + t).format(sql.Literal(v)) for v, t in zip(values, types, strict=True))
-    )
-
-
+# A partition is a range of the table's heap blocks (TID range scan, PostgreSQL 14+), read
+# inside the exported snapshot: every row version the snapshot sees lies in exactly one range
+# (the last range is open, so blocks added since planning are read too), whatever the key's
+# type or collation, and planning needs no sort of the keys.  The subscriber never evaluates a
+# range: each file loads exactly once thanks to the ledger below.
 def _filter(article: ResolvedArticle) -> sql.Composable:
     """The article's row filter (PostgreSQL's own deparsed, validated form), or true."""
     return sql.SQL("({})").format(sql.SQL(article.row_filter)) if article.row_filter else sql.SQL("true")
 
 
 def plan_partitions(conn: psycopg.Connection[Any], article: ResolvedArticle, max_parts: int) -> list[Partition]:
-    """Key ranges of roughly equal size, computed inside the exported snapshot."""
+    """Block ranges of equal size, one per ``ROWS_PER_PARTITION`` rows (at most ``max_parts``),
+    with the article's row count, computed inside the exported snapshot."""
     count = raw_sql.execute(
         conn, sql.SQL("SELECT count(*) FROM {} WHERE {}").format(article.source, _filter(article))
     ).fetchone()
     rows = int(count[0]) if count is not None else 0
     parts = max(1, min(max_parts, math.ceil(rows / ROWS_PER_PARTITION)))
-    bounds = _range_bounds(conn, article, math.ceil(rows / parts)) if parts > 1 else []
-    edges: list[list[str] | None] = [None, *bounds, None]
+    blocks = _blocks(conn, article) if parts > 1 else 0
+    edges: list[int | None] = [None, *(blocks * i // parts for i in range(1, parts)), None]
     return [
         {"article": article.to_dict(), "index": i, "lower": edges[i], "upper": edges[i + 1], "estimated_rows": rows}
         for i in range(len(edges) - 1)
     ]
 
 
-def _range_bounds(conn: psycopg.Connection[Any], article: ResolvedArticle, step: int) -> list[list[str]]:
-    """The key of every ``step``-th row (after the first), in key order: the ranges' bounds."""
-    pk = [sql.Identifier(c) for c in article.primary_key]
-    query = sql.SQL(
-        "SELECT {keys} FROM (SELECT {keys_text}, row_number() OVER (ORDER BY {order}) AS rn "
-        "FROM {t} WHERE {where}) s WHERE rn % {step} = 1 AND rn > 1 ORDER BY rn"
-    ).format(
-        keys=sql.SQL(", ").join(pk),
-        keys_text=sql.SQL(", ").join(sql.SQL("{}::text AS {}").format(c, c) for c in pk),
-        order=sql.SQL(", ").join(pk),
-        t=article.source,
-        where=_filter(article),
-        step=sql.Literal(step),
+def _blocks(conn: psycopg.Connection[Any], article: ResolvedArticle) -> int:
+    """Heap blocks of the article's table, or of the largest of the tables it reads (its
+    inheritance children included): each is scanned over the same block ranges."""
+    table = sql.Literal(sql.Identifier(article.table.schema, article.table.name).as_string(conn))
+    tree = (
+        "WITH RECURSIVE tree(oid) AS (SELECT {t}::pg_catalog.regclass::oid UNION ALL "
+        "SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.oid) "
+        if article.include_children
+        else "WITH tree(oid) AS (SELECT {t}::pg_catalog.regclass::oid) "
     )
-    return [list(r) for r in raw_sql.execute(conn, query)]
+    query = sql.SQL(
+        tree + "SELECT coalesce(max(pg_catalog.pg_relation_size(oid)), 0) / "
+        "pg_catalog.current_setting('block_size')::bigint FROM tree"
+    ).format(t=table)
+    found = raw_sql.execute(conn, query).fetchone()
+    return int(found[0]) if found is not None else 0
 
 
 def _folder_name(article: str) -> str:
@@ -205,12 +196,12 @@ def _folder_name(article: str) -> str:
 
 
 def read_partition(conninfo: str, snapshot_name: str, folder: str, task: Partition) -> DataFile:
-    """Executor side: read one key range inside the exported snapshot into a Parquet file.  The
+    """Executor side: read one block range inside the exported snapshot into a Parquet file.  The
     rows arrive as Arrow columns (:mod:`~airflow_repl.engine.postgres.arrow_reads`: COPY binary
     decoded in C++), in batches, so memory stays bounded whatever the size of the range."""
     article = ResolvedArticle.from_dict(task["article"])
     query = sql.SQL("SELECT {} FROM {} WHERE {} AND {}").format(
-        _select_list(article), article.source, _range_condition(article, task["lower"], task["upper"]), _filter(article)
+        _select_list(article), article.source, _range_condition(task["lower"], task["upper"]), _filter(article)
     )
     rel = Path("data") / _folder_name(article.name) / f"part-{task['index']:05d}.parquet"
     path = Path(folder) / rel
@@ -239,12 +230,13 @@ def _as_schema(batch: Any, schema: Any) -> Any:
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def _range_condition(article: ResolvedArticle, lower: list[str] | None, upper: list[str] | None) -> sql.Composable:
+def _range_condition(lower: int | None, upper: int | None) -> sql.Composable:
+    """Rows whose heap block is in [``lower``, ``upper``) (None: unbounded)."""
     where = []
     if lower is not None:
-        where.append(sql.SQL("{} >= {}").format(_key_tuple(article), _key_values(article, lower)))
+        where.append(sql.SQL("ctid >= {}::pg_catalog.tid").format(sql.Literal(f"({int(lower)},0)")))
     if upper is not None:
-        where.append(sql.SQL("{} < {}").format(_key_tuple(article), _key_values(article, upper)))
+        where.append(sql.SQL("ctid < {}::pg_catalog.tid").format(sql.Literal(f"({int(upper)},0)")))
     return sql.SQL(" AND ").join(where) if where else sql.SQL("true")
 
 
