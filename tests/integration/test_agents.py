@@ -318,6 +318,31 @@ def test_log_reader_killed_mid_run_rerun_loses_and_duplicates_nothing(env, spark
     assert_in_sync(topo)
 
 
+def test_log_reader_batches_grow_and_keep_whole_transactions_exactly_once(env, spark, monkeypatch):
+    """Batches grow while the slot decodes WAL again (here from the first byte: no floor), and
+    still hold whole transactions in commit order, each stored once, across a stopped run and a
+    re-run; transaction rows are written every `chunk` rows."""
+    monkeypatch.setattr(log_reader_agent, "REDECODE_FLOOR", 0)
+    topo = snapshotted_items(env, spark, 2000)
+    for i in range(300):
+        env.run(env.pub, "UPDATE items SET grp = grp + 1 WHERE id %% 300 = %s", (i,))
+    first = log_reader_agent.run_log_reader(topo, "p", batch_changes=100, max_batches=3)
+    assert 0 < first["transactions"] < 300
+    rest = log_reader_agent.run_log_reader(topo, "p", batch_changes=100, chunk=7)
+    assert first["transactions"] + rest["transactions"] == 300
+    assert rest["batches"] < 10  # batches of 100 changes take 23
+    xacts = [r[0] for r in env.rows(env.dist, "SELECT xid FROM airflow_repl.transactions ORDER BY xact_seqno")]
+    assert len(xacts) == 300 and xacts == sorted(xacts)  # one committer: commit order is xid order
+    assert env.rows(
+        env.dist,
+        "SELECT count(*), count(DISTINCT (xact_seqno, command_id)), "
+        "(SELECT sum(command_count) FROM airflow_repl.transactions) FROM airflow_repl.commands",
+    ) == [(2000, 2000, 2000)]
+    assert log_reader_agent.run_log_reader(topo, "p")["transactions"] == 0
+    distribution_agent.run_distribution(topo, "p", "sub1")
+    assert_in_sync(topo)
+
+
 def test_large_transaction_is_stored_atomically_in_chunks(env, spark):
     topo = snapshotted_items(env, spark, 10)
     env.run(env.pub, "INSERT INTO items (id, grp, payload) SELECT g, 1, 'bulk' FROM generate_series(100, 30099) g")

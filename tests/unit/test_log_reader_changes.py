@@ -5,6 +5,7 @@ and key updates stored as delete/insert pairs that apply one by one without dupl
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
 import pytest
 
@@ -142,3 +143,39 @@ def test_key_update_runs_apply_one_by_one_without_duplicates(name):
     assert apply_one_by_one(before, commands) == set(expected)
     deletes = [image for op, image in commands if op == "D"]
     assert deletes == [d for d in deletes if tuple(d) in before]  # only rows that existed before the run
+
+
+# ---------------------------------------------------------------------- batch size
+MIB = 1 << 20
+
+
+def test_batches_keep_their_size_while_the_slot_decodes_little_again():
+    grow = log_reader_agent.next_batch_changes
+    assert grow(20000, 20000, 100 * MIB, 103 * MIB, 103 * MIB) == 20000  # restart_lsn caught up
+    assert grow(20000, 20000, 100 * MIB, 103 * MIB, 96 * MIB) == 20000  # 7 MiB again: below the floor
+    assert grow(20000, 20000, 100 * MIB, 103 * MIB, None) == 20000  # no restart_lsn known
+    assert grow(80000, 20000, 100 * MIB, 103 * MIB, 103 * MIB) == 20000  # grown, then the slot moved on
+
+
+def test_batches_grow_to_cover_the_wal_decoded_again_within_bounds():
+    grow = log_reader_agent.next_batch_changes
+    # 3 MiB read by the last batch; 12 MiB decoded again by the next peek: 4 times as many changes
+    assert grow(20000, 20000, 100 * MIB, 103 * MIB, 91 * MIB) == 80000
+    assert grow(80000, 20000, 100 * MIB, 112 * MIB, 88 * MIB) == 160000  # and so on, doubling
+    assert grow(20000, 20000, 100 * MIB, 101 * MIB, 10 * MIB) == 20000 * log_reader_agent.MAX_BATCH_GROWTH  # capped
+    assert grow(20000, 20000, 100 * MIB, 130 * MIB, 110 * MIB) == 20000  # a long batch: never below batch_changes
+    assert grow(20000, 20000, 100 * MIB, 100 * MIB, 50 * MIB) == 20000  # an empty span: no ratio
+
+
+def test_transaction_rows_are_written_with_their_commands_every_chunk(monkeypatch):
+    written: list[tuple[str, int]] = []
+    monkeypatch.setattr(log_reader_agent.distdb, "copy_commands", lambda _c, rows: written.append(("C", len(rows))))
+    monkeypatch.setattr(log_reader_agent.distdb, "copy_transactions", lambda _c, rows: written.append(("T", len(rows))))
+    writer = log_reader_agent._TxnWriter(None, "p", 3)
+    for n in range(7):
+        writer.begin(f"0/{n + 1}")
+        writer.row_change("a", [Command(INSERT, "a", new=[str(n)])])
+        writer.end(datetime.now(timezone.utc), n + 2)
+    assert written == [("C", 3), ("C", 0), ("T", 3), ("C", 3), ("C", 0), ("T", 3)]  # bounded: never more than chunk
+    writer.flush_batch()
+    assert written[6:] == [("C", 1), ("T", 1)]

@@ -13,6 +13,12 @@ Safety protocol, per batch:
 A crash before 3 leaves the slot behind: the next run peeks the same transactions again and
 skips those already stored (keyed by commit LSN), so nothing is lost and nothing is doubled.
 
+Every peek, and every advance, decodes the slot's WAL from its ``restart_lsn``, which the server
+moves only to a running-transactions record it logs (about every 15 s, and at checkpoints): over a
+backlog written faster than that, each batch would decode again everything before it, and the
+run would be quadratic in the backlog.  So a batch grows while the slot re-reads more WAL than
+the last batch covered (:func:`next_batch_changes`).
+
 Owns the reading loop (:func:`run_log_reader`) and the order in which a transaction's commands
 are stored (:class:`_TxnWriter`).  Which article a change belongs to and the commands it becomes
 are :mod:`~airflow_repl.engine.agents.change_mapping`'s; the slot's statements are
@@ -51,6 +57,25 @@ from airflow_repl.engine.state import distdb, progress, publisher_state
 from airflow_repl.engine.subscriber import in_doubt
 
 AGENT = "logreader"
+
+#: A batch grows at most to this many times ``batch_changes`` (see :func:`next_batch_changes`).
+MAX_BATCH_GROWTH = 50
+#: WAL (bytes) a peek may decode again before its start without the batch growing: cheap.
+REDECODE_FLOOR = 8 << 20
+
+
+def next_batch_changes(limit: int, base: int, start: int, end: int, restart: int | None) -> int:
+    """The size (changes) of the next peek, after a batch of ``limit`` changes that covered the
+    WAL from ``start`` to ``end`` (where the slot now is) and left the slot's ``restart_lsn`` at
+    ``restart``.  The next peek decodes again ``end - restart`` bytes before reading anything
+    new; when that is more than :data:`REDECODE_FLOOR`, the batch grows so that the WAL it covers
+    is about as long as what it decodes again (between ``base`` and :data:`MAX_BATCH_GROWTH`
+    times ``base``): the WAL a run decodes again stays within a small multiple of the backlog
+    instead of growing with its square."""
+    if restart is None or end - restart <= REDECODE_FLOOR or end <= start:
+        return base
+    return max(base, min(base * MAX_BATCH_GROWTH, limit * (end - restart) // (end - start)))
+
 
 Image = tuple[Any, ...]  # a row image, as a key
 
@@ -162,7 +187,8 @@ class _TxnWriter:
         self.staged_hashes = {}
 
     def end(self, commit_time: datetime, end_lsn: int) -> None:
-        """The transaction committed: queue its row (written with the batch)."""
+        """The transaction committed: queue its row (written with the batch, or with the
+        commands before it once ``chunk`` rows wait)."""
         self.close_run()
         self.transactions.append(
             (
@@ -177,10 +203,12 @@ class _TxnWriter:
                 self.schema_change,
             )
         )
+        if len(self.transactions) >= self.chunk:
+            self.flush_batch()
 
     def flush_batch(self) -> None:
         """Write everything queued (commands, then their transactions) into the open
-        distributor transaction."""
+        distributor transaction (which holds the whole batch)."""
         self.flush()
         distdb.copy_transactions(self.dist, self.transactions)
         self.transactions = []
@@ -257,6 +285,13 @@ class _LogReader:
         self.dist.commit()
         self.writer = _TxnWriter(self.dist, self.publication, chunk)
         self.new_bound()
+        self.note_slot_position()
+
+    def note_slot_position(self) -> None:
+        """Where the slot is now: the next batch's WAL starts there."""
+        found = slots.confirmed_flush_lsn(self.pub, self.slot)
+        self.pub.commit()
+        self.position = lsn.lsn_to_int(found) if found else 0
 
     def new_bound(self) -> None:
         """Read up to what is committed now (a continuous run takes a new bound each round)."""
@@ -389,14 +424,18 @@ class _LogReader:
             self.totals["last_xact_seqno"] = batch.last_commit
         self.dist.commit()
 
-    def advance_slot(self, batch: _Batch, end_lsn: int) -> None:
-        """Move the slot past what was stored (never before it is committed at the distributor)."""
+    def advance_slot(self, batch: _Batch, end_lsn: int, limit: int, base: int) -> int:
+        """Move the slot past what was stored (never before it is committed at the distributor);
+        returns the size of the next batch (:func:`next_batch_changes`; this one had ``limit``)."""
         slots.advance(self.pub, self.slot, lsn.int_to_lsn(end_lsn))
         publisher_state.forget_schema_changes(self.pub, self.change_ids)
+        restart = slots.restart_lsn(self.pub, self.slot)
         self.pub.commit()
         self.change_ids = []
         self.totals["transactions"] += batch.transactions
         self.totals["batches"] += 1
+        start, self.position = self.position, end_lsn
+        return next_batch_changes(limit, base, start, end_lsn, lsn.lsn_to_int(restart) if restart else None)
 
     def report(self, lines: progress_lines.Lines, end_lsn: int) -> None:
         """A progress line, when one is due: what the run read, and the LSN it reached against
@@ -417,6 +456,7 @@ class _LogReader:
         there, so that a busy publisher's WAL of unpublished tables is not kept forever."""
         slots.advance_at_least(self.pub, self.slot, self.upto)
         self.pub.commit()
+        self.note_slot_position()
 
 
 def run_log_reader(
@@ -459,10 +499,11 @@ def _read_loop(
     max_batches: int | None,
 ) -> None:
     """Batch after batch up to the run's bound; a continuous run then takes a new bound (at
-    once when the round stored transactions, else after ``poll_interval``)."""
-    totals, worked = reader.totals, False
+    once when the round stored transactions, else after ``poll_interval``).  Batches start at
+    ``batch_changes`` changes and grow while the slot decodes much WAL again (:func:`next_batch_changes`)."""
+    totals, worked, limit = reader.totals, False, batch_changes
     while max_batches is None or totals["batches"] < max_batches:
-        batch = reader.read_batch(batch_changes)
+        batch = reader.read_batch(limit)
         if batch.last_end is None:
             reader.advance_idle_slot()
             if not loop.idle(worked):
@@ -472,7 +513,7 @@ def _read_loop(
             worked = False
             continue
         reader.store(batch, batch.last_end)  # durable at the distributor ...
-        reader.advance_slot(batch, batch.last_end)  # ... then advance
+        limit = reader.advance_slot(batch, batch.last_end, limit, batch_changes)  # ... then advance
         reader.report(lines, batch.last_end)
         worked = worked or batch.transactions > 0
         if not loop.go_on():

@@ -89,6 +89,15 @@ def advance_at_least(conn: psycopg.Connection[Any], slot: str, to: str) -> None:
     )
 
 
+def restart_lsn(conn: psycopg.Connection[Any], slot: str) -> str | None:
+    """Where decoding of the slot starts (every peek and every advance reads the WAL from there);
+    None without the slot or before it has one."""
+    row = conn.execute(
+        "SELECT restart_lsn::text FROM pg_catalog.pg_replication_slots WHERE slot_name = %s", (slot,)
+    ).fetchone()
+    return str(row[0]) if row is not None and row[0] is not None else None
+
+
 def confirmed_flush_lsn(conn: psycopg.Connection[Any], slot: str) -> str | None:
     """Where the slot was advanced to (everything committed before it was read); None without the slot."""
     row = conn.execute(
