@@ -357,7 +357,16 @@ def phase_initial(b: Bench) -> None:
     b.rows.append(
         row("initial sync: Snapshot Agent's own run (after Spark start)", None, summary["seconds"], "s", False)
     )
-    b.rows.append(row("initial sync: of which planning the key ranges", None, summary.get("plan_seconds"), "s", False))
+    b.rows.append(row("initial sync: of which planning the partitions", None, summary.get("plan_seconds"), "s", False))
+    b.rows.append(
+        row(
+            "initial sync: of which waiting for Spark (started in the background)",
+            None,
+            summary.get("spark_wait_seconds"),
+            "s",
+            False,
+        )
+    )
     b.rows.append(row("initial sync: of which reading the publisher", None, summary["read_seconds"], "s", False))
     b.rows.append(
         row("initial sync: of which loading and activating the subscriber", None, summary["load_seconds"], "s", False)

@@ -163,6 +163,8 @@ def test_batches_grow_to_cover_the_wal_decoded_again_within_bounds():
     assert grow(20000, 20000, 100 * MIB, 103 * MIB, 91 * MIB) == 80000
     assert grow(80000, 20000, 100 * MIB, 112 * MIB, 88 * MIB) == 160000  # and so on, doubling
     assert grow(20000, 20000, 100 * MIB, 101 * MIB, 10 * MIB) == 20000 * log_reader_agent.MAX_BATCH_GROWTH  # capped
+    # continuous mode: smaller steps, so the Distribution Agent has a batch to apply meanwhile
+    assert grow(20000, 20000, 100 * MIB, 101 * MIB, 10 * MIB, log_reader_agent.CONTINUOUS_BATCH_GROWTH) == 80000
     assert grow(20000, 20000, 100 * MIB, 130 * MIB, 110 * MIB) == 20000  # a long batch: never below batch_changes
     assert grow(20000, 20000, 100 * MIB, 100 * MIB, 50 * MIB) == 20000  # an empty span: no ratio
 

@@ -60,21 +60,26 @@ AGENT = "logreader"
 
 #: A batch grows at most to this many times ``batch_changes`` (see :func:`next_batch_changes`).
 MAX_BATCH_GROWTH = 50
+#: The same bound in continuous mode, where the Distribution Agent applies each stored batch
+#: while the next is read: a batch of half the backlog would leave it idle meanwhile.
+CONTINUOUS_BATCH_GROWTH = 4
 #: WAL (bytes) a peek may decode again before its start without the batch growing: cheap.
 REDECODE_FLOOR = 8 << 20
 
 
-def next_batch_changes(limit: int, base: int, start: int, end: int, restart: int | None) -> int:
+def next_batch_changes(
+    limit: int, base: int, start: int, end: int, restart: int | None, growth: int = MAX_BATCH_GROWTH
+) -> int:
     """The size (changes) of the next peek, after a batch of ``limit`` changes that covered the
     WAL from ``start`` to ``end`` (where the slot now is) and left the slot's ``restart_lsn`` at
     ``restart``.  The next peek decodes again ``end - restart`` bytes before reading anything
     new; when that is more than :data:`REDECODE_FLOOR`, the batch grows so that the WAL it covers
-    is about as long as what it decodes again (between ``base`` and :data:`MAX_BATCH_GROWTH`
-    times ``base``): the WAL a run decodes again stays within a small multiple of the backlog
-    instead of growing with its square."""
+    is about as long as what it decodes again (between ``base`` and ``growth`` times ``base``):
+    the WAL a run decodes again stays within a small multiple of the backlog instead of growing
+    with its square."""
     if restart is None or end - restart <= REDECODE_FLOOR or end <= start:
         return base
-    return max(base, min(base * MAX_BATCH_GROWTH, limit * (end - restart) // (end - start)))
+    return max(base, min(base * growth, limit * (end - restart) // (end - start)))
 
 
 Image = tuple[Any, ...]  # a row image, as a key
@@ -424,7 +429,7 @@ class _LogReader:
             self.totals["last_xact_seqno"] = batch.last_commit
         self.dist.commit()
 
-    def advance_slot(self, batch: _Batch, end_lsn: int, limit: int, base: int) -> int:
+    def advance_slot(self, batch: _Batch, end_lsn: int, limit: int, base: int, growth: int) -> int:
         """Move the slot past what was stored (never before it is committed at the distributor);
         returns the size of the next batch (:func:`next_batch_changes`; this one had ``limit``)."""
         slots.advance(self.pub, self.slot, lsn.int_to_lsn(end_lsn))
@@ -435,7 +440,7 @@ class _LogReader:
         self.totals["transactions"] += batch.transactions
         self.totals["batches"] += 1
         start, self.position = self.position, end_lsn
-        return next_batch_changes(limit, base, start, end_lsn, lsn.lsn_to_int(restart) if restart else None)
+        return next_batch_changes(limit, base, start, end_lsn, lsn.lsn_to_int(restart) if restart else None, growth)
 
     def report(self, lines: progress_lines.Lines, end_lsn: int) -> None:
         """A progress line, when one is due: what the run read, and the LSN it reached against
@@ -487,7 +492,8 @@ def run_log_reader(
         wal_retention.warn_if_exceeded(reader.pub, topology, publication, reader.slot, totals)  # before reading
         reader.load_state(chunk)
         with continuous_mode.Loop(opts, run, totals) as loop:
-            _read_loop(reader, loop, lines, batch_changes, max_batches)
+            growth = CONTINUOUS_BATCH_GROWTH if continuous else MAX_BATCH_GROWTH
+            _read_loop(reader, loop, lines, batch_changes, max_batches, growth)
         return run.succeed(loop.summary(totals))
 
 
@@ -497,6 +503,7 @@ def _read_loop(
     lines: progress_lines.Lines,
     batch_changes: int,
     max_batches: int | None,
+    growth: int = MAX_BATCH_GROWTH,
 ) -> None:
     """Batch after batch up to the run's bound; a continuous run then takes a new bound (at
     once when the round stored transactions, else after ``poll_interval``).  Batches start at
@@ -513,7 +520,7 @@ def _read_loop(
             worked = False
             continue
         reader.store(batch, batch.last_end)  # durable at the distributor ...
-        limit = reader.advance_slot(batch, batch.last_end, limit, batch_changes)  # ... then advance
+        limit = reader.advance_slot(batch, batch.last_end, limit, batch_changes, growth)  # ... then advance
         reader.report(lines, batch.last_end)
         worked = worked or batch.transactions > 0
         if not loop.go_on():

@@ -142,6 +142,7 @@ class _Taken:
     needs: user_types.Requirements
     read_seconds: float
     plan_seconds: float
+    spark_wait_seconds: float
 
     @property
     def rows(self) -> int:
@@ -156,6 +157,7 @@ class _Taken:
             "partitions": self.partitions,
             "initialized": initialized,
             "plan_seconds": round(self.plan_seconds, 3),
+            "spark_wait_seconds": round(self.spark_wait_seconds, 3),
             "read_seconds": round(self.read_seconds, 3),
             "rows_per_second": round(self.rows / self.read_seconds, 1) if self.read_seconds else None,
             "read_executors": sorted({str(f["executor"]) for f in self.files if f.get("executor")}),
@@ -227,13 +229,19 @@ class _SnapshotRun:
             started = time.monotonic()
             tasks, needs = self._plan(snapshot, articles, parallelism)
             plan_seconds = time.monotonic() - started
+            self.run.step = "the start of Spark"
+            started = time.monotonic()
+            spark.sparkContext  # noqa: B018 - waits for a session still starting (jobs.session.StartingSession)
+            spark_wait = time.monotonic() - started
             self.run.spark_step("the read of the snapshot", "publisher", self.pub_conninfo)
             started = time.monotonic()
             files = _read_partitions(spark, tasks, self.pub_conninfo, snapshot, str(folder), self.lines, identify)
             read_seconds = time.monotonic() - started
         finally:
             repl_conn.close()  # ends the exported snapshot (and drops a temporary slot)
-        return _Taken(snapshot_id, folder, consistent_lsn, len(tasks), files, needs, read_seconds, plan_seconds)
+        return _Taken(
+            snapshot_id, folder, consistent_lsn, len(tasks), files, needs, read_seconds, plan_seconds, spark_wait
+        )
 
     def _plan(
         self, snapshot: str, articles: list[ResolvedArticle], parallelism: int
