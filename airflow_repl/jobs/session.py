@@ -11,6 +11,10 @@ from typing import Any
 
 #: The master of a session started outside spark-submit (CLI, tests), unless one is given.
 DEFAULT_MASTER = "local[2]"
+#: The driver JVM's heap of such a session ($AIRFLOW_REPL_SPARK_DRIVER_MEMORY): the agents' data
+#: goes through the Python workers and the servers, never through the driver's heap, so Spark's
+#: default of 1g only makes the process tree bigger.
+DEFAULT_DRIVER_MEMORY = "512m"
 
 
 def default_master() -> str:
@@ -38,7 +42,11 @@ def spark_session(app_name: str, master: str | None = None):
         return active
     builder = SparkSession.builder.appName(app_name)
     if not under_spark_submit():
-        builder = builder.master(master or default_master()).config("spark.ui.enabled", "false")
+        builder = (
+            builder.master(master or default_master())
+            .config("spark.ui.enabled", "false")
+            .config("spark.driver.memory", os.environ.get("AIRFLOW_REPL_SPARK_DRIVER_MEMORY", DEFAULT_DRIVER_MEMORY))
+        )
     return builder.config("spark.sql.shuffle.partitions", "4").getOrCreate()
 
 

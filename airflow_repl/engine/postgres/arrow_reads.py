@@ -20,7 +20,8 @@ from contextlib import contextmanager
 from typing import Any
 
 import adbc_driver_manager
-import adbc_driver_postgresql.dbapi as adbc
+import adbc_driver_postgresql
+import pyarrow as pa
 from psycopg import conninfo as pg_conninfo
 from psycopg import sql
 
@@ -40,28 +41,43 @@ def snapshot_batches(conninfo: str, role: str, snapshot_name: str, query: str, w
         {} if "connect_timeout" in pg_conninfo.conninfo_to_dict(conninfo) else {"connect_timeout": CONNECT_TIMEOUT}
     )
     settings = connections.with_session_settings(pg_conninfo.make_conninfo(conninfo, **timeout))
+    # ADBC's low-level API: its DB-API module imports pandas (about 56 MiB more per process)
+    database = None
     try:
-        conn = adbc.connect(settings, autocommit=True)
+        database = adbc_driver_postgresql.connect(settings)
+        conn = adbc_driver_manager.AdbcConnection(database)  # autocommit: the statements below are explicit
     except adbc_driver_manager.Error as exc:
+        if database is not None:
+            database.close()
         raise ConnectionFailed(
             f"cannot connect to the {role} at {connections.describe(conninfo)}: {_server_message(exc)}. "
             f"Check that the server is running and that the connection's host, port, "
             f"user, password and database are right."
         ) from None
     try:
-        with conn.cursor() as cur:
+        with adbc_driver_manager.AdbcStatement(conn) as statement:
             try:
-                cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                cur.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)).as_string(None))
-                cur.execute(query)
-                yield cur.fetch_record_batch()
-                cur.execute("COMMIT")
+                _run(statement, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                _run(
+                    statement, sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)).as_string(None)
+                )
+                statement.set_sql_query(query)
+                stream, _ = statement.execute_query()
+                yield pa.RecordBatchReader._import_from_c(stream.address)
+                _run(statement, "COMMIT")
             except adbc_driver_manager.Error as exc:
                 raise ReplError(
                     f"cannot read {what} at the {role} ({connections.describe(conninfo)}): {_server_message(exc)}"
                 ) from None
     finally:
         conn.close()
+        database.close()
+
+
+def _run(statement: Any, text: str) -> None:
+    """A statement without rows."""
+    statement.set_sql_query(text)
+    statement.execute_update()
 
 
 def _server_message(exc: Exception) -> str:
