@@ -144,3 +144,25 @@ class socket_closed:
 
     def __exit__(self, *exc: object) -> None:
         self.sock.close()
+
+
+def test_a_server_that_goes_away_mid_read_is_one_line(env):
+    with psycopg.connect(env.pub, autocommit=True) as conn:
+        conn.execute("CREATE TABLE big AS SELECT g AS id, repeat('x', 200) AS t FROM generate_series(1, 300000) g")
+        holder, snapshot = _export(env.pub)
+        try:
+            with pytest.raises(ReplError) as failed:
+                query = "SELECT id, t FROM big"
+                with arrow_reads.snapshot_batches(env.pub, "publisher", snapshot, query, "article 'big'") as batches:
+                    next(iter(batches))  # the read has started
+                    conn.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE query LIKE 'COPY (SELECT id, t FROM big)%%'"
+                    )
+                    for _ in batches:
+                        pass
+        finally:
+            holder.close()
+    message = str(failed.value)
+    assert "\n" not in message
+    assert message.startswith(f"cannot read article 'big' at the publisher ({describe(env.pub)}): ")

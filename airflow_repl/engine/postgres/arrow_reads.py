@@ -1,5 +1,5 @@
 """Reading a query's rows as Arrow record batches, inside an exported snapshot: the Snapshot
-Agent's key ranges.
+Agent's block ranges.
 
 ADBC's PostgreSQL driver runs the query as ``COPY (...) TO STDOUT (FORMAT binary)`` and decodes
 the rows into Arrow columns in C++, with no Python object per value: about three times less
@@ -15,7 +15,7 @@ Owns: :func:`snapshot_batches`.  Errors become one line naming the server and wh
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -34,13 +34,17 @@ CONNECT_TIMEOUT = 10
 
 @contextmanager
 def snapshot_batches(conninfo: str, role: str, snapshot_name: str, query: str, what: str) -> Iterator[Any]:
-    """A ``pa.RecordBatchReader`` over ``query``'s rows as the exported snapshot
+    """The record batches (an iterable with the ``schema``) of ``query``'s rows as the exported snapshot
     ``snapshot_name`` sees the database (a read-only repeatable-read transaction, ended when
     the block ends).  ``what`` names what is read in an error."""
     timeout = (
         {} if "connect_timeout" in pg_conninfo.conninfo_to_dict(conninfo) else {"connect_timeout": CONNECT_TIMEOUT}
     )
     settings = connections.with_session_settings(pg_conninfo.make_conninfo(conninfo, **timeout))
+
+    def failed(exc: Exception) -> ReplError:
+        return ReplError(f"cannot read {what} at the {role} ({connections.describe(conninfo)}): {_server_message(exc)}")
+
     # ADBC's low-level API: its DB-API module imports pandas (about 56 MiB more per process)
     database = None
     try:
@@ -63,15 +67,31 @@ def snapshot_batches(conninfo: str, role: str, snapshot_name: str, query: str, w
                 )
                 statement.set_sql_query(query)
                 stream, _ = statement.execute_query()
-                yield pa.RecordBatchReader._import_from_c(stream.address)
+                yield _Batches(pa.RecordBatchReader._import_from_c(stream.address), failed)
                 _run(statement, "COMMIT")
             except adbc_driver_manager.Error as exc:
-                raise ReplError(
-                    f"cannot read {what} at the {role} ({connections.describe(conninfo)}): {_server_message(exc)}"
-                ) from None
+                raise failed(exc) from None
     finally:
         conn.close()
         database.close()
+
+
+class _Batches:
+    """The record batches of a read; a failure while they arrive (the server went away, the
+    connection broke) is a :class:`ReplError` naming what was read, not the driver's error."""
+
+    def __init__(self, reader: Any, failed: Callable[[Exception], ReplError]) -> None:
+        self.reader, self.failed, self.schema = reader, failed, reader.schema
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            try:
+                batch = self.reader.read_next_batch()
+            except StopIteration:
+                return
+            except (OSError, pa.ArrowException, adbc_driver_manager.Error) as exc:
+                raise self.failed(exc) from None
+            yield batch
 
 
 def _run(statement: Any, text: str) -> None:
