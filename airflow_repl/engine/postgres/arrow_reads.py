@@ -25,7 +25,7 @@ import pyarrow as pa
 from psycopg import conninfo as pg_conninfo
 from psycopg import sql
 
-from airflow_repl.engine.errors import ConnectionFailed, ReplError
+from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.postgres import connections
 
 #: Seconds to wait for the server, as :func:`~airflow_repl.engine.postgres.connections.connect` does.
@@ -53,11 +53,7 @@ def snapshot_batches(conninfo: str, role: str, snapshot_name: str, query: str, w
     except adbc_driver_manager.Error as exc:
         if database is not None:
             database.close()
-        raise ConnectionFailed(
-            f"cannot connect to the {role} at {connections.describe(conninfo)}: {_server_message(exc)}. "
-            f"Check that the server is running and that the connection's host, port, "
-            f"user, password and database are right."
-        ) from None
+        raise connections.connect_failed(role, conninfo, _server_message(exc)) from None
     try:
         with adbc_driver_manager.AdbcStatement(conn) as statement:
             try:

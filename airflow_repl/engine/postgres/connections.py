@@ -188,8 +188,14 @@ def connect(conninfo: str, role: str, *, autocommit: bool = False, **kwargs: Any
         return psycopg.connect(with_session_settings(conninfo), autocommit=autocommit, connect_timeout=10, **kwargs)
     except psycopg.OperationalError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConnectionFailed(
-            f"cannot connect to the {role} at {describe(conninfo)}: {first}. "
-            f"Check that the server is running and that the connection's host, port, "
-            f"user, password and database are right."
-        ) from None
+        raise connect_failed(role, conninfo, first) from None
+
+
+def connect_failed(role: str, conninfo: str, detail: str) -> ConnectionFailed:
+    """The one-line error for a server that cannot be reached (``detail``: the driver's first line),
+    naming the server without its password, and the fix."""
+    return ConnectionFailed(
+        f"cannot connect to the {role} at {describe(conninfo)}: {detail}. "
+        f"Check that the server is running and that the connection's host, port, "
+        f"user, password and database are right."
+    )
