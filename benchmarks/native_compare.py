@@ -4,8 +4,11 @@ Starts a private sandbox of three clusters: ``publisher`` (the pgbench database 
 database), ``subscriber`` (our subscriber) and ``native`` (a ``CREATE SUBSCRIPTION`` to the same
 tables).  Then, for both, in the same run and one after the other (never at the same time):
 
-1. initial sync: ``airflow-repl snapshot`` as a user runs it (a CLI subprocess, Spark start-up
-   included) against ``CREATE SUBSCRIPTION ... copy_data`` until every table is ready;
+1. initial sync: ``airflow-repl snapshot`` as a user runs it (a CLI subprocess: without
+   $AIRFLOW_REPL_SPARK_MASTER its read tasks run in threads of the CLI) against ``CREATE
+   SUBSCRIPTION ... copy_data`` until every table is ready; then the same snapshot again
+   (``--reinitialize``) in a local Spark application (``local[2]``, its start included), the way a
+   Spark master makes the CLI, and the operators always, run it;
 2. catch-up of a backlog of ``--transactions`` pgbench transactions written while both were
    stopped: ``airflow-repl logreader`` then ``airflow-repl distribution`` against ``ENABLE``
    until the last transaction is applied;
@@ -124,34 +127,45 @@ def checksum_sql(table: str, key: str) -> Any:
 
 # ---------------------------------------------------------------------------- processes and memory
 class PeakRss:
-    """Samples the resident memory of a process and all its descendants (the CLI's Python and the
-    Spark driver JVM it starts) every 100 ms; ``peak_mib`` is the largest sum seen."""
+    """Samples the memory of a process and all its descendants (the CLI's Python, the Spark driver
+    JVM it starts and the JVM's Python workers) every 100 ms.  Peaks: ``peak_mib``, the largest sum
+    of resident sets (pages the forked Python workers share counted once per process);
+    ``peak_pss_mib``, the largest sum of proportional set sizes (each shared page split among the
+    processes sharing it: what the tree really holds); ``peak_driver_mib``, the largest resident
+    sum of the CLI and the JVM alone (the Spark driver, without its local executor's workers)."""
 
     def __init__(self, pid: int) -> None:
-        self.pid, self.peak = pid, 0
+        self.pid, self.peak, self.peak_pss, self.peak_driver = pid, 0, 0, 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
 
-    def _sample(self) -> int:
+    def _sample(self) -> tuple[int, int, int]:
         import psutil
 
         try:
             root = psutil.Process(self.pid)
             procs = [root, *root.children(recursive=True)]
         except psutil.Error:
-            return 0
-        total = 0
+            return 0, 0, 0
+        rss = pss = driver = 0
         for proc in procs:
             try:
-                total += proc.memory_info().rss
+                resident = proc.memory_info().rss
+                worker = proc is not root and proc.name().startswith("python")
             except psutil.Error:
-                pass
-        return total
+                continue
+            rss += resident
+            pss += _pss(proc.pid) or resident
+            if not worker:
+                driver += resident
+        return rss, pss, driver
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, self._sample())
+            rss, pss, driver = self._sample()
+            self.peak, self.peak_pss = max(self.peak, rss), max(self.peak_pss, pss)
+            self.peak_driver = max(self.peak_driver, driver)
             self._stop.wait(0.1)
 
     def stop(self) -> float:
@@ -159,15 +173,41 @@ class PeakRss:
         self._thread.join()
         return self.peak / 2**20
 
+    @property
+    def peak_pss_mib(self) -> float:
+        return self.peak_pss / 2**20
 
-def run_measured(cmd: list[str], env: dict[str, str], what: str) -> tuple[float, float, str]:
-    """Run ``cmd``; returns (wall seconds, peak MiB of its process tree, stdout).  Fails naming ``what``."""
+    @property
+    def peak_driver_mib(self) -> float:
+        return self.peak_driver / 2**20
+
+
+def _pss(pid: int) -> int:
+    """The process's proportional set size in bytes (``/proc/PID/smaps_rollup``; 0 when unreadable)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def run_measured(
+    cmd: list[str], env: dict[str, str], what: str, memory: dict[str, float] | None = None
+) -> tuple[float, float, str]:
+    """Run ``cmd``; returns (wall seconds, peak resident MiB of its process tree, stdout).  Fails
+    naming ``what``.  ``memory``, when given, receives the other peaks of :class:`PeakRss`
+    (``pss_mib``, ``driver_mib``)."""
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     rss = PeakRss(proc.pid)
     out, err = proc.communicate()
     seconds = time.monotonic() - t0
     peak = rss.stop()
+    if memory is not None:
+        memory.update(pss_mib=rss.peak_pss_mib, driver_mib=rss.peak_driver_mib)
     if proc.returncode != 0:
         raise BenchFailure(f"{what} failed (exit {proc.returncode}): {err.strip()[-2000:]}")
     return seconds, peak, out
@@ -349,30 +389,49 @@ def phase_initial(b: Bench) -> None:
         sql.SQL("CREATE SUBSCRIPTION native_sub CONNECTION {} PUBLICATION native_pub").format(sql.Literal(conninfo)),
     )
     native = wait_for(lambda: native_ready(b), "native initial sync", 3600) - t0
-    ours, peak, out = run_measured(
-        cli("snapshot", "-t", str(b.topology_file), "-p", "bench"), b.env, "airflow-repl snapshot"
+    ours = snapshot_run(b, native, f"initial sync, {rows:,} accounts rows", b.env, [])
+    check_checksums(b, "initial sync")
+    if ours.get("tasks") == "threads":
+        # the same snapshot through a local Spark application, as a Spark master makes the CLI run it
+        # (the operators always run it in one): the subscription initialized again
+        spark_env = {**b.env, "AIRFLOW_REPL_SPARK_MASTER": "local[2]"}
+        snapshot_run(b, native, "initial sync again, in a local Spark application", spark_env, ["--reinitialize"])
+        check_checksums(b, "initial sync in Spark")
+
+
+def snapshot_run(b: Bench, native: float, label: str, env: dict[str, str], extra: list[str]) -> dict[str, Any]:
+    """One ``airflow-repl snapshot`` run measured against native's initial sync: its rows; its summary."""
+    memory: dict[str, float] = {}
+    seconds, peak, out = run_measured(
+        cli("snapshot", "-t", str(b.topology_file), "-p", "bench", *extra), b.env | env, "airflow-repl snapshot", memory
     )
     summary = json.loads(out)
-    b.rows.append(row(f"initial sync, {rows:,} accounts rows (ours: CLI incl. Spark start)", native, ours, "s"))
-    b.rows.append(
-        row("initial sync: Snapshot Agent's own run (after Spark start)", None, summary["seconds"], "s", False)
-    )
-    b.rows.append(row("initial sync: of which planning the partitions", None, summary.get("plan_seconds"), "s", False))
-    b.rows.append(
-        row(
-            "initial sync: of which waiting for Spark (started in the background)",
-            None,
-            summary.get("spark_wait_seconds"),
-            "s",
-            False,
+    threads = summary.get("tasks") == "threads"
+    where = "read tasks in threads of the CLI, no Spark" if threads else "incl. Spark's start"
+    b.rows.append(row(f"{label} (ours: the CLI, {where})", native, seconds, "s"))
+    parts = [
+        ("the Snapshot Agent's own run (after the process start)", summary["seconds"]),
+        ("of which planning the partitions", summary.get("plan_seconds")),
+        (
+            "of which waiting for Spark (started in the background)",
+            None if threads else summary.get("spark_wait_seconds"),
+        ),
+        ("of which reading the publisher and loading the subscriber (one pass)", summary["read_seconds"]),
+        ("of which preparing and activating the subscriber (keys, checks)", summary["load_seconds"]),
+    ]
+    for what, value in parts:
+        if value is not None:
+            b.rows.append(row(f"{label}: {what}", None, value, "s", False))
+    driver = "the CLI" if threads else "Spark driver (CLI + JVM)"
+    b.rows.append(row(f"{label}: peak RSS, {driver}", None, memory["driver_mib"], "MiB", False))
+    if not threads:
+        b.rows.append(row(f"{label}: peak RSS sum, with the Python workers", None, peak, "MiB", False))
+        b.rows.append(
+            row(
+                f"{label}: peak PSS, with the Python workers (shared pages once)", None, memory["pss_mib"], "MiB", False
+            )
         )
-    )
-    b.rows.append(row("initial sync: of which reading the publisher", None, summary["read_seconds"], "s", False))
-    b.rows.append(
-        row("initial sync: of which loading and activating the subscriber", None, summary["load_seconds"], "s", False)
-    )
-    b.rows.append(row("peak RSS, snapshot (CLI + Spark driver JVM)", None, peak, "MiB", compare=False))
-    check_checksums(b, "initial sync")
+    return summary
 
 
 def pgbench_load(b: Bench, *args: str) -> float:

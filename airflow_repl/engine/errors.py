@@ -12,6 +12,7 @@ NotInitialized               3      no         run the Snapshot Agent (or apply)
 DeliveryError                4      no         a command cannot be applied at a subscriber
 ConnectionFailed             5      yes        a server cannot be reached
 ConnectionLost               5      yes        a server went away during a run
+ServerLost                   5      yes        the same, found by a task that names the server
 AgentBusy                    5      yes        another agent of the same kind is running
 DifferencesFound             6      no         ``validate`` found rows that differ
 (anything else)              1      no         an internal error: a bug to report
@@ -85,6 +86,10 @@ class ConnectionLost(ReplError):
 
     exit_code = 5
     retryable = True
+
+
+class ServerLost(ConnectionLost):
+    """A task of a run lost the server it names (the run adds its step and what became of it)."""
 
 
 class AgentBusy(ReplError):

@@ -43,6 +43,7 @@ from airflow_repl.engine.errors import INTERNAL_EXIT_CODE, DifferencesFound, Rep
 from airflow_repl.engine.model.topology import Topology, from_dict
 from airflow_repl.engine.postgres import connections
 from airflow_repl.engine.subscriber import validation
+from airflow_repl.jobs import local_tasks
 from airflow_repl.jobs.executors import executor_id
 
 if TYPE_CHECKING:
@@ -74,8 +75,14 @@ def _snapshot(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any],
 
     for name in req.subscribers or []:  # an unknown subscriber is refused before Spark starts (seconds)
         req.topology.subscription(req.publication, name)
-    max_partitions, starting = None, None
-    if spark is None:
+    max_partitions, starting, in_threads = None, None, False
+    if spark is None and session.in_process():
+        # no master named outside spark-submit (the CLI): a local application would only add its
+        # start; the tasks run in threads here, as many as cores (jobs.local_tasks)
+        threads = os.cpu_count() or 1
+        spark = cast("SparkSession", local_tasks.LocalTasks(threads))
+        max_partitions, in_threads = 2 * threads, True
+    elif spark is None:
         # A local JVM starts while the agent checks, creates the slot and plans the partitions
         # (none of which needs Spark); their number then comes from the local master's cores.
         master = None if session.under_spark_submit() else session.default_master()
@@ -94,7 +101,9 @@ def _snapshot(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any],
         max_partitions=max_partitions,
         identify=executor_id,
     )
-    return summary, starting.result() if starting is not None else spark
+    if in_threads:
+        return {**summary, "tasks": "threads"}, None
+    return {**summary, "tasks": "spark"}, starting.result() if starting is not None else spark
 
 
 def _logreader(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any], SparkSession | None]:

@@ -22,6 +22,12 @@ def default_master() -> str:
     return os.environ.get("AIRFLOW_REPL_SPARK_MASTER", DEFAULT_MASTER)
 
 
+def in_process() -> bool:
+    """Whether the Snapshot Agent's tasks run in threads of this process (jobs.local_tasks): outside
+    spark-submit, when $AIRFLOW_REPL_SPARK_MASTER names no master."""
+    return not under_spark_submit() and not os.environ.get("AIRFLOW_REPL_SPARK_MASTER")
+
+
 def under_spark_submit() -> bool:
     """Whether this process is a spark-submit application's driver (its session exists)."""
     return "PYSPARK_GATEWAY_PORT" in os.environ  # set by spark-submit's PythonRunner

@@ -7,6 +7,7 @@ import json
 import yaml
 
 from airflow_repl import cli
+from airflow_repl.engine.agents import snapshot_folder
 from airflow_repl.engine.errors import DifferencesFound
 from airflow_repl.engine.postgres.connections import to_uri
 
@@ -40,6 +41,7 @@ def test_cli_runs_every_agent_and_validates(env, spark, tmp_path, capsys):
     assert cli.main(["snapshot", "-t", topo]) == 0
     snap = json.loads(capsys.readouterr().out)
     assert snap["rows"] == 100 and snap["folder"].startswith(str(tmp_path / "snaps"))
+    assert snap["tasks"] == "threads" and "spark_application_id" not in snap  # no master named: no JVM
     env.run(env.pub, "UPDATE orders SET v = 'w' WHERE id <= 10")
     assert cli.main(["logreader", "-t", topo]) == 0
     assert json.loads(capsys.readouterr().out)["commands"] == 10
@@ -107,3 +109,39 @@ def test_cli_schema_change_register_script_and_regenerate_procs(env, spark, tmp_
     assert json.loads(capsys.readouterr().out)["subscribers"] == {"sub1": ["orders"]}
     assert env.rows(env.sub, "SELECT count(*) FROM pg_proc WHERE proname = 'sp_MSins_publicorders'") == [(1,)]
     assert cli.main(["register-script", "-t", topo, "--article", "orders", "--drop"]) == 0
+
+
+def test_cli_snapshot_runs_its_tasks_in_threads_unless_a_master_is_named(env2, spark, tmp_path, capsys, monkeypatch):
+    """Without $AIRFLOW_REPL_SPARK_MASTER the read tasks run in threads of the CLI (several at once,
+    every row once at every subscriber); naming a master runs them on Spark."""
+    env = env2
+    env.run(
+        env.pub,
+        "CREATE TABLE orders (id int PRIMARY KEY, v text); "
+        "INSERT INTO orders SELECT g, repeat('v', g % 50) FROM generate_series(1, 40000) g",
+    )
+    monkeypatch.setattr(snapshot_folder, "ROWS_PER_PARTITION", 4000)
+    path = tmp_path / "topology.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                **env.servers(),
+                "publications": [{"name": "p", "articles": [{"table": "public.orders"}]}],
+                "subscriptions": [{"publication": "p", "subscriber": s} for s in env.subs],
+            }
+        )
+    )
+    monkeypatch.delenv("AIRFLOW_REPL_SPARK_MASTER", raising=False)
+    assert cli.main(["snapshot", "-t", str(path)]) == 0
+    snap = json.loads(capsys.readouterr().out)
+    assert snap["tasks"] == "threads" and "spark_application_id" not in snap
+    assert snap["rows"] == 40000 and snap["partitions"] > 2 and snap["initialized"] == ["sub1", "sub2"]
+    for sub in env.subs.values():
+        assert env.rows(sub, "SELECT count(*), count(DISTINCT id), sum(length(v)) FROM orders") == env.rows(
+            env.pub, "SELECT count(*), count(DISTINCT id), sum(length(v)) FROM orders"
+        )
+    monkeypatch.setenv("AIRFLOW_REPL_SPARK_MASTER", "local[2]")
+    assert cli.main(["snapshot", "-t", str(path), "--reinitialize"]) == 0
+    snap = json.loads(capsys.readouterr().out)
+    assert snap["tasks"] == "spark" and snap["spark_application_id"] == spark.sparkContext.applicationId
+    assert snap["rows"] == 40000 and env.rows(env.sub, "SELECT count(*) FROM orders") == [(40000,)]

@@ -66,7 +66,7 @@ import psycopg
 from psycopg import conninfo as pg_conninfo
 
 from airflow_repl.engine import errors
-from airflow_repl.engine.errors import AgentBusy, ConnectionLost, DeliveryError, ReplError
+from airflow_repl.engine.errors import AgentBusy, ConnectionLost, DeliveryError, ReplError, ServerLost
 from airflow_repl.engine.postgres import connections
 from airflow_repl.engine.state import distdb
 
@@ -323,6 +323,8 @@ class AgentRun:
         return _Lost(f"lost connection to the {role} ({host_port(conninfo)}) during {self.step}")
 
     def _translate(self, exc: Exception) -> Exception:
+        if isinstance(exc, ServerLost):  # a task lost the server it names: the step and the outcome follow
+            return _Lost(f"{exc} during {self.step}")
         if isinstance(exc, ReplError):
             return exc
         if isinstance(exc, psycopg.errors.LockNotAvailable):
@@ -353,7 +355,7 @@ class AgentRun:
         text = str(exc)
         engine = engine_error_in(text)
         if engine is not None:
-            return engine
+            return self._translate(engine)
         pg = _SPARK_PSYCOPG_ERROR.search(text)
         if pg:
             cls = getattr(psycopg.errors, pg.group(1), None) or getattr(psycopg, pg.group(1), None)

@@ -9,9 +9,11 @@ commit at or after that point are exactly the ones the slot decodes, so the subs
 watermark starts just before it: rows written during the snapshot are neither lost nor doubled.
 
 A run, step by step: check the subscriptions and apply the topology; create the slot; plan
-block ranges in the exported snapshot; read them into Parquet files with Spark; write the
-snapshot folder (scripts, manifest); initialize each subscription that needs it (types, schema
-and procedures, parallel load, row check, watermark, 'active').
+block ranges in the exported snapshot; write the folder's scripts and prepare each subscription
+that needs initializing (types, schema and procedures, 'initializing'); read the ranges with
+Spark, each task writing its Parquet file and loading the same rows into those subscribers as it
+reads them (one pass over the data, the publisher's read and the subscribers' COPY overlapping);
+write the manifest; activate each subscription (keys, row check, watermark, 'active').
 
 Owns the order of those steps and the checks that refuse a subscription before anything of it
 changes.  The folder's files and their read and load are
@@ -36,7 +38,7 @@ from psycopg import sql
 
 from airflow_repl.engine.agents import progress_lines, snapshot_folder
 from airflow_repl.engine.agents.lifecycle import AgentRun
-from airflow_repl.engine.agents.snapshot_folder import DataFile, Partition
+from airflow_repl.engine.agents.snapshot_folder import DataFile, LoadTarget, Partition
 from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
 from airflow_repl.engine.codegen import call_syntax, immediate_triggers, queue_triggers, updating_scripts, user_types
 from airflow_repl.engine.errors import ReplError
@@ -110,11 +112,10 @@ def run_snapshot(
             return run.succeed(nothing, message=message)
         snap.check_subscriber_types(articles, targets)
         in_doubt.resolve_quietly(topology, publication, list(targets))  # their changes reach the snapshot
-        taken = snap.take(articles, has_slot, spark, max_partitions, identify)
+        init = _Initialization(topology, publication, articles, targets, snap.dist, run)
+        taken = snap.take(articles, has_slot, spark, max_partitions, identify, init)
         manifest = snap.write_folder(articles, taken)
-        loaded = initialize_subscriptions(
-            topology, publication, articles, targets, taken.folder, manifest, spark, snap.dist, run, identify
-        )
+        loaded = init.activate_all(manifest, taken.files)
         return run.succeed(
             {**taken.summary(targets, loaded), "tables": _table_rows(articles, taken.files)}, rows_copied=taken.rows
         )
@@ -210,10 +211,13 @@ class _SnapshotRun:
         has_slot: bool,
         spark: SparkSession,
         max_partitions: int | None,
-        identify: Identify | None = None,
+        identify: Identify | None,
+        init: _Initialization,
     ) -> _Taken:
-        """Create the slot (a temporary one when the publication has its slot), then plan and
-        read the snapshot it exported; the snapshot ends when its connection closes."""
+        """Create the slot (a temporary one when the publication has its slot), plan the snapshot
+        it exported, write the folder's scripts, prepare the subscribers to initialize (``init``),
+        then read the snapshot into the folder and load it into them in the same Spark tasks;
+        the snapshot ends when its connection closes."""
         snapshot_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
         folder = Path(self.topology.snapshot_folder) / self.publication / snapshot_id
         folder.mkdir(parents=True, exist_ok=True)
@@ -229,13 +233,17 @@ class _SnapshotRun:
             started = time.monotonic()
             tasks, needs = self._plan(snapshot, articles, parallelism)
             plan_seconds = time.monotonic() - started
+            self.run.step = "the writing of the snapshot folder"
+            snapshot_folder.write_scripts(folder, articles, needs)
+            loads = init.prepare_all(folder, snapshot_id, needs.objects)  # while Spark starts
             self.run.step = "the start of Spark"
             started = time.monotonic()
             spark.sparkContext  # noqa: B018 - waits for a session still starting (jobs.session.StartingSession)
             spark_wait = time.monotonic() - started
-            self.run.spark_step("the read of the snapshot", "publisher", self.pub_conninfo)
+            self.run.spark_step(_read_step(loads), "publisher", self.pub_conninfo)
             started = time.monotonic()
-            files = _read_partitions(spark, tasks, self.pub_conninfo, snapshot, str(folder), self.lines, identify)
+            reading = _Reading(self.pub_conninfo, snapshot, str(folder), snapshot_id, loads)
+            files = _read_partitions(spark, tasks, reading, self.lines, identify)
             read_seconds = time.monotonic() - started
         finally:
             repl_conn.close()  # ends the exported snapshot (and drops a temporary slot)
@@ -256,10 +264,9 @@ class _SnapshotRun:
         return tasks, needs
 
     def write_folder(self, articles: list[ResolvedArticle], taken: _Taken) -> dict[str, Any]:
-        """The folder's scripts and manifest, and the snapshot's entry in the distribution
-        database; returns the manifest."""
+        """The folder's manifest (its scripts are written before the read), and the snapshot's
+        entry in the distribution database; returns the manifest."""
         self.run.step = "the writing of the snapshot folder"
-        snapshot_folder.write_scripts(taken.folder, articles, taken.needs)
         manifest = snapshot_folder.write_manifest(
             taken.folder,
             taken.snapshot_id,
@@ -276,62 +283,69 @@ class _SnapshotRun:
         return manifest
 
 
+@dataclass(frozen=True)
+class _Reading:
+    """What every read task needs (plain values: the tasks are shipped to the executors)."""
+
+    conninfo: str  # the publisher
+    snapshot: str  # the exported snapshot
+    folder: str
+    snapshot_id: str
+    loads: list[LoadTarget]  # the subscribers loaded with the rows as they are read
+
+
+def _read_step(loads: list[LoadTarget]) -> str:
+    if not loads:
+        return "the read of the snapshot"
+    names = [name for name, _ in loads]
+    who = f"subscriber {names[0]!r}" if len(names) == 1 else f"subscribers {', '.join(map(repr, names))}"
+    return f"the read of the snapshot and the data load of {who}"
+
+
 def _read_partitions(
     spark: SparkSession,
     tasks: list[Partition],
-    conninfo: str,
-    snapshot: str,
-    folder: str,
+    reading: _Reading,
     lines: progress_lines.Lines,
     identify: Identify | None = None,
 ) -> list[DataFile]:
-    """Read every block range into its data file, one Spark task each (the task closes over the
-    plain arguments only: it is shipped to the executors); with ``identify``, each file names
-    the executor that read it.  Progress lines: rows copied per article out of the plan's count."""
-    totals = {f"article {t['article']['name']!r}": int(t["estimated_rows"]) for t in tasks}
-    with progress_lines.Counted(lines, spark.sparkContext, totals, "copied") as counted:
-        accumulators = counted.accumulators
+    """Read every block range into its data file and load it into the subscribers being
+    initialized, one Spark task each (the task closes over plain values only); with
+    ``identify``, each file names the executor that read it.  Progress lines: rows copied per
+    article out of the plan's count, and rows loaded per article and subscriber."""
+    copied: dict[str, int] = {}
+    loaded: dict[str, int] = {}
+    for t in tasks:
+        article, rows = t["article"]["name"], int(t["estimated_rows"])
+        copied[f"article {article!r}"] = rows  # the article's count, on each of its tasks
+        for name, _ in reading.loads:
+            loaded[_load_key(article, name)] = rows
+    context = spark.sparkContext
+    with (
+        progress_lines.Counted(lines, context, copied, "copied") as copies,
+        progress_lines.Counted(lines, context, loaded, "loaded") as loads,
+    ):
+        copy_counts, load_counts = copies.accumulators, loads.accumulators
 
         def read(task: Partition) -> DataFile:
-            file = snapshot_folder.read_partition(conninfo, snapshot, folder, task)
-            accumulators[f"article {file['article']!r}"].add(int(file["rows"]))
+            file = snapshot_folder.read_partition(
+                reading.conninfo, reading.snapshot, reading.folder, task, reading.loads, reading.snapshot_id
+            )
+            copy_counts[f"article {file['article']!r}"].add(int(file["rows"]))
+            for name, _ in reading.loads:
+                load_counts[_load_key(file["article"], name)].add(int(file["rows"]))
             return {**file, "executor": identify()} if identify else file
 
-        rdd = spark.sparkContext.parallelize(tasks, len(tasks))
+        rdd = context.parallelize(tasks, len(tasks))
         return rdd.map(read).collect()
 
 
 # ---------------------------------------------------------------------- initializing subscriptions
-def initialize_subscriptions(
-    topology: Topology,
-    publication: str,
-    articles: list[ResolvedArticle],
-    subscribers: list[str],
-    folder: Path,
-    manifest: dict[str, Any],
-    spark: SparkSession,
-    dist: psycopg.Connection[Any],
-    run: AgentRun,
-    identify: Identify | None = None,
-) -> dict[str, Any]:
-    """Apply a snapshot folder to subscribers: tables, procedures, data (parallel COPY), then
-    the watermark that makes the subscription active."""
-    if not subscribers:
-        return {"load_seconds": 0.0, "load_executors": []}
-    started = time.monotonic()
-    init = _Initialization(topology, publication, articles, subscribers, folder, manifest, dist, run)
-    objects = [user_types.UserObject.from_dict(o) for o in manifest.get("user_types", [])]
-    _check_user_types(topology, subscribers, objects, init.connect)  # the snapshot's own types, everywhere first
-    for name in subscribers:
-        init.prepare(name)
-    executors = init.load(spark, identify)
-    for name in subscribers:
-        init.activate(name)
-    return {"load_seconds": round(time.monotonic() - started, 3), "load_executors": executors}
-
-
 class _Initialization:
-    """Initializing subscriptions from one snapshot folder (see :func:`initialize_subscriptions`)."""
+    """Initializing subscriptions from the snapshot being taken: before the read, each is marked
+    'initializing' and gets its tables and procedures (:meth:`prepare_all`); the read tasks load
+    the rows; then each gets its keys, the row check, its watermark and 'active'
+    (:meth:`activate_all`)."""
 
     def __init__(
         self,
@@ -339,25 +353,45 @@ class _Initialization:
         publication: str,
         articles: list[ResolvedArticle],
         subscribers: list[str],
-        folder: Path,
-        manifest: dict[str, Any],
         dist: psycopg.Connection[Any],
         run: AgentRun,
     ) -> None:
-        self.publication, self.articles, self.folder, self.manifest = publication, articles, folder, manifest
+        self.topology, self.publication, self.articles = topology, publication, articles
         self.dist, self.run = dist, run
-        self.lines = progress_lines.Lines(run)
-        self.snapshot_id: str = manifest["snapshot_id"]
         self.conninfos = {s: topology.subscriber_conninfo(s) for s in subscribers}
         modes = {s: topology.subscription(publication, s).update_mode for s in subscribers}
         self.queued = {s for s, mode in modes.items() if mode.needs_queued_tran}  # now or after a switch
         self.immediate = {s for s, mode in modes.items() if mode.needs_sync_tran}
         self.pub_conninfo = topology.publisher.require("publisher") if self.immediate else ""
         self.updatable = {s for s in subscribers if topology.subscription(publication, s).update_mode.updatable}
+        self.seconds = 0.0  # spent preparing and activating (the rows load while the snapshot is read)
+
+    def prepare_all(self, folder: Path, snapshot_id: str, objects: list[user_types.UserObject]) -> list[LoadTarget]:
+        """Check the snapshot's user types at every subscriber first, then prepare each; returns
+        the subscribers the read tasks load."""
+        if not self.conninfos:
+            return []
+        started = time.monotonic()
+        self.snapshot_id = snapshot_id
         self.schema_sql = (folder / "schema.sql").read_text()
         self.procs_sql = (folder / "procedures.sql").read_text()
-        keys = folder / "keys.sql"  # absent from an older folder, whose schema.sql creates the keys
-        self.keys_sql = keys.read_text() if keys.exists() else ""
+        self.keys_sql = (folder / "keys.sql").read_text()
+        _check_user_types(self.topology, list(self.conninfos), objects, self.connect)
+        for name in self.conninfos:
+            self.prepare(name)
+        self.seconds += time.monotonic() - started
+        return list(self.conninfos.items())
+
+    def activate_all(self, manifest: dict[str, Any], files: list[DataFile]) -> dict[str, Any]:
+        """Activate every subscription loaded; the summary's load figures."""
+        if not self.conninfos:
+            return {"load_seconds": 0.0, "load_executors": []}
+        started = time.monotonic()
+        for name in self.conninfos:
+            self.activate(name, manifest)
+        self.seconds += time.monotonic() - started
+        executors = sorted({str(f["executor"]) for f in files if f.get("executor")})
+        return {"load_seconds": round(self.seconds, 3), "load_executors": executors}
 
     def connect(self, name: str, conninfo: str) -> psycopg.Connection[Any]:
         self.run.step = f"the initialization of subscriber {name!r}"
@@ -376,35 +410,14 @@ class _Initialization:
             if self.procs_sql.strip():
                 sub.execute(self.procs_sql)
 
-    def load(self, spark: SparkSession, identify: Identify | None = None) -> list[str]:
-        """Load every data file at every subscriber, one Spark task each; returns the executors
-        that loaded them (with ``identify``)."""
-        tasks = [
-            (name, conninfo, f, art["name"])
-            for name, conninfo in self.conninfos.items()
-            for art in self.manifest["articles"]
-            for f in art["files"]
-        ]
-        if not tasks:
-            return []
-        if len(self.conninfos) == 1:
-            ((name, conninfo),) = self.conninfos.items()
-            self.run.spark_step(f"the data load of subscriber {name!r}", f"subscriber {name!r}", conninfo)
-        else:
-            self.run.step = f"the data load of subscribers {', '.join(self.conninfos)}"
-        by_name = {a.name: a.to_dict() for a in self.articles}
-        executors = _load_files(spark, tasks, str(self.folder), by_name, self.snapshot_id, self.lines, identify)
-        self.run.spark_role = None
-        return executors
-
-    def activate(self, name: str) -> None:
+    def activate(self, name: str, manifest: dict[str, Any]) -> None:
         """Check the loaded rows, start the watermark, and mark the subscription 'active'."""
         with self.connect(name, self.conninfos[name]) as sub:
             self._add_keys(sub, name)
-            _check_loaded_rows(sub, self.articles, self.manifest, name)
+            _check_loaded_rows(sub, self.articles, manifest, name)
             for art in self.articles:
                 sub.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(art.dest_schema, art.dest_table)))
-            subscriber_state.start_watermark(sub, self.publication, self.snapshot_id, self.manifest["consistent_lsn"])
+            subscriber_state.start_watermark(sub, self.publication, self.snapshot_id, manifest["consistent_lsn"])
             immediate_now = self._immediate_now(name)
             if name in self.queued:
                 install_queue(sub, self.articles, enabled=not immediate_now)
@@ -417,7 +430,7 @@ class _Initialization:
                 )
                 install_immediate(sub, self.articles, link, enabled=immediate_now)
         distdb.activate_subscription(
-            self.dist, self.publication, name, self.manifest["consistent_lsn"], definition_hash(self.articles)
+            self.dist, self.publication, name, manifest["consistent_lsn"], definition_hash(self.articles)
         )
         self.dist.commit()
 
@@ -475,37 +488,6 @@ def install_immediate(
         subscriber_immediate.set_publisher(sub, publication, publisher)
     for art in articles:
         sub.execute(immediate_triggers.install(art, enabled=enabled))
-
-
-LoadTask = tuple[str, str, DataFile, str]  # subscriber, its conninfo, the file, its article
-
-
-def _load_files(
-    spark: SparkSession,
-    tasks: list[LoadTask],
-    folder: str,
-    articles: dict[str, dict[str, Any]],
-    snapshot_id: str,
-    lines: progress_lines.Lines,
-    identify: Identify | None = None,
-) -> list[str]:
-    """Load each (subscriber, file) in a Spark task (closing over the plain arguments only);
-    returns the executors that ran them (with ``identify``).  Progress lines: rows loaded per
-    article and subscriber."""
-    totals: dict[str, int] = {}
-    for name, _, file, article in tasks:
-        key = _load_key(article, name)
-        totals[key] = totals.get(key, 0) + int(file["rows"])
-    with progress_lines.Counted(lines, spark.sparkContext, totals, "loaded") as counted:
-        accumulators = counted.accumulators
-
-        def load(task: LoadTask) -> str | None:
-            snapshot_folder.load_file(task[1], folder, articles[task[3]], task[2], snapshot_id)
-            accumulators[_load_key(task[3], task[0])].add(int(task[2]["rows"]))
-            return identify() if identify else None
-
-        rdd = spark.sparkContext.parallelize(tasks, len(tasks))
-        return sorted({e for e in rdd.map(load).collect() if e})
 
 
 def _load_key(article: str, subscriber: str) -> str:

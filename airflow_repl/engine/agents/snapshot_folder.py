@@ -7,18 +7,20 @@ after the load), ``procedures.sql``, Parquet data files
 (``data/<article>-<hash>/part-NNNNN.parquet``, one per block range) and ``manifest.json``.
 
 Owns: the block ranges (:func:`plan_partitions`, planned in the exported snapshot), reading one
-range into a Parquet file (:func:`read_partition`) and loading one file into a subscriber table
-exactly once (:func:`load_file`), both run on Spark executors, and the scripts and manifest.
+range into a Parquet file while loading it into the subscribers being initialized, exactly once
+each (:func:`read_partition`, run on Spark executors), and the scripts and manifest.
 The Snapshot Agent (:mod:`~airflow_repl.engine.agents.snapshot_agent`) decides when each runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import re
 import tempfile
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -28,9 +30,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from psycopg import sql
 
+from airflow_repl.engine.agents import lifecycle
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.codegen import key_enforcement, procedures, user_types
-from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.errors import ReplError, ServerLost
 from airflow_repl.engine.postgres import arrow_reads, connections, copy_text, raw_sql
 from airflow_repl.engine.postgres.quoting import ident, qualified
 from airflow_repl.engine.state import subscriber_state
@@ -51,8 +54,6 @@ ARROW_TYPES: dict[int, Any] = {
 }
 #: Rows of one block range (one data file), roughly.
 ROWS_PER_PARTITION = 50_000
-#: Rows fetched, written and loaded at a time.
-FETCH_ROWS = 10_000
 
 #: One data file to read: the article (its definition), the file's index, its block range
 #: (lower bound included, upper excluded; None: unbounded) and the article's estimated rows.
@@ -195,10 +196,23 @@ def _folder_name(article: str) -> str:
     return f"{safe[:60]}-{hashlib.sha1(article.encode()).hexdigest()[:8]}"
 
 
-def read_partition(conninfo: str, snapshot_name: str, folder: str, task: Partition) -> DataFile:
+def read_partition(
+    conninfo: str,
+    snapshot_name: str,
+    folder: str,
+    task: Partition,
+    loads: Sequence[LoadTarget] = (),
+    snapshot_id: str = "",
+) -> DataFile:
     """Executor side: read one block range inside the exported snapshot into a Parquet file.  The
     rows arrive as Arrow columns (:mod:`~airflow_repl.engine.postgres.arrow_reads`: COPY binary
-    decoded in C++), in batches, so memory stays bounded whatever the size of the range."""
+    decoded in C++), in batches, so memory stays bounded whatever the size of the range.
+
+    ``loads``: subscribers being initialized from this snapshot (``snapshot_id``), each loaded
+    with the same batches as they are written (one pass: the publisher's read, the file and the
+    subscribers' COPY run together).  Each subscriber's load is one transaction that also enters
+    the file in its ledger (:class:`_TableLoad`), committed once the file is complete: a task run
+    again rewrites the file and skips the subscribers that hold it already."""
     article = ResolvedArticle.from_dict(task["article"])
     query = sql.SQL("SELECT {} FROM {} WHERE {} AND {}").format(
         _select_list(article), article.source, _range_condition(task["lower"], task["upper"]), _filter(article)
@@ -209,14 +223,97 @@ def read_partition(conninfo: str, snapshot_name: str, folder: str, task: Partiti
     schema = arrow_schema(article)
     rows = 0
     what = f"article {article.name!r}"
-    with (
-        arrow_reads.snapshot_batches(conninfo, "publisher", snapshot_name, query.as_string(None), what) as batches,
-        pq.ParquetWriter(str(path), schema) as writer,
-    ):
-        for batch in batches:
-            writer.write_batch(_as_schema(batch, schema))
-            rows += batch.num_rows
+    with contextlib.ExitStack() as subscribers:
+        targets = [_TableLoad(subscribers, name, info, article, snapshot_id, str(rel)) for name, info in loads]
+        targets = [t for t in targets if t.claimed]
+        with (
+            arrow_reads.snapshot_batches(conninfo, "publisher", snapshot_name, query.as_string(None), what) as batches,
+            pq.ParquetWriter(str(path), schema) as writer,
+        ):
+            for batch in batches:
+                typed = _as_schema(batch, schema)
+                writer.write_batch(typed)
+                if targets:
+                    text = copy_text.copy_text(typed)  # COPY text, made column by column in C++
+                    for target in targets:
+                        target.write(text)
+                rows += batch.num_rows
+        for target in targets:  # the file is complete: every COPY ends, then every load commits
+            target.end(rows)
+        for target in targets:
+            target.commit()
     return {"article": article.name, "path": str(rel), "rows": rows, "lower": task["lower"], "upper": task["upper"]}
+
+
+#: A subscriber to load while reading: its name and connection string.
+LoadTarget = tuple[str, str]
+
+
+class _TableLoad:
+    """One data file COPYed into one subscriber table, in one transaction that enters the file
+    in the subscriber's ledger: exactly once (a concurrent attempt waits for the entry, then
+    finds it: :attr:`claimed` is False).  :meth:`end` ends the COPY, :meth:`commit` commits; the connection is entered in
+    ``stack``, which rolls back what is not committed when it closes on an error.  Errors name
+    the subscriber: a lost connection, a character its encoding cannot hold."""
+
+    def __init__(
+        self,
+        stack: contextlib.ExitStack,
+        subscriber: str | None,
+        conninfo: str,
+        article: ResolvedArticle,
+        snapshot_id: str,
+        rel_path: str,
+    ) -> None:
+        self.subscriber, self.article, self.snapshot_id, self.path = subscriber, article, snapshot_id, rel_path
+        self.role = f"subscriber {subscriber!r}" if subscriber else "subscriber"
+        self.conninfo = conninfo
+        self.conn = stack.enter_context(connections.connect(conninfo, self.role))
+        with self._errors():
+            self.conn.execute("SET session_replication_role = replica")
+            self.claimed = subscriber_state.claim_snapshot_file(
+                self.conn, article.publication, snapshot_id, rel_path, 0
+            )
+        self._copying = contextlib.ExitStack()
+        stack.enter_context(self._copying)  # an error ends the COPY before the rollback
+        if self.claimed:
+            copy_sql = sql.SQL("COPY {} ({}) FROM STDIN").format(
+                sql.Identifier(article.dest_schema, article.dest_table),
+                sql.SQL(", ").join(sql.Identifier(c) for c in article.column_names),
+            )
+            cursor = self._copying.enter_context(self.conn.cursor())
+            self.copy = self._copying.enter_context(cursor.copy(copy_sql))
+
+    def write(self, text: bytes | memoryview | str) -> None:
+        with self._errors():
+            self.copy.write(text)
+
+    def end(self, rows: int) -> None:
+        """End the COPY (where the server reports most errors) and count the file's rows in the ledger."""
+        with self._errors():
+            self._copying.close()
+            subscriber_state.count_snapshot_file(self.conn, self.article.publication, self.snapshot_id, self.path, rows)
+
+    def commit(self) -> None:
+        with self._errors():
+            self.conn.commit()
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except psycopg.Error as exc:
+            if lifecycle.is_connection_loss(exc):  # named here: the task's other server is the publisher
+                raise ServerLost(f"lost connection to the {self.role} ({lifecycle.host_port(self.conninfo)})") from None
+            if not isinstance(exc, psycopg.errors.UntranslatableCharacter):
+                raise
+            conn = self.conn
+            raise ReplError(
+                f"the database {conn.info.dbname!r} of the {self.role} (encoding "
+                f"{conn.info.parameter_status('server_encoding')}) cannot store a character of article "
+                f"{self.article.name!r} ({self.article.destination}): {exc.diag.message_primary}. Use a subscriber "
+                f"database whose encoding holds the publisher's characters (UTF8 holds them all)"
+            ) from None
 
 
 def _as_schema(batch: Any, schema: Any) -> Any:
@@ -238,38 +335,6 @@ def _range_condition(lower: int | None, upper: int | None) -> sql.Composable:
     if upper is not None:
         where.append(sql.SQL("ctid < {}::pg_catalog.tid").format(sql.Literal(f"({int(upper)},0)")))
     return sql.SQL(" AND ").join(where) if where else sql.SQL("true")
-
-
-def load_file(conninfo: str, folder: str, article_data: dict[str, Any], file: DataFile, snapshot_id: str) -> int:
-    """Executor side: bulk-load one Parquet file into the subscriber table with COPY (text
-    format, from :mod:`~airflow_repl.engine.postgres.copy_text`), exactly
-    once: the file is entered in the subscriber's ledger in the same transaction (a concurrent
-    attempt waits for it, then finds the entry).  Returns the rows loaded by this call."""
-    article = ResolvedArticle.from_dict(article_data)
-    rel_path = file["path"]
-    copy_sql = sql.SQL("COPY {} ({}) FROM STDIN").format(
-        sql.Identifier(article.dest_schema, article.dest_table),
-        sql.SQL(", ").join(sql.Identifier(c) for c in article.column_names),
-    )
-    rows = 0
-    with connections.connect(conninfo, "subscriber") as conn:
-        conn.execute("SET session_replication_role = replica")
-        if not subscriber_state.claim_snapshot_file(conn, article.publication, snapshot_id, rel_path, file["rows"]):
-            return 0  # loaded already
-        table = pq.ParquetFile(str(Path(folder) / rel_path))
-        try:
-            with conn.cursor() as cur, cur.copy(copy_sql) as copy:
-                for batch in table.iter_batches(batch_size=FETCH_ROWS):
-                    copy.write(copy_text.copy_text(batch))  # COPY text, made column by column in C++
-                    rows += batch.num_rows
-        except psycopg.errors.UntranslatableCharacter as exc:
-            raise ReplError(
-                f"the subscriber database {conn.info.dbname!r} (encoding {conn.info.parameter_status('server_encoding')}) "
-                f"cannot store a character of article {article.name!r} ({article.destination}): "
-                f"{exc.diag.message_primary}. Use a subscriber database whose encoding holds the publisher's "
-                f"characters (UTF8 holds them all)"
-            ) from None
-    return rows
 
 
 # ---------------------------------------------------------------------- the folder

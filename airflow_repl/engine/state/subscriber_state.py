@@ -182,6 +182,17 @@ def claim_snapshot_file(
     return row is not None
 
 
+def count_snapshot_file(
+    conn: psycopg.Connection[Any], publication: str, snapshot_id: str, path: str, rows: int
+) -> None:
+    """The rows of a file claimed before its rows were known (loaded while it was read), in the
+    transaction that loaded it."""
+    conn.execute(
+        "UPDATE airflow_repl.snapshot_files SET rows = %s WHERE publication = %s AND snapshot_id = %s AND path = %s",
+        (rows, publication, snapshot_id, path),
+    )
+
+
 def start_watermark(conn: psycopg.Connection[Any], publication: str, snapshot_id: str, consistent_lsn: str) -> None:
     """The subscription holds the snapshot taken at ``consistent_lsn``: its watermark starts just
     before that point, where the publication's slot starts decoding (committed by the caller)."""
