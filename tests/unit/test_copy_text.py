@@ -94,3 +94,20 @@ def test_slices_and_empty_batches():
 def test_a_type_without_a_text_form_is_refused():
     with pytest.raises(TypeError, match="no COPY text form"):
         copy_text(pa.record_batch([pa.array([[1]])], names=["a"]))
+
+
+@pytest.mark.parametrize("special", ["\\", "\n", "\r", "\t"])
+def test_one_special_character_anywhere_is_escaped_and_plain_text_is_left_as_it_is(special):
+    """The escaping passes run only for text holding one of COPY's special characters: one such
+    character in one row of many (first, middle, last, in a slice) is found; plain text is copied."""
+    plain = [f"plain row {i} é" for i in range(1000)]
+    for where in (0, 500, 999):
+        values = [*plain]
+        values[where] = f"x{special}y"
+        rows = _parse(bytes(copy_text(pa.record_batch([pa.array(values)], names=["s"]))))
+        assert [r[0] for r in rows] == values
+    values = [*plain]
+    values[10] = special  # outside the slice below, which then has none to escape
+    batch = pa.record_batch([pa.array(values), pa.array(range(1000), pa.int32())], names=["s", "i"])
+    assert bytes(copy_text(batch.slice(11, 2))) == "plain row 11 é\t11\nplain row 12 é\t12\n".encode()
+    assert _parse(bytes(copy_text(batch.slice(9, 3))))[1] == [special, "10"]

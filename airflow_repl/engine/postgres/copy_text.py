@@ -32,8 +32,8 @@ def copy_text(batch: Any) -> memoryview:
         return memoryview(b"")
     columns = [_column_text(col) for col in batch.columns]
     tab, newline, empty = (pa.scalar(s, pa.large_string()) for s in ("\t", "\n", ""))
+    columns[-1] = pc.binary_join_element_wise(columns[-1], empty, newline)  # each line ends with a newline
     lines = pc.binary_join_element_wise(*columns, tab) if len(columns) > 1 else columns[0]
-    lines = pc.binary_join_element_wise(lines, empty, newline)  # each line ends with a newline
     return _data(lines)
 
 
@@ -43,8 +43,9 @@ def _column_text(col: Any) -> Any:
     kind = col.type
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
         text = col.cast(pa.large_string())
-        for raw, escaped in _ESCAPES:
-            text = pc.replace_substring(text, raw, escaped)
+        if _has_any(text, _SPECIAL):  # most text has none: four passes over it saved
+            for raw, escaped in _ESCAPES:
+                text = pc.replace_substring(text, raw, escaped)
     elif pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
         text = pa.array([None if v is None else "\\\\x" + v.hex() for v in col.to_pylist()], pa.large_string())
     elif pa.types.is_boolean(kind) or pa.types.is_integer(kind) or pa.types.is_floating(kind):
@@ -52,6 +53,20 @@ def _column_text(col: Any) -> Any:
     else:
         raise TypeError(f"no COPY text form for Arrow type {kind}")
     return pc.fill_null(text, "\\N")
+
+
+def _has_any(text: Any, needles: tuple[bytes, ...]) -> bool:
+    """Whether a large string array's values hold any of the bytes ``needles`` (a search of its
+    data buffer between the first and the last offset; a null's bytes, if any, may only make it
+    say yes, which costs the escaping passes and changes nothing)."""
+    if len(text) == 0 or text.buffers()[2] is None:
+        return False
+    data = _data(text).tobytes()
+    return any(needle in data for needle in needles)
+
+
+#: The bytes :data:`_ESCAPES` replace (each is one byte in UTF-8).
+_SPECIAL = tuple(raw.encode() for raw, _ in _ESCAPES)
 
 
 def _data(lines: Any) -> memoryview:
