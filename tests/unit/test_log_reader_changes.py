@@ -5,6 +5,7 @@ and key updates stored as delete/insert pairs that apply one by one without dupl
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timezone
 
 import pytest
@@ -90,7 +91,16 @@ def _run(pairs: list[tuple[list, list]], chunk: int = 1000) -> list[tuple[str, l
     for old, new in pairs:
         writer.row_change("a", [Command(DELETE, "a", old=old, pair=True), Command(INSERT, "a", new=new, pair=True)])
     writer.close_run()
-    return [(row[4], json_image(row[5])) for row in writer.buffer]
+    return [(row[4], json_image(row[5])) for row in map(copy_fields, writer.buffer)]
+
+
+def copy_fields(line: bytes) -> list[str | None]:
+    """The fields of one line of COPY's text format (what the server reads from it)."""
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    escapes = {"\\": "\\", "n": "\n", "r": "\r", "t": "\t"}
+    return [
+        None if f == b"\\N" else re.sub(r"\\(.)", lambda m: escapes[m[1]], f.decode()) for f in line[:-1].split(b"\t")
+    ]
 
 
 def json_image(data: str) -> list:

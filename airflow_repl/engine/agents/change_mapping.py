@@ -11,7 +11,7 @@ Reader Agent feeds it decoded messages.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_repl.engine.articles.commands import DELETE, INSERT, TRUNCATE, Command, update_commands
@@ -29,6 +29,11 @@ class RelationMap:
     article: ResolvedArticle
     positions: list[int]  # relation column index for each article column
     child: bool = False  # an inheritance child of the article's table (include_children)
+    #: the article has every column of the relation, in its order: a decoded image is the article's as it is
+    identity: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.identity = self.positions == list(range(len(self.positions)))
 
 
 def relation_articles(articles: list[ResolvedArticle]) -> dict[tuple[str, str], ResolvedArticle]:
@@ -115,19 +120,24 @@ def row_commands(change: RowChange, relmap: RelationMap) -> list[Command]:
     Unchanged TOASTed values of an UPDATE's after image are taken from its before image."""
     art = relmap.article
     if isinstance(change, pgoutput.Insert):
-        return [Command(INSERT, art.name, new=_image(change.new, relmap.positions))]
+        return [Command(INSERT, art.name, new=_image(change.new, relmap))]
     if isinstance(change, pgoutput.Delete):
-        return [Command(DELETE, art.name, old=_image(change.old, relmap.positions))]
+        return [Command(DELETE, art.name, old=_image(change.old, relmap))]
     if change.old is None:
         raise ReplError(
             f"table {art.table.qualified} lost REPLICA IDENTITY FULL, so its updates carry no before "
             f"image; re-apply the topology (airflow-repl apply) to restore it"
         )
-    old = _image(change.old, relmap.positions)
-    new = _image(change.new, relmap.positions)
-    merged = [o if n is pgoutput.UNCHANGED_TOAST else n for o, n in zip(old, new, strict=True)]
+    old = _image(change.old, relmap)
+    new = _image(change.new, relmap)
+    unchanged = pgoutput.UNCHANGED_TOAST
+    merged = [o if n is unchanged else n for o, n in zip(old, new, strict=True)]
     return update_commands(art, old, merged)
 
 
-def _image(values: list[Any], positions: list[int]) -> list[Any]:
-    return [values[p] for p in positions]
+def _image(values: list[Any], relmap: RelationMap) -> list[Any]:
+    """The article's columns of a decoded image: the image itself (a list of its own, which the
+    decoder made for this change) when the article has every column of the relation in order."""
+    if relmap.identity and len(values) == len(relmap.positions):
+        return values
+    return [values[p] for p in relmap.positions]

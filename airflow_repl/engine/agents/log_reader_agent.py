@@ -47,7 +47,7 @@ from airflow_repl.engine.agents.change_mapping import (
     truncated_articles,
 )
 from airflow_repl.engine.agents.lifecycle import AgentRun
-from airflow_repl.engine.articles.commands import SCHEMA, Command
+from airflow_repl.engine.articles.commands import SCHEMA, Command, OpCode
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import NotInitialized, ReplError
 from airflow_repl.engine.model import naming
@@ -108,10 +108,13 @@ class _TxnWriter:
         self.chunk = chunk
         self.buffer: list[distdb.NewCommandRow] = []  # command rows, across transactions, until the next COPY
         self.transactions: list[distdb.TransactionRow] = []  # transaction rows of this batch
+        self.publication_field = distdb.copy_field(publication) + b"\t"
         self.begin(None)
 
     def begin(self, xact_seqno: str | None, xid: int = 0) -> None:
         self.xact, self.xid, self.count = xact_seqno, xid, 0
+        #: the COPY fields every command line of the transaction starts with (distdb.command_line)
+        self.prefix = self.publication_field + distdb.copy_field(xact_seqno) + b"\t"
         self.origin: str | None = None  # the replication origin the transaction came from
         self.schema_change = False  # the transaction holds a schema-change command
         self.tokens: list[progress.TokenMessage] = []  # tracer tokens of the publication the transaction carries
@@ -154,7 +157,11 @@ class _TxnWriter:
 
     def add(self, cmd: Command) -> None:
         self.count += 1
-        self.buffer.append((self.publication, self.xact, self.count, cmd.article, cmd.op, distdb.dumps(cmd.to_json())))
+        article = _FIELDS.get(cmd.article)
+        if article is None:
+            article = _FIELDS[cmd.article] = distdb.copy_field(cmd.article)
+        data = distdb.command_data(cmd.to_json())
+        self.buffer.append(distdb.command_line(self.prefix, self.count, article, _OPS[cmd.op], data))
         if len(self.buffer) >= self.chunk:
             self.flush()
 
@@ -224,6 +231,9 @@ class _TxnWriter:
 
 
 _ROW_CHANGES = (pgoutput.Insert, pgoutput.Update, pgoutput.Delete)
+#: Article names as COPY fields, and operations as their byte: the same few for every command.
+_FIELDS: dict[str, bytes] = {}
+_OPS: dict[str, bytes] = {op: op.value.encode() for op in OpCode}
 
 
 def _image(values: list[Any] | None) -> Image:
@@ -314,10 +324,15 @@ class _LogReader:
         """Peek at the slot and decode up to ``batch_changes`` rows into the writer."""
         batch = _Batch(self.totals["batches"] + 1)
         self.run.step = f"reading batch {batch.number} from the slot"
-        with self.pub.transaction(), self.pub.cursor(name="airflow_repl_peek") as cur:
+        with self.pub.transaction(), self.pub.cursor(name="airflow_repl_peek", binary=True) as cur:
             self._peek(cur, batch_changes)
-            for (data,) in cur:
-                self._read(pgoutput.decode(data), batch)
+            decode, read, size = pgoutput.decode, self._read, cur.itersize
+            while True:  # a page at a time (as iterating the cursor fetches), without a cursor call per message
+                page = cur.fetchmany(size)
+                for (data,) in page:
+                    read(decode(data), batch)
+                if len(page) < size:
+                    break
         return batch
 
     def _peek(self, cur: psycopg.ServerCursor[Any], batch_changes: int) -> None:

@@ -41,7 +41,7 @@ Value = str | None  # a column value in PostgreSQL's text representation; None i
 Values = list[Value]  # article column order
 
 
-@dataclass
+@dataclass(slots=True)
 class Command:
     op: OpCode
     article: str
@@ -76,7 +76,11 @@ class Command:
 
     @classmethod
     def from_json(cls, op: str, article: str, data: dict[str, Any]) -> Command:
-        return cls(OpCode(op), article, data.get("o"), data.get("n"), bool(data.get("p")), data.get("s"))
+        code = _OPCODES.get(op) or OpCode(op)  # a dictionary look-up per stored command, not Enum's call
+        return cls(code, article, data.get("o"), data.get("n"), bool(data.get("p")), data.get("s"))
+
+
+_OPCODES: dict[str, OpCode] = {code.value: code for code in OpCode}
 
 
 def bitmask(changed: Sequence[bool]) -> bytes:

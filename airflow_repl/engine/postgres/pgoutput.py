@@ -159,28 +159,30 @@ class _Reader:
 def _tuple(buf: bytes, pos: int) -> tuple[list[Datum], int]:
     """A row image at ``pos`` and the offset after it: per column 'n' (NULL), 'u' (unchanged
     TOAST), or 't'/'b' and a length-prefixed value.  The hot path of the Log Reader, so read
-    inline rather than through :class:`_Reader`."""
+    inline rather than through :class:`_Reader`: text first, one bound method for the lengths."""
     end = len(buf)
     (n,) = _INT16.unpack_from(buf, pos)
     pos += 2
     out: list[Datum] = []
     append = out.append
+    size_at = _INT32_AT
     for _ in range(n):
         if pos >= end:
             raise _ends_early(1, pos, end)
         kind = buf[pos]
         if kind == _TEXT:
-            (size,) = _INT32.unpack_from(buf, pos + 1)
+            (size,) = size_at(buf, pos + 1)
             pos += 5
-            if size < 0 or pos + size > end:
+            nxt = pos + size
+            if size < 0 or nxt > end:
                 raise _ends_early(size, pos, end)
-            append(buf[pos : pos + size].decode("utf-8"))
-            pos += size
+            append(buf[pos:nxt].decode())
+            pos = nxt
         elif kind == _NULL:
             append(None)
             pos += 1
         elif kind == _BINARY:
-            (size,) = _INT32.unpack_from(buf, pos + 1)
+            (size,) = size_at(buf, pos + 1)
             pos += 5
             if size < 0 or pos + size > end:
                 raise _ends_early(size, pos, end)
@@ -199,7 +201,8 @@ def _ends_early(size: int, pos: int, end: int) -> ValueError:
 
 
 _INT16, _INT32 = struct.Struct("!h"), struct.Struct("!i")
-_TEXT, _BINARY, _NULL, _UNCHANGED = b"t"[0], b"b"[0], b"n"[0], b"u"[0]
+_INT32_AT = _INT32.unpack_from
+_TEXT, _BINARY, _NULL, _UNCHANGED, _NEW = b"t"[0], b"b"[0], b"n"[0], b"u"[0], b"N"[0]
 
 
 def _time(us: int) -> datetime:
@@ -240,7 +243,8 @@ def _update(buf: bytes) -> Update:
     pos = 6
     if _marker(buf, 5, "KON") != "N":  # the old key ('K') or whole old row ('O') comes first
         old, pos = _tuple(buf, 6)
-        _marker(buf, pos, "N")
+        if pos >= len(buf) or buf[pos] != _NEW:
+            _marker(buf, pos, "N")  # refuses it
         pos += 1
     return Update(relid, old, _tuple(buf, pos)[0])
 

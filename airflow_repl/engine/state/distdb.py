@@ -8,14 +8,17 @@ The subscribers' own ``airflow_repl`` tables are in
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import orjson
 import psycopg
+from psycopg.adapt import Buffer, Loader
 from psycopg.rows import TupleRow
-from psycopg.types.json import Jsonb, set_json_loads
+from psycopg.types.json import Jsonb
 
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import NotInitialized, TopologyError
@@ -23,9 +26,9 @@ from airflow_repl.engine.postgres import lsn
 
 SCHEMA = "airflow_repl"
 
-#: A row written to ``airflow_repl.commands`` by the Log Reader: publication, xact_seqno,
-#: command_id, article, op, data (JSON text).
-NewCommandRow = tuple[str, str | None, int, str, str, str]
+#: A row written to ``airflow_repl.commands`` by the Log Reader, as one line of COPY's text
+#: format (:func:`command_line`): publication, xact_seqno, command_id, article, op, data (JSON).
+NewCommandRow = bytes
 #: A row of ``airflow_repl.transactions``: publication, xact_seqno, xid, commit_time, end_lsn,
 #: command_count, article_rows (JSON text), origin (the replication origin it came from, or None),
 #: schema_change (it holds a schema-change command).
@@ -599,12 +602,77 @@ def record_error(
 
 
 def dumps(value: Any) -> str:
-    """Compact JSON text, as commands and transaction rows store it (one encoder for every call:
-    ``json.dumps`` with separators builds a new one each time, a cost per stored command)."""
-    return _ENCODER.encode(value)
+    """Compact JSON text, as commands and transaction rows store it (:func:`dumps_bytes`)."""
+    return dumps_bytes(value).decode()
+
+
+def dumps_bytes(value: Any) -> bytes:
+    """Compact JSON (UTF-8), as commands and transaction rows store it: orjson's, for the values
+    commands and transaction rows hold (text, NULL, numbers, lists and objects with text keys);
+    ``json``'s, one encoder for every call, for anything orjson refuses (an object with other
+    keys, an integer beyond 64 bits) or writes otherwise (a float NaN or infinity, which orjson
+    turns into null).  Both parse to the same values: non-ASCII text is written as UTF-8 where
+    ``json`` writes ``\\u`` escapes, which the ``jsonb`` column does not keep apart."""
+    try:
+        return _orjson_dumps(value)
+    except (orjson.JSONEncodeError, _NonFinite):
+        return _ENCODER.encode(value).encode()
+
+
+class _NonFinite(Exception):
+    """A float orjson would write as null."""
+
+
+def _default(value: Any) -> Any:
+    raise TypeError  # a type orjson does not know: json's encoder decides
+
+
+def _orjson_dumps(value: Any) -> bytes:
+    out = orjson.dumps(value, default=_default)
+    if b"null" in out and _has_non_finite(value):
+        raise _NonFinite
+    return out
+
+
+def _has_non_finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return value != value or value in (float("inf"), float("-inf"))
+    if isinstance(value, dict):
+        return any(_has_non_finite(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_has_non_finite(v) for v in value)
+    return False
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
+def command_data(data: dict[str, Any]) -> bytes:
+    """A command's JSON (:meth:`Command.to_json`), as :func:`dumps_bytes` writes it.  A row
+    change's holds only text, NULLs and the pair flag, which orjson writes as ``json`` does
+    (no float to look for); a schema change's goes through :func:`dumps_bytes`."""
+    if "s" not in data:
+        try:
+            return orjson.dumps(data, default=_default)
+        except orjson.JSONEncodeError:
+            pass
+    return dumps_bytes(data)
+
+
+def copy_field(value: str | None) -> bytes:
+    """One field of a line of COPY's text format: UTF-8, backslash, newline, carriage return
+    and tab escaped; NULL as ``\\N``."""
+    if value is None:
+        return b"\\N"
+    return value.encode().replace(b"\\", b"\\\\").replace(b"\n", b"\\n").replace(b"\r", b"\\r").replace(b"\t", b"\\t")
+
+
+def command_line(prefix: bytes, command_id: int, article: bytes, op: bytes, data: bytes) -> bytes:
+    """One row of ``airflow_repl.commands`` as a line of COPY's text format: ``prefix`` is the
+    publication's and the xact_seqno's fields with their tabs (:func:`copy_field`), ``article``
+    a COPY field, ``data`` compact JSON (:func:`dumps_bytes`: its only backslashes are escapes,
+    doubled here; it holds no newline, carriage return or tab)."""
+    return b"%b%d\t%b\t%b\t%b\n" % (prefix, command_id, article, op, data.replace(b"\\", b"\\\\"))
 
 
 def _one(cur: psycopg.Cursor[TupleRow]) -> TupleRow:
@@ -718,8 +786,16 @@ def transaction_stored(conn: psycopg.Connection[Any], publication: str, xact_seq
 
 
 def copy_commands(conn: psycopg.Connection[Any], rows: list[NewCommandRow]) -> None:
-    """COPY command rows (publication, xact_seqno, command_id, article, op, data)."""
-    _copy(conn, "commands (publication, xact_seqno, command_id, article, op, data)", rows)
+    """COPY command rows (publication, xact_seqno, command_id, article, op, data), each a line
+    of COPY's text format (:func:`command_line`), written in one piece."""
+    if rows:
+        with (
+            conn.cursor() as cur,
+            cur.copy(
+                "COPY airflow_repl.commands (publication, xact_seqno, command_id, article, op, data) FROM STDIN"
+            ) as copy,
+        ):
+            copy.write(b"".join(rows))
 
 
 def copy_transactions(conn: psycopg.Connection[Any], rows: list[TransactionRow]) -> None:
@@ -835,7 +911,9 @@ def pending_transactions(
 ) -> list[PendingTransaction]:
     """Up to ``limit`` transactions of the publication after xact_seqno ``after``, in commit
     (LSN) order (:data:`BATCH_QUERY`)."""
-    rows = conn.execute(BATCH_QUERY, (publication, after, limit)).fetchall()
+    with conn.cursor() as cur:
+        cur.adapters.register_loader("jsonb", _JsonLoader)
+        rows = cur.execute(BATCH_QUERY, (publication, after, limit)).fetchall()
     return [
         PendingTransaction(xact, count, article_rows or {}, commit_time, origin, bool(ddl))
         for xact, count, article_rows, commit_time, origin, ddl in rows
@@ -849,6 +927,7 @@ def batch_commands(
     server-side cursor as they are consumed (:data:`COMMANDS_QUERY`); close the generator to
     close the cursor early."""
     with conn.cursor(name="airflow_repl_cmds") as cur:
+        cur.adapters.register_loader("jsonb", _JsonbLoader)
         cur.itersize = 2000
         cur.execute(COMMANDS_QUERY, (publication, first, last))
         yield from cur
@@ -858,16 +937,52 @@ def batch_commands_list(conn: psycopg.Connection, publication: str, first: str, 
     """The commands of :func:`batch_commands`, read in one round trip (a caller that holds the
     whole batch in memory anyway)."""
     with conn.cursor() as cur:
-        set_json_loads(_loads, cur)
+        cur.adapters.register_loader("jsonb", _JsonbLoader)
         return cur.execute(COMMANDS_QUERY, (publication, first, last)).fetchall()
 
 
-def _loads(data: str | bytes) -> Any:
-    """json.loads without its encoding detection per value (the server sends UTF-8)."""
-    return _DECODER.decode(data.decode() if isinstance(data, bytes) else data)
+def loads(data: Buffer) -> Any:
+    """JSON text (UTF-8) as Python values, as ``json.loads`` reads it: orjson's parser, or
+    ``json``'s for what orjson refuses (NaN, Infinity) or reads otherwise (an integer beyond 64
+    bits, which orjson makes a float: any run of 19 digits, even inside a string, takes ``json``)."""
+    if _LONG_NUMBER.search(data) is None:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(bytes(data))
 
 
-_DECODER = json.JSONDecoder()
+_LONG_NUMBER = re.compile(rb"[0-9]{19}")
+
+
+def load_command(data: Buffer) -> Any:
+    """A stored command's JSON (``airflow_repl.commands.data``), as :func:`loads` reads it.  Only
+    a schema change's has an ``"s"`` key, and only it may hold numbers other than the pair
+    flag: a row change's (no ``"s":`` anywhere in the text, the test that costs least) goes
+    straight to orjson."""
+    if _SCHEMA_KEY.search(data) is None:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return loads(data)
+
+
+_SCHEMA_KEY = re.compile(rb'"s":')
+
+
+class _JsonLoader(Loader):
+    """``jsonb`` columns (text format) through :func:`loads`."""
+
+    load = staticmethod(loads)
+
+
+class _JsonbLoader(Loader):
+    """``jsonb`` columns (text format) of the stored commands through :func:`load_command`:
+    psycopg's own loader is ``json.loads`` with a Python call per value around it."""
+
+    load = staticmethod(load_command)
 
 
 def origin_positions(conn: psycopg.Connection, publication: str, origin: str, xids: list[int]) -> dict[int, str]:

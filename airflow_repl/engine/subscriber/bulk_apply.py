@@ -25,14 +25,18 @@ every intermediate command (ordinary triggers do not fire for replicated changes
 
 from __future__ import annotations
 
+import re
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import compress, count
+from operator import ne
 
+import orjson
 import psycopg
 from psycopg import sql
 
-from airflow_repl.engine.articles.commands import DELETE, INSERT, UPDATE, Command, Values
+from airflow_repl.engine.articles.commands import DELETE, INSERT, UPDATE, Command, OpCode, Values
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.model.propagation import CallSyntax, Method, Operation
 
@@ -49,7 +53,7 @@ class NotNetApplicable(Exception):
     of rows than the commands expect, or the batch holds what it does not cover)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class _Key:
     """The net effect of a batch's commands on one key."""
 
@@ -71,47 +75,56 @@ def eligible(article: ResolvedArticle | None) -> bool:
     return True
 
 
+_ROW_OPS = (INSERT, UPDATE, DELETE)
+
+
 def net_changes(commands: Sequence[Command], articles: dict[str, ResolvedArticle]) -> dict[str, dict[Key, _Key]]:
     """article -> key -> net effect, in the order of the commands (NotNetApplicable when a
     command is outside what the set-based path covers or could not apply in that order)."""
     out: dict[str, dict[Key, _Key]] = {}
-    checked: dict[str, ResolvedArticle] = {}  # the eligible articles met so far
+    checked: dict[str, tuple[dict[Key, _Key], list[int]]] = {}  # the eligible articles met so far: keys, pk
     for cmd in commands:
-        art = checked.get(cmd.article) or articles.get(cmd.article)
-        if cmd.op not in (INSERT, UPDATE, DELETE) or art is None or not (cmd.article in checked or eligible(art)):
-            raise NotNetApplicable(f"{cmd.op} command of article {cmd.article!r}")
-        checked[cmd.article] = art
-        keys = out.setdefault(cmd.article, {})
-        image = cmd.new if cmd.op == INSERT else cmd.old
+        op = cmd.op
+        entry = checked.get(cmd.article)
+        if entry is None or op not in _ROW_OPS:
+            art = articles.get(cmd.article)
+            if op not in _ROW_OPS or art is None or not (entry is not None or eligible(art)):
+                raise NotNetApplicable(f"{cmd.op} command of article {cmd.article!r}")
+            entry = checked[cmd.article] = (out.setdefault(cmd.article, {}), art.pk_positions)
+        keys, pk = entry
+        image = cmd.new if op == INSERT else cmd.old
         assert image is not None
-        pk = art.pk_positions
         key = tuple([image[i] for i in pk])
-        if cmd.op == UPDATE and cmd.new is not None and (moved := tuple([cmd.new[i] for i in pk])) != key:
+        if op == UPDATE and cmd.new is not None and (moved := tuple([cmd.new[i] for i in pk])) != key:
             # a key change kept as one UPDATE (multi_row_key_changes): the row leaves one key for another
-            _step(keys, key, Command(DELETE, cmd.article, old=cmd.old))
-            _step(keys, moved, Command(INSERT, cmd.article, new=cmd.new))
+            _step(keys, key, DELETE, cmd.old, None)
+            _step(keys, moved, INSERT, None, cmd.new)
             continue
-        _step(keys, key, cmd)
+        _step(keys, key, op, cmd.old, cmd.new)
     return out
 
 
-def _step(keys: dict[Key, _Key], key: Key, cmd: Command) -> None:
+def _step(keys: dict[Key, _Key], key: Key, op: OpCode, old: Values | None, new: Values | None) -> None:
+    """One command (``op`` with its before and after images) applied to the net effect on ``key``."""
     state = keys.get(key)
-    if cmd.op == INSERT:
+    if op == INSERT:
         if state is None:
-            keys[key] = _Key(existed=False, final=cmd.new)
+            keys[key] = _Key(existed=False, final=new)
         elif state.final is None:
-            state.final = cmd.new
+            state.final = new
         else:
             raise NotNetApplicable("an INSERT of a row the batch already has")
         return
     if state is not None and state.final is None:
-        raise NotNetApplicable(f"an {cmd.op} of a row the batch deleted")
-    if cmd.op == UPDATE:
+        raise NotNetApplicable(f"an {op} of a row the batch deleted")
+    if op == UPDATE:
+        assert old is not None and new is not None
         if state is None:
-            state = keys[key] = _Key(existed=True, final=cmd.new)
-        state.final = cmd.new
-        state.changed.update(i for i, c in enumerate(cmd.changed()) if c)
+            state = keys[key] = _Key(existed=True, final=new)
+        state.final = new
+        if len(old) != len(new):
+            raise ValueError(f"an UPDATE's images have {len(old)} and {len(new)} columns")
+        state.changed.update(compress(count(), map(ne, old, new)))  # the columns whose text differs (Command.changed)
         return
     if state is None:
         keys[key] = _Key(existed=True, final=None, deleted=True)
@@ -138,9 +151,10 @@ def apply(conn: psycopg.Connection, commands: Sequence[Command], articles: dict[
     return len(commands)
 
 
-#: One set-based statement: its text, its parameters (one text array per column of ``s``), the
-#: rows it must find, and what it is (for the message when it finds another number).
-_Run = tuple[str, list[list[str | None]], int, str]
+#: One set-based statement: its text, its parameters (one text array literal per column of
+#: ``s``, :func:`array_literal`), the rows it must find, and what it is (for the message when it
+#: finds another number).
+_Run = tuple[str, list[str], int, str]
 
 
 def _runs(conn: psycopg.Connection, art: ResolvedArticle, keys: dict[Key, _Key]) -> list[_Run]:
@@ -154,7 +168,7 @@ def _runs(conn: psycopg.Connection, art: ResolvedArticle, keys: dict[Key, _Key])
     out: list[_Run] = []
     for op, stmt, what in (("D", stmts.delete, "DELETE"), ("U", stmts.update, "UPDATE"), ("I", stmts.insert, "INSERT")):
         if rows[op]:
-            columns = [list(column) for column in zip(*rows[op], strict=True)]
+            columns = [array_literal(column) for column in zip(*rows[op], strict=True)]
             out.append((stmt, columns, len(rows[op]), f"{what} of article {art.name!r}"))
     return out
 
@@ -174,6 +188,21 @@ def _rows(key: Key, state: _Key, art: ResolvedArticle, masked: bool) -> list[tup
     if state.final is not None and (not state.existed or state.deleted):
         out.append(("I", [None, *state.final]))
     return out
+
+
+def array_literal(values: Sequence[str | None]) -> str:
+    """A ``text[]`` literal of ``values`` (PostgreSQL's array input syntax), built in one piece:
+    every element double-quoted, NULL unquoted.  For values without a double quote, a backslash
+    or a control character (the usual case) it is orjson's JSON array with braces for brackets:
+    JSON and array input then quote alike, and ``null`` is array input's NULL (case-insensitive);
+    other values are escaped element by element (backslash before ``\\`` and ``"``)."""
+    text = orjson.dumps(values).decode()
+    if "\\" not in text:
+        return "{" + text[1:-1] + "}"
+    return "{" + ",".join(["NULL" if v is None else '"' + _ARRAY_ESCAPE.sub(r"\\\g<0>", v) + '"' for v in values]) + "}"
+
+
+_ARRAY_ESCAPE = re.compile(r'["\\]')
 
 
 @dataclass(frozen=True)
@@ -201,7 +230,7 @@ def _statements(conn: psycopg.Connection, art: ResolvedArticle) -> _Statements:
     if art.digest in made:
         return made[art.digest]
     names = sql.SQL(", ").join(sql.Identifier(f"c{i + 1}") for i in range(len(art.columns)))
-    arrays = sql.SQL(", ").join(sql.SQL("%b::text[]") for _ in range(len(art.columns) + 1))
+    arrays = sql.SQL(", ").join(sql.SQL("%s::text[]") for _ in range(len(art.columns) + 1))
     source = sql.SQL("unnest({}) AS s(m, {})").format(arrays, names)
     update = art.propagation[Operation.UPDATE]
     masked = update.method == Method.PROC and update.call_syntax in (CallSyntax.SCALL, CallSyntax.MCALL)

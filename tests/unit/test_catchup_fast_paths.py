@@ -1,0 +1,368 @@
+"""The faster paths of the Log Reader and the Distribution Agent (issue 12, catch-up CPU),
+checked against the implementations they replace on random data, without a server: the
+pgoutput tuple decoder, the command JSON and its COPY line, the JSON loader of stored commands,
+the ``text[]`` literals of bulk_apply and its net change per key."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import struct
+from typing import Any
+
+import pytest
+
+from airflow_repl.engine.agents import change_mapping
+from airflow_repl.engine.articles.commands import DELETE, INSERT, UPDATE, Command, OpCode
+from airflow_repl.engine.articles.resolved import ResolvedArticle
+from airflow_repl.engine.model.propagation import Operation, parse_propagation
+from airflow_repl.engine.postgres import pgoutput
+from airflow_repl.engine.postgres.catalog import Column, TableInfo
+from airflow_repl.engine.state import distdb
+from airflow_repl.engine.subscriber import bulk_apply
+from airflow_repl.engine.subscriber.bulk_apply import NotNetApplicable
+
+#: text values with what JSON, COPY and array input escape: quotes, backslashes, control
+#: characters, non-ASCII (2, 3 and 4 UTF-8 bytes), braces and commas, the words NULL and null
+SPECIAL = [
+    "",
+    " ",
+    '"',
+    "\\",
+    '\\"',
+    "a\tb",
+    "line\nbreak\r",
+    "\x01\x1f\x7f",
+    "é",
+    "中文",
+    "😀",
+    "{a,b}",
+    "NULL",
+    "null",
+    "1.5e300",
+    "NaN",
+    "-0.00",
+    "x" * 300,
+    "'q' \\N \\x00",
+]
+
+
+def _value(rng: random.Random) -> str | None:
+    pick = rng.random()
+    if pick < 0.15:
+        return None
+    if pick < 0.5:
+        return rng.choice(SPECIAL)
+    alphabet = "ab 09\\\"\t\n'{},é中😀\x02"
+    return "".join(rng.choice(alphabet) for _ in range(rng.randrange(12)))
+
+
+def _values(rng: random.Random, n: int | None = None) -> list[str | None]:
+    return [_value(rng) for _ in range(rng.randrange(1, 8) if n is None else n)]
+
+
+# ---------------------------------------------------------------------- pgoutput tuples
+def _old_tuple(buf: bytes, pos: int) -> tuple[list[pgoutput.Datum], int]:
+    """The decoder before issue 12 (the reference)."""
+    end = len(buf)
+    (n,) = struct.unpack_from("!h", buf, pos)
+    pos += 2
+    out: list[pgoutput.Datum] = []
+    for _ in range(n):
+        if pos >= end:
+            raise pgoutput._ends_early(1, pos, end)
+        kind = buf[pos]
+        if kind in b"tb":
+            (size,) = struct.unpack_from("!i", buf, pos + 1)
+            pos += 5
+            if size < 0 or pos + size > end:
+                raise pgoutput._ends_early(size, pos, end)
+            raw = buf[pos : pos + size]
+            out.append(raw.decode("utf-8") if kind == b"t"[0] else raw)
+            pos += size
+        elif kind == b"n"[0]:
+            out.append(None)
+            pos += 1
+        elif kind == b"u"[0]:
+            out.append(pgoutput.UNCHANGED_TOAST)
+            pos += 1
+        else:
+            raise ValueError(f"unknown tuple column kind {chr(kind)!r}")
+    return out, pos
+
+
+def _encode_tuple(rng: random.Random, n: int) -> bytes:
+    out = struct.pack("!h", n)
+    for _ in range(n):
+        pick = rng.random()
+        if pick < 0.15:
+            out += b"n"
+        elif pick < 0.25:
+            out += b"u"
+        elif pick < 0.3:
+            raw = bytes(rng.randrange(256) for _ in range(rng.randrange(6)))
+            out += b"b" + struct.pack("!i", len(raw)) + raw
+        else:
+            raw = (rng.choice(SPECIAL) if rng.random() < 0.5 else "v" * rng.randrange(70)).encode()
+            out += b"t" + struct.pack("!i", len(raw)) + raw
+    return out
+
+
+def _outcome(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception as exc:  # the same error, type and text
+        return (type(exc), str(exc))
+
+
+def test_tuple_decoder_matches_the_old_one_on_random_and_damaged_images():
+    rng = random.Random(12)
+    for _ in range(3000):
+        buf = b"xx" + _encode_tuple(rng, rng.randrange(0, 1601 if rng.random() < 0.01 else 9))
+        assert pgoutput._tuple(buf, 2) == _old_tuple(buf, 2)
+        cut = buf[: rng.randrange(2, len(buf) + 1)]  # cut anywhere: refused the same way
+        assert _outcome(pgoutput._tuple, cut, 2) == _outcome(_old_tuple, cut, 2)
+    for damaged in (
+        b"xx\x00\x01t\xff\xff\xff\xff",
+        b"xx\x00\x01q",
+        b"xx\xff\xff",
+        b"xx\x00\x01t\x00\x00\x00\x02\xc3\xa9"[:-1],
+    ):
+        assert _outcome(pgoutput._tuple, damaged, 2) == _outcome(_old_tuple, damaged, 2)
+
+
+def test_insert_update_delete_images_decode_as_before():
+    rng = random.Random(7)
+    for _ in range(500):
+        new, old = _encode_tuple(rng, 4), _encode_tuple(rng, 4)
+        relid = struct.pack("!I", 16400)
+        assert pgoutput.decode(b"I" + relid + b"N" + new) == pgoutput.Insert(16400, _old_tuple(new, 0)[0])
+        assert pgoutput.decode(b"D" + relid + b"O" + old) == pgoutput.Delete(16400, _old_tuple(old, 0)[0])
+        update = pgoutput.decode(b"U" + relid + b"O" + old + b"N" + new)
+        assert update == pgoutput.Update(16400, _old_tuple(old, 0)[0], _old_tuple(new, 0)[0])
+
+
+# ---------------------------------------------------------------------- row commands
+def _article(columns: int = 3, **props: str) -> ResolvedArticle:
+    cols = [Column("id", "integer", True, 23)] + [Column(f"c{i}", "text", False, 25) for i in range(1, columns)]
+    return ResolvedArticle(
+        "p",
+        "t",
+        TableInfo("public", "t", 1, cols, ["id"]),
+        "public",
+        "t",
+        {op: parse_propagation(op, props.get(op.value, "CALL"), article="t") for op in Operation},
+        {op: f"sp_MS{op.prefix}_publict" for op in Operation},
+    )
+
+
+def test_row_commands_of_an_article_with_every_column_equal_the_projection():
+    art = _article()
+    whole = change_mapping.RelationMap(art, [0, 1, 2])
+    projected = change_mapping.RelationMap(art, [0, 2, 1])
+    prefix = change_mapping.RelationMap(art, [0, 1, 2])  # a child with a column of its own after them
+    assert whole.identity and not projected.identity
+    u = pgoutput.UNCHANGED_TOAST
+    changes: list[change_mapping.RowChange] = [
+        pgoutput.Insert(1, ["1", "é", None]),
+        pgoutput.Delete(1, ["1", "", "\\"]),
+        pgoutput.Update(1, ["1", "a", "big"], ["1", "b", u]),
+        pgoutput.Update(1, ["1", "a", "b"], ["2", "a", "b"]),
+    ]
+    copying = change_mapping.RelationMap(art, [0, 1, 2])
+    copying.identity = False  # the projection, as every article took it before
+    for change in changes:
+        reference = change_mapping.row_commands(change, copying)
+        assert change_mapping.row_commands(change, whole) == reference
+        swapped = change_mapping.row_commands(change, projected)
+        assert [[c.old, c.new] for c in swapped] == [
+            [
+                None if c.old is None else [c.old[0], c.old[2], c.old[1]],
+                None if c.new is None else [c.new[0], c.new[2], c.new[1]],
+            ]
+            for c in reference
+        ]
+    longer = pgoutput.Insert(1, ["1", "a", "b", "own"])
+    assert change_mapping.row_commands(longer, prefix)[0].new == ["1", "a", "b"]
+
+
+# ---------------------------------------------------------------------- command JSON and COPY lines
+OLD_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
+def _copy_fields(line: bytes) -> list[str | None]:
+    """What the server reads from one line of COPY's text format."""
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    escapes = {"\\": "\\", "n": "\n", "r": "\r", "t": "\t", "N": None}
+    out: list[str | None] = []
+    for field in line[:-1].split(b"\t"):
+        if field == b"\\N":
+            out.append(None)
+        else:
+            out.append(re.sub(r"\\(.)", lambda m: escapes[m[1]] or "", field.decode()))
+    return out
+
+
+def test_command_json_parses_as_the_old_encoders_and_its_copy_line_reads_back():
+    rng = random.Random(1)
+    for n in range(3000):
+        old = _values(rng) if rng.random() < 0.6 else None
+        new = _values(rng) if rng.random() < 0.6 or old is None else None
+        cmd = Command(
+            rng.choice([INSERT, UPDATE, DELETE]), rng.choice(["a", "é t\\x", "tab\there"]), old, new, rng.random() < 0.3
+        )
+        data = distdb.command_data(cmd.to_json())
+        assert json.loads(data) == json.loads(OLD_ENCODER.encode(cmd.to_json())) == cmd.to_json()
+        prefix = distdb.copy_field("pub\\lication") + b"\t" + distdb.copy_field("0/1A") + b"\t"
+        line = distdb.command_line(prefix, n + 1, distdb.copy_field(cmd.article), cmd.op.value.encode(), data)
+        fields = _copy_fields(line)
+        assert fields[:5] == ["pub\\lication", "0/1A", str(n + 1), cmd.article, cmd.op.value]
+        assert fields[5] is not None and json.loads(fields[5]) == cmd.to_json()
+    assert distdb.copy_field(None) == b"\\N" and distdb.copy_field("a\\b\nc\rd\te") == b"a\\\\b\\nc\\rd\\te"
+
+
+def test_dumps_keeps_what_orjson_would_write_otherwise_to_json():
+    schema = {"change": "add column", "before": {"n": 1.5, "big": 2**70, "none": None}, 3: "int key"}
+    data = distdb.command_data(Command(OpCode.SCHEMA, "t", schema=schema).to_json())
+    assert data == OLD_ENCODER.encode({"s": schema}).encode()  # json's, whole: orjson refuses int keys and 2**70
+    for value in ({"x": float("nan")}, [float("inf"), None], {"a": [1, {"b": -float("inf")}]}):
+        assert distdb.dumps(value) == OLD_ENCODER.encode(value)  # NaN/Infinity as json writes them, not null
+    plain = {"a": 1, "é": [None, "😀", 2.5, True]}
+    assert json.loads(distdb.dumps(plain)) == plain and "😀" in distdb.dumps(plain)
+
+
+def test_loads_reads_what_every_version_wrote():
+    rng = random.Random(3)
+    for _ in range(2000):
+        value = {"o": _values(rng), "n": _values(rng), "p": 1}
+        for text in (OLD_ENCODER.encode(value), json.dumps(value, ensure_ascii=False), distdb.dumps(value)):
+            assert distdb.loads(text.encode()) == json.loads(text) == value
+            assert distdb.loads(memoryview(text.encode())) == value
+    for text in ('{"big": 123456789012345678901234567890}', '{"x": NaN}', "[1.0, -0.0, 1e400]"):
+        assert repr(distdb.loads(text.encode())) == repr(json.loads(text))
+
+
+def test_stored_commands_load_as_json_loads_reads_them():
+    """The Distribution Agent's loader of ``airflow_repl.commands.data`` (jsonb's text output)."""
+    rng = random.Random(4)
+    for _ in range(2000):
+        cmd = Command(UPDATE, "t", _values(rng), _values(rng), rng.random() < 0.5)
+        text = json.dumps(cmd.to_json(), ensure_ascii=rng.random() < 0.5, separators=(", ", ": "))
+        assert distdb.load_command(memoryview(text.encode())) == json.loads(text) == cmd.to_json()
+    schema = {"s": {"change": "x", "before": {"limit": 2**70, "oid": 23, "ratio": 0.1}, "after": {}}}
+    text = json.dumps(schema)  # only a schema change's JSON holds numbers: read by json, exactly
+    assert repr(distdb.load_command(memoryview(text.encode()))) == repr(schema)
+    tricky = {"o": ['"s": 1'], "n": ["s", 'a"s":']}  # "s": inside values: json's, the same
+    assert distdb.load_command(json.dumps(tricky).encode()) == tricky
+
+
+# ---------------------------------------------------------------------- text[] literals
+def _parse_array(literal: str) -> list[str | None]:
+    """PostgreSQL's array input for a one-dimensional text[] (quoted elements or NULL)."""
+    assert literal[0] == "{" and literal[-1] == "}"
+    out: list[str | None] = []
+    i, body = 0, literal[1:-1]
+    while i < len(body):
+        if body[i] == '"':
+            i += 1
+            value = []
+            while body[i] != '"':
+                if body[i] == "\\":
+                    i += 1
+                value.append(body[i])
+                i += 1
+            out.append("".join(value))
+            i += 1
+        else:
+            j = body.find(",", i)
+            j = len(body) if j < 0 else j
+            word = body[i:j]
+            assert word.upper() == "NULL", word
+            out.append(None)
+            i = j
+        if i < len(body):
+            assert body[i] == ","
+            i += 1
+    return out
+
+
+def test_array_literals_read_back_as_their_values():
+    rng = random.Random(5)
+    for _ in range(3000):
+        values = tuple(_values(rng))
+        literal = bulk_apply.array_literal(values)
+        assert _parse_array(literal) == list(values)
+    assert bulk_apply.array_literal(("a", None, "")) == '{"a",null,""}'
+    assert bulk_apply.array_literal(('a"b', "c\\d", None, "\n")) == '{"a\\"b","c\\\\d",NULL,"\n"}'
+
+
+# ---------------------------------------------------------------------- net change
+def _old_net_changes(commands: list[Command], articles: dict[str, ResolvedArticle]) -> Any:
+    """net_changes before issue 12 (the reference)."""
+    out: dict[str, dict[Any, Any]] = {}
+    checked: dict[str, ResolvedArticle] = {}
+    for cmd in commands:
+        art = checked.get(cmd.article) or articles.get(cmd.article)
+        if (
+            cmd.op not in (INSERT, UPDATE, DELETE)
+            or art is None
+            or not (cmd.article in checked or bulk_apply.eligible(art))
+        ):
+            raise NotNetApplicable(f"{cmd.op} command of article {cmd.article!r}")
+        checked[cmd.article] = art
+        keys = out.setdefault(cmd.article, {})
+        image = cmd.new if cmd.op == INSERT else cmd.old
+        assert image is not None
+        key = tuple([image[i] for i in art.pk_positions])
+        if cmd.op == UPDATE and cmd.new is not None and (moved := tuple([cmd.new[i] for i in art.pk_positions])) != key:
+            _old_step(keys, key, Command(DELETE, cmd.article, old=cmd.old))
+            _old_step(keys, moved, Command(INSERT, cmd.article, new=cmd.new))
+            continue
+        _old_step(keys, key, cmd)
+    return out
+
+
+def _old_step(keys: dict[Any, Any], key: Any, cmd: Command) -> None:
+    state = keys.get(key)
+    if cmd.op == INSERT:
+        if state is None:
+            keys[key] = bulk_apply._Key(existed=False, final=cmd.new)
+        elif state.final is None:
+            state.final = cmd.new
+        else:
+            raise NotNetApplicable("an INSERT of a row the batch already has")
+        return
+    if state is not None and state.final is None:
+        raise NotNetApplicable(f"an {cmd.op} of a row the batch deleted")
+    if cmd.op == UPDATE:
+        if state is None:
+            state = keys[key] = bulk_apply._Key(existed=True, final=cmd.new)
+        state.final = cmd.new
+        state.changed.update(i for i, c in enumerate(cmd.changed()) if c)
+        return
+    if state is None:
+        keys[key] = bulk_apply._Key(existed=True, final=None, deleted=True)
+    elif not state.existed and not state.deleted:
+        del keys[key]
+    else:
+        state.final, state.deleted = None, True
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_net_changes_match_the_old_implementation_on_random_batches(seed):
+    rng = random.Random(seed)
+    articles = {"t": _article(), "n": _article(3, delete="NONE")}
+    commands: list[Command] = []
+    for _ in range(rng.randrange(1, 60)):
+        k, k2 = str(rng.randrange(5)), str(rng.randrange(5))
+        a, b = _values(rng, 2), _values(rng, 2)
+        op = rng.choice([INSERT, UPDATE, UPDATE, DELETE])
+        article = "n" if rng.random() < 0.02 else "t"
+        if op == INSERT:
+            commands.append(Command(INSERT, article, new=[k, *a]))
+        elif op == DELETE:
+            commands.append(Command(DELETE, article, old=[k, *a]))
+        else:
+            commands.append(Command(UPDATE, article, old=[k, *a], new=[k2 if rng.random() < 0.2 else k, *b]))
+    assert _outcome(bulk_apply.net_changes, commands, articles) == _outcome(_old_net_changes, commands, articles)
