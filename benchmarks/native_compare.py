@@ -389,18 +389,19 @@ def phase_initial(b: Bench) -> None:
         sql.SQL("CREATE SUBSCRIPTION native_sub CONNECTION {} PUBLICATION native_pub").format(sql.Literal(conninfo)),
     )
     native = wait_for(lambda: native_ready(b), "native initial sync", 3600) - t0
-    ours = snapshot_run(b, native, f"initial sync, {rows:,} accounts rows", b.env, [])
+    ours = snapshot_run(b, native, f"initial sync, {rows:,} accounts rows", {}, [])
     check_checksums(b, "initial sync")
     if ours.get("tasks") == "threads":
         # the same snapshot through a local Spark application, as a Spark master makes the CLI run it
         # (the operators always run it in one): the subscription initialized again
-        spark_env = {**b.env, "AIRFLOW_REPL_SPARK_MASTER": "local[2]"}
-        snapshot_run(b, native, "initial sync again, in a local Spark application", spark_env, ["--reinitialize"])
+        spark = {"AIRFLOW_REPL_SPARK_MASTER": "local[2]"}
+        snapshot_run(b, native, "initial sync again, in a local Spark application", spark, ["--reinitialize"])
         check_checksums(b, "initial sync in Spark")
 
 
 def snapshot_run(b: Bench, native: float, label: str, env: dict[str, str], extra: list[str]) -> dict[str, Any]:
-    """One ``airflow-repl snapshot`` run measured against native's initial sync: its rows; its summary."""
+    """One ``airflow-repl snapshot`` run (``extra`` arguments, ``env`` added to the bench's
+    environment) measured against native's initial sync: its rows; its summary."""
     memory: dict[str, float] = {}
     seconds, peak, out = run_measured(
         cli("snapshot", "-t", str(b.topology_file), "-p", "bench", *extra), b.env | env, "airflow-repl snapshot", memory

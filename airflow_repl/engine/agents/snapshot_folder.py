@@ -259,15 +259,14 @@ class _TableLoad:
     def __init__(
         self,
         stack: contextlib.ExitStack,
-        subscriber: str | None,
+        subscriber: str,
         conninfo: str,
         article: ResolvedArticle,
         snapshot_id: str,
         rel_path: str,
     ) -> None:
-        self.subscriber, self.article, self.snapshot_id, self.path = subscriber, article, snapshot_id, rel_path
-        self.role = f"subscriber {subscriber!r}" if subscriber else "subscriber"
-        self.conninfo = conninfo
+        self.article, self.snapshot_id, self.path, self.conninfo = article, snapshot_id, rel_path, conninfo
+        self.role = f"subscriber {subscriber!r}"
         self.conn = stack.enter_context(connections.connect(conninfo, self.role))
         with self._errors():
             self.conn.execute("SET session_replication_role = replica")

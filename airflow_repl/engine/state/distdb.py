@@ -927,7 +927,7 @@ def batch_commands(
     server-side cursor as they are consumed (:data:`COMMANDS_QUERY`); close the generator to
     close the cursor early."""
     with conn.cursor(name="airflow_repl_cmds") as cur:
-        cur.adapters.register_loader("jsonb", _JsonbLoader)
+        cur.adapters.register_loader("jsonb", _CommandLoader)
         cur.itersize = 2000
         cur.execute(COMMANDS_QUERY, (publication, first, last))
         yield from cur
@@ -937,7 +937,7 @@ def batch_commands_list(conn: psycopg.Connection, publication: str, first: str, 
     """The commands of :func:`batch_commands`, read in one round trip (a caller that holds the
     whole batch in memory anyway)."""
     with conn.cursor() as cur:
-        cur.adapters.register_loader("jsonb", _JsonbLoader)
+        cur.adapters.register_loader("jsonb", _CommandLoader)
         return cur.execute(COMMANDS_QUERY, (publication, first, last)).fetchall()
 
 
@@ -978,7 +978,7 @@ class _JsonLoader(Loader):
     load = staticmethod(loads)
 
 
-class _JsonbLoader(Loader):
+class _CommandLoader(Loader):
     """``jsonb`` columns (text format) of the stored commands through :func:`load_command`:
     psycopg's own loader is ``json.loads`` with a Python call per value around it."""
 
