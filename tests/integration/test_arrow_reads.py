@@ -5,6 +5,8 @@ type, text arrives in UTF8 from a LATIN1 database, and a failure is one line wit
 from __future__ import annotations
 
 import math
+import threading
+import time
 
 import psycopg
 import pyarrow as pa
@@ -166,3 +168,53 @@ def test_a_server_that_goes_away_mid_read_is_one_line(env):
     message = str(failed.value)
     assert "\n" not in message
     assert message.startswith(f"cannot read article 'big' at the publisher ({describe(env.pub)}): ")
+
+
+def _sessions(conn: psycopg.Connection) -> int:
+    """Sessions of the connection's database ended so far (counted as each ends)."""
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_reads_of_one_thread_share_the_drivers_database_and_a_failure_starts_afresh(env):
+    """ADBC's database object (a connection and a load of the server's types when it is made)
+    is made once per thread: each further read is one session, not two.  A failure forgets it,
+    and another thread has its own."""
+    with psycopg.connect(env.pub, autocommit=True) as conn:
+        conn.execute("CREATE TABLE shared_reads AS SELECT g AS id FROM generate_series(1, 10) g")
+        holder, snapshot = _export(env.pub)
+        try:
+            _read(env.pub, snapshot, "SELECT id FROM shared_reads")  # this thread's database, if not made yet
+            time.sleep(0.5)
+            before = _sessions(conn)
+            for _ in range(3):
+                assert _read(env.pub, snapshot, "SELECT id FROM shared_reads").num_rows == 10
+            deadline = time.monotonic() + 10
+            while _sessions(conn) < before + 3 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(0.5)
+            assert _sessions(conn) - before == 3
+            with pytest.raises(ReplError):
+                _read(env.pub, "00000003-0000001B-1")
+        finally:
+            holder.close()
+    assert _read_in_new_thread_count(env.pub) == 10
+
+
+def _read_in_new_thread_count(conninfo: str) -> int:
+    """A read in a fresh thread (its own database) of a fresh snapshot."""
+    result: list[int] = []
+
+    def read() -> None:
+        holder, snapshot = _export(conninfo)
+        try:
+            result.append(_read(conninfo, snapshot, "SELECT id FROM shared_reads").num_rows)
+        finally:
+            holder.close()
+
+    worker = threading.Thread(target=read)
+    worker.start()
+    worker.join()
+    return result[0]

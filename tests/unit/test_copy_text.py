@@ -7,6 +7,8 @@ import math
 import random
 import re
 import struct
+import subprocess
+import sys
 
 import pyarrow as pa
 import pytest
@@ -111,3 +113,30 @@ def test_one_special_character_anywhere_is_escaped_and_plain_text_is_left_as_it_
     batch = pa.record_batch([pa.array(values), pa.array(range(1000), pa.int32())], names=["s", "i"])
     assert bytes(copy_text(batch.slice(11, 2))) == "plain row 11 é\t11\nplain row 12 é\t12\n".encode()
     assert _parse(bytes(copy_text(batch.slice(9, 3))))[1] == [special, "10"]
+
+
+@pytest.mark.parametrize("kind", [pa.binary(), pa.large_binary()])
+def test_bytea_is_hex_in_slices_with_nulls_empty_values_and_none_at_all(kind):
+    values = [b"\x00\xff", None, b"", b"\\\n", None, bytes(range(256))]
+    batch = pa.record_batch([pa.array(values, kind), pa.array(range(6), pa.int8())], names=["y", "i"])
+    expected = [[None if v is None else "\\x" + v.hex(), str(i)] for i, v in enumerate(values)]
+    assert _parse(bytes(copy_text(batch))) == expected
+    for start, length in ((1, 3), (2, 1), (3, 3), (5, 1)):
+        assert _parse(bytes(copy_text(batch.slice(start, length)))) == expected[start : start + length]
+    assert bytes(copy_text(pa.record_batch([pa.array([None, None], kind)], names=["y"]))) == b"\\N\n\\N\n"
+
+
+def test_making_copy_text_does_not_import_pandas():
+    """Converting Python objects makes pyarrow import pandas: about 0.3 s holding the GIL in the
+    first read task, and 56 MiB in every Spark worker."""
+    script = (
+        "import sys, pyarrow as pa, pyarrow.parquet as pq\n"
+        "from airflow_repl.engine.postgres.copy_text import copy_text\n"
+        "t = pa.Array.from_buffers(pa.large_string(), 1, [None, pa.py_buffer(bytes(8) + bytes([1]) + bytes(7)),"
+        " pa.py_buffer(b'x')])\n"
+        "batch = pa.RecordBatch.from_arrays([t, t.cast(pa.large_binary()), pa.nulls(1, pa.int32())], names=list('abc'))\n"
+        "assert bytes(copy_text(batch)) == b'x\\t\\\\\\\\x78\\t\\\\N\\n', bytes(copy_text(batch))\n"
+        "assert 'pandas' not in sys.modules, 'pandas imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr

@@ -15,6 +15,7 @@ Owns: :func:`snapshot_batches`.  Errors become one line naming the server and wh
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -45,14 +46,10 @@ def snapshot_batches(conninfo: str, role: str, snapshot_name: str, query: str, w
     def failed(exc: Exception) -> ReplError:
         return ReplError(f"cannot read {what} at the {role} ({connections.describe(conninfo)}): {_server_message(exc)}")
 
-    # ADBC's low-level API: its DB-API module imports pandas (about 56 MiB more per process)
-    database = None
     try:
-        database = adbc_driver_postgresql.connect(settings)
-        conn = adbc_driver_manager.AdbcConnection(database)  # autocommit: the statements below are explicit
+        conn = adbc_driver_manager.AdbcConnection(_database(settings))  # autocommit: statements below are explicit
     except adbc_driver_manager.Error as exc:
-        if database is not None:
-            database.close()
+        _forget(settings)  # the next attempt starts afresh (the server may have restarted)
         raise connections.connect_failed(role, conninfo, _server_message(exc)) from None
     try:
         with adbc_driver_manager.AdbcStatement(conn) as statement:
@@ -69,6 +66,27 @@ def snapshot_batches(conninfo: str, role: str, snapshot_name: str, query: str, w
                 raise failed(exc) from None
     finally:
         conn.close()
+
+
+# ADBC's low-level API: its DB-API module imports pandas (about 56 MiB more per process).  An
+# ADBC database object connects once and loads the server's types when it is made (about
+# 60 ms); each read task of a thread (or of a Spark worker process) reuses its thread's.  ADBC
+# objects allow serialized use only: one per thread, never shared.
+_databases = threading.local()
+
+
+def _database(settings: str) -> Any:
+    """This thread's ADBC database for the connection string ``settings``, made on first use."""
+    cache: dict[str, Any] = _databases.__dict__.setdefault("by_conninfo", {})
+    if settings not in cache:
+        cache[settings] = adbc_driver_postgresql.connect(settings)
+    return cache[settings]
+
+
+def _forget(settings: str) -> None:
+    """Close and drop this thread's database for ``settings`` (after a failure)."""
+    database = _databases.__dict__.get("by_conninfo", {}).pop(settings, None)
+    if database is not None:
         database.close()
 
 
