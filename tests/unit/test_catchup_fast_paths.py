@@ -12,13 +12,12 @@ import struct
 from typing import Any
 
 import pytest
+from article_builder import text_article
 
 from airflow_repl.engine.agents import change_mapping
 from airflow_repl.engine.articles.commands import DELETE, INSERT, UPDATE, Command, OpCode
 from airflow_repl.engine.articles.resolved import ResolvedArticle
-from airflow_repl.engine.model.propagation import Operation, parse_propagation
 from airflow_repl.engine.postgres import pgoutput
-from airflow_repl.engine.postgres.catalog import Column, TableInfo
 from airflow_repl.engine.state import distdb
 from airflow_repl.engine.subscriber import bulk_apply
 from airflow_repl.engine.subscriber.bulk_apply import NotNetApplicable
@@ -144,21 +143,8 @@ def test_insert_update_delete_images_decode_as_before():
 
 
 # ---------------------------------------------------------------------- row commands
-def _article(columns: int = 3, **props: str) -> ResolvedArticle:
-    cols = [Column("id", "integer", True, 23)] + [Column(f"c{i}", "text", False, 25) for i in range(1, columns)]
-    return ResolvedArticle(
-        "p",
-        "t",
-        TableInfo("public", "t", 1, cols, ["id"]),
-        "public",
-        "t",
-        {op: parse_propagation(op, props.get(op.value, "CALL"), article="t") for op in Operation},
-        {op: f"sp_MS{op.prefix}_publict" for op in Operation},
-    )
-
-
 def test_row_commands_of_an_article_with_every_column_equal_the_projection():
-    art = _article()
+    art = text_article(("c1", "c2"))
     whole = change_mapping.RelationMap(art, [0, 1, 2])
     projected = change_mapping.RelationMap(art, [0, 2, 1])
     prefix = change_mapping.RelationMap(art, [0, 1, 2])  # a child with a column of its own after them
@@ -352,7 +338,7 @@ def _old_step(keys: dict[Any, Any], key: Any, cmd: Command) -> None:
 @pytest.mark.parametrize("seed", range(40))
 def test_net_changes_match_the_old_implementation_on_random_batches(seed):
     rng = random.Random(seed)
-    articles = {"t": _article(), "n": _article(3, delete="NONE")}
+    articles = {"t": text_article(("c1", "c2")), "n": text_article(("c1", "c2"), delete="NONE")}
     commands: list[Command] = []
     for _ in range(rng.randrange(1, 60)):
         k, k2 = str(rng.randrange(5)), str(rng.randrange(5))

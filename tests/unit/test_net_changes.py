@@ -3,29 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from article_builder import text_article
 
 from airflow_repl.engine.articles.commands import DELETE, INSERT, TRUNCATE, UPDATE, Command
-from airflow_repl.engine.articles.resolved import ResolvedArticle
-from airflow_repl.engine.model.propagation import Operation, parse_propagation
-from airflow_repl.engine.postgres.catalog import Column, TableInfo
 from airflow_repl.engine.subscriber import bulk_apply
 from airflow_repl.engine.subscriber.bulk_apply import NotNetApplicable
 
-
-def _article(**props: str) -> ResolvedArticle:
-    cols = [Column("id", "integer", True, 23), Column("a", "text", False, 25), Column("b", "text", False, 25)]
-    return ResolvedArticle(
-        "p",
-        "t",
-        TableInfo("public", "t", 1, cols, ["id"]),
-        "public",
-        "t",
-        {op: parse_propagation(op, props.get(op.value, "CALL"), article="t") for op in Operation},
-        {op: f"sp_MS{op.prefix}_publict" for op in Operation},
-    )
-
-
-ART = {"t": _article()}
+ART = {"t": text_article()}
 
 
 def ins(i, a="a", b="b"):
@@ -74,10 +58,10 @@ def test_what_one_by_one_would_fail_on_or_what_it_does_not_cover_falls_back(cmds
 
 
 def test_custom_procedures_and_none_are_not_covered():
-    assert bulk_apply.eligible(_article())
-    assert bulk_apply.eligible(_article(update="SQL", insert="SQL", delete="SQL"))
-    assert not bulk_apply.eligible(_article(update="CALL my_proc"))
-    assert not bulk_apply.eligible(_article(delete="NONE"))
+    assert bulk_apply.eligible(text_article())
+    assert bulk_apply.eligible(text_article(update="SQL", insert="SQL", delete="SQL"))
+    assert not bulk_apply.eligible(text_article(update="CALL my_proc"))
+    assert not bulk_apply.eligible(text_article(delete="NONE"))
 
 
 def test_a_key_change_kept_as_one_update_leaves_one_key_for_the_other():

@@ -5,14 +5,12 @@ statements a subscriber runs."""
 from __future__ import annotations
 
 import pytest
+from article_builder import text_article
 
 from airflow_repl.engine.articles.commands import SCHEMA, Command, OpCode
-from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import TopologyError
 from airflow_repl.engine.model import ddl
 from airflow_repl.engine.model.ddl import ChangeKind, SchemaChangeError
-from airflow_repl.engine.model.propagation import Operation, parse_propagation
-from airflow_repl.engine.postgres.catalog import Column, TableInfo
 from airflow_repl.engine.provisioning import custom_scripting
 from airflow_repl.engine.subscriber import schema_changes
 
@@ -120,21 +118,8 @@ def test_row_filter_columns_are_found_in_the_deparsed_expression():
     }
 
 
-def _article(**props) -> ResolvedArticle:
-    cols = [Column("id", "integer", True, 23), Column("note", "text", False, 25)]
-    return ResolvedArticle(
-        "p",
-        "a",
-        TableInfo("public", "t", 1, cols, ["id"]),
-        "dst",
-        "T x",
-        {op: parse_propagation(op, props.get(op.value, "CALL"), article="a") for op in Operation},
-        {op: f"sp_MS{op.prefix}_dstT x" for op in Operation},
-    )
-
-
 def test_subscriber_statements_for_each_change():
-    art = _article()
+    art = text_article(("note",), name="a", dest_schema="dst", dest_table="T x")
     add = schema_changes.table_statements(
         art,
         {"kind": "add_column", "column": "c", "type": "integer", "existing": "7", "not_null": True, "in_article": True},
@@ -154,7 +139,7 @@ def test_subscriber_statements_for_each_change():
 
 
 def test_script_templates_are_rendered_with_quoted_names():
-    art = _article()
+    art = text_article(("note",), name="a", dest_schema="dst", dest_table="T x")
     text = schema_changes.render_template("CALL {{proc_ins}}; SELECT {{columns}} FROM {{table}} -- {{schema}}", art)
     assert text == 'CALL "dst"."sp_MSins_dstT x"; SELECT "id", "note" FROM "dst"."T x" -- "dst"'
 
