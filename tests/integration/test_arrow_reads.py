@@ -178,10 +178,22 @@ def _sessions(conn: psycopg.Connection) -> int:
     return int(row[0])
 
 
+def _sessions_after(conn: psycopg.Connection, before: int, expected: int) -> int:
+    """Sessions ended since ``before``, once ``expected`` have (or 10 s passed), and a moment
+    more for any further one to be counted."""
+    deadline = time.monotonic() + 10
+    while _sessions(conn) < before + expected and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    return _sessions(conn) - before
+
+
 def test_reads_of_one_thread_share_the_drivers_database_and_a_failure_starts_afresh(env):
     """ADBC's database object (a connection and a load of the server's types when it is made)
-    is made once per thread: each further read is one session, not two.  A failure forgets it,
-    and another thread has its own."""
+    is made once per thread: each further read is one session, not two.  A refused connection
+    forgets it (one line, the password left out), so the next read makes it again; another
+    thread has its own."""
+    dbname = psycopg.conninfo.conninfo_to_dict(env.pub)["dbname"]
     with psycopg.connect(env.pub, autocommit=True) as conn:
         conn.execute("CREATE TABLE shared_reads AS SELECT g AS id FROM generate_series(1, 10) g")
         holder, snapshot = _export(env.pub)
@@ -191,13 +203,20 @@ def test_reads_of_one_thread_share_the_drivers_database_and_a_failure_starts_afr
             before = _sessions(conn)
             for _ in range(3):
                 assert _read(env.pub, snapshot, "SELECT id FROM shared_reads").num_rows == 10
-            deadline = time.monotonic() + 10
-            while _sessions(conn) < before + 3 and time.monotonic() < deadline:
-                time.sleep(0.1)
+            assert _sessions_after(conn, before, 3) == 3
+            admin = psycopg.connect(psycopg.conninfo.make_conninfo(env.pub, dbname="postgres"), autocommit=True)
+            with admin:  # a database's connections are refused from another one
+                admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS false')
+                try:
+                    with pytest.raises(ConnectionFailed) as refused:
+                        _read(env.pub, snapshot, "SELECT id FROM shared_reads")
+                finally:
+                    admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS true')
+            assert "\n" not in str(refused.value) and "not currently accepting connections" in str(refused.value)
             time.sleep(0.5)
-            assert _sessions(conn) - before == 3
-            with pytest.raises(ReplError):
-                _read(env.pub, "00000003-0000001B-1")
+            before = _sessions(conn)
+            assert _read(env.pub, snapshot, "SELECT id FROM shared_reads").num_rows == 10
+            assert _sessions_after(conn, before, 2) == 2  # the database made again, then the read
         finally:
             holder.close()
     assert _read_in_new_thread_count(env.pub) == 10
