@@ -553,6 +553,7 @@ def _add_agent_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.set_defaults(func=_cmd_agent)
     p = _with_topology(sub.add_parser("queuereader", help="run the Queue Reader Agent (queued updating)"))
     p.add_argument("--subscriber", action="append", help="limit to these subscribers (default: the queued ones)")
+    continuous_mode.add_arguments(p)
     p.set_defaults(func=_cmd_agent)
 
 

@@ -10,19 +10,15 @@ and its subscriptions use ``update_mode: queued tran``; see docs/updatable-subsc
 
 from __future__ import annotations
 
-import os
-
 import pendulum
 from airflow.sdk import DAG, CronDataIntervalTimetable
-from repl_common import PUBLICATION, SPARK_CONN_ID, TOPOLOGY
+from repl_common import SPARK_CONN_ID, TOPOLOGY, UPDATABLE_PUBLICATION
 
 from airflow_repl.operators.agents import (
     DistributionAgentOperator,
     LogReaderAgentOperator,
     QueueReaderAgentOperator,
 )
-
-UPDATABLE_PUBLICATION = os.environ.get("AIRFLOW_REPL_UPDATABLE_PUBLICATION", PUBLICATION)
 
 with DAG(
     dag_id="airflow_repl_updatable",

@@ -61,7 +61,9 @@ class Request:
     subscribers: list[str] | None = None
     until: str | None = None  # deliver transactions committed up to this ISO-8601 time
     reinitialize: bool = False
-    continuous: dict[str, Any] | None = None  # Log Reader, Distribution: run_* keyword arguments of continuous mode
+    continuous: dict[str, Any] | None = (
+        None  # Log Reader, Distribution, Queue Reader: run_* keyword arguments of continuous mode
+    )
     validation: dict[str, Any] | None = None  # validate: keyword arguments of validation.validate (ranges, max_keys)
 
 
@@ -151,13 +153,7 @@ def _deliver_in_parallel(
     spark = spark or spark_session(f"airflow-repl-distribution-{req.publication}")
     spec, publication, until = req.topology.to_dict(with_secrets=True), req.publication, req.until
     continuous = req.continuous
-    slots = spark.sparkContext.defaultParallelism
-    if continuous and continuous.get("continuous") and len(names) > slots:
-        raise ReplError(
-            f"continuous delivery of publication {publication!r} to {len(names)} subscribers needs {len(names)} "
-            f"Spark tasks at once, and the application has {slots} task slots: give it more cores (e.g. local[{len(names)}] "
-            f"or spark.cores.max) or run one Distribution Agent per group of subscribers (--subscriber)"
-        )
+    _refuse_too_few_slots(spark, continuous, f"delivery of publication {publication!r} to", names, "Distribution")
     return spark, _map_on_spark(spark, lambda n: _deliver_one(spec, publication, n, until, continuous), names)
 
 
@@ -169,7 +165,7 @@ def _queuereader(req: Request, spark: SparkSession | None) -> tuple[dict[str, An
     for name in names:
         topo.subscription(publication, name)  # unknown subscription -> error before anything is applied
     if len(names) <= 1:
-        results = [_read_queue(topo, publication, n) for n in names]
+        results = [_read_queue(topo, publication, n, req.continuous) for n in names]
     else:
         spark, results = _read_queues_in_parallel(req, names, spark)
     return {
@@ -180,14 +176,17 @@ def _queuereader(req: Request, spark: SparkSession | None) -> tuple[dict[str, An
     }, spark
 
 
-def _read_queue(topo: Topology, publication: str, subscriber: str) -> dict[str, Any]:
-    return {"subscriber": subscriber, **queue_reader_agent.run_queue_reader(topo, publication, subscriber)}
+def _read_queue(topo: Topology, publication: str, subscriber: str, continuous: dict[str, Any] | None) -> dict[str, Any]:
+    summary = queue_reader_agent.run_queue_reader(topo, publication, subscriber, **(continuous or {}))
+    return {"subscriber": subscriber, **summary}
 
 
-def _read_queue_one(spec: dict[str, Any], publication: str, subscriber: str) -> dict[str, Any]:
+def _read_queue_one(
+    spec: dict[str, Any], publication: str, subscriber: str, continuous: dict[str, Any] | None
+) -> dict[str, Any]:
     """Executor side: one subscriber's queue (several run in parallel as Spark tasks), with the
     executor that ran it."""
-    return {**_read_queue(from_dict(spec), publication, subscriber), "executor": executor_id()}
+    return {**_read_queue(from_dict(spec), publication, subscriber, continuous), "executor": executor_id()}
 
 
 def _read_queues_in_parallel(
@@ -196,8 +195,29 @@ def _read_queues_in_parallel(
     from airflow_repl.jobs.session import spark_session
 
     spark = spark or spark_session(f"airflow-repl-queuereader-{req.publication}")
-    spec, publication = req.topology.to_dict(with_secrets=True), req.publication
-    return spark, _map_on_spark(spark, lambda n: _read_queue_one(spec, publication, n), names)
+    spec, publication, continuous = req.topology.to_dict(with_secrets=True), req.publication, req.continuous
+    _refuse_too_few_slots(
+        spark, continuous, f"reading of the queues of publication {publication!r} at", names, "Queue Reader"
+    )
+    return spark, _map_on_spark(spark, lambda n: _read_queue_one(spec, publication, n, continuous), names)
+
+
+def _refuse_too_few_slots(
+    spark: SparkSession,
+    continuous: dict[str, Any] | None,
+    work: str,
+    names: list[str],
+    agent: str,
+) -> None:
+    """Continuous runs for several subscribers are Spark tasks that last the whole run: one task
+    slot each, or some would wait for the others to end."""
+    slots = spark.sparkContext.defaultParallelism
+    if continuous and continuous.get("continuous") and len(names) > slots:
+        raise ReplError(
+            f"continuous {work} {len(names)} subscribers needs {len(names)} "
+            f"Spark tasks at once, and the application has {slots} task slots: give it more cores (e.g. local[{len(names)}] "
+            f"or spark.cores.max) or run one {agent} Agent per group of subscribers (--subscriber)"
+        )
 
 
 def _map_on_spark(spark: SparkSession, f: Callable[[Any], Any], items: list[Any]) -> list[Any]:

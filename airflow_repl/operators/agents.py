@@ -256,7 +256,25 @@ class _ContinuousMixin:
         return args
 
 
-class LogReaderAgentOperator(_ContinuousMixin, _AgentOperator):
+class _ContinuousAgentOperator(_ContinuousMixin, _AgentOperator):
+    """An agent whose only extra parameters are continuous mode's."""
+
+    def __init__(
+        self,
+        *,
+        continuous: bool = False,
+        poll_interval: float | None = None,
+        max_run_seconds: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self._init_continuous(continuous, poll_interval, max_run_seconds)
+
+    def _extra_args(self) -> list[str]:
+        return self._continuous_args()
+
+
+class LogReaderAgentOperator(_ContinuousAgentOperator):
     """Run the Log Reader Agent: move committed transactions of ``publication`` from the
     publisher's WAL into the distribution database.
 
@@ -272,20 +290,6 @@ class LogReaderAgentOperator(_ContinuousMixin, _AgentOperator):
     """
 
     agent = "logreader"
-
-    def __init__(
-        self,
-        *,
-        continuous: bool = False,
-        poll_interval: float | None = None,
-        max_run_seconds: float | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self._init_continuous(continuous, poll_interval, max_run_seconds)
-
-    def _extra_args(self) -> list[str]:
-        return self._continuous_args()
 
 
 class DistributionAgentOperator(_ContinuousMixin, _AssetsAndLineage):
@@ -330,7 +334,7 @@ class DistributionAgentOperator(_ContinuousMixin, _AssetsAndLineage):
         return (["--until", str(self.until)] if self.until else []) + self._continuous_args()
 
 
-class QueueReaderAgentOperator(_AgentOperator):
+class QueueReaderAgentOperator(_ContinuousAgentOperator):
     """Run the Queue Reader Agent (queued updating subscriptions): apply the transactions queued
     at the subscribers of ``publication`` at the publisher, in each subscriber's commit order,
     exactly once, resolving conflicts by the publication's ``conflict_policy``.  Several
@@ -342,6 +346,12 @@ class QueueReaderAgentOperator(_AgentOperator):
     :param publication: publication whose subscribers' queues are read. (templated)
     :param subscribers: read only these subscribers' queues (default: every queued updating
         subscription of the publication). (templated)
+    :param continuous: keep applying what the subscribers queue later, until
+        ``max_run_seconds`` or SIGTERM (the task ends with the success summary; see
+        docs/continuous.md); it takes turns with the Distribution Agent at each subscriber.
+    :param poll_interval: seconds between looks at the queues when they are empty (continuous;
+        default 1).
+    :param max_run_seconds: end a continuous run after this many seconds (default 3600).
     :param conn_id: Spark connection id (must exist; no silent YARN fallback).
     :param spark_log_level: log level of the Spark driver (``spark.log.level``); WARN by default
         so task logs show the agent, not Spark's scheduler chatter.

@@ -2,7 +2,7 @@
 prints and exits like the command line: the summary as JSON and exit 0, or one
 ``airflow-repl: error: ...`` line and the error class's exit code.
 
-usage: python agent_runner.py <logreader|distribution> SPEC_JSON [KWARGS_JSON]
+usage: python agent_runner.py <logreader|distribution|queuereader> SPEC_JSON [KWARGS_JSON]
 """
 
 import json
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from airflow_repl.cli import report_error
-from airflow_repl.engine.agents import distribution_agent, log_reader_agent
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent, queue_reader_agent
 from airflow_repl.engine.model.topology import from_dict
 
 
@@ -21,6 +21,8 @@ def main() -> int:
     try:
         if agent == "logreader":
             result = log_reader_agent.run_log_reader(topo, "p", **kwargs)
+        elif agent == "queuereader":
+            result = queue_reader_agent.run_queue_reader(topo, "p", "sub1", **kwargs)
         else:
             result = distribution_agent.run_distribution(topo, "p", "sub1", **kwargs)
     except Exception as exc:

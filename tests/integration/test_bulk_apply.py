@@ -10,6 +10,7 @@ from test_agents import assert_in_sync, cycle
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
 from airflow_repl.engine.errors import DeliveryError
+from airflow_repl.engine.subscriber import bulk_apply
 
 TABLES = {
     "b_call": {"upd_cmd": "CALL", "del_cmd": "CALL"},
@@ -128,3 +129,32 @@ def test_a_server_error_in_the_pipeline_falls_back_then_later_batches_go_net_aga
         (2, 5),
         (300, 1),
     ]
+
+
+def test_a_batch_larger_than_a_chunk_is_applied_chunk_by_chunk_in_one_transaction(env, spark, monkeypatch):
+    """Net change holds CHUNK_COMMANDS commands at a time (7 here): one publisher transaction of
+    every shape, cut anywhere (an insert in one chunk, its update or delete in the next, a key
+    change's DELETE and INSERT apart), ends as command by command; a row not found in a late
+    chunk rolls back the chunks before it and fails as without net change."""
+    monkeypatch.setattr(bulk_apply, "CHUNK_COMMANDS", 7)
+    topo = _env(env, spark)
+    with psycopg.connect(env.pub) as conn:  # one transaction
+        for base in (10, 40):
+            for t in TABLES:
+                _workload(conn, t, base)
+    read, delivered = cycle(topo)
+    assert read["transactions"] == 1 and read["commands"] > 7 * 20
+    assert delivered["net_batches"] == 1 and delivered["net_chunks"] > 20
+    assert_in_sync(topo)
+
+    env.run(env.sub, "DELETE FROM b_sql WHERE id = 199")
+    with psycopg.connect(env.pub) as conn:
+        for t in TABLES:
+            conn.execute(f"UPDATE {t} SET qty = -5 WHERE id BETWEEN 180 AND 189")
+        conn.execute("UPDATE b_sql SET qty = -5 WHERE id = 199")  # in the last chunk: not at the subscriber
+    log_reader_agent.run_log_reader(topo, "p")
+    with pytest.raises(DeliveryError, match=r"key \(id=199\)"):
+        distribution_agent.run_distribution(topo, "p", "sub1")
+    assert env.rows(env.sub, "SELECT count(*) FROM b_call WHERE qty = -5") == [(0,)]  # the earlier chunks: undone
+    done = distribution_agent.run_distribution(topo, "p", "sub1", skip_errors=["row_not_found"])
+    assert done["skipped"] == 1 and env.rows(env.sub, "SELECT count(*) FROM b_call WHERE qty = -5") == [(0,)]

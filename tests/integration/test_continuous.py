@@ -25,7 +25,7 @@ from airflow_repl.engine.model.topology import from_dict
 from airflow_repl.engine.provisioning.schema_change import schema_change
 from airflow_repl.jobs import agent_job
 from airflow_repl.jobs.agent_job import run_agent
-from airflow_repl.operators.agents import DistributionAgentOperator, LogReaderAgentOperator
+from airflow_repl.operators.agents import DistributionAgentOperator, LogReaderAgentOperator, QueueReaderAgentOperator
 
 POLL = 0.2
 
@@ -151,6 +151,11 @@ def test_operators_pass_continuous_options_to_the_job_and_refuse_bad_ones():
     assert dist._extra_args() == ["--continuous"]
     with pytest.raises(ReplError, match="cannot be combined"):
         DistributionAgentOperator(task_id="d2", continuous=True, until="{{ data_interval_end }}", **common)
+    queues = QueueReaderAgentOperator(task_id="q", continuous=True, poll_interval=2, max_run_seconds=900, **common)
+    assert queues._extra_args() == ["--continuous", "--poll-interval", "2", "--max-run-seconds", "900"]
+    assert QueueReaderAgentOperator(task_id="q1", **common)._extra_args() == []
+    with pytest.raises(ReplError, match=r"max_run_seconds \(--max-run-seconds\) 0 is not a positive number"):
+        QueueReaderAgentOperator(task_id="q2", continuous=True, max_run_seconds=0, **common)
     with pytest.raises(ReplError, match=r"poll_interval \(--poll-interval\) -1 is not a positive number"):
         LogReaderAgentOperator(task_id="r2", continuous=True, poll_interval=-1, **common)
 
@@ -166,6 +171,24 @@ def test_the_example_dag_runs_both_agents_continuously_side_by_side(monkeypatch)
     assert set(tasks) == {"log_reader", "distribution"}
     for task in tasks.values():
         assert not task.upstream_task_ids  # parallel, not one after the other
+        assert task._extra_args() == ["--continuous", "--poll-interval", "1.0", "--max-run-seconds", "600"]
+
+
+def test_the_updatable_example_dag_runs_all_three_agents_continuously_side_by_side(monkeypatch):
+    from airflow_repl import demo
+
+    monkeypatch.syspath_prepend(str(demo.DAGS))
+    dag = demo.load_dag("repl_updatable_continuous.py")
+    assert dag.dag_id == "airflow_repl_updatable_continuous" and dag.max_active_runs == 1
+    assert type(dag.timetable).__name__ == "ContinuousTimetable"
+    tasks = {t.task_id: t for t in dag.tasks}
+    assert {t: type(task).__name__ for t, task in tasks.items()} == {
+        "queue_reader": "QueueReaderAgentOperator",
+        "log_reader": "LogReaderAgentOperator",
+        "distribution": "DistributionAgentOperator",
+    }
+    for task in tasks.values():
+        assert not task.upstream_task_ids
         assert task._extra_args() == ["--continuous", "--poll-interval", "1.0", "--max-run-seconds", "600"]
 
 
@@ -189,9 +212,19 @@ def test_a_continuous_job_whose_parent_is_killed_ends_cleanly_and_writes_its_sum
     assert outcome["continuous"]["ended_by"] == "parent process gone"
 
 
-def test_continuous_delivery_to_more_subscribers_than_task_slots_is_refused(spark):
-    """Each subscriber's continuous delivery holds a Spark task for the whole run: with more
-    subscribers than slots (local[2] here) some would wait for a whole window."""
+@pytest.mark.parametrize(
+    ("agent", "says"),
+    [
+        ("distribution", "continuous delivery of publication 'p' to 3 subscribers needs 3 Spark tasks at once"),
+        (
+            "queuereader",
+            "continuous reading of the queues of publication 'p' at 3 subscribers needs 3 Spark tasks at once",
+        ),
+    ],
+)
+def test_continuous_runs_for_more_subscribers_than_task_slots_are_refused(spark, agent, says):
+    """Each subscriber's continuous delivery (or queue) holds a Spark task for the whole run:
+    with more subscribers than slots (local[2] here) some would wait for a whole window."""
     subscribers = {f"s{i}": f"postgresql://nowhere.invalid/s{i}" for i in range(3)}
     topo = from_dict(
         {
@@ -202,5 +235,5 @@ def test_continuous_delivery_to_more_subscribers_than_task_slots_is_refused(spar
             "subscriptions": [{"publication": "p", "subscriber": s} for s in subscribers],
         }
     )
-    with pytest.raises(ReplError, match=r"to 3 subscribers needs 3 Spark tasks at once, and the application has 2"):
-        run_agent("distribution", topo, "p", spark=spark, continuous={"continuous": True})
+    with pytest.raises(ReplError, match=f"{says}, and the application has 2 task slots"):
+        run_agent(agent, topo, "p", subscribers=list(subscribers), spark=spark, continuous={"continuous": True})

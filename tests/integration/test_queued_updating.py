@@ -304,20 +304,6 @@ def test_the_publishers_older_change_converges_at_the_subscriber_and_is_recorded
     assert_in_sync(topo)
 
 
-def test_queue_reader_and_distribution_agent_never_write_at_one_subscriber_together(env, spark):
-    from airflow_repl.engine.errors import AgentBusy
-
-    topo = setup_queued(env, spark)
-    env.run(env.sub, "UPDATE items SET v = 'sub' WHERE id = 1")
-    with psycopg.connect(env.sub, autocommit=True) as other:  # what a running Distribution Agent holds
-        other.execute("SELECT pg_advisory_lock(hashtext('airflow_repl.distribution.p'))")
-        with pytest.raises(AgentBusy, match=r"the Distribution Agent .* is busy with publication 'p' to subscriber"):
-            queue_reader_agent.run_queue_reader(topo, "p", "sub1")
-    assert queued(env.sub) == (1, 1)  # nothing taken
-    assert env.rows(env.pub, "SELECT v FROM items WHERE id = 1") == [("v1",)]
-    assert queue_reader_agent.run_queue_reader(topo, "p", "sub1")["transactions"] == 1
-
-
 @pytest.mark.parametrize(("policy", "winner"), [("pub wins", "one"), ("sub wins", "two")])
 def test_two_subscribers_updating_one_row_end_equal_everywhere(env2, spark, policy, winner):
     topo = setup_queued(env2, spark, policy)

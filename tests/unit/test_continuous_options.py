@@ -42,11 +42,18 @@ def test_bad_continuous_options_are_refused_by_the_cli(capsys, tmp_path, args, s
     assert says in _one_error_line(capsys)
 
 
-def test_only_the_log_reader_and_distribution_run_continuously(capsys, tmp_path):
+def test_the_log_reader_distribution_and_queue_reader_run_continuously_and_no_other(capsys, tmp_path):
     assert cli.main(["snapshot", "-t", str(tmp_path / "t.yaml"), "--continuous"]) == USAGE_EXIT_CODE
     assert "unrecognized arguments: --continuous" in _one_error_line(capsys)
-    with pytest.raises(ReplError, match="the queuereader agent has no continuous mode"):
-        continuous.check_request("queuereader", None, {"continuous": True})
+    with pytest.raises(
+        ReplError,
+        match="the validate agent has no continuous mode: only logreader, distribution and queuereader run continuously",
+    ):
+        continuous.check_request("validate", None, {"continuous": True})
+    continuous.check_request("queuereader", None, {"continuous": True, "poll_interval": 0.5})  # accepted
+    args = ["queuereader", "-t", str(tmp_path / "never-read.yaml"), "--continuous", "--poll-interval", "-1"]
+    assert cli.main(args) == USAGE_EXIT_CODE  # the option exists, and is checked like the others'
+    assert "poll_interval (--poll-interval) -1.0 is not a positive number" in _one_error_line(capsys)
 
 
 SPEC = {

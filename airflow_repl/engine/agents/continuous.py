@@ -106,7 +106,7 @@ def refuse_until(until: object, opts: Continuous | None) -> None:
 
 
 #: The agents that can run continuously, by the name they are run under.
-AGENTS = ("logreader", "distribution")
+AGENTS = ("logreader", "distribution", "queuereader")
 
 
 def check_request(agent: str, until: str | None, given: dict[str, Any] | None) -> None:
@@ -115,7 +115,9 @@ def check_request(agent: str, until: str | None, given: dict[str, Any] | None) -
     if not given:
         return
     if agent not in AGENTS:
-        raise ReplError(f"the {agent} agent has no continuous mode: only {' and '.join(AGENTS)} run continuously")
+        raise ReplError(
+            f"the {agent} agent has no continuous mode: only {', '.join(AGENTS[:-1])} and {AGENTS[-1]} run continuously"
+        )
     refuse_until(until, options(**given))
 
 
@@ -190,6 +192,11 @@ class Loop:
         if not worked:
             self._sleep(self.opts.poll_interval)
         return not self._should_end(True)
+
+    def must_end(self) -> bool:
+        """While waiting (e.g. for the other writer's turn at a subscriber): whether the run must
+        end now (SIGTERM, its maximum run time, its parent gone).  An ordinary run never does."""
+        return self.opts is not None and self._should_end(False)
 
     def summary(self, totals: dict[str, Any]) -> dict[str, Any]:
         """The summary of a continuous run: ``totals`` with how the run ended."""

@@ -37,15 +37,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from itertools import islice
 from typing import Any
 
 import psycopg
 
 from airflow_repl.engine.agents import continuous as continuous_mode
-from airflow_repl.engine.agents import progress_lines, stream_planning
+from airflow_repl.engine.agents import progress_lines, stream_planning, subscriber_writer
 from airflow_repl.engine.agents.lifecycle import AgentRun
 from airflow_repl.engine.articles.commands import Command
 from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
@@ -200,6 +201,8 @@ class _Delivery:
         self.guard: QueueGuard | None = None
         self.queued = mode.queued or mode.failover
         self.policy = topology.publication(publication).conflict_policy
+        #: the turns at a subscriber a Queue Reader writes at too (None: no other writer there)
+        self.turns: subscriber_writer.Turns | None = None
         #: what each subscriber table received (the run's summary: ``tables``)
         self.tables = TableChanges({a.name: a.destination for a in topology.publication(publication).articles})
 
@@ -213,11 +216,14 @@ class _Delivery:
         run.lock(self.streams.first)
         run.step = "the recovery of an interrupted two-phase commit"
         recover_prepared(self.streams.first, self.publication)
-        if self.queued and subscriber_state.has_queue(self.streams.first):
+        has_queue = subscriber_state.has_queue(self.streams.first)
+        if self.queued and has_queue:
             subscriber_state.ensure_taken(self.streams.first)
             self.guard = QueueGuard(self.streams.first, self.publication, self.policy)
             self.totals["conflicts"] = 0
         self.streams.first.rollback()
+        if self.queued or has_queue:  # a Queue Reader may write there too: take turns, batch by batch
+            self.turns = subscriber_writer.Turns(self.streams.first, self.publication, "Queue Reader Agent")
 
     # ------------------------------------------------------------------ the loop
     def run(
@@ -236,17 +242,19 @@ class _Delivery:
         tx, cmds = self._pending(dist)
         self.totals["backlog_at_start"] = {"transactions": tx, "commands": cmds}
         while True:
-            batch = self._next_batch(dist)
+            if self.turns is not None and not self.turns.take(loop.must_end):
+                return  # the run ends while the Queue Reader writes at the subscriber
+            try:
+                batch = self._next_batch(dist)
+                if batch is not None:
+                    self._deliver(dist, run_id, applier, batch)
+            finally:
+                if self.turns is not None:
+                    self.turns.give_back()
             if batch is None:
                 if loop.idle():
                     continue
                 return
-            if batch.txns[0].schema_change:
-                self._schema_batch(dist, run_id, applier, batch)
-            elif self.guard is not None:
-                self._converge(dist, run_id, applier, batch, self.guard)
-            elif not self._fast_path(dist, applier, batch):
-                self._replay(dist, run_id, applier, batch)
             if lines.due():
                 lines.log(
                     progress_lines.delivery_line(
@@ -255,6 +263,15 @@ class _Delivery:
                 )
             if not loop.go_on():  # between batches: everything is committed
                 return
+
+    def _deliver(self, dist: psycopg.Connection, run_id: int, applier: Applier, batch: _Batch) -> None:
+        """Apply one batch by the way it needs, and commit it with the watermark."""
+        if batch.txns[0].schema_change:
+            self._schema_batch(dist, run_id, applier, batch)
+        elif self.guard is not None:
+            self._converge(dist, run_id, applier, batch, self.guard)
+        elif not self._fast_path(dist, applier, batch):
+            self._replay(dist, run_id, applier, batch)
 
     def _pending(self, dist: psycopg.Connection) -> tuple[int, int]:
         """The subscription's backlog now (transactions, commands)."""
@@ -317,7 +334,7 @@ class _Delivery:
     def _fast_path(self, dist: psycopg.Connection, applier: Applier, batch: _Batch) -> bool:
         """Plan, apply and commit the batch with the watermark, and record it; False when it
         failed (everything is still to roll back: the caller replays it)."""
-        if self.settings.bulk and batch.commands <= bulk_apply.MAX_COMMANDS and self._net_change(dist, applier, batch):
+        if self.settings.bulk and self._net_change(dist, applier, batch):
             return True
         rows = distdb.batch_commands(dist, self.publication, batch.first, batch.last)
         try:
@@ -345,12 +362,22 @@ class _Delivery:
     def _net_change(self, dist: psycopg.Connection, applier: Applier, batch: _Batch) -> bool:
         """``bulk_apply``: the batch applied by net change (:mod:`~airflow_repl.engine.subscriber.bulk_apply`)
         on the first stream and committed with the watermark; False, rolled back and the
-        watermark locked again, when it must be applied command by command."""
-        rows = distdb.batch_commands_list(dist, self.publication, batch.first, batch.last)
-        commands = [cmd for _, _, cmd in applier.commands(rows, batch.article_rows())]
+        watermark locked again, when it must be applied command by command.  A batch of more
+        than ``CHUNK_COMMANDS`` commands is read through a cursor and applied chunk by chunk in
+        the same subscriber transaction."""
+        if batch.commands <= bulk_apply.CHUNK_COMMANDS:
+            rows: Iterable[CommandRow] = distdb.batch_commands_list(dist, self.publication, batch.first, batch.last)
+        else:
+            rows = distdb.batch_commands(dist, self.publication, batch.first, batch.last)
+        commands = (cmd for _, _, cmd in applier.commands(rows, batch.article_rows()))
+        n = chunks = 0
         try:
-            n = bulk_apply.apply(self.streams.first, commands, applier.articles)
+            while chunk := list(islice(commands, bulk_apply.CHUNK_COMMANDS)):
+                n += bulk_apply.apply(self.streams.first, chunk, applier.articles)
+                chunks += 1
         except (bulk_apply.NotNetApplicable, psycopg.Error) as why:
+            if isinstance(rows, Generator):
+                rows.close()  # the cursor of a chunked batch
             if self.streams.lost() or dist.broken:
                 raise
             log.debug("batch %s..%s applied command by command: %s", batch.first, batch.last, why)
@@ -361,6 +388,8 @@ class _Delivery:
         self._commit(batch, 1)
         self._delivered(dist, batch.txns, n)
         self.totals["net_batches"] = self.totals.get("net_batches", 0) + 1
+        if chunks > 1:
+            self.totals["net_chunks"] = self.totals.get("net_chunks", 0) + chunks
         return True
 
     def _plan(

@@ -83,7 +83,6 @@ LABELS = {
 
 #: Who else takes an agent's lock, as its busy message says.
 _SHARED_LOCK_NOTES = {
-    "distribution": " (the Queue Reader Agent holds this lock too while it writes there)",
     "snapshot": " (the Cleanup Agent holds this lock too while it runs)",
 }
 
@@ -213,8 +212,8 @@ class AgentRun:
     def lock(self, conn: psycopg.Connection[Any], of: str | None = None) -> None:
         """Take this agent's session lock for the publication on ``conn`` (released when the
         connection ends, also when the process dies); held by another agent -> AgentBusy.
-        ``of``: take that agent's lock instead (the Queue Reader takes the Distribution Agent's
-        at a subscriber, as both write there)."""
+        ``of``: take that agent's lock instead (the Cleanup Agent takes the Snapshot Agent's at
+        the distributor)."""
         key = f"airflow_repl.{of or self.agent}.{self.publication}"
         row = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()
         conn.commit()

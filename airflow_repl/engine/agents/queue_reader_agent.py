@@ -21,12 +21,18 @@ Per queued transaction (``airflow_repl.queue_commits`` order at the subscriber):
    publisher's transaction id in ``airflow_repl.queue_taken`` (the Distribution Agent keeps
    those rows until it passes that transaction); delete the transaction from the queue; commit.
 
-One writer at a time at the subscriber: once it finds something queued, a run takes the
-Distribution Agent's session lock for the subscription there (besides its own), and holds it to
-the end, so that its compensation and the Distribution Agent's delivery never interleave; a
-Distribution Agent delivering there refuses the run (AgentBusy), and the other way round.  The
-Distribution Agent in turn keeps a row with a queued change as it is (see
-:mod:`~airflow_repl.engine.subscriber.convergence`): this agent decides it.
+One writer at a time at the subscriber: each queued transaction (steps 1 to 3) is one turn of
+:mod:`~airflow_repl.engine.agents.subscriber_writer`, taken in turns with the Distribution
+Agent's batches there, so that its compensation and the Distribution Agent's delivery never
+interleave, also while either runs continuously.  The Distribution Agent in turn keeps a row with
+a queued change as it is (see :mod:`~airflow_repl.engine.subscriber.convergence`): this agent
+decides it.
+
+A continuous run (``continuous``, :mod:`~airflow_repl.engine.agents.continuous`) drains the
+queue, then looks again every ``poll_interval`` seconds, until ``max_run_seconds``, SIGTERM, or
+the publication's article definitions change (``ended_by: "article definitions changed"``: the
+next run checks them again); a subscription marked for reinitialization is left alone, and taken
+up again once the Snapshot Agent has initialized it.
 
 A run killed anywhere re-runs from the queue: a transaction the publisher has taken is found in
 ``queue_applied`` and only steps 2 and 3 are done again.  The Log Reader records the origin of
@@ -48,13 +54,15 @@ Owns the per-transaction steps; the queue's SQL is
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 import psycopg
 
-from airflow_repl.engine.agents import distribution_agent
+from airflow_repl.engine.agents import continuous as continuous_mode
+from airflow_repl.engine.agents import subscriber_writer
 from airflow_repl.engine.agents.lifecycle import AgentRun
 from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
 from airflow_repl.engine.errors import ReplError
@@ -118,6 +126,9 @@ class _QueueReader:
         self.dist = run.connect(topology.distributor.require("distributor"), "distributor")
         self.sub = run.connect(topology.subscriber_conninfo(subscriber), f"subscriber {subscriber!r}")
         row_images.exact_numbers(self.sub)
+        self.turns = subscriber_writer.Turns(self.sub, publication, "Distribution Agent")
+        self.must_end: Callable[[], bool] = lambda: False  # a continuous run's (continuous.Loop.must_end)
+        self.applying = False  # the publisher session opened and the subscriber's taken rows table made
 
     def check(self) -> str | None:
         """The articles, and the subscription's status in the distribution database."""
@@ -132,15 +143,47 @@ class _QueueReader:
                 f"Agent with reinitialize for it (its queue is given up)"
             )
         self.tables = {a.name: _Tables(a) for a in articles}
+        self.articles_hash = definition_hash(articles)
         status = distdb.subscription_status(self.dist, self.publication, self.subscriber)
         self.dist.commit()
         return status
 
+    def status(self) -> str | None:
+        """The subscription's status in the distribution database now."""
+        status = distdb.subscription_status(self.dist, self.publication, self.subscriber)
+        self.dist.commit()
+        return status
+
+    def definitions_changed(self) -> str | None:
+        """Between rounds of a continuous run: why it must end because the publication's article
+        definitions (or those the subscriber was initialized with) are no longer the ones it
+        applies with, or None.  The next run checks them as :meth:`check` does."""
+        stored = definition_hash(distdb.load_articles(self.dist, self.publication))
+        initialized_with = distdb.subscription_articles_hash(self.dist, self.publication, self.subscriber)
+        self.dist.commit()
+        if stored == self.articles_hash and initialized_with in (None, self.articles_hash):
+            return None
+        return "article definitions changed"
+
+    def start_applying(self) -> None:
+        """Before the first queued transaction: the subscriber's record of taken rows and the
+        publisher session (once per run)."""
+        if self.applying:
+            return
+        subscriber_state.ensure_taken(self.sub)
+        self.sub.commit()
+        self.open_publisher()
+        self.applying = True
+
     def forget_taken(self) -> None:
         """Prune the publisher's record of taken transactions no longer queued."""
+        if not self.applying:
+            return
         oldest = subscriber_state.oldest_queued_xid(self.sub, self.publication)
         self.sub.commit()
-        self.totals["forgotten"] = publisher_state.forget_applied(self.pub, self.publication, self.subscriber, oldest)
+        self.totals["forgotten"] = self.totals.get("forgotten", 0) + publisher_state.forget_applied(
+            self.pub, self.publication, self.subscriber, oldest
+        )
 
     def open_publisher(self) -> None:
         """The publisher session: the subscriber's replication origin, the replica role."""
@@ -154,19 +197,32 @@ class _QueueReader:
         self.pub.commit()
 
     # ------------------------------------------------------------------ the loop
-    def drain(self, max_transactions: int | None) -> None:
+    def drain(self, max_transactions: int | None, go_on: Callable[[], bool] = lambda: True) -> None:
         """Take queued transactions in commit order until the queue is empty (or
-        ``max_transactions``), or a conflict under "sub reinit" stops it."""
+        ``max_transactions``), a conflict under "sub reinit" stops it, or ``go_on`` (asked
+        between transactions: a continuous run's) says the run ends."""
+        self.start_applying()
         while max_transactions is None or self.totals["transactions"] < max_transactions:
             queued = subscriber_state.queued_transactions(self.sub, self.publication, _BATCH)
             self.sub.commit()
             if not queued:
                 return
             for txn in queued:
-                if not self._take(txn):
+                if not self._take_turn(txn) or not go_on():
                     return
                 if max_transactions is not None and self.totals["transactions"] >= max_transactions:
                     return
+
+    def _take_turn(self, txn: QueuedTransaction) -> bool:
+        """One transaction in this agent's turn at the subscriber (waiting for a Distribution
+        Agent's batch to commit); False when the queue must stop, or the run end meanwhile."""
+        self.run.step = f"waiting for the subscriber (queued transaction {txn.xid})"
+        if not self.turns.take(self.must_end):
+            return False
+        try:
+            return self._take(txn)
+        finally:
+            self.turns.give_back()
 
     def _take(self, txn: QueuedTransaction) -> bool:
         """Steps 1-3 for one transaction; False when the subscriber's queue must stop."""
@@ -352,11 +408,27 @@ class _Rejected(Exception):
 
 # ---------------------------------------------------------------------- the run
 def run_queue_reader(
-    topology: Topology, publication: str, subscriber: str, *, max_transactions: int | None = None
+    topology: Topology,
+    publication: str,
+    subscriber: str,
+    *,
+    max_transactions: int | None = None,
+    continuous: bool = False,
+    poll_interval: float | None = None,
+    max_run_seconds: float | None = None,
 ) -> dict[str, Any]:
     """Apply the subscriber's queued transactions at the publisher (all of them, or the first
     ``max_transactions``).  Returns a summary (transactions, commands, conflicts, rejected,
-    compensated, queued: what is left)."""
+    compensated, queued: what is left).  ``continuous``: keep applying what the subscriber
+    queues later, looking every ``poll_interval`` seconds when the queue is empty, until
+    ``max_run_seconds`` or SIGTERM (:mod:`~airflow_repl.engine.agents.continuous`); not with
+    ``max_transactions``."""
+    opts = continuous_mode.options(continuous, poll_interval, max_run_seconds)
+    if opts is not None and max_transactions is not None:
+        raise ReplError(
+            "max_transactions and continuous cannot be combined: a continuous Queue Reader drains the queue "
+            "as the subscriber fills it; use max_transactions for single runs only"
+        )
     topology.subscription(publication, subscriber)  # an unknown subscription -> error
     in_doubt.resolve_quietly(topology, publication, [subscriber])  # before this run takes the origin
     with AgentRun(AGENT, publication, subscriber) as run:
@@ -365,6 +437,8 @@ def run_queue_reader(
         status = reader.check()
         run.begin(reader.dist)
         run.counts = totals = reader.totals
+        if opts is not None:
+            return _run_continuously(run, reader, status, opts)
         if status == "reinitialize":
             message = (
                 f"subscription of {subscriber!r} to {publication!r} is marked for reinitialization (a conflict under "
@@ -374,17 +448,41 @@ def run_queue_reader(
         if not _depth(reader):
             message = "the queue is empty; nothing to apply"
             return run.succeed({**totals, "queued": 0, "message": message}, message=message)
-        # the subscriber is written here too (compensation, the queue): never beside a Distribution Agent
-        run.lock(reader.sub, of=distribution_agent.AGENT)
-        subscriber_state.ensure_taken(reader.sub)
-        reader.open_publisher()
         run.step = "applying the queue"
         reader.drain(max_transactions)
-        reader.forget_taken()
-        totals["queued"] = _depth(reader)
-        totals["reinitialize"] = distdb.subscription_status(reader.dist, publication, subscriber) == "reinitialize"
-        reader.dist.commit()
-        return run.succeed(totals)
+        return run.succeed(_finish(reader))
+
+
+def _run_continuously(
+    run: AgentRun, reader: _QueueReader, status: str | None, opts: continuous_mode.Continuous
+) -> dict[str, Any]:
+    """Drain the queue, look again every poll interval, until the loop ends the run; a
+    subscription marked for reinitialization is left alone meanwhile."""
+    with continuous_mode.Loop(opts, run, reader.totals) as loop:
+        loop.check = reader.definitions_changed
+        reader.must_end = loop.must_end
+        while True:
+            worked = False
+            if status != "reinitialize" and _depth(reader):
+                run.step = "applying the queue"
+                before = reader.totals["transactions"]
+                reader.drain(None, loop.go_on)
+                reader.forget_taken()
+                worked = reader.totals["transactions"] > before
+            if loop.ended_by is not None or not loop.idle(worked):
+                break
+            status = reader.status()
+        return run.succeed(loop.summary(_finish(reader)))
+
+
+def _finish(reader: _QueueReader) -> dict[str, Any]:
+    """The run's totals, with what is left queued and whether the subscription is now marked
+    for reinitialization."""
+    reader.forget_taken()
+    totals = reader.totals
+    totals["queued"] = _depth(reader)
+    totals["reinitialize"] = reader.status() == "reinitialize"
+    return totals
 
 
 def _depth(reader: _QueueReader) -> int:

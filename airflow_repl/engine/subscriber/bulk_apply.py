@@ -40,9 +40,11 @@ from airflow_repl.engine.articles.commands import DELETE, INSERT, UPDATE, Comman
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.model.propagation import CallSyntax, Method, Operation
 
-#: A batch larger than this (one huge transaction) is applied command by command, streamed:
-#: net change holds the batch's commands in memory.
-MAX_COMMANDS = 200_000
+#: Net change holds at most this many commands in memory: a larger batch (one huge transaction,
+#: or a batch of big ones) is applied in chunks of this many commands, in order, in the same
+#: subscriber transaction.  Each chunk's net effect, applied after the chunks before it, leaves
+#: every row as its commands one by one would, so the whole batch does too.
+CHUNK_COMMANDS = 100_000
 
 #: A row's primary-key values (text), as the commands carry them.
 Key = tuple[str | None, ...]
