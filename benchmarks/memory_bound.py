@@ -4,7 +4,9 @@ row changes in transactions of ``--per-transaction`` rows.
 
 Uses the sandbox, tables and topology of ``native_compare.py`` (pgbench scale 1, our subscriber
 and a native ``CREATE SUBSCRIPTION`` beside it). Each agent runs as a CLI process, like a user runs
-it; the resident memory of its whole process tree is sampled every 100 ms. After each phase every
+it; the resident memory of its whole process tree is sampled every 100 ms. The native subscription
+is stopped while each phase writes, then started and timed until it shows the phase's last
+transaction, before our agents run (the two never compete), and the table reports both. After each phase every
 table's checksum must match at the publisher, our subscriber and the native subscriber. The
 benchmark exits with 1 when a checksum differs or a peak is above ``--limit-mib`` (default 1024).
 Writes the figures as JSON (``--json``). See docs/performance.md.
@@ -31,13 +33,12 @@ from native_compare import (  # the benchmark next to this one
     execute,
     format_table,
     heartbeat_seq,
-    mark,
+    native_catch_up,
     phase_initial,
     results_json,
     row,
     run_measured,
     setup,
-    wait_for,
 )
 
 DEFAULT_JSON = "benchmarks/results/memory_bound.json"
@@ -53,9 +54,9 @@ BEGIN
 END $$"""
 
 
-def run_agents(b: Bench, label: str, limit: float) -> None:
-    """Log reader then distribution, measured; the subscriber must then have the last transaction."""
-    marker = mark(b)
+def run_agents(b: Bench, label: str, limit: float, marker: int, native: float) -> None:
+    """Log reader then distribution, measured (native caught up before them, in ``native``
+    seconds); the subscriber must then have the ``marker`` transaction."""
     topo = ["-t", str(b.topology_file), "-p", "bench"]
     lr, lr_peak, out = run_measured(cli("logreader", *topo), b.env, "airflow-repl logreader")
     di, di_peak, _ = run_measured(cli("distribution", *topo), b.env, "airflow-repl distribution")
@@ -64,34 +65,36 @@ def run_agents(b: Bench, label: str, limit: float) -> None:
     commands = json.loads(out).get("commands")
     b.rows.append(row(f"{label} ({commands:,} commands): log reader", None, lr, "s", compare=False))
     b.rows.append(row(f"{label}: distribution", None, di, "s", compare=False))
+    b.rows.append(row(f"{label}: total (log reader + distribution)", native, lr + di, "s"))
     b.rows.append(row(f"{label}: peak RSS, log reader (CLI)", None, lr_peak, "MiB", compare=False))
     b.rows.append(row(f"{label}: peak RSS, distribution (CLI)", None, di_peak, "MiB", compare=False))
     b.extra.setdefault("peaks_mib", {})[label] = {"logreader": round(lr_peak), "distribution": round(di_peak)}
-    wait_for(lambda: heartbeat_seq(b.native) >= marker, "native catch-up", 7200)
     check_checksums(b, label)
     for agent, peak in (("log reader", lr_peak), ("distribution", di_peak)):
         if peak > limit:
             raise BenchFailure(f"{label}: the {agent}'s peak resident memory {peak:.0f} MiB is above {limit:.0f} MiB")
 
 
-def phase_single_transaction(b: Bench, changes: int, limit: float) -> None:
+def timed_write(b: Bench, key: str, query: str, params: tuple[int, ...]) -> None:
     t0 = time.monotonic()
-    execute(
-        b.pub,
+    execute(b.pub, query, params)
+    b.extra[key] = round(time.monotonic() - t0, 1)
+
+
+def phase_single_transaction(b: Bench, changes: int, limit: float) -> None:
+    insert = (
         "INSERT INTO public.pgbench_history (tid, bid, aid, delta, mtime)"
-        " SELECT 1, 1, g %% 100000 + 1, 1, now() FROM generate_series(1, %s) g",
-        (changes,),
+        " SELECT 1, 1, g %% 100000 + 1, 1, now() FROM generate_series(1, %s) g"
     )
-    b.extra["single_transaction_write_seconds"] = round(time.monotonic() - t0, 1)
-    run_agents(b, f"one transaction of {changes:,} inserts", limit)
+    marker, native = native_catch_up(b, lambda: timed_write(b, "single_transaction_write_seconds", insert, (changes,)))
+    run_agents(b, f"one transaction of {changes:,} inserts", limit, marker, native)
 
 
 def phase_backlog(b: Bench, changes: int, per: int, limit: float) -> None:
     execute(b.pub, BACKLOG_PROCEDURE)
-    t0 = time.monotonic()
-    execute(b.pub, "CALL public.bench_backlog(%s, %s)", (changes, per))
-    b.extra["backlog_write_seconds"] = round(time.monotonic() - t0, 1)
-    run_agents(b, f"backlog of {changes:,} updates in transactions of {per:,}", limit)
+    call = "CALL public.bench_backlog(%s, %s)"
+    marker, native = native_catch_up(b, lambda: timed_write(b, "backlog_write_seconds", call, (changes, per)))
+    run_agents(b, f"backlog of {changes:,} updates in transactions of {per:,}", limit, marker, native)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -451,17 +451,27 @@ def achieved_tps(pgbench_output: str) -> float:
 def backlog(b: Bench, transactions: int, key: str) -> tuple[int, float]:
     """Native stopped, a backlog of pgbench ``transactions`` and a marker written, then native
     started again: returns the marker and native's seconds from ENABLE until it shows it."""
+
+    def load() -> None:
+        b.extra[key] = pgbench_load(b, "-t", str(max(1, transactions // 2)))
+
+    return native_catch_up(b, load)
+
+
+def native_catch_up(b: Bench, write: Callable[[], object], timeout: float = 7200) -> tuple[int, float]:
+    """Native stopped, ``write()`` and a marker committed at the publisher, then native started
+    again: returns the marker and native's seconds from ENABLE until it shows it."""
     execute(b.native, "ALTER SUBSCRIPTION native_sub DISABLE")
     wait_for(
         lambda: query_one(b.native, "SELECT count(pid) FROM pg_catalog.pg_stat_subscription")[0] == 0,
         "native apply worker stop",
         60,
     )
-    b.extra[key] = pgbench_load(b, "-t", str(max(1, transactions // 2)))
+    write()
     marker = mark(b)
     t0 = time.monotonic()
     execute(b.native, "ALTER SUBSCRIPTION native_sub ENABLE")
-    return marker, wait_for(lambda: heartbeat_seq(b.native) >= marker, "native catch-up", 3600) - t0
+    return marker, wait_for(lambda: heartbeat_seq(b.native) >= marker, "native catch-up", timeout) - t0
 
 
 def phase_catchup(b: Bench, transactions: int) -> None:

@@ -46,7 +46,7 @@ from typing import Any
 import psycopg
 
 from airflow_repl.engine.agents import continuous as continuous_mode
-from airflow_repl.engine.agents import progress_lines, stream_planning, subscriber_writer
+from airflow_repl.engine.agents import gc_pause, progress_lines, stream_planning, subscriber_writer
 from airflow_repl.engine.agents.lifecycle import AgentRun
 from airflow_repl.engine.articles.commands import Command
 from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
@@ -247,7 +247,8 @@ class _Delivery:
             try:
                 batch = self._next_batch(dist)
                 if batch is not None:
-                    self._deliver(dist, run_id, applier, batch)
+                    with gc_pause.paused():
+                        self._deliver(dist, run_id, applier, batch)
             finally:
                 if self.turns is not None:
                     self.turns.give_back()

@@ -37,7 +37,7 @@ from typing import Any
 import psycopg
 
 from airflow_repl.engine.agents import continuous as continuous_mode
-from airflow_repl.engine.agents import progress_lines, wal_retention
+from airflow_repl.engine.agents import gc_pause, progress_lines, wal_retention
 from airflow_repl.engine.agents.change_mapping import (
     RelationMap,
     map_relation,
@@ -525,7 +525,8 @@ def _read_loop(
     ``batch_changes`` changes and grow while the slot decodes much WAL again (:func:`next_batch_changes`)."""
     totals, worked, limit = reader.totals, False, batch_changes
     while max_batches is None or totals["batches"] < max_batches:
-        batch = reader.read_batch(limit)
+        with gc_pause.paused():
+            batch = reader.read_batch(limit)
         if batch.last_end is None:
             reader.advance_idle_slot()
             if not loop.idle(worked):
