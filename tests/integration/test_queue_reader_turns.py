@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -18,6 +19,7 @@ from test_queued_updating import assert_in_sync, queued, rows, setup_queued
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, queue_reader_agent
 from airflow_repl.engine.errors import ReplError
+from airflow_repl.jobs import agent_job
 
 POLL = 0.1
 #: what an agent holds during its turn at the subscriber (a batch, a queued transaction)
@@ -78,7 +80,7 @@ def test_every_agent_continuous_at_once_converges_with_writers_at_the_publisher_
     three: everything ends equal everywhere, with every queue empty, before the window ends."""
     topo = setup_queued(env2, spark, "pub wins")
     subs = env2.subs
-    window = {"continuous": True, "poll_interval": POLL, "max_run_seconds": 10}
+    window = {"continuous": True, "poll_interval": POLL, "max_run_seconds": 12}
     agents = [_Agent(log_reader_agent.run_log_reader, topo, "p", **window)]
     for name in subs:
         agents.append(_Agent(distribution_agent.run_distribution, topo, "p", name, **window))
@@ -100,7 +102,7 @@ def test_every_agent_continuous_at_once_converges_with_writers_at_the_publisher_
         ]  # (v, n): the row versions are the publisher's business
         return data[0] == data[1] == data[2] and queued(subs["sub1"]) == queued(subs["sub2"]) == (0, 0)
 
-    took = _wait_for(converged, 8)
+    took = _wait_for(converged, 10)
     for agent in agents:
         agent.join(40)
     assert all(a.error is None and a.summary is not None for a in agents), [a.error for a in agents]
@@ -140,6 +142,29 @@ def test_sigterm_ends_a_continuous_queue_reader_cleanly_and_nothing_is_taken_twi
     assert _history(env, "queuereader") == [("succeeded", 6)]
     again = queue_reader_agent.run_queue_reader(topo, "p", "sub1")
     assert again["transactions"] == 0 and again["message"] == "the queue is empty; nothing to apply"
+
+
+def test_the_job_runs_a_continuous_queue_reader_to_its_maximum_run_time(env, spark, tmp_path):
+    """What the operator runs: ``agent_job.py queuereader --continuous ...`` (spark-submit's
+    Python driver, here started directly)."""
+    topo = setup_queued(env, spark)
+    env.run(env.sub, "UPDATE items SET v = 'sub' WHERE id = 4")
+    result = tmp_path / "result.json"
+    argv = [
+        sys.executable,
+        str(Path(agent_job.__file__).resolve()),
+        "queuereader",
+        "--spec",
+        _spec_file(topo, tmp_path),
+    ]
+    argv += ["--result", str(result), "--publication", "p", "--continuous", "--poll-interval", str(POLL)]
+    done = subprocess.run([*argv, "--max-run-seconds", "3"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    outcome = json.loads(result.read_text())
+    assert outcome["status"] == "succeeded" and outcome["transactions"] == 1
+    (sub,) = outcome["subscriptions"]
+    assert sub["subscriber"] == "sub1" and sub["continuous"]["ended_by"] == "max_run_seconds"
+    assert env.rows(env.pub, "SELECT v FROM items WHERE id = 4") == [("sub",)]
 
 
 def test_a_continuous_queue_reader_ends_when_the_articles_change(env, spark):

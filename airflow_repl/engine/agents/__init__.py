@@ -15,8 +15,11 @@ sensors: a token arrived, a topology quiesced up to a position), ``procedure_reg
 (``airflow-repl regenerate-procs``: procedures recreated at subscribers on demand),
 ``cleanup_agent`` (retention: delivered commands deleted, idle subscriptions expired),
 ``wal_retention`` (the WAL a publication's slot retains against its limit; the Log Reader
-warns) and ``continuous`` (continuous mode of the Log Reader and Distribution Agents: the
-options, whether the loop takes another turn, SIGTERM, progress).  A new agent is a module with only its own logic, run inside an
+warns), ``continuous`` (continuous mode of the Log Reader, Distribution and Queue Reader Agents:
+the options, whether the loop takes another turn, SIGTERM, progress), ``subscriber_writer``
+(the turns the Distribution Agent and the Queue Reader take at a queued subscriber: one batch,
+one queued transaction) and ``gc_pause`` (Python's cyclic garbage collector paused while a batch
+is read or applied).  A new agent is a module with only its own logic, run inside an
 ``AgentRun`` (the lifecycle module's documentation says how to write one).
 
 May import: every other engine package.  Never Airflow, never PySpark: the Snapshot Agent is
