@@ -223,7 +223,7 @@ class _Delivery:
             self.totals["conflicts"] = 0
         self.streams.first.rollback()
         if self.queued or has_queue:  # a Queue Reader may write there too: take turns, batch by batch
-            self.turns = subscriber_writer.Turns(self.streams.first, self.publication, "Queue Reader Agent")
+            self.turns = subscriber_writer.Turns(self.streams.first, self.publication)
 
     # ------------------------------------------------------------------ the loop
     def run(

@@ -126,7 +126,7 @@ class _QueueReader:
         self.dist = run.connect(topology.distributor.require("distributor"), "distributor")
         self.sub = run.connect(topology.subscriber_conninfo(subscriber), f"subscriber {subscriber!r}")
         row_images.exact_numbers(self.sub)
-        self.turns = subscriber_writer.Turns(self.sub, publication, "Distribution Agent")
+        self.turns = subscriber_writer.Turns(self.sub, publication)
         self.must_end: Callable[[], bool] = lambda: False  # a continuous run's (continuous.Loop.must_end)
         self.applying = False  # the publisher session opened and the subscriber's taken rows table made
 
@@ -229,6 +229,10 @@ class _QueueReader:
         self.run.step = f"queued transaction {txn.xid}"
         commands = subscriber_state.queued_commands(self.sub, self.publication, txn.xid)
         self.sub.commit()
+        if not commands:  # no longer queued: a Snapshot Agent initialized the subscriber meanwhile
+            subscriber_state.dequeue(self.sub, self.publication, txn.xid)  # (whatever is left of it)
+            self.sub.commit()
+            return True
         outcome = self._at_publisher(txn, commands)
         distdb.record_conflicts(
             self.dist, self.publication, self.subscriber, txn.xid, self.policy.value, outcome.conflicts

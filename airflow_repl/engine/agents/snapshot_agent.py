@@ -36,7 +36,7 @@ from typing import Any, Protocol
 import psycopg
 from psycopg import sql
 
-from airflow_repl.engine.agents import progress_lines, snapshot_folder
+from airflow_repl.engine.agents import progress_lines, snapshot_folder, subscriber_writer
 from airflow_repl.engine.agents.lifecycle import AgentRun
 from airflow_repl.engine.agents.snapshot_folder import DataFile, LoadTarget, Partition
 from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
@@ -113,9 +113,14 @@ def run_snapshot(
         snap.check_subscriber_types(articles, targets)
         in_doubt.resolve_quietly(topology, publication, list(targets))  # their changes reach the snapshot
         init = _Initialization(topology, publication, articles, targets, snap.dist, run)
-        taken = snap.take(articles, has_slot, spark, max_partitions, identify, init)
-        manifest = snap.write_folder(articles, taken)
-        loaded = init.activate_all(manifest, taken.files)
+        turns = init.take_turns()  # before the slot's consistent point, until they are active
+        try:
+            taken = snap.take(articles, has_slot, spark, max_partitions, identify, init)
+            manifest = snap.write_folder(articles, taken)
+            loaded = init.activate_all(manifest, taken.files)
+        finally:
+            for turn in turns:
+                turn.give_back()
         return run.succeed(
             {**taken.summary(targets, loaded), "tables": _table_rows(articles, taken.files)}, rows_copied=taken.rows
         )
@@ -392,6 +397,21 @@ class _Initialization:
         self.seconds += time.monotonic() - started
         executors = sorted({str(f["executor"]) for f in files if f.get("executor")})
         return {"load_seconds": round(self.seconds, 3), "load_executors": executors}
+
+    def take_turns(self) -> list[subscriber_writer.Turns]:
+        """The writer turn at each queued subscriber to initialize (waiting for a Queue Reader's
+        transaction or a Distribution Agent's batch there to commit), held on a connection of
+        its own until the run ends: no queued transaction of theirs is applied at the publisher
+        after the snapshot's consistent point (:mod:`~airflow_repl.engine.agents.subscriber_writer`)."""
+        turns: list[subscriber_writer.Turns] = []
+        for name in sorted(self.queued):
+            self.run.step = f"waiting for the turn to write at subscriber {name!r}"
+            turn = subscriber_writer.Turns(
+                self.run.connect(self.conninfos[name], f"subscriber {name!r}"), self.publication
+            )
+            turn.take()
+            turns.append(turn)
+        return turns
 
     def connect(self, name: str, conninfo: str) -> psycopg.Connection[Any]:
         self.run.step = f"the initialization of subscriber {name!r}"

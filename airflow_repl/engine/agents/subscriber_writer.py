@@ -14,6 +14,11 @@ runs and one-transaction Queue Reader runs, which the agents' guarantees already
 continuous Distribution Agent no longer keeps the Queue Reader out for its whole run, nor the
 other way round.
 
+A Snapshot Agent initializing a queued subscriber holds the turn there for its whole run, from
+before its slot's consistent point to the subscription's activation: a queued transaction the
+Queue Reader applied at the publisher after that point would reach neither the snapshot nor,
+being the subscriber's own, the subscriber, whose tables the snapshot replaces.
+
 A turn is waited for, not refused: the other agent's turn is one batch or one transaction.  The
 wait polls every :data:`POLL` seconds, so that a continuous run told to end (SIGTERM, its
 maximum run time) stops waiting and ends cleanly.  The lock is the session's: a process that
@@ -45,8 +50,8 @@ def _key(publication: str) -> str:
 class Turns:
     """The writer turns of one agent at one subscriber, on its connection there."""
 
-    def __init__(self, conn: psycopg.Connection[Any], publication: str, waiting_for: str) -> None:
-        self.conn, self.publication, self.waiting_for = conn, publication, waiting_for
+    def __init__(self, conn: psycopg.Connection[Any], publication: str) -> None:
+        self.conn, self.publication = conn, publication
         self.held = False
 
     def take(self, must_end: Callable[[], bool] = lambda: False) -> bool:
@@ -64,9 +69,8 @@ class Turns:
             if time.monotonic() - said >= SAY_AFTER:
                 said = time.monotonic()
                 log.info(
-                    "waiting %.0fs for the %s to finish writing at the subscriber (publication %r)",
+                    "waiting %.0fs for another agent to finish its turn writing at the subscriber (publication %r)",
                     said - started,
-                    self.waiting_for,
                     self.publication,
                 )
             time.sleep(POLL)
