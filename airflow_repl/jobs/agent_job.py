@@ -61,9 +61,8 @@ class Request:
     subscribers: list[str] | None = None
     until: str | None = None  # deliver transactions committed up to this ISO-8601 time
     reinitialize: bool = False
-    continuous: dict[str, Any] | None = (
-        None  # Log Reader, Distribution, Queue Reader: run_* keyword arguments of continuous mode
-    )
+    #: Log Reader, Distribution, Queue Reader: run_* keyword arguments of continuous mode
+    continuous: dict[str, Any] | None = None
     validation: dict[str, Any] | None = None  # validate: keyword arguments of validation.validate (ranges, max_keys)
 
 

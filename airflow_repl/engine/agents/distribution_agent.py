@@ -201,7 +201,8 @@ class _Delivery:
         self.guard: QueueGuard | None = None
         self.queued = mode.queued or mode.failover
         self.policy = topology.publication(publication).conflict_policy
-        #: the turns at a subscriber a Queue Reader writes at too (None: no other writer there)
+        #: the turns at a subscriber where a Queue Reader (or a Snapshot Agent initializing it)
+        #: writes too (None: no other writer there)
         self.turns: subscriber_writer.Turns | None = None
         #: what each subscriber table received (the run's summary: ``tables``)
         self.tables = TableChanges({a.name: a.destination for a in topology.publication(publication).articles})
@@ -243,7 +244,7 @@ class _Delivery:
         self.totals["backlog_at_start"] = {"transactions": tx, "commands": cmds}
         while True:
             if self.turns is not None and not self.turns.take(loop.must_end):
-                return  # the run ends while the Queue Reader writes at the subscriber
+                return  # the run ends while another agent (Queue Reader, Snapshot Agent) writes there
             try:
                 batch = self._next_batch(dist)
                 if batch is not None:
