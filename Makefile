@@ -8,13 +8,14 @@ STAMP := $(VENV)/.installed
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 #: Python sources under ruff: the package, and the code around it.
-LINT_PATHS := airflow_repl tests benchmarks dags scripts
+LINT_PATHS := airflow_repl tests benchmarks dags scripts setup.py
 
 .PHONY: install demo test lint format bench sandbox-stop clean
 
 install: $(STAMP)
 
-$(STAMP): setup.cfg pyproject.toml scripts/bootstrap.sh
+#: setup.py builds the compiled module (airflow_repl/engine/agents/_command_lines.c): installed again when it changes
+$(STAMP): setup.cfg setup.py pyproject.toml scripts/bootstrap.sh airflow_repl/engine/agents/_command_lines.c
 	PYTHON=$(PYTHON) VENV=$(VENV) bash scripts/bootstrap.sh
 	touch $(STAMP)
 

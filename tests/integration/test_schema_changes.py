@@ -203,6 +203,19 @@ def test_a_change_made_behind_the_tool_s_back_stops_the_log_reader_naming_the_ta
     assert env.rows(env.dist, "SELECT count(*) FROM airflow_repl.transactions") == [(0,)]
 
 
+def test_a_batch_that_fails_with_its_copy_open_stores_nothing_and_says_why(env, spark):
+    """The Log Reader streams a batch's command lines on one COPY kept open while it reads: a
+    failure mid-batch ends that COPY with the error and raises the error itself (not the COPY's),
+    and nothing of the batch is stored."""
+    topo = _tables_env(env, spark, {"t_call": {}})
+    env.run(env.pub, "INSERT INTO t_call SELECT g, 1, 'n' FROM generate_series(100, 140) g")
+    env.run(env.pub, "ALTER TABLE t_call ADD COLUMN sneaky int; INSERT INTO t_call VALUES (99, 1, 'x', 5)")
+    with pytest.raises(ReplError, match=r"public\.t_call.*outside airflow-repl.*new column\(s\) \['sneaky'\]"):
+        log_reader_agent.run_log_reader(topo, "p", chunk=4)  # lines go out every 4 commands
+    assert env.rows(env.dist, "SELECT count(*) FROM airflow_repl.commands") == [(0,)]
+    assert env.rows(env.dist, "SELECT count(*) FROM airflow_repl.transactions") == [(0,)]
+
+
 def test_a_column_retyped_behind_the_tool_s_back_stops_the_log_reader_too(env, spark):
     topo = _tables_env(env, spark, {"t_call": {}})
     env.run(env.pub, "ALTER TABLE t_call ALTER COLUMN qty TYPE numeric; UPDATE t_call SET qty = 1.5 WHERE id = 1")

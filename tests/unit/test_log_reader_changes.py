@@ -180,14 +180,28 @@ def test_batches_grow_to_cover_the_wal_decoded_again_within_bounds():
 
 
 def test_transaction_rows_are_written_with_their_commands_every_chunk(monkeypatch):
+    """Command lines go out on one open COPY, chunk by chunk; it ends before the transactions'
+    rows are written (every ``chunk`` transactions, and at the end of the batch)."""
     written: list[tuple[str, int]] = []
-    monkeypatch.setattr(log_reader_agent.distdb, "copy_commands", lambda _c, rows: written.append(("C", len(rows))))
+
+    class Copy:
+        def __init__(self, _conn):
+            written.append(("open", 0))
+
+        def write(self, lines: bytes) -> None:
+            written.append(("C", lines.count(b"\n")))
+
+        def end(self) -> None:
+            written.append(("end", 0))
+
+    monkeypatch.setattr(log_reader_agent.distdb, "CommandCopy", Copy)
     monkeypatch.setattr(log_reader_agent.distdb, "copy_transactions", lambda _c, rows: written.append(("T", len(rows))))
     writer = log_reader_agent._TxnWriter(None, "p", 3)
     for n in range(7):
         writer.begin(f"0/{n + 1}")
         writer.row_change("a", [Command(INSERT, "a", new=[str(n)])])
         writer.end(datetime.now(timezone.utc), n + 2)
-    assert written == [("C", 3), ("C", 0), ("T", 3), ("C", 3), ("C", 0), ("T", 3)]  # bounded: never more than chunk
+    # bounded: never more than chunk lines or rows at a time
+    assert written == [("open", 0), ("C", 3), ("end", 0), ("T", 3), ("open", 0), ("C", 3), ("end", 0), ("T", 3)]
     writer.flush_batch()
-    assert written[6:] == [("C", 1), ("T", 1)]
+    assert written[8:] == [("open", 0), ("C", 1), ("end", 0), ("T", 1)]

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_repl.engine.agents import command_lines
 from airflow_repl.engine.articles.commands import DELETE, INSERT, TRUNCATE, Command, update_commands
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import ReplError
@@ -31,9 +32,14 @@ class RelationMap:
     child: bool = False  # an inheritance child of the article's table (include_children)
     #: the article has every column of the relation, in its order: a decoded image is the article's as it is
     identity: bool = field(init=False)
+    #: positions, and the article's key positions, as the compiled command lines take them
+    positions_u16: bytes = field(init=False)
+    keys_u16: bytes = field(init=False)
 
     def __post_init__(self) -> None:
         self.identity = self.positions == list(range(len(self.positions)))
+        self.positions_u16 = command_lines.uint16s(self.positions)
+        self.keys_u16 = command_lines.uint16s(self.article.key_positions)
 
 
 def relation_articles(articles: list[ResolvedArticle]) -> dict[tuple[str, str], ResolvedArticle]:

@@ -30,14 +30,15 @@ are :mod:`~airflow_repl.engine.agents.change_mapping`'s; the slot's statements a
 from __future__ import annotations
 
 import json
+import struct
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import psycopg
 
+from airflow_repl.engine.agents import command_lines, gc_pause, progress_lines, wal_retention
 from airflow_repl.engine.agents import continuous as continuous_mode
-from airflow_repl.engine.agents import gc_pause, progress_lines, wal_retention
 from airflow_repl.engine.agents.change_mapping import (
     RelationMap,
     map_relation,
@@ -102,13 +103,17 @@ class _TxnWriter:
     (only a hash of each image is kept, to find a match there).
     """
 
-    def __init__(self, dist: psycopg.Connection[Any], publication: str, chunk: int) -> None:
+    def __init__(
+        self, dist: psycopg.Connection[Any], publication: str, chunk: int, line: command_lines.RowLine | None = None
+    ) -> None:
         self.dist = dist
+        self.line = line  # the compiled command lines (command_lines.row_line()), None: the Python path alone
         self.publication = publication
         self.chunk = chunk
         self.buffer: list[distdb.NewCommandRow] = []  # command rows, across transactions, until the next COPY
         self.transactions: list[distdb.TransactionRow] = []  # transaction rows of this batch
         self.publication_field = distdb.copy_field(publication) + b"\t"
+        self.copy: distdb.CommandCopy | None = None  # the open COPY of command lines, if any
         self.begin(None)
 
     def begin(self, xact_seqno: str | None, xid: int = 0) -> None:
@@ -134,6 +139,34 @@ class _TxnWriter:
         self.close_run()
         for cmd in commands:
             self.add(cmd)
+
+    def row_message(self, relmap: RelationMap, message: bytes) -> bool:
+        """Add the command of one row message of ``relmap`` as the compiled function writes its
+        line; False (nothing added) when the message takes the Python path: the function declined
+        it, or a run of pairs is open (the Python path closes it, or adds the message's pair to it)."""
+        if self.line is None or self.run_article is not None or self.staged:
+            return False
+        article = relmap.article
+        field = _FIELDS.get(article.name)
+        if field is None:
+            field = _FIELDS[article.name] = distdb.copy_field(article.name)
+        line = self.line(
+            message,
+            relmap.positions_u16,
+            relmap.keys_u16,
+            article.update_mode == "all",
+            self.prefix,
+            self.count + 1,
+            field,
+        )
+        if line is None:
+            return False
+        self.article_rows[article.name] = self.article_rows.get(article.name, 0) + 1
+        self.count += 1
+        self.buffer.append(line)
+        if len(self.buffer) >= self.chunk:
+            self.flush()
+        return True
 
     def schema(self, cmd: Command) -> None:
         """Add a schema-change command: a point between the row changes before and after it."""
@@ -174,6 +207,7 @@ class _TxnWriter:
                 rows.append((self.staged, cmd.article, cmd.op, distdb.dumps(cmd.to_json())))
                 key = hash(_image(cmd.new))
                 self.staged_hashes[key] = self.staged_hashes.get(key, 0) + 1
+        self.end_copy()
         distdb.stage_inserts(self.dist, rows, first)
         self.run_inserts, self.pending = [], {}
 
@@ -182,6 +216,7 @@ class _TxnWriter:
         key = hash(image)
         if not self.staged_hashes.get(key):
             return False
+        self.end_copy()
         if not distdb.unstage_insert(self.dist, list(image)):  # only the hash was equal
             return False
         self.staged_hashes[key] -= 1
@@ -190,6 +225,7 @@ class _TxnWriter:
     def close_run(self) -> None:
         if self.staged:
             self.flush()
+            self.end_copy()
             self.count += distdb.store_staged(self.dist, self.publication, self.xact, self.count)
             self.staged = 0
         for cmd in self.run_inserts:
@@ -222,15 +258,36 @@ class _TxnWriter:
         """Write everything queued (commands, then their transactions) into the open
         distributor transaction (which holds the whole batch)."""
         self.flush()
+        self.end_copy()
         distdb.copy_transactions(self.dist, self.transactions)
         self.transactions = []
 
     def flush(self) -> None:
-        distdb.copy_commands(self.dist, self.buffer)
-        self.buffer = []
+        """Send the buffered command lines on the open COPY (opened by the first)."""
+        if self.buffer:
+            if self.copy is None:
+                self.copy = distdb.CommandCopy(self.dist)
+            self.copy.write(b"".join(self.buffer))
+            self.buffer = []
+
+    def end_copy(self) -> None:
+        """End the open COPY (waiting until the distributor has stored its lines): the connection
+        runs another statement next."""
+        if self.copy is not None:
+            copy, self.copy = self.copy, None
+            copy.end()
+
+    def abort_copy(self, error: BaseException) -> None:
+        """The batch failed: end the open COPY with the error (the batch's transaction is rolled back)."""
+        if self.copy is not None:
+            copy, self.copy = self.copy, None
+            copy.abort(error)
 
 
 _ROW_CHANGES = (pgoutput.Insert, pgoutput.Update, pgoutput.Delete)
+#: The kind bytes of their messages, and where the relation id follows (unsigned 32-bit, network order).
+_ROW_KINDS = frozenset(b"IUD")
+_RELID_AT = struct.Struct("!I").unpack_from
 #: Article names as COPY fields, and operations as their byte: the same few for every command.
 _FIELDS: dict[str, bytes] = {}
 _OPS: dict[str, bytes] = {op: op.value.encode() for op in OpCode}
@@ -298,7 +355,7 @@ class _LogReader:
         the next run takes the rest)."""
         self.read_upto = distdb.last_read_lsn(self.dist, self.publication)
         self.dist.commit()
-        self.writer = _TxnWriter(self.dist, self.publication, chunk)
+        self.writer = _TxnWriter(self.dist, self.publication, chunk, command_lines.row_line())
         self.new_bound()
         self.note_slot_position()
 
@@ -324,16 +381,25 @@ class _LogReader:
         """Peek at the slot and decode up to ``batch_changes`` rows into the writer."""
         batch = _Batch(self.totals["batches"] + 1)
         self.run.step = f"reading batch {batch.number} from the slot"
+        try:
+            self._read_pages(batch, batch_changes)
+        except BaseException as exc:
+            self.writer.abort_copy(exc)
+            raise
+        return batch
+
+    def _read_pages(self, batch: _Batch, batch_changes: int) -> None:
         with self.pub.transaction(), self.pub.cursor(name="airflow_repl_peek", binary=True) as cur:
             self._peek(cur, batch_changes)
             decode, read, size = pgoutput.decode, self._read, cur.itersize
+            compiled, rows = self.writer.line is not None, _ROW_KINDS
             while True:  # a page at a time (as iterating the cursor fetches), without a cursor call per message
                 page = cur.fetchmany(size)
                 for (data,) in page:
-                    read(decode(data), batch)
+                    if not (compiled and data and data[0] in rows and self._row_message(data, batch)):
+                        read(decode(data), batch)
                 if len(page) < size:
                     break
-        return batch
 
     def _peek(self, cur: psycopg.ServerCursor[Any], batch_changes: int) -> None:
         try:
@@ -344,6 +410,14 @@ class _LogReader:
                 f"{exc.diag.message_primary}. If the slot was invalidated (max_slot_wal_keep_size), "
                 f"drop it and run the Snapshot Agent with reinitialize for every subscription"
             ) from None
+
+    def _row_message(self, data: bytes, batch: _Batch) -> bool:
+        """A row message, stored as its compiled command line (:mod:`command_lines`); False when it
+        takes the Python path (as do a transaction stored already and a relation not mapped)."""
+        if batch.skip or len(data) < 5:
+            return False
+        relmap = batch.relmap(_RELID_AT(data, 1)[0], self.articles)
+        return relmap is not None and self.writer.row_message(relmap, data)
 
     def _read(self, msg: Any, batch: _Batch) -> None:
         """One decoded pgoutput message (row changes, the most frequent, first)."""
@@ -414,7 +488,11 @@ class _LogReader:
     def _begin(self, msg: pgoutput.Begin, batch: _Batch) -> None:
         """A transaction starts: skip it when an earlier run stored it already."""
         xact = lsn.int_to_lsn(msg.final_lsn)
-        batch.skip = msg.final_lsn <= self.read_upto and distdb.transaction_stored(self.dist, self.publication, xact)
+        if msg.final_lsn <= self.read_upto:
+            self.writer.end_copy()  # the distributor is asked
+            batch.skip = distdb.transaction_stored(self.dist, self.publication, xact)
+        else:
+            batch.skip = False
         self.writer.begin(xact, msg.xid)
 
     def _commit(self, msg: pgoutput.Commit, batch: _Batch) -> None:

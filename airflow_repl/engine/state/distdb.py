@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Generator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -785,17 +786,34 @@ def transaction_stored(conn: psycopg.Connection[Any], publication: str, xact_seq
     return row is not None
 
 
-def copy_commands(conn: psycopg.Connection[Any], rows: list[NewCommandRow]) -> None:
-    """COPY command rows (publication, xact_seqno, command_id, article, op, data), each a line
-    of COPY's text format (:func:`command_line`), written in one piece."""
-    if rows:
-        with (
-            conn.cursor() as cur,
-            cur.copy(
-                "COPY airflow_repl.commands (publication, xact_seqno, command_id, article, op, data) FROM STDIN"
-            ) as copy,
-        ):
-            copy.write(b"".join(rows))
+class CommandCopy:
+    """One COPY of command rows (publication, xact_seqno, command_id, article, op, data), each a
+    line of COPY's text format (:func:`command_line`), kept open while the lines come: the server
+    stores what it has received while the caller makes the next lines.  End it (:meth:`end`)
+    before the connection runs anything else; :meth:`abort` ends it with an error (nothing of it
+    is stored)."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._stack = ExitStack()
+        cur = self._stack.enter_context(conn.cursor())
+        self._copy = self._stack.enter_context(
+            cur.copy("COPY airflow_repl.commands (publication, xact_seqno, command_id, article, op, data) FROM STDIN")
+        )
+
+    def write(self, lines: bytes) -> None:
+        self._copy.write(lines)
+
+    def end(self) -> None:
+        """Send the end of the data and wait until the server has stored it all."""
+        self._stack.close()
+
+    def abort(self, error: BaseException) -> None:
+        """End the COPY with ``error`` (the server discards it); a failure to do so is not raised
+        over the error that ends the run."""
+        try:
+            self._stack.__exit__(type(error), error, error.__traceback__)
+        except Exception:
+            pass
 
 
 def copy_transactions(conn: psycopg.Connection[Any], rows: list[TransactionRow]) -> None:

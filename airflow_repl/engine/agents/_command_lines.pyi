@@ -1,0 +1,3 @@
+def row_line(
+    message: bytes, positions: bytes, keys: bytes, pairs: bool, prefix: bytes, command_id: int, article: bytes, /
+) -> bytes | None: ...
