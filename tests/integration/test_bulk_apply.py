@@ -187,3 +187,70 @@ def test_the_agents_make_no_cyclic_garbage_per_change(env, spark, bulk):
     assert (delivered.get("net_batches", 0) > 0) == bulk
     assert found < 100, f"{found} objects in reference cycles after {read['commands']} commands"
     assert_in_sync(topo)
+
+
+# ---------------------------------------------------------------------- read-ahead
+def test_each_next_batch_is_read_and_prepared_while_one_is_applied(env, spark):
+    """Batch after batch of every shape, one of them holding what net change does not cover (a
+    TRUNCATE): the batches after the first come from the read-ahead, the uncovered one goes
+    command by command, and the rest by net change again."""
+    topo = _env(env, spark, {**TABLES, "b_t": {}}, commit_batch_size=2)
+    with psycopg.connect(env.pub) as conn:
+        for i, base in enumerate(range(10, 190, 30)):
+            for t in TABLES:
+                _workload(conn, t, base)
+                conn.commit()  # a transaction per table and round: 3 batches of 2 per round
+            if i == 2:
+                conn.execute("TRUNCATE b_t")
+                conn.commit()
+    read, delivered = cycle(topo)
+    batches = delivered["commits"]
+    assert read["transactions"] == 6 * len(TABLES) + 1 and batches == (read["transactions"] + 1) // 2
+    assert delivered["read_ahead_batches"] == batches - 1  # every batch but the first
+    assert delivered["net_batches"] == batches - 1  # every batch but the one with the TRUNCATE
+    assert_in_sync(topo)
+    assert env.rows(env.sub, "SELECT count(*) FROM b_t") == [(0,)]
+
+
+def test_a_row_not_found_in_a_batch_read_ahead_fails_it_alone(env, spark):
+    """The batches before it are committed; it fails naming the key; skip_errors skips it."""
+    topo = _env(env, spark, {"b_call": {}}, commit_batch_size=1)
+    env.run(env.sub, "DELETE FROM b_call WHERE id = 9")
+    for i in range(1, 13):
+        env.run(env.pub, f"UPDATE b_call SET qty = -1 WHERE id = {i}")
+    log_reader_agent.run_log_reader(topo, "p")
+    with pytest.raises(DeliveryError, match=r"key \(id=9\)"):
+        distribution_agent.run_distribution(topo, "p", "sub1")
+    assert env.rows(env.sub, "SELECT count(*) FROM b_call WHERE qty = -1") == [(8,)]  # ids 1 to 8
+    done = distribution_agent.run_distribution(topo, "p", "sub1", skip_errors=["row_not_found"])
+    assert done["skipped"] == 1 and done["read_ahead_batches"] == 3  # all but the first (skipped) batch
+    assert env.rows(env.sub, "SELECT count(*) FROM b_call WHERE qty = -1") == [(11,)]
+
+
+def test_a_read_ahead_is_used_only_after_the_watermark_it_was_read_after(env, spark):
+    """What was read after one watermark is never taken for another (a batch committed short of
+    where it was expected to end, or the subscription reinitialized meanwhile), nor for another
+    cut of the transactions."""
+    from airflow_repl.engine.agents import read_ahead
+    from airflow_repl.engine.state import distdb
+
+    topo = _env(env, spark, {"b_call": {}})
+    for i in range(1, 4):
+        env.run(env.pub, f"UPDATE b_call SET qty = -1 WHERE id = {i}")
+    log_reader_agent.run_log_reader(topo, "p")
+    with psycopg.connect(env.dist, autocommit=True) as conn:
+        pending = distdb.pending_transactions(conn, "p", "0/0", 10)
+        ahead = read_ahead.ReadAhead(conn, "p", 10, lambda txns: txns[:2], lambda rows, txns: len(rows))  # type: ignore[arg-type,return-value]
+        try:
+            ahead.start("0/0")
+            assert ahead.take(pending[0].xact) is None  # read after another watermark
+            ahead.start("0/0")
+            read = ahead.take("0/0")
+            assert read is not None and read.prepared == 2 and read.batch == pending[:2]
+            assert read.prepared_for(pending[:2]) == 2
+            assert read.prepared_for(pending[:1]) is None and read.prepared_for(pending) is None  # another cut
+            ahead.start(pending[-1].xact)
+            assert ahead.take(pending[-1].xact) is None  # nothing after it: the agent asks again itself
+            assert ahead.take("0/0") is None  # nothing started
+        finally:
+            ahead.close()

@@ -67,3 +67,18 @@ def test_custom_procedures_and_none_are_not_covered():
 def test_a_key_change_kept_as_one_update_leaves_one_key_for_the_other():
     moved = Command(UPDATE, "t", old=["1", "a", "b"], new=["2", "a", "b"])
     assert _net(moved) == {("1",): (True, None, True, []), ("2",): (False, ["2", "a", "b"], False, [])}
+
+
+def test_a_batch_is_prepared_without_a_connection():
+    """prepare() makes the statements' array parameters (the read-ahead's thread does it while
+    the batch before is applied); only execute() needs the subscriber."""
+    prepared = bulk_apply.prepare([dele(3), upd(2, ["a", "b"], ["x", "b"]), ins(1, 'q"u\\ote', None)], ART)
+    assert prepared.commands == 3
+    runs = [(op, params, expected) for _art, op, params, expected, _what in prepared.runs]
+    assert runs == [
+        ("D", ["{null}", '{"3"}', "{null}", "{null}"], 1),
+        ("U", ["{null}", '{"2"}', '{"x"}', '{"b"}'], 1),  # CALL: every column (no mask)
+        ("I", ["{null}", '{"1"}', '{"q\\"u\\\\ote"}', "{null}"], 1),
+    ]
+    with pytest.raises(NotNetApplicable):
+        bulk_apply.prepare([ins(1), ins(1)], ART)

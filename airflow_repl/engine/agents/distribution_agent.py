@@ -46,7 +46,7 @@ from typing import Any
 import psycopg
 
 from airflow_repl.engine.agents import continuous as continuous_mode
-from airflow_repl.engine.agents import gc_pause, progress_lines, stream_planning, subscriber_writer
+from airflow_repl.engine.agents import gc_pause, progress_lines, read_ahead, stream_planning, subscriber_writer
 from airflow_repl.engine.agents.lifecycle import AgentRun
 from airflow_repl.engine.articles.commands import Command
 from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
@@ -96,6 +96,8 @@ class _Batch:
 
     watermark: str
     txns: list[PendingTransaction]
+    #: its net change, when it was read and prepared ahead (read_ahead) while the batch before was applied
+    prepared: read_ahead.Prepared | None = None
 
     @property
     def first(self) -> str:
@@ -206,6 +208,8 @@ class _Delivery:
         self.turns: subscriber_writer.Turns | None = None
         #: what each subscriber table received (the run's summary: ``tables``)
         self.tables = TableChanges({a.name: a.destination for a in topology.publication(publication).articles})
+        #: bulk_apply: the next batch read from the distributor while one is applied (None: not here)
+        self.ahead: read_ahead.ReadAhead | None = None
 
     def connect(self, run: AgentRun) -> None:
         """Open the streams, take the subscription's lock, recover an interrupted batch."""
@@ -225,6 +229,29 @@ class _Delivery:
         self.streams.first.rollback()
         if self.queued or has_queue:  # a Queue Reader may write there too: take turns, batch by batch
             self.turns = subscriber_writer.Turns(self.streams.first, self.publication)
+
+    def open_read_ahead(self, run: AgentRun, applier: Applier) -> None:
+        """``bulk_apply``: read each next batch while one is applied, on a distributor connection
+        of its own; not where batches converge with a queue or take turns with a Queue Reader
+        (those read the distributor between their own steps)."""
+        if not self.settings.bulk or self.guard is not None or self.turns is not None:
+            return
+        conn = run.connect(self.topology.distributor.require("distributor"), "distributor", autocommit=True)
+        size, until, threshold = self.settings.size, self.settings.until, self.settings.threshold
+        self.ahead = read_ahead.ReadAhead(
+            conn,
+            self.publication,
+            size,
+            lambda pending: _cut_batch(pending, until, threshold, self.own_origin),
+            lambda rows, txns: _prepare(applier, rows, txns),
+        )
+        run.cleanups.append(self.close_read_ahead)
+
+    def close_read_ahead(self) -> None:
+        if self.ahead is not None:
+            ahead, self.ahead = self.ahead, None
+            ahead.close()
+            self.totals["read_ahead_batches"] = ahead.used
 
     # ------------------------------------------------------------------ the loop
     def run(
@@ -306,7 +333,11 @@ class _Delivery:
         """Read the transactions after the (locked) watermark; None, all rolled back, when
         there are none."""
         watermark = subscriber_state.lock_watermark(self.streams.first, self.publication, self.subscriber)
-        pending = distdb.pending_transactions(dist, self.publication, watermark, self.settings.size)
+        ahead = self.ahead.take(watermark) if self.ahead is not None else None
+        if ahead is not None:
+            pending = ahead.pending
+        else:
+            pending = distdb.pending_transactions(dist, self.publication, watermark, self.settings.size)
         while own := _own_leading(pending, self.own_origin, self.settings.until):
             watermark = self._pass_own(dist, own)
             pending = distdb.pending_transactions(dist, self.publication, watermark, self.settings.size)
@@ -316,7 +347,10 @@ class _Delivery:
             self.streams.rollback_all()
             dist.rollback()
             return None
-        return _Batch(watermark, txns)
+        prepared = ahead.prepared_for(txns) if ahead is not None else None
+        if prepared is not None and self.ahead is not None:
+            self.ahead.used += 1
+        return _Batch(watermark, txns, prepared)
 
     def _pass_own(self, dist: psycopg.Connection, own: list[PendingTransaction]) -> str:
         """Move the watermark past the subscriber's own queued changes, which the Queue Reader
@@ -367,13 +401,20 @@ class _Delivery:
         watermark locked again, when it must be applied command by command.  A batch of more
         than ``CHUNK_COMMANDS`` commands is read through a cursor and applied chunk by chunk in
         the same subscriber transaction."""
-        if batch.commands <= bulk_apply.CHUNK_COMMANDS:
-            rows: Iterable[CommandRow] = distdb.batch_commands_list(dist, self.publication, batch.first, batch.last)
-        else:
+        rows: Iterable[CommandRow] = ()
+        if batch.prepared is None and batch.commands <= bulk_apply.CHUNK_COMMANDS:
+            rows = distdb.batch_commands_list(dist, self.publication, batch.first, batch.last)
+        elif batch.prepared is None:
             rows = distdb.batch_commands(dist, self.publication, batch.first, batch.last)
-        commands = (cmd for _, _, cmd in applier.commands(rows, batch.article_rows()))
+        if self.ahead is not None:
+            self.ahead.start(batch.last)  # the next batch, read and prepared while this one is applied
         n = chunks = 0
         try:
+            if isinstance(batch.prepared, bulk_apply.NotNetApplicable):
+                raise batch.prepared
+            if batch.prepared is not None:
+                n, chunks = bulk_apply.execute(self.streams.first, batch.prepared), 1
+            commands = (cmd for _, _, cmd in applier.commands(rows, batch.article_rows()))
             while chunk := list(islice(commands, bulk_apply.CHUNK_COMMANDS)):
                 n += bulk_apply.apply(self.streams.first, chunk, applier.articles)
                 chunks += 1
@@ -537,6 +578,16 @@ class _Delivery:
         self.tables.add([t for t in txns if not skipped or t.xact not in skipped])
 
 
+def _prepare(applier: Applier, rows: list[CommandRow], txns: list[PendingTransaction]) -> read_ahead.Prepared:
+    """A batch's net change from its stored commands (DELETE + INSERT pairs merged back into one
+    UPDATE as the applier does), or why it has none; made by the read-ahead's thread."""
+    commands = [cmd for _, _, cmd in applier.commands(rows, {t.xact: t.article_rows for t in txns})]
+    try:
+        return bulk_apply.prepare(commands, applier.articles)
+    except bulk_apply.NotNetApplicable as why:
+        return why
+
+
 # ---------------------------------------------------------------------- the run
 def run_distribution(
     topology: Topology,
@@ -572,9 +623,11 @@ def run_distribution(
         run_id = run.begin(dist)
         run.counts = run.details = delivery.totals
         run.step = "delivery"
+        delivery.open_read_ahead(run, applier)
         with continuous_mode.Loop(opts, run, delivery.totals) as loop:
             loop.check = lambda: delivery.definitions_changed(dist, applier)
             delivery.run(dist, run_id, applier, loop, lines)
+        delivery.close_read_ahead()
         totals = _succeed(run, delivery, loop)
     return totals
 

@@ -139,39 +139,62 @@ def _step(keys: dict[Key, _Key], key: Key, op: OpCode, old: Values | None, new: 
 def apply(conn: psycopg.Connection, commands: Sequence[Command], articles: dict[str, ResolvedArticle]) -> int:
     """Apply the commands by net change on ``conn`` (no commit); returns how many commands they
     were.  NotNetApplicable (nothing to undo beyond the caller's rollback) when the batch must be
-    applied command by command.  Every statement of the batch is sent in one pipeline (one round
-    trip), in article order and per article DELETE, UPDATE, INSERT; the server runs them in that
-    order, and the rows each found are checked when all have run."""
+    applied command by command.  :func:`prepare`, then :func:`execute`."""
+    return execute(conn, prepare(commands, articles))
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A batch's net change, ready to apply: per article (in the order their commands came) its
+    DELETE, UPDATE and INSERT rows as array parameters.  Made without a connection (the
+    Distribution Agent's read-ahead makes it in another thread while the batch before is applied)."""
+
+    runs: list[_PreparedRun]
+    commands: int  # how many commands it nets
+
+
+#: One set-based statement to run: the article, which one (``"D"``, ``"U"``, ``"I"``), its
+#: parameters (one text array literal per column of ``s``, :func:`array_literal`), the rows it
+#: must find, and what it is (for the message when it finds another number).
+_PreparedRun = tuple[ResolvedArticle, str, list[str], int, str]
+
+
+def prepare(commands: Sequence[Command], articles: dict[str, ResolvedArticle]) -> Prepared:
+    """The commands' net change (NotNetApplicable when the batch must be applied command by command)."""
     plan = net_changes(commands, articles)
-    runs = [run for name, keys in plan.items() if keys for run in _runs(conn, articles[name], keys)]
-    if runs:
+    return Prepared([run for name, keys in plan.items() if keys for run in _runs(articles[name], keys)], len(commands))
+
+
+def execute(conn: psycopg.Connection, prepared: Prepared) -> int:
+    """Apply a prepared net change on ``conn`` (no commit); returns how many commands it nets.
+    Every statement is sent in one pipeline (one round trip), in article order and per article
+    DELETE, UPDATE, INSERT; the server runs them in that order, and the rows each found are
+    checked when all have run (NotNetApplicable: the caller rolls back)."""
+    if prepared.runs:
         with conn.pipeline():
-            sent = [(conn.execute(stmt, params), expected, what) for stmt, params, expected, what in runs]
+            sent = [
+                (conn.execute(_statement(conn, art, op), params), expected, what)
+                for art, op, params, expected, what in prepared.runs
+            ]
         for cur, expected, what in sent:
             if cur.rowcount != expected:
                 raise NotNetApplicable(f"{what} affected {cur.rowcount} rows, not {expected}")
-    return len(commands)
+    return prepared.commands
 
 
-#: One set-based statement: its text, its parameters (one text array literal per column of
-#: ``s``, :func:`array_literal`), the rows it must find, and what it is (for the message when it
-#: finds another number).
-_Run = tuple[str, list[str], int, str]
-
-
-def _runs(conn: psycopg.Connection, art: ResolvedArticle, keys: dict[Key, _Key]) -> list[_Run]:
+def _runs(art: ResolvedArticle, keys: dict[Key, _Key]) -> list[_PreparedRun]:
     """The article's DELETE, UPDATE and INSERT (those with rows), each with its rows as
     parameters: per column of ``s`` (the mask, then the article's columns) one text array."""
-    stmts = _statements(conn, art)
+    masked = _masked(art)
     rows: dict[str, list[list[str | None]]] = {"D": [], "U": [], "I": []}
     for key, state in keys.items():
-        for op, row in _rows(key, state, art, stmts.masked):
+        for op, row in _rows(key, state, art, masked):
             rows[op].append(row)
-    out: list[_Run] = []
-    for op, stmt, what in (("D", stmts.delete, "DELETE"), ("U", stmts.update, "UPDATE"), ("I", stmts.insert, "INSERT")):
+    out: list[_PreparedRun] = []
+    for op, what in (("D", "DELETE"), ("U", "UPDATE"), ("I", "INSERT")):
         if rows[op]:
             columns = [array_literal(column) for column in zip(*rows[op], strict=True)]
-            out.append((stmt, columns, len(rows[op]), f"{what} of article {art.name!r}"))
+            out.append((art, op, columns, len(rows[op]), f"{what} of article {art.name!r}"))
     return out
 
 
@@ -226,6 +249,18 @@ def forget_tables(conn: psycopg.Connection) -> None:
     _STATEMENTS.pop(conn, None)
 
 
+def _masked(art: ResolvedArticle) -> bool:
+    """UPDATEs set only the columns the batch changed (SCALL and MCALL), as each command's bitmap would."""
+    update = art.propagation[Operation.UPDATE]
+    return update.method == Method.PROC and update.call_syntax in (CallSyntax.SCALL, CallSyntax.MCALL)
+
+
+def _statement(conn: psycopg.Connection, art: ResolvedArticle, op: str) -> str:
+    """The article's DELETE (``"D"``), UPDATE (``"U"``) or INSERT (``"I"``) on ``conn``."""
+    stmts = _statements(conn, art)
+    return stmts.delete if op == "D" else stmts.update if op == "U" else stmts.insert
+
+
 def _statements(conn: psycopg.Connection, art: ResolvedArticle) -> _Statements:
     """The article's statements on ``conn``; ``s`` is the statement's rows, from its array parameters."""
     made = _STATEMENTS.setdefault(conn, {})
@@ -234,8 +269,7 @@ def _statements(conn: psycopg.Connection, art: ResolvedArticle) -> _Statements:
     names = sql.SQL(", ").join(sql.Identifier(f"c{i + 1}") for i in range(len(art.columns)))
     arrays = sql.SQL(", ").join(sql.SQL("%s::text[]") for _ in range(len(art.columns) + 1))
     source = sql.SQL("unnest({}) AS s(m, {})").format(arrays, names)
-    update = art.propagation[Operation.UPDATE]
-    masked = update.method == Method.PROC and update.call_syntax in (CallSyntax.SCALL, CallSyntax.MCALL)
+    masked = _masked(art)
     made[art.digest] = _Statements(
         masked,
         _delete(art, source).as_string(conn),

@@ -1,0 +1,114 @@
+"""The Distribution Agent's read-ahead (``bulk_apply``): while one batch is applied at the
+subscriber, the next one's transactions and commands are read from the distribution database, on
+a connection and a thread of their own, and its net change is prepared there
+(:func:`~airflow_repl.engine.subscriber.bulk_apply.prepare`: the commands' JSON decoded, netted
+per key, made array parameters), so that the subscriber's work and the rest overlap instead of
+taking turns.
+
+What is read ahead is only a guess at the next batch: it is read after the watermark the batch
+being applied will leave, and the agent uses it only when the watermark it then locks at the
+subscriber is that one and the batch it cuts is the same transactions (otherwise it reads them as
+before).  Reading is all this module does: the subscriber's watermark lock, the distributor's
+retention lock (which refuses an expired subscription after the read, as it does after the
+agent's own), the application and the commits stay with the agent's loop, in their order.  A
+failed read ahead is dropped: the agent's own read then meets the failure and reports it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from airflow_repl.engine.state import distdb
+from airflow_repl.engine.state.distdb import CommandRow, PendingTransaction
+from airflow_repl.engine.subscriber import bulk_apply
+
+log = logging.getLogger(__name__)
+
+
+#: A batch's net change, or why it has none (it is then applied command by command).
+Prepared = bulk_apply.Prepared | bulk_apply.NotNetApplicable
+#: Makes it from the batch's commands, in the worker thread.
+Prepare = Callable[[list[CommandRow], list[PendingTransaction]], Prepared]
+
+
+@dataclass(frozen=True)
+class Read:
+    """What was read after watermark ``after``: the pending transactions, the batch cut from
+    them, and (unless that batch is a schema change's or too large to hold) its net change."""
+
+    after: str
+    pending: list[PendingTransaction]
+    batch: list[PendingTransaction]
+    prepared: Prepared | None
+
+    def prepared_for(self, txns: list[PendingTransaction]) -> Prepared | None:
+        """The net change, when ``txns`` is the batch it was prepared for."""
+        if not txns or [t.xact for t in txns] != [t.xact for t in self.batch]:
+            return None
+        return self.prepared
+
+
+class ReadAhead:
+    """One read at a time, on ``conn`` (autocommit, used by nothing else), in a worker thread."""
+
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        publication: str,
+        size: int,
+        cut: Callable[[list[PendingTransaction]], list[PendingTransaction]],
+        prepare: Prepare,
+    ) -> None:
+        self.conn, self.publication, self.size, self.cut, self.prepare = conn, publication, size, cut, prepare
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="airflow-repl-read-ahead")
+        self._job: tuple[str, Future[Read]] | None = None
+        self.used = 0  # batches whose commands came from a read ahead
+
+    def start(self, after: str) -> None:
+        """Read the transactions after ``after`` and the batch they begin."""
+        self._wait()
+        self._job = (after, self._pool.submit(self._read, after))
+
+    def take(self, after: str) -> Read | None:
+        """The read after ``after``, when the last one started was that (waiting for it to
+        finish); None otherwise or when it failed."""
+        job, self._job = self._job, None
+        if job is None:
+            return None
+        started_after, future = job
+        try:
+            read = future.result()
+        except Exception as exc:  # the agent's own read meets it again, and reports it
+            log.debug("the read ahead after %s failed: %s", started_after, exc)
+            return None
+        return read if started_after == after and read.pending else None
+
+    def close(self) -> None:
+        """Wait for a read still under way, and stop the thread (the run closes the connection)."""
+        self._wait()
+        self._pool.shutdown(wait=True)
+
+    def _wait(self) -> None:
+        job, self._job = self._job, None
+        if job is not None:
+            try:
+                job[1].result()
+            except Exception:
+                pass
+
+    def _read(self, after: str) -> Read:
+        pending = distdb.pending_transactions(self.conn, self.publication, after, self.size)
+        batch = self.cut(pending)
+        commands = sum(t.command_count for t in batch)
+        if not batch or batch[0].schema_change or commands > bulk_apply.CHUNK_COMMANDS:
+            return Read(after, pending, batch, None)  # applied otherwise, or chunk by chunk as it is read
+        rows = distdb.batch_commands_list(self.conn, self.publication, batch[0].xact, batch[-1].xact)
+        if len(rows) != commands:  # not what the transactions say they hold: the agent reads them itself
+            return Read(after, pending, batch, None)
+        return Read(after, pending, batch, self.prepare(rows, batch))
