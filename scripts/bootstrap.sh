@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine lacks for airflow-repl: a Java runtime (Spark), PostgreSQL server
 # binaries (the sandbox and the tests), a headless browser (chromium: the test that renders
-# `airflow-repl report` and the docs' screenshot of it), a virtual environment with the package and its test and
+# `airflow-repl report` and the docs' screenshot of it), a C compiler and Python's headers (the Log
+# Reader's compiled module, setup.py), a virtual environment with the package and its test and
 # lint dependencies.  Safe to re-run.
 set -euo pipefail
 PYTHON=${PYTHON:-python3}
@@ -18,6 +19,9 @@ command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 have_pg_server || missing+=(postgresql)
 command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
+command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || missing+=(gcc)
+"$PYTHON" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+  || missing+=(python3-dev)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "bootstrap: missing system packages: ${missing[*]}; install them (sudo apt-get install ${missing[*]})" >&2
@@ -36,3 +40,5 @@ fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
 echo "bootstrap: installing airflow-repl and its dependencies into $VENV (first time: a few minutes)"
 "$VENV/bin/python" -m pip install -q -e '.[test,lint]'
+"$VENV/bin/python" -c 'import airflow_repl.engine.agents._command_lines' 2>/dev/null \
+  || echo "bootstrap: warning: the Log Reader's compiled module was not built (no C compiler or Python headers?): the agents run in Python alone" >&2
