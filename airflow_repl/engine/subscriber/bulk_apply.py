@@ -230,14 +230,9 @@ def array_literal(values: Sequence[str | None]) -> str:
 _ARRAY_ESCAPE = re.compile(r'["\\]')
 
 
-@dataclass(frozen=True)
-class _Statements:
-    """An article's set-based statements, composed once per connection and article definition."""
-
-    masked: bool  # UPDATEs set only the columns the batch changed (SCALL and MCALL)
-    delete: str
-    update: str
-    insert: str
+#: An article's set-based statements by what they do (``"D"``, ``"U"``, ``"I"``), composed once per
+#: connection and article definition.
+_Statements = dict[str, str]
 
 
 #: Per connection, the statements of each article (by definition digest) it applied.
@@ -256,27 +251,20 @@ def _masked(art: ResolvedArticle) -> bool:
 
 
 def _statement(conn: psycopg.Connection, art: ResolvedArticle, op: str) -> str:
-    """The article's DELETE (``"D"``), UPDATE (``"U"``) or INSERT (``"I"``) on ``conn``."""
-    stmts = _statements(conn, art)
-    return stmts.delete if op == "D" else stmts.update if op == "U" else stmts.insert
-
-
-def _statements(conn: psycopg.Connection, art: ResolvedArticle) -> _Statements:
-    """The article's statements on ``conn``; ``s`` is the statement's rows, from its array parameters."""
+    """The article's DELETE (``"D"``), UPDATE (``"U"``) or INSERT (``"I"``) on ``conn``; ``s`` is
+    the statement's rows, from its array parameters."""
     made = _STATEMENTS.setdefault(conn, {})
     if art.digest in made:
-        return made[art.digest]
+        return made[art.digest][op]
     names = sql.SQL(", ").join(sql.Identifier(f"c{i + 1}") for i in range(len(art.columns)))
     arrays = sql.SQL(", ").join(sql.SQL("%s::text[]") for _ in range(len(art.columns) + 1))
     source = sql.SQL("unnest({}) AS s(m, {})").format(arrays, names)
-    masked = _masked(art)
-    made[art.digest] = _Statements(
-        masked,
-        _delete(art, source).as_string(conn),
-        _update(art, source, masked).as_string(conn),
-        _insert(art, source).as_string(conn),
-    )
-    return made[art.digest]
+    made[art.digest] = {
+        "D": _delete(art, source).as_string(conn),
+        "U": _update(art, source, _masked(art)).as_string(conn),
+        "I": _insert(art, source).as_string(conn),
+    }
+    return made[art.digest][op]
 
 
 def _value(art: ResolvedArticle, i: int) -> sql.Composable:
