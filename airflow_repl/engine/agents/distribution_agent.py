@@ -112,12 +112,16 @@ class _Batch:
         return sum(t.command_count for t in self.txns)
 
     def article_rows(self) -> dict[str, dict[str, int]]:
-        """Per transaction, the rows it changed per article."""
-        return {t.xact: t.article_rows for t in self.txns}
+        return _article_rows(self.txns)
 
     def count_through(self, xact: str) -> int:
         """How many of the batch's transactions are ``xact`` or before it."""
         return [t.xact for t in self.txns].index(xact) + 1
+
+
+def _article_rows(txns: list[PendingTransaction]) -> dict[str, dict[str, int]]:
+    """Per transaction, the rows it changed per article."""
+    return {t.xact: t.article_rows for t in txns}
 
 
 def _cut_batch(
@@ -581,7 +585,7 @@ class _Delivery:
 def _prepare(applier: Applier, rows: list[CommandRow], txns: list[PendingTransaction]) -> read_ahead.Prepared:
     """A batch's net change from its stored commands (DELETE + INSERT pairs merged back into one
     UPDATE as the applier does), or why it has none; made by the read-ahead's thread."""
-    commands = [cmd for _, _, cmd in applier.commands(rows, {t.xact: t.article_rows for t in txns})]
+    commands = [cmd for _, _, cmd in applier.commands(rows, _article_rows(txns))]
     try:
         return bulk_apply.prepare(commands, applier.articles)
     except bulk_apply.NotNetApplicable as why:
