@@ -97,10 +97,14 @@ def run_dag(dag: Any, logical_date: datetime | None = None, run_conf: dict[str, 
 
 
 def current_interval_start(now: datetime, minutes: int = 10) -> datetime:
-    """The start of the next 10-minute cron interval: a manual run for it has a data interval
-    ending after ``now``, so it delivers everything committed so far."""
+    """A 10-minute cron boundary at least one whole interval after ``now``.
+
+    A manual run with it as logical date has a data interval ending there, and the Distribution
+    Agent's ``until`` is that end: it must lie after every commit the run makes, including those
+    of its own tasks (the Queue Reader's at the publisher), however close ``now`` is to a boundary.
+    """
     floor = now.replace(second=0, microsecond=0) - timedelta(minutes=now.minute % minutes)
-    return floor + timedelta(minutes=minutes)
+    return floor + timedelta(minutes=2 * minutes)
 
 
 def throughput(dist_conninfo: str) -> dict[str, float]:
