@@ -35,7 +35,7 @@ from airflow_repl.engine.agents import (
 )
 from airflow_repl.engine.errors import TopologyError
 from airflow_repl.engine.model import naming
-from airflow_repl.engine.postgres import connections, pgoutput
+from airflow_repl.engine.postgres import connections, lsn, pgoutput
 from airflow_repl.engine.postgres.quoting import ident
 from airflow_repl.engine.provisioning import deploy
 from airflow_repl.engine.state import distdb
@@ -543,6 +543,7 @@ class World:
     #: the articles they map to: the compiled command lines are checked on them
     messages: list[bytes] = field(default_factory=list)
     articles: dict = field(default_factory=dict)
+    dist: str = ""  # the distribution database's conninfo
 
     def check(self) -> None:
         if self.error is not None:
@@ -596,7 +597,7 @@ def world(sandbox, spark, tmp_path_factory):
     native_name = f"native_{env.databases[0][1]}"
     native = sandbox.create_database("subscriber", native_name, recreate=True)
     oracle = f"oracle_{env.databases[0][1]}"
-    world = World()
+    world = World(dist=env.dist)
     started = time.monotonic()
 
     @contextmanager
@@ -707,6 +708,39 @@ def test_compiled_command_lines_match_the_python_path_on_every_edge_value(world)
         expected = distdb.command_line(prefix, 9, field, cmd.op.value.encode(), distdb.command_data(cmd.to_json()))
         assert line == expected, f"{cmd.op} of {art.name}"
     assert compiled > declined > 0, (compiled, declined)  # 594 and 260 (pairs of the "all" styles, key changes)
+
+
+def test_transaction_rows_are_the_slots_begin_and_commit_messages(world):
+    """The Log Reader reads every transaction's Begin and Commit straight from the message bytes
+    and writes its row as a COPY line: each stored row holds what the decoded messages say (xid,
+    commit time to the microsecond, end LSN) and the rows each article changed."""
+    world.check()
+    expected: dict[str, tuple[int, object, str, dict[str, int]]] = {}
+    relations: dict[int, str] = {}
+    xid, rows = 0, {}
+    for message in world.messages:
+        decoded = pgoutput.decode(message)
+        if isinstance(decoded, pgoutput.Relation):
+            relmap = change_mapping.map_relation(decoded, world.articles)
+            if relmap is not None:
+                relations[decoded.relid] = relmap.article.name
+        elif isinstance(decoded, pgoutput.Begin):
+            xact, xid, rows = lsn.int_to_lsn(decoded.final_lsn), decoded.xid, {}
+        elif isinstance(decoded, pgoutput.Insert | pgoutput.Update | pgoutput.Delete):
+            name = relations[decoded.relid]
+            rows[name] = rows.get(name, 0) + 1
+        elif isinstance(decoded, pgoutput.Commit) and rows:
+            expected[xact] = (xid, decoded.commit_time, lsn.int_to_lsn(decoded.end_lsn), rows)
+    with psycopg.connect(world.dist, autocommit=True) as dist:
+        stored = {
+            xact: (xid, at, end, article_rows)
+            for xact, xid, at, end, article_rows in dist.execute(
+                "SELECT xact_seqno::text, xid, commit_time, end_lsn::text, article_rows "
+                "FROM airflow_repl.transactions WHERE publication = 'p'"
+            )
+        }
+    assert len(expected) > 10
+    assert {x: stored.get(x) for x in expected} == expected
 
 
 @pytest.mark.parametrize("style", STYLES)

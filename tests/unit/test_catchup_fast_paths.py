@@ -9,6 +9,7 @@ import json
 import random
 import re
 import struct
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -206,6 +207,26 @@ def test_command_json_parses_as_the_old_encoders_and_its_copy_line_reads_back():
         assert fields[:5] == ["pub\\lication", "0/1A", str(n + 1), cmd.article, cmd.op.value]
         assert fields[5] is not None and json.loads(fields[5]) == cmd.to_json()
     assert distdb.copy_field(None) == b"\\N" and distdb.copy_field("a\\b\nc\rd\te") == b"a\\\\b\\nc\\rd\\te"
+
+
+@pytest.mark.parametrize(
+    ("at", "origin", "schema_change"),
+    [
+        (datetime(2026, 11, 27, 6, 30, 1, 123456, tzinfo=timezone.utc), None, False),
+        (datetime(2000, 1, 1, tzinfo=timezone.utc), "pg_16384\ttab\\back\nline", True),  # no fraction: none written
+    ],
+)
+def test_transaction_rows_copy_lines_read_back(at: datetime, origin: str | None, schema_change: bool) -> None:
+    rows = {"a": 1, "é t\\x": 2, "tab\there\nnl": 3}
+    line = distdb.transaction_line(
+        distdb.copy_field("pub\\lication"), "1F/A0", 4294967297, at, "20/0", 6, rows, origin, schema_change
+    )
+    fields = _copy_fields(line)
+    assert fields[:3] == ["pub\\lication", "1F/A0", "4294967297"]
+    assert fields[3] is not None and datetime.fromisoformat(fields[3]) == at
+    assert fields[4:6] == ["20/0", "6"]
+    assert fields[6] is not None and json.loads(fields[6]) == rows
+    assert fields[7:] == [origin, "t" if schema_change else "f"]
 
 
 def test_dumps_keeps_what_orjson_would_write_otherwise_to_json():

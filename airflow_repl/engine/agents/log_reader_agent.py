@@ -112,14 +112,14 @@ class _TxnWriter:
         self.chunk = chunk
         self.buffer: list[distdb.NewCommandRow] = []  # command rows, across transactions, until the next COPY
         self.transactions: list[distdb.TransactionRow] = []  # transaction rows of this batch
-        self.publication_field = distdb.copy_field(publication) + b"\t"
+        self.publication_field = distdb.copy_field(publication)
         self.copy: distdb.CommandCopy | None = None  # the open COPY of command lines, if any
         self.begin(None)
 
     def begin(self, xact_seqno: str | None, xid: int = 0) -> None:
         self.xact, self.xid, self.count = xact_seqno, xid, 0
         #: the COPY fields every command line of the transaction starts with (distdb.command_line)
-        self.prefix = self.publication_field + distdb.copy_field(xact_seqno) + b"\t"
+        self.prefix = self.publication_field + b"\t" + distdb.copy_field(xact_seqno) + b"\t"
         self.origin: str | None = None  # the replication origin the transaction came from
         self.schema_change = False  # the transaction holds a schema-change command
         self.tokens: list[progress.TokenMessage] = []  # tracer tokens of the publication the transaction carries
@@ -238,15 +238,16 @@ class _TxnWriter:
         """The transaction committed: queue its row (written with the batch, or with the
         commands before it once ``chunk`` rows wait)."""
         self.close_run()
+        assert self.xact is not None  # set by begin() at the transaction's start
         self.transactions.append(
-            (
-                self.publication,
+            distdb.transaction_line(
+                self.publication_field,
                 self.xact,
                 self.xid,
                 commit_time,
                 lsn.int_to_lsn(end_lsn),
                 self.count,
-                distdb.dumps(self.article_rows),
+                self.article_rows,
                 self.origin,
                 self.schema_change,
             )
@@ -288,6 +289,10 @@ _ROW_CHANGES = (pgoutput.Insert, pgoutput.Update, pgoutput.Delete)
 #: The kind bytes of their messages, and where the relation id follows (unsigned 32-bit, network order).
 _ROW_KINDS = frozenset(b"IUD")
 _RELID_AT = struct.Struct("!I").unpack_from
+#: Begin and Commit messages: their kind bytes, the size of their fields after it, and the fields.
+_BEGIN_KIND, _COMMIT_KIND = b"B"[0], b"C"[0]
+_BEGIN_SIZE, _COMMIT_SIZE = pgoutput.BEGIN_FIELDS.size, pgoutput.COMMIT_FIELDS.size
+_BEGIN_AT, _COMMIT_AT = pgoutput.BEGIN_FIELDS.unpack_from, pgoutput.COMMIT_FIELDS.unpack_from
 #: Article names as COPY fields, and operations as their byte: the same few for every command.
 _FIELDS: dict[str, bytes] = {}
 _OPS: dict[str, bytes] = {op: op.value.encode() for op in OpCode}
@@ -396,7 +401,17 @@ class _LogReader:
             while True:  # a page at a time (as iterating the cursor fetches), without a cursor call per message
                 page = cur.fetchmany(size)
                 for (data,) in page:
-                    if not (compiled and data and data[0] in rows and self._row_message(data, batch)):
+                    kind = data[0] if data else 0
+                    if kind in rows:
+                        if not (compiled and self._row_message(data, batch)):
+                            read(decode(data), batch)
+                    elif kind == _BEGIN_KIND and len(data) > _BEGIN_SIZE:  # every transaction's two messages:
+                        final_lsn, _, xid = _BEGIN_AT(data, 1)  # their fields straight from the bytes
+                        self._begin(final_lsn, xid, batch)
+                    elif kind == _COMMIT_KIND and len(data) > _COMMIT_SIZE:
+                        _, _, end_lsn, at = _COMMIT_AT(data, 1)
+                        self._commit(end_lsn, at, batch)
+                    else:
                         read(decode(data), batch)
                 if len(page) < size:
                     break
@@ -426,7 +441,7 @@ class _LogReader:
             if relmap is not None:
                 self.writer.row_change(relmap.article.name, row_commands(msg, relmap))
         elif isinstance(msg, pgoutput.Begin):
-            self._begin(msg, batch)
+            self._begin(msg.final_lsn, msg.xid, batch)
         elif isinstance(msg, pgoutput.Origin):
             self.writer.origin = msg.name
         elif isinstance(msg, pgoutput.LogicalMessage) and msg.transactional:
@@ -439,7 +454,7 @@ class _LogReader:
                 for name in truncated_articles([batch.relmap(r, self.articles) for r in msg.relids]):
                     self.writer.row_change(name, [truncate_command(name)])
         elif isinstance(msg, pgoutput.Commit):
-            self._commit(msg, batch)
+            self._commit(msg.end_lsn, msg.commit_time, batch)
 
     def _message(self, msg: pgoutput.LogicalMessage, batch: _Batch) -> None:
         """A transactional logical message: ours mark an immediate subscriber's change (its
@@ -485,24 +500,27 @@ class _LogReader:
         if token is not None and token.publication == self.publication:
             self.writer.tokens.append(token)
 
-    def _begin(self, msg: pgoutput.Begin, batch: _Batch) -> None:
-        """A transaction starts: skip it when an earlier run stored it already."""
-        xact = lsn.int_to_lsn(msg.final_lsn)
-        if msg.final_lsn <= self.read_upto:
+    def _begin(self, final_lsn: int, xid: int, batch: _Batch) -> None:
+        """A transaction (its commit record at ``final_lsn``) starts: skip it when an earlier run
+        stored it already."""
+        xact = lsn.int_to_lsn(final_lsn)
+        if final_lsn <= self.read_upto:
             self.writer.end_copy()  # the distributor is asked
             batch.skip = distdb.transaction_stored(self.dist, self.publication, xact)
         else:
             batch.skip = False
-        self.writer.begin(xact, msg.xid)
+        self.writer.begin(xact, xid)
 
-    def _commit(self, msg: pgoutput.Commit, batch: _Batch) -> None:
-        """A transaction ends: queue it when it changed published rows or carries a tracer token
-        (a transaction without commands, delivered like any other: the token arrives in order)."""
-        batch.last_end = msg.end_lsn
+    def _commit(self, end_lsn: int, commit_time: datetime | int, batch: _Batch) -> None:
+        """A transaction ends (``commit_time``: a datetime, or the message's microseconds since
+        2000): queue it when it changed published rows or carries a tracer token (a transaction
+        without commands, delivered like any other: the token arrives in order)."""
+        batch.last_end = end_lsn
         if not batch.skip:
             self.writer.close_run()
         if not batch.skip and (self.writer.count or self.writer.tokens):
-            self.writer.end(msg.commit_time, msg.end_lsn)
+            at = pgoutput.pg_time(commit_time) if isinstance(commit_time, int) else commit_time
+            self.writer.end(at, end_lsn)
             batch.tokens += [(token, str(self.writer.xact)) for token in self.writer.tokens]
             batch.transactions += 1
             self.totals["commands"] += self.writer.count

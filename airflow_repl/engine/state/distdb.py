@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Generator, Sequence
+from collections.abc import Generator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
@@ -30,10 +30,11 @@ SCHEMA = "airflow_repl"
 #: A row written to ``airflow_repl.commands`` by the Log Reader, as one line of COPY's text
 #: format (:func:`command_line`): publication, xact_seqno, command_id, article, op, data (JSON).
 NewCommandRow = bytes
-#: A row of ``airflow_repl.transactions``: publication, xact_seqno, xid, commit_time, end_lsn,
-#: command_count, article_rows (JSON text), origin (the replication origin it came from, or None),
+#: A row of ``airflow_repl.transactions`` written by the Log Reader, as one line of COPY's text
+#: format (:func:`transaction_line`): publication, xact_seqno, xid, commit_time, end_lsn,
+#: command_count, article_rows (JSON), origin (the replication origin it came from, or NULL),
 #: schema_change (it holds a schema-change command).
-TransactionRow = tuple[str, str | None, int, datetime, str, int, str, str | None, bool]
+TransactionRow = bytes
 #: A staged INSERT of the Log Reader: seq, article, op, data (JSON text).
 StagedRow = tuple[int, str, str, str]
 
@@ -816,23 +817,46 @@ class CommandCopy:
             pass
 
 
-def copy_transactions(conn: psycopg.Connection[Any], rows: list[TransactionRow]) -> None:
-    """COPY transaction rows (publication, xact_seqno, xid, commit_time, end_lsn,
-    command_count, article_rows, origin, schema_change); their commands first, in the same
+def copy_transactions(conn: psycopg.Connection[Any], lines: list[TransactionRow]) -> None:
+    """COPY transaction rows (:func:`transaction_line`); their commands first, in the same
     distributor transaction."""
-    _copy(
-        conn,
-        "transactions (publication, xact_seqno, xid, commit_time, end_lsn, command_count, article_rows, origin, "
-        "schema_change)",
-        rows,
+    if lines:
+        with (
+            conn.cursor() as cur,
+            cur.copy(
+                "COPY airflow_repl.transactions (publication, xact_seqno, xid, commit_time, end_lsn, command_count, "
+                "article_rows, origin, schema_change) FROM STDIN"
+            ) as copy,
+        ):
+            copy.write(b"".join(lines))
+
+
+def transaction_line(
+    publication: bytes,
+    xact_seqno: str,
+    xid: int,
+    commit_time: datetime,
+    end_lsn: str,
+    command_count: int,
+    article_rows: dict[str, int],
+    origin: str | None,
+    schema_change: bool,
+) -> TransactionRow:
+    """One row of ``airflow_repl.transactions`` as a line of COPY's text format: ``publication``
+    a COPY field (:func:`copy_field`), the positions pg_lsn text (nothing to escape), the commit
+    time ISO 8601 text with its offset, the article rows compact JSON (:func:`dumps_bytes`: its
+    only backslashes are escapes, doubled here; it holds no newline, carriage return or tab)."""
+    return b"%b\t%b\t%d\t%b\t%b\t%d\t%b\t%b\t%b\n" % (
+        publication,
+        xact_seqno.encode(),
+        xid,
+        commit_time.isoformat().encode(),
+        end_lsn.encode(),
+        command_count,
+        dumps_bytes(article_rows).replace(b"\\", b"\\\\"),
+        copy_field(origin),
+        b"t" if schema_change else b"f",
     )
-
-
-def _copy(conn: psycopg.Connection[Any], target: str, rows: Sequence[Sequence[Any]]) -> None:
-    if rows:
-        with conn.cursor() as cur, cur.copy(f"COPY airflow_repl.{target} FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row(row)
 
 
 def stage_inserts(conn: psycopg.Connection[Any], rows: list[StagedRow], first: bool) -> None:
