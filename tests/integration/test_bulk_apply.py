@@ -254,3 +254,45 @@ def test_a_read_ahead_is_used_only_after_the_watermark_it_was_read_after(env, sp
             assert ahead.take("0/0") is None  # nothing started
         finally:
             ahead.close()
+
+
+def test_ordinary_batches_are_recorded_at_the_distributor_once_a_second_tokens_at_once(env, spark, monkeypatch):
+    """The distributor's record of a delivery (the subscription's delivered position, the
+    tracer tokens' arrivals) is one for the ordinary batches committed within RECORD_INTERVAL;
+    a batch with a tracer token is recorded at once (its arrival time is the distributor's clock
+    then); the run ends with everything recorded, at the subscriber's watermark."""
+    from airflow_repl.engine.agents import tracer
+    from airflow_repl.engine.state import subscriber_state
+
+    topo = _env(env, spark, {"b_call": {}}, commit_batch_size=1)
+    env.run(
+        env.dist,
+        "CREATE TABLE delivered_log (n serial, xact pg_lsn); "
+        "CREATE FUNCTION log_delivered() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN INSERT INTO delivered_log (xact) VALUES (NEW.delivered_xact_seqno); RETURN NEW; END $$; "
+        "CREATE TRIGGER log_delivered AFTER UPDATE OF delivered_xact_seqno ON airflow_repl.subscriptions "
+        "FOR EACH ROW WHEN (OLD.delivered_xact_seqno IS DISTINCT FROM NEW.delivered_xact_seqno) "
+        "EXECUTE FUNCTION log_delivered()",
+    )
+    for i in range(1, 11):
+        env.run(env.pub, f"UPDATE b_call SET qty = -1 WHERE id = {i}")
+    token = tracer.post_tracer_token(topo, "p")
+    for i in range(11, 21):
+        env.run(env.pub, f"UPDATE b_call SET qty = -1 WHERE id = {i}")
+    log_reader_agent.run_log_reader(topo, "p")
+    monkeypatch.setattr(distribution_agent, "RECORD_INTERVAL", 3600.0)
+    done = distribution_agent.run_distribution(topo, "p", "sub1")
+    assert done["commits"] == 21 and done["net_batches"] == 21
+    with psycopg.connect(env.sub) as conn:
+        watermark = subscriber_state.watermark(conn, "p")
+    token_xact, delivered = env.rows(
+        env.dist,
+        "SELECT (SELECT xact_seqno::text FROM airflow_repl.tracer_tokens WHERE token_id = %s), "
+        "(SELECT delivered_xact_seqno::text FROM airflow_repl.subscriptions WHERE subscriber = 'sub1')",
+        (token,),
+    )[0]
+    # the token's batch and the run's end: two records for 21 batches
+    assert env.rows(env.dist, "SELECT xact::text FROM delivered_log ORDER BY n") == [(token_xact,), (watermark,)]
+    assert delivered == watermark
+    assert [r.subscriber for r in tracer.tracer_history(topo, "p", token) if r.subscriber_at] == ["sub1"]
+    assert_in_sync(topo)

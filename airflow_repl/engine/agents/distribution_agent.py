@@ -66,6 +66,11 @@ log = logging.getLogger(__name__)
 AGENT = "distribution"
 
 
+#: Seconds an ordinary batch's record at the distributor may wait for the next one's (one
+#: record for the batches committed at the subscriber meanwhile): :meth:`_Delivery.record`.
+RECORD_INTERVAL = 1.0
+
+
 def parse_until(value: str) -> datetime:
     """The ``until`` option: an ISO-8601 time; one without an offset is UTC, like Airflow's."""
     try:
@@ -214,6 +219,10 @@ class _Delivery:
         self.tables = TableChanges({a.name: a.destination for a in topology.publication(publication).articles})
         #: bulk_apply: the next batch read from the distributor while one is applied (None: not here)
         self.ahead: read_ahead.ReadAhead | None = None
+        #: the last transaction committed at the subscriber whose delivery the distributor has not
+        #: recorded yet (None: all recorded), and when it last recorded (:meth:`record`)
+        self.unrecorded: str | None = None
+        self.recorded_at = time.monotonic()
 
     def connect(self, run: AgentRun) -> None:
         """Open the streams, take the subscription's lock, recover an interrupted batch."""
@@ -275,7 +284,7 @@ class _Delivery:
         self.totals["backlog_at_start"] = {"transactions": tx, "commands": cmds}
         while True:
             if self.turns is not None and not self.turns.take(loop.must_end):
-                return  # the run ends while another agent (Queue Reader, Snapshot Agent) writes there
+                break  # the run ends while another agent (Queue Reader, Snapshot Agent) writes there
             try:
                 batch = self._next_batch(dist)
                 if batch is not None:
@@ -285,17 +294,20 @@ class _Delivery:
                 if self.turns is not None:
                     self.turns.give_back()
             if batch is None:
+                self.record(dist)  # everything pending is delivered: recorded before idling or ending
                 if loop.idle():
                     continue
-                return
+                break
             if lines.due():
+                self.record(dist)
                 lines.log(
                     progress_lines.delivery_line(
                         self.totals["transactions"], self.totals["commands"], *self._pending(dist)
                     )
                 )
             if not loop.go_on():  # between batches: everything is committed
-                return
+                break
+        self.record(dist)
 
     def _deliver(self, dist: psycopg.Connection, run_id: int, applier: Applier, batch: _Batch) -> None:
         """Apply one batch by the way it needs, and commit it with the watermark."""
@@ -360,6 +372,7 @@ class _Delivery:
         """Move the watermark past the subscriber's own queued changes, which the Queue Reader
         applied at the publisher (they came from here: never apply them again), and lock it
         again; returns it."""
+        self.record(dist)
         last = own[-1].xact
         subscriber_state.set_watermark(self.streams.first, self.publication, last, 0)
         self.streams.first.commit()
@@ -385,7 +398,7 @@ class _Delivery:
             self._commit(batch, len(shares))
             if self.n > 1 and may_spread == (len(shares) > 1):  # a batch planned but kept whole says nothing
                 self.chooser.record(may_spread, n, time.monotonic() - started)
-            self._delivered(dist, batch.txns, n)
+            self._delivered(dist, batch.txns, n, defer=self._may_defer(batch))
             return True
         except psycopg.Error as exc:
             rows.close()
@@ -433,7 +446,7 @@ class _Delivery:
             self._check_watermark_unmoved(batch)
             return False
         self._commit(batch, 1)
-        self._delivered(dist, batch.txns, n)
+        self._delivered(dist, batch.txns, n, defer=self._may_defer(batch))
         self.totals["net_batches"] = self.totals.get("net_batches", 0) + 1
         if chunks > 1:
             self.totals["net_chunks"] = self.totals.get("net_chunks", 0) + chunks
@@ -567,19 +580,50 @@ class _Delivery:
 
     # ------------------------------------------------------------------ progress
     def _delivered(
-        self, dist: psycopg.Connection, txns: list[PendingTransaction], n_cmd: int, skipped: set[str] | None = None
+        self,
+        dist: psycopg.Connection,
+        txns: list[PendingTransaction],
+        n_cmd: int,
+        skipped: set[str] | None = None,
+        *,
+        defer: bool = False,
     ) -> None:
         """Record at the distributor that the subscriber has everything up to the last of
-        ``txns`` (the transactions just committed there, but for the ``skipped`` ones)."""
-        last = txns[-1].xact
-        distdb.mark_delivered(dist, self.publication, self.subscriber, last)
-        progress.record_arrivals(dist, self.publication, self.subscriber, last)  # tracer tokens up to it
-        dist.commit()
+        ``txns`` (the transactions just committed there, but for the ``skipped`` ones), with
+        what else the caller wrote there (skipped transactions, conflicts).  ``defer``: an
+        ordinary batch's record alone may wait up to ``RECORD_INTERVAL`` (:meth:`record`)."""
+        self.unrecorded = txns[-1].xact
+        if not defer or time.monotonic() - self.recorded_at >= RECORD_INTERVAL:
+            self.record(dist)
         self.totals["transactions"] += len(txns)
         self.totals["commands"] += n_cmd
         self.totals["commits"] += 1
-        self.totals["last_xact_seqno"] = last
+        self.totals["last_xact_seqno"] = txns[-1].xact
         self.tables.add([t for t in txns if not skipped or t.xact not in skipped])
+
+    def record(self, dist: psycopg.Connection) -> None:
+        """Record at the distributor the delivery up to the last transaction committed at the
+        subscriber (and the arrival of the tracer tokens up to it), if not recorded yet.  The
+        subscriber's watermark, committed with each batch, is what delivery goes by; this record
+        is for everyone else (status, sensors, retention) and may lag behind it: a run that stops
+        before recording catches up at the next start (:meth:`_catch_up_record`)."""
+        if self.unrecorded is None:
+            return
+        last = self.unrecorded
+        distdb.mark_delivered(dist, self.publication, self.subscriber, last)
+        progress.record_arrivals(dist, self.publication, self.subscriber, last)  # tracer tokens up to it
+        dist.commit()
+        self.unrecorded, self.recorded_at = None, time.monotonic()
+
+    def _may_defer(self, batch: _Batch) -> bool:
+        """Whether the batch's record may wait: an ordinary batch at a subscriber where no other
+        agent writes, without a tracer token (a transaction without commands: its arrival is
+        recorded at once, at the distributor's clock) or a schema change."""
+        return (
+            self.turns is None
+            and self.guard is None
+            and all(t.command_count and not t.schema_change for t in batch.txns)
+        )
 
 
 def _prepare(applier: Applier, rows: list[CommandRow], txns: list[PendingTransaction]) -> read_ahead.Prepared:
