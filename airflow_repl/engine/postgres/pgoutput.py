@@ -257,21 +257,21 @@ def _delete(buf: bytes) -> Delete:
 
 
 def _begin(buf: bytes) -> Begin:
-    final_lsn, at, xid = _BEGIN.unpack_from(buf, 1)
+    final_lsn, at, xid = BEGIN_FIELDS.unpack_from(buf, 1)
     return Begin(final_lsn, pg_time(at), xid)
 
 
 def _commit(buf: bytes) -> Commit:
-    _, commit_lsn, end_lsn, at = _COMMIT.unpack_from(buf, 1)
+    _, commit_lsn, end_lsn, at = COMMIT_FIELDS.unpack_from(buf, 1)
     return Commit(commit_lsn, end_lsn, pg_time(at))
 
 
-_UINT32, _BEGIN, _COMMIT = struct.Struct("!I"), struct.Struct("!qqI"), struct.Struct("!Bqqq")
+_UINT32 = struct.Struct("!I")
 #: The fields of a Begin message after its kind byte (final LSN, commit time, xid) and of a
 #: Commit message (flags, commit LSN, end LSN, commit time): a reader of every transaction's two
 #: messages may take them straight from the bytes (``unpack_from(message, 1)``) when the message
 #: is at least ``size`` + 1 bytes, instead of decoding it to an object.
-BEGIN_FIELDS, COMMIT_FIELDS = _BEGIN, _COMMIT
+BEGIN_FIELDS, COMMIT_FIELDS = struct.Struct("!qqI"), struct.Struct("!Bqqq")
 #: The decoders of the messages every transaction carries, by kind byte: read with struct, no reader object.
 _FAST: dict[int, Callable[[bytes], Message]] = {
     ord("I"): _insert,
