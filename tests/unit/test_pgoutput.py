@@ -131,6 +131,20 @@ def test_every_message_of_a_transaction_decodes_field_by_field(name):
         )
 
 
+@pytest.mark.parametrize("name", TRANSACTIONS)
+def test_begin_and_commit_fields_read_from_the_bytes_are_the_decoded_ones(name):
+    """The Log Reader unpacks every transaction's Begin and Commit at fixed offsets
+    (BEGIN_FIELDS, COMMIT_FIELDS) instead of decoding them: the same values."""
+    first, *_, last = raw(name)
+    begin, *_, commit = decoded(name)
+    assert first[0] == ord("B") and len(first) == 1 + pgoutput.BEGIN_FIELDS.size
+    assert last[0] == ord("C") and len(last) == 1 + pgoutput.COMMIT_FIELDS.size
+    final_lsn, at, xid = pgoutput.BEGIN_FIELDS.unpack_from(first, 1)
+    assert (final_lsn, pgoutput.pg_time(at), xid) == (begin.final_lsn, begin.commit_time, begin.xid)
+    _, commit_lsn, end_lsn, at = pgoutput.COMMIT_FIELDS.unpack_from(last, 1)
+    assert (commit_lsn, end_lsn, pgoutput.pg_time(at)) == (commit.commit_lsn, commit.end_lsn, commit.commit_time)
+
+
 def test_transactions_follow_each_other_in_xid_and_lsn_order():
     begins = [decoded(name)[0] for name in TRANSACTIONS]
     commits = [decoded(name)[-1] for name in TRANSACTIONS]
