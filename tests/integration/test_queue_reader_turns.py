@@ -74,6 +74,39 @@ def test_a_distribution_batch_waits_for_the_queue_readers_transaction(env, spark
     assert_in_sync(topo)
 
 
+def test_an_agent_starting_next_to_running_ones_takes_no_table_lock_for_a_current_schema(env):
+    """A Queue Reader starting while a Distribution Agent is inside a batch (its transaction holds
+    the subscription's row) ran the distribution schema's DDL, whose ALTER TABLEs take ACCESS
+    EXCLUSIVE locks even when they change nothing: it waited for that transaction, and could
+    deadlock with it (seen in CI).  A current schema (its mark) now runs nothing; an outdated one
+    is brought up to date and marked."""
+    from airflow_repl.engine.state import distdb
+
+    with psycopg.connect(env.dist, autocommit=True) as conn:
+        distdb.ensure_schema(conn)
+        assert env.rows(env.dist, "SELECT obj_description('airflow_repl'::regnamespace, 'pg_namespace')") == [
+            (distdb.SCHEMA_MARK,)
+        ]
+        with psycopg.connect(env.dist) as batch:  # a Distribution Agent inside a batch
+            batch.execute("SELECT status FROM airflow_repl.subscriptions FOR SHARE")
+            conn.execute("SET lock_timeout = '2s'")
+            distdb.ensure_schema(conn, unless_current=True)  # returns at once
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                distdb.ensure_schema(conn)  # the DDL itself waits for the batch
+            batch.rollback()
+        conn.execute("COMMENT ON SCHEMA airflow_repl IS 'airflow-repl distribution schema (an older version)'")
+        conn.execute("ALTER TABLE airflow_repl.subscriptions DROP COLUMN initialized_at")
+        distdb.ensure_schema(conn, unless_current=True)
+    assert env.rows(env.dist, "SELECT obj_description('airflow_repl'::regnamespace, 'pg_namespace')") == [
+        (distdb.SCHEMA_MARK,)
+    ]
+    assert env.rows(
+        env.dist,
+        "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'airflow_repl' "
+        "AND table_name = 'subscriptions' AND column_name = 'initialized_at'",
+    ) == [(1,)]
+
+
 def test_every_agent_continuous_at_once_converges_with_writers_at_the_publisher_and_both_subscribers(env2, spark):
     """Log Reader, a Distribution Agent per subscriber and a Queue Reader per subscriber, all
     continuous in one window, while the publisher and both subscribers write, one row on all

@@ -133,7 +133,7 @@ class _QueueReader:
     def check(self) -> str | None:
         """The articles, and the subscription's status in the distribution database."""
         self.run.step = "the subscription check"
-        distdb.ensure_schema(self.dist)
+        distdb.ensure_schema(self.dist, unless_current=True)
         articles = distdb.load_articles(self.dist, self.publication)
         initialized_with = distdb.subscription_articles_hash(self.dist, self.publication, self.subscriber)
         if initialized_with is not None and initialized_with != definition_hash(articles):

@@ -54,7 +54,7 @@ def register_script(topology: Topology, publication: str, article: str, kind: st
         raise TopologyError(f"publication {publication!r} has no article {article!r}")
     check_script(kind, body, where=f"script of article {article!r}")
     with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
-        distdb.ensure_schema(dist)
+        distdb.ensure_schema(dist, unless_current=True)
         with dist.transaction():
             distdb.save_custom_script(dist, publication, article, kind, body)
     return {"publication": publication, "article": article, "kind": kind}
@@ -63,7 +63,7 @@ def register_script(topology: Topology, publication: str, article: str, kind: st
 def unregister_script(topology: Topology, publication: str, article: str) -> dict[str, Any]:
     topology.publication(publication)
     with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
-        distdb.ensure_schema(dist)
+        distdb.ensure_schema(dist, unless_current=True)
         with dist.transaction():
             found = distdb.drop_custom_script(dist, publication, article)
     if not found:

@@ -55,7 +55,7 @@ def set_update_mode(topology: Topology, publication: str, subscriber: str, mode:
             f"updating: set update_mode 'failover' or 'queued failover' in the topology and apply it"
         )
     with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
-        distdb.ensure_schema(dist)
+        distdb.ensure_schema(dist, unless_current=True)
         current = _recorded_mode(dist, publication, subscriber)
         if current is not target:
             if target is UpdateMode.FAILOVER:

@@ -7,6 +7,7 @@ The subscribers' own ``airflow_repl`` tables are in
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Generator
@@ -17,6 +18,7 @@ from typing import Any
 
 import orjson
 import psycopg
+from psycopg import sql
 from psycopg.adapt import Buffer, Loader
 from psycopg.rows import TupleRow
 from psycopg.types.json import Jsonb
@@ -253,11 +255,30 @@ def check_encoding(conn: psycopg.Connection) -> None:
         )
 
 
-def ensure_schema(conn: psycopg.Connection) -> None:
-    """Create the distribution database schema if it is missing (idempotent)."""
+#: The distribution schema's comment once :data:`DISTRIBUTION_DDL` has run there: its digest.
+SCHEMA_MARK = "airflow-repl distribution schema " + hashlib.sha256(DISTRIBUTION_DDL.encode()).hexdigest()[:16]
+
+
+def ensure_schema(conn: psycopg.Connection, *, unless_current: bool = False) -> None:
+    """Create the distribution database schema where it is missing, or bring it to this
+    version (idempotent), and mark it current (:data:`SCHEMA_MARK`, the schema's comment).
+
+    ``unless_current``: nothing runs when the mark says the schema is this version.  Agents and
+    commands that run next to running agents ask for that: the DDL's ``ALTER TABLE``s take ACCESS
+    EXCLUSIVE locks even when they change nothing, which the running agents' transactions would
+    wait for, or deadlock with."""
+    if unless_current:
+        with conn.transaction():
+            row = conn.execute(
+                "SELECT pg_catalog.obj_description(oid, 'pg_namespace') FROM pg_catalog.pg_namespace "
+                "WHERE nspname = 'airflow_repl'"
+            ).fetchone()
+        if row is not None and row[0] == SCHEMA_MARK:
+            return
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(hashtext('airflow_repl.ddl'))")
         conn.execute(DISTRIBUTION_DDL)
+        conn.execute(sql.SQL("COMMENT ON SCHEMA airflow_repl IS {}").format(sql.Literal(SCHEMA_MARK)))
 
 
 # ---------------------------------------------------------------------- articles
