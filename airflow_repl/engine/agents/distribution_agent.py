@@ -372,13 +372,11 @@ class _Delivery:
         """Move the watermark past the subscriber's own queued changes, which the Queue Reader
         applied at the publisher (they came from here: never apply them again), and lock it
         again; returns it."""
-        self.record(dist)
         last = own[-1].xact
         subscriber_state.set_watermark(self.streams.first, self.publication, last, 0)
         self.streams.first.commit()
-        distdb.mark_delivered(dist, self.publication, self.subscriber, last)
-        progress.record_arrivals(dist, self.publication, self.subscriber, last)  # tracer tokens up to it
-        dist.commit()
+        self.unrecorded = last  # past any batch still unrecorded: one record covers both
+        self.record(dist)
         self.totals["own_queued"] += len(own)
         self.totals["last_xact_seqno"] = last
         return subscriber_state.lock_watermark(self.streams.first, self.publication, self.subscriber)
