@@ -230,9 +230,9 @@ def test_a_log_reader_crash_after_storing_a_schema_change_rereads_it_once(env, s
     env.run(env.pub, "INSERT INTO t_call VALUES (202, 1, 'after', 'x')")
 
     def crash(*args, **kwargs):
-        raise psycopg.OperationalError("crash between the distributor commit and the slot advance")
+        raise psycopg.OperationalError("crash between the distributor commit and the slot's confirmation")
 
-    monkeypatch.setattr(log_reader_agent.slots, "advance", crash)
+    monkeypatch.setattr(log_reader_agent._LogReader, "confirm", crash)
     with pytest.raises(ReplError):
         log_reader_agent.run_log_reader(topo, "p")
     monkeypatch.undo()

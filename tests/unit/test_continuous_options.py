@@ -4,6 +4,7 @@ line before anything runs (the running mode is tested in tests/integration/test_
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -85,3 +86,30 @@ def test_options_defaults_and_values():
     for bad in ("x", float("nan"), float("inf")):
         with pytest.raises(ReplError, match="is not a positive number of seconds"):
             continuous.options(True, bad)
+
+
+def test_an_idle_continuous_loop_wakes_when_its_stream_brings_work():
+    """A continuous run's idle sleep ends as soon as ``wake`` says work came (a replication
+    stream), not after the whole poll interval; without work it sleeps the interval."""
+
+    class Run:
+        label, dist, run_id, step = "Log Reader Agent", None, None, ""
+
+        def where(self) -> str:
+            return "publication 'p'"
+
+    calls: list[float] = []
+
+    def wake(seconds: float) -> bool:
+        calls.append(seconds)
+        return len(calls) == 3
+
+    loop = continuous.Loop(continuous.Continuous(poll_interval=30, max_run_seconds=60), Run(), {})
+    started = time.monotonic()
+    assert loop.idle(False, wake=wake)
+    assert time.monotonic() - started < 5 and len(calls) == 3  # woken at the third look, not after 30 s
+    assert all(0 < s <= continuous._SLICE for s in calls)  # waits in slices: SIGTERM ends it promptly
+    quiet = continuous.Loop(continuous.Continuous(poll_interval=0.5, max_run_seconds=60), Run(), {})
+    started = time.monotonic()
+    assert quiet.idle(False, wake=lambda s: time.sleep(s) or False)
+    assert time.monotonic() - started >= 0.5

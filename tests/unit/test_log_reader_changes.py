@@ -155,30 +155,7 @@ def test_key_update_runs_apply_one_by_one_without_duplicates(name):
     assert deletes == [d for d in deletes if tuple(d) in before]  # only rows that existed before the run
 
 
-# ---------------------------------------------------------------------- batch size
-MIB = 1 << 20
-
-
-def test_batches_keep_their_size_while_the_slot_decodes_little_again():
-    grow = log_reader_agent.next_batch_changes
-    assert grow(20000, 20000, 100 * MIB, 103 * MIB, 103 * MIB) == 20000  # restart_lsn caught up
-    assert grow(20000, 20000, 100 * MIB, 103 * MIB, 96 * MIB) == 20000  # 7 MiB again: below the floor
-    assert grow(20000, 20000, 100 * MIB, 103 * MIB, None) == 20000  # no restart_lsn known
-    assert grow(80000, 20000, 100 * MIB, 103 * MIB, 103 * MIB) == 20000  # grown, then the slot moved on
-
-
-def test_batches_grow_to_cover_the_wal_decoded_again_within_bounds():
-    grow = log_reader_agent.next_batch_changes
-    # 3 MiB read by the last batch; 12 MiB decoded again by the next peek: 4 times as many changes
-    assert grow(20000, 20000, 100 * MIB, 103 * MIB, 91 * MIB) == 80000
-    assert grow(80000, 20000, 100 * MIB, 112 * MIB, 88 * MIB) == 160000  # and so on, doubling
-    assert grow(20000, 20000, 100 * MIB, 101 * MIB, 10 * MIB) == 20000 * log_reader_agent.MAX_BATCH_GROWTH  # capped
-    # continuous mode: smaller steps, so the Distribution Agent has a batch to apply meanwhile
-    assert grow(20000, 20000, 100 * MIB, 101 * MIB, 10 * MIB, log_reader_agent.CONTINUOUS_BATCH_GROWTH) == 80000
-    assert grow(20000, 20000, 100 * MIB, 130 * MIB, 110 * MIB) == 20000  # a long batch: never below batch_changes
-    assert grow(20000, 20000, 100 * MIB, 100 * MIB, 50 * MIB) == 20000  # an empty span: no ratio
-
-
+# ---------------------------------------------------------------------- writing
 def test_transaction_rows_are_written_with_their_commands_every_chunk(monkeypatch):
     """Command lines go out on one open COPY, chunk by chunk; it ends before the transactions'
     rows are written (every ``chunk`` transactions, and at the end of the batch)."""

@@ -1,3 +1,10 @@
 def row_line(
-    message: bytes, positions: bytes, keys: bytes, pairs: bool, prefix: bytes, command_id: int, article: bytes, /
+    message: bytes | memoryview,
+    positions: bytes,
+    keys: bytes,
+    pairs: bool,
+    prefix: bytes,
+    command_id: int,
+    article: bytes,
+    /,
 ) -> bytes | None: ...

@@ -17,7 +17,7 @@ from array import array
 from collections.abc import Callable, Sequence
 
 #: ``row_line(message, positions, keys, pairs, prefix, command_id, article)``: the line, or None.
-RowLine = Callable[[bytes, bytes, bytes, bool, bytes, int, bytes], bytes | None]
+RowLine = Callable[[bytes | memoryview, bytes, bytes, bool, bytes, int, bytes], bytes | None]
 
 _compiled: RowLine | None
 try:

@@ -181,16 +181,17 @@ class Loop:
         self._report()
         return not self._should_end(time.monotonic() - self._last_check >= PROGRESS_EVERY)
 
-    def idle(self, worked: bool = False) -> bool:
+    def idle(self, worked: bool = False, wake: Callable[[float], bool] | None = None) -> bool:
         """Nothing pending: an ordinary run ends (False); a continuous one sleeps
         ``poll_interval`` (not when ``worked``: the last round did work, look again at once)
-        and takes another turn, unless it must end."""
+        and takes another turn, unless it must end.  ``wake``: waits up to the seconds given
+        and says whether work came meanwhile, which ends the sleep (a replication stream)."""
         if self.opts is None:
             return False
         self.rounds += 1
         self._report()
         if not worked:
-            self._sleep(self.opts.poll_interval)
+            self._sleep(self.opts.poll_interval, wake)
         return not self._should_end(True)
 
     def must_end(self) -> bool:
@@ -222,11 +223,14 @@ class Loop:
             self.ended_by = self.check()
         return self.ended_by is not None
 
-    def _sleep(self, seconds: float) -> None:
+    def _sleep(self, seconds: float, wake: Callable[[float], bool] | None = None) -> None:
         assert self.opts is not None
         until = min(time.monotonic() + seconds, self.started + self.opts.max_run_seconds)
         while not self._signalled and not _orphaned() and (left := until - time.monotonic()) > 0:
-            time.sleep(min(left, _SLICE))
+            if wake is None:
+                time.sleep(min(left, _SLICE))
+            elif wake(min(left, _SLICE)):
+                return
 
     def _report(self) -> None:
         """The run's step, and (when the counts moved, at most every PROGRESS_EVERY seconds) a

@@ -1,23 +1,21 @@
 """The Log Reader Agent: moves committed transactions of published tables from the
 publisher's write-ahead log (logical slot, pgoutput) into the distribution database.
 
-Safety protocol, per batch:
+The slot's changes come over the streaming replication protocol
+(:mod:`~airflow_repl.engine.postgres.replication_stream`): the publisher's walsender decodes the
+WAL once, while this agent stores what it sent before.  Safety protocol, per batch:
 
-1. peek (not get) decoded changes from the slot, up to ``batch_changes`` rows, whole
-   transactions only, in commit order;
+1. read decoded changes from the stream, whole transactions only, in commit order, until the
+   batch holds ``batch_changes`` messages or the run's bound is reached;
 2. store each transaction and its commands in the distribution database, in one distributor
    transaction, streaming commands with COPY in chunks (memory stays bounded by the chunk size
    whatever the size of a publisher transaction);
-3. commit at the distributor, *then* advance the slot past the stored transactions.
+3. commit at the distributor, *then* confirm the batch's end to the server, which moves the slot
+   there.
 
-A crash before 3 leaves the slot behind: the next run peeks the same transactions again and
-skips those already stored (keyed by commit LSN), so nothing is lost and nothing is doubled.
-
-Every peek, and every advance, decodes the slot's WAL from its ``restart_lsn``, which the server
-moves only to a running-transactions record it logs (about every 15 s, and at checkpoints): over a
-backlog written faster than that, each batch would decode again everything before it, and the
-run would be quadratic in the backlog.  So a batch grows while the slot re-reads more WAL than
-the last batch covered (:func:`next_batch_changes`).
+A crash before 3, or before the server took the confirmation in, leaves the slot behind: the next
+run receives the same transactions again and skips those already stored (keyed by commit LSN),
+so nothing is lost and nothing is doubled.
 
 Owns the reading loop (:func:`run_log_reader`) and the order in which a transaction's commands
 are stored (:class:`_TxnWriter`).  Which article a change belongs to and the commands it becomes
@@ -31,6 +29,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -47,40 +46,25 @@ from airflow_repl.engine.agents.change_mapping import (
     truncate_command,
     truncated_articles,
 )
-from airflow_repl.engine.agents.lifecycle import AgentRun
+from airflow_repl.engine.agents.lifecycle import AgentRun, host_port
 from airflow_repl.engine.articles.commands import SCHEMA, Command, OpCode
 from airflow_repl.engine.articles.resolved import ResolvedArticle
-from airflow_repl.engine.errors import NotInitialized, ReplError
+from airflow_repl.engine.errors import NotInitialized, ReplError, ServerLost
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import Topology
-from airflow_repl.engine.postgres import lsn, pgoutput, slots
+from airflow_repl.engine.postgres import connections, lsn, pgoutput, replication_stream, slots
 from airflow_repl.engine.state import distdb, progress, publisher_state
 from airflow_repl.engine.subscriber import in_doubt
 
 AGENT = "logreader"
 
-#: A batch grows at most to this many times ``batch_changes`` (see :func:`next_batch_changes`).
-MAX_BATCH_GROWTH = 50
-#: The same bound in continuous mode, where the Distribution Agent applies each stored batch
-#: while the next is read: a batch of half the backlog would leave it idle meanwhile.
-CONTINUOUS_BATCH_GROWTH = 4
-#: WAL (bytes) a peek may decode again before its start without the batch growing: cheap.
-REDECODE_FLOOR = 8 << 20
-
-
-def next_batch_changes(
-    limit: int, base: int, start: int, end: int, restart: int | None, growth: int = MAX_BATCH_GROWTH
-) -> int:
-    """The size (changes) of the next peek, after a batch of ``limit`` changes that covered the
-    WAL from ``start`` to ``end`` (where the slot now is) and left the slot's ``restart_lsn`` at
-    ``restart``.  The next peek decodes again ``end - restart`` bytes before reading anything
-    new; when that is more than :data:`REDECODE_FLOOR`, the batch grows so that the WAL it covers
-    is about as long as what it decodes again (between ``base`` and ``growth`` times ``base``):
-    the WAL a run decodes again stays within a small multiple of the backlog instead of growing
-    with its square."""
-    if restart is None or end - restart <= REDECODE_FLOOR or end <= start:
-        return base
-    return max(base, min(base * growth, limit * (end - restart) // (end - start)))
+#: Seconds without a message from the stream after which the reader asks the server how far it
+#: has decoded (a keepalive answers: the run's bound may be reached).
+QUIET_SECONDS = 0.05
+#: Seconds a run waits for the slot while the walsender of an ended run still holds it.
+SLOT_BUSY_SECONDS = 15.0
+#: The pgoutput options of the stream (the publication's name is added).
+STREAM_OPTIONS = {"proto_version": "1", "messages": "true"}
 
 
 Image = tuple[Any, ...]  # a row image, as a key
@@ -140,7 +124,7 @@ class _TxnWriter:
         for cmd in commands:
             self.add(cmd)
 
-    def row_message(self, relmap: RelationMap, message: bytes) -> bool:
+    def row_message(self, relmap: RelationMap, message: bytes | memoryview) -> bool:
         """Add the command of one row message of ``relmap`` as the compiled function writes its
         line; False (nothing added) when the message takes the Python path: the function declined
         it, or a run of pairs is open (the Python path closes it, or adds the message's pair to it)."""
@@ -288,6 +272,8 @@ class _TxnWriter:
 _ROW_CHANGES = (pgoutput.Insert, pgoutput.Update, pgoutput.Delete)
 #: The kind bytes of their messages, and where the relation id follows (unsigned 32-bit, network order).
 _ROW_KINDS = frozenset(b"IUD")
+#: XLogData messages of the stream: their kind byte, and where the pgoutput message starts.
+_XLOG_DATA, _XLOG_DATA_HEADER = replication_stream.XLOG_DATA_KIND, replication_stream.XLOG_DATA_HEADER
 _RELID_AT = struct.Struct("!I").unpack_from
 #: Begin and Commit messages: their kind bytes, the size of their fields after it, and the fields.
 _BEGIN_KIND, _COMMIT_KIND = b"B"[0], b"C"[0]
@@ -305,13 +291,15 @@ def _image(values: list[Any] | None) -> Image:
 
 @dataclass
 class _Batch:
-    """What one peek at the slot read."""
+    """What one batch read from the stream."""
 
     number: int
     transactions: int = 0  # transactions of published changes read (and to be stored)
     last_commit: str | None = None  # xact_seqno of the last of them
     last_end: int | None = None  # end LSN of the last transaction read, published changes or not
-    relations: dict[int, pgoutput.Relation] = field(default_factory=dict)  # relation id -> its last message
+    #: relation id -> its last Relation message.  The stream's, not the batch's: the server sends
+    #: a relation once per stream (and again when its definition changes), before its first change.
+    relations: dict[int, pgoutput.Relation] = field(default_factory=dict)
     relmaps: dict[int, RelationMap | None] = field(default_factory=dict)  # relation id -> its map, once used
     tokens: list[progress.ReadToken] = field(default_factory=list)  # tracer tokens read, with their commit LSN
     skip: bool = False  # the transaction being read is stored already
@@ -321,7 +309,12 @@ class _Batch:
         already stored by an earlier run is never checked against today's definitions)."""
         if relid not in self.relmaps:
             rel = self.relations.get(relid)
-            self.relmaps[relid] = None if rel is None else map_relation(rel, articles)
+            if rel is None:  # never: a change of it would be lost without a word
+                raise ReplError(
+                    f"the replication stream sent a change of relation {relid} before describing it; "
+                    f"nothing of the batch is stored: run the Log Reader again"
+                )
+            self.relmaps[relid] = map_relation(rel, articles)
         return self.relmaps[relid]
 
 
@@ -339,6 +332,12 @@ class _LogReader:
         )
         self.slot = distdb.slot_name(self.dist, publication)
         self.pg_publication = naming.pg_publication(publication)
+        self.pub_conninfo = topology.publisher.require("publisher")
+        self.stream: replication_stream.SlotStream | None = None
+        self.heard = 0  # the server decoded up to here, and sent every transaction committed before it
+        self.relations: dict[int, pgoutput.Relation] = {}  # the stream's relations (see _Batch)
+        self.relmaps: dict[int, RelationMap | None] = {}
+        self.at_bound = False  # everything committed before the run's bound is read
         self.changed: dict[str, ResolvedArticle] = {}  # definitions changed by this batch's schema changes
         self.change_ids: list[int] = []  # the batch's schema changes, forgotten at the publisher once stored
         self.totals: dict[str, Any] = {"transactions": 0, "commands": 0, "batches": 0, "last_xact_seqno": None}
@@ -362,18 +361,59 @@ class _LogReader:
         self.dist.commit()
         self.writer = _TxnWriter(self.dist, self.publication, chunk, command_lines.row_line())
         self.new_bound()
-        self.note_slot_position()
+        self.open_stream()
 
-    def note_slot_position(self) -> None:
-        """Where the slot is now: the next batch's WAL starts there."""
-        found = slots.confirmed_flush_lsn(self.pub, self.slot)
-        self.pub.commit()
-        self.position = lsn.lsn_to_int(found) if found else 0
+    def open_stream(self) -> None:
+        """Start streaming the slot from where it was confirmed.  A slot still held by the
+        walsender of a run that just ended (it lets go when its process notices) is waited for,
+        at most :data:`SLOT_BUSY_SECONDS`; after that, ObjectInUse says so."""
+        self.run.step = "the start of the replication stream"
+        options = {**STREAM_OPTIONS, "publication_names": replication_stream.quoted_names([self.pg_publication])}
+        waited_until = time.monotonic() + SLOT_BUSY_SECONDS
+        while True:
+            conn = connections.connect(self.pub_conninfo, "publisher", autocommit=True, replication="database")
+            try:
+                self.stream = replication_stream.SlotStream(conn, self.slot, options)
+                return
+            except psycopg.errors.ObjectInUse:
+                conn.close()
+                if time.monotonic() >= waited_until:
+                    raise
+                time.sleep(0.1)
+            except psycopg.errors.ObjectNotInPrerequisiteState as exc:
+                conn.close()
+                raise ReplError(
+                    f"cannot read replication slot {self.slot!r} of publication {self.publication!r}: "
+                    f"{exc.diag.message_primary}. If the slot was invalidated (max_slot_wal_keep_size), "
+                    f"drop it and run the Snapshot Agent with reinitialize for every subscription"
+                ) from None
+            except BaseException:
+                conn.close()
+                raise
+
+    def close_stream(self, cleanly: bool) -> None:
+        """End the stream: ``cleanly``, the server takes in the last confirmation and lets go of
+        the slot before this returns; else the connection is only closed."""
+        stream, self.stream = self.stream, None
+        if stream is None:
+            return
+        try:
+            if cleanly:
+                stream.finish()
+        finally:
+            stream.close()
+
+    def stream_lost(self) -> bool:
+        """Whether the stream's connection is gone (the server ended it, or the network)."""
+        stream = self.stream
+        return stream is not None and (stream.ended or stream.pgconn.status == psycopg.pq.ConnStatus.BAD)
 
     def new_bound(self) -> None:
         """Read up to what is committed now (a continuous run takes a new bound each round)."""
         self.upto = slots.current_flush_lsn(self.pub)
         self.pub.commit()
+        self.bound = lsn.lsn_to_int(self.upto)
+        self.at_bound = False
         self.totals["read_upto_lsn"] = self.upto
 
     def reload_articles(self) -> None:
@@ -381,52 +421,86 @@ class _LogReader:
         run; the schema changes this run read are stored with their batches)."""
         self.articles = relation_articles(distdb.load_articles(self.dist, self.publication))
         self.dist.commit()
+        self.relmaps.clear()  # mapped again, with these definitions, on their next change
 
     def read_batch(self, batch_changes: int) -> _Batch:
-        """Peek at the slot and decode up to ``batch_changes`` rows into the writer."""
-        batch = _Batch(self.totals["batches"] + 1)
+        """Read up to ``batch_changes`` messages (whole transactions) from the stream into the
+        writer; nothing once the run's bound is reached."""
+        batch = _Batch(self.totals["batches"] + 1, relations=self.relations, relmaps=self.relmaps)
         self.run.step = f"reading batch {batch.number} from the slot"
         try:
-            self._read_pages(batch, batch_changes)
+            if not self.at_bound:
+                self._read_stream(batch, batch_changes)
         except BaseException as exc:
             self.writer.abort_copy(exc)
             raise
         return batch
 
-    def _read_pages(self, batch: _Batch, batch_changes: int) -> None:
-        with self.pub.transaction(), self.pub.cursor(name="airflow_repl_peek", binary=True) as cur:
-            self._peek(cur, batch_changes)
-            decode, read, size = pgoutput.decode, self._read, cur.itersize
-            compiled, rows = self.writer.line is not None, _ROW_KINDS
-            while True:  # a page at a time (as iterating the cursor fetches), without a cursor call per message
-                page = cur.fetchmany(size)
-                for (data,) in page:
-                    kind = data[0] if data else 0
-                    if kind in rows:
-                        if not (compiled and self._row_message(data, batch)):
-                            read(decode(data), batch)
-                    elif kind == _BEGIN_KIND and len(data) > _BEGIN_SIZE:  # every transaction's two messages:
-                        final_lsn, _, xid = _BEGIN_AT(data, 1)  # their fields straight from the bytes
-                        self._begin(final_lsn, xid, batch)
-                    elif kind == _COMMIT_KIND and len(data) > _COMMIT_SIZE:
-                        _, _, end_lsn, at = _COMMIT_AT(data, 1)
-                        self._commit(end_lsn, at, batch)
-                    else:
-                        read(decode(data), batch)
-                if len(page) < size:
-                    break
+    def _read_stream(self, batch: _Batch, batch_changes: int) -> None:
+        """Messages until, at the end of a transaction, the batch holds ``batch_changes`` of
+        them or the run's bound is reached: a commit at or past it, or, between transactions, a
+        keepalive saying the server has decoded past it (so every transaction committed before
+        it was received).  Messages are taken raw from the connection (the stream's
+        :meth:`~replication_stream.SlotStream.fetch` only when none is at hand): this loop runs
+        once per message of the backlog."""
+        assert self.stream is not None  # opened by load_state
+        stream, decode, read = self.stream, pgoutput.decode, self._read
+        compiled, rows = self.writer.line is not None, _ROW_KINDS
+        get, view = stream.pgconn.get_copy_data, stream.take_pending()
+        messages = 0
+        while True:
+            if view is None:
+                n, view = get(1)
+                if n <= 0:  # none at hand: wait a little for one, else ask how far the server has decoded
+                    view = stream.fetch(QUIET_SECONDS)
+                    if view is None:
+                        self._heard(None)
+                        continue
+            if view[0] != _XLOG_DATA:
+                position = stream.keepalive(view)
+                view = None
+                if self._heard(position):
+                    return
+                continue
+            data, view = view[_XLOG_DATA_HEADER:], None
+            messages += 1
+            kind = data[0] if data else 0
+            if kind in rows:
+                if not (compiled and self._row_message(data, batch)):
+                    read(decode(bytes(data)), batch)
+            elif kind == _BEGIN_KIND and len(data) > _BEGIN_SIZE:  # every transaction's two messages:
+                final_lsn, _, xid = _BEGIN_AT(data, 1)  # their fields straight from the bytes
+                self._begin(final_lsn, xid, batch)
+            elif kind == _COMMIT_KIND and len(data) > _COMMIT_SIZE:
+                _, _, end_lsn, at = _COMMIT_AT(data, 1)
+                self._commit(end_lsn, at, batch)
+            else:
+                read(decode(bytes(data)), batch)
+            if kind == _COMMIT_KIND and self._batch_ends(batch, messages >= batch_changes):
+                return
 
-    def _peek(self, cur: psycopg.ServerCursor[Any], batch_changes: int) -> None:
-        try:
-            slots.peek_changes(cur, self.slot, self.upto, batch_changes, self.pg_publication)
-        except psycopg.errors.ObjectNotInPrerequisiteState as exc:
-            raise ReplError(
-                f"cannot read replication slot {self.slot!r} of publication {self.publication!r}: "
-                f"{exc.diag.message_primary}. If the slot was invalidated (max_slot_wal_keep_size), "
-                f"drop it and run the Snapshot Agent with reinitialize for every subscription"
-            ) from None
+    def _batch_ends(self, batch: _Batch, full: bool) -> bool:
+        """After a commit: whether the batch ends (``full``, or the run's bound reached)."""
+        if batch.last_end is None:
+            return False
+        self.at_bound = batch.last_end >= self.bound
+        return self.at_bound or full
 
-    def _row_message(self, data: bytes, batch: _Batch) -> bool:
+    def _heard(self, position: int | None) -> bool:
+        """No message for a while (None): ask the server how far it has decoded.  A keepalive's
+        ``position`` between transactions: everything committed before it was received; True
+        when that reaches the run's bound."""
+        assert self.stream is not None  # opened by load_state
+        if position is None:
+            self.stream.confirm(self.stream.confirmed, reply=True)
+            return False
+        if self.writer.xact is not None:
+            return False
+        self.heard = max(self.heard, position)
+        self.at_bound = position >= self.bound
+        return self.at_bound
+
+    def _row_message(self, data: bytes | memoryview, batch: _Batch) -> bool:
         """A row message, stored as its compiled command line (:mod:`command_lines`); False when it
         takes the Python path (as do a transaction stored already and a relation not mapped)."""
         if batch.skip or len(data) < 5:
@@ -540,18 +614,16 @@ class _LogReader:
             self.totals["last_xact_seqno"] = batch.last_commit
         self.dist.commit()
 
-    def advance_slot(self, batch: _Batch, end_lsn: int, limit: int, base: int, growth: int) -> int:
-        """Move the slot past what was stored (never before it is committed at the distributor);
-        returns the size of the next batch (:func:`next_batch_changes`; this one had ``limit``)."""
-        slots.advance(self.pub, self.slot, lsn.int_to_lsn(end_lsn))
+    def confirm(self, batch: _Batch, end_lsn: int) -> None:
+        """Confirm to the server that everything read is stored (never before it is committed at
+        the distributor): the slot moves there, and the publisher may drop the WAL before it."""
+        assert self.stream is not None  # opened by load_state
+        self.stream.confirm(max(end_lsn, self.heard))
         publisher_state.forget_schema_changes(self.pub, self.change_ids)
-        restart = slots.restart_lsn(self.pub, self.slot)
         self.pub.commit()
         self.change_ids = []
         self.totals["transactions"] += batch.transactions
         self.totals["batches"] += 1
-        start, self.position = self.position, end_lsn
-        return next_batch_changes(limit, base, start, end_lsn, lsn.lsn_to_int(restart) if restart else None, growth)
 
     def report(self, lines: progress_lines.Lines, end_lsn: int) -> None:
         """A progress line, when one is due: what the run read, and the LSN it reached against
@@ -567,12 +639,12 @@ class _LogReader:
             progress_lines.log_reader_line(t["transactions"], t["commands"], t["batches"], reached, wal_end, behind)
         )
 
-    def advance_idle_slot(self) -> None:
-        """Nothing more of this publication committed up to where the run stops: move the slot
-        there, so that a busy publisher's WAL of unpublished tables is not kept forever."""
-        slots.advance_at_least(self.pub, self.slot, self.upto)
-        self.pub.commit()
-        self.note_slot_position()
+    def confirm_idle(self) -> None:
+        """Nothing more of this publication committed up to where the run stops: confirm where
+        the server has decoded to, so that a busy publisher's WAL of unpublished tables is not
+        kept forever."""
+        assert self.stream is not None  # opened by load_state
+        self.stream.confirm(self.heard)
 
 
 def run_log_reader(
@@ -601,10 +673,21 @@ def run_log_reader(
         run.begin(reader.dist)
         run.counts = totals = reader.totals
         wal_retention.warn_if_exceeded(reader.pub, topology, publication, reader.slot, totals)  # before reading
-        reader.load_state(chunk)
-        with continuous_mode.Loop(opts, run, totals) as loop:
-            growth = CONTINUOUS_BATCH_GROWTH if continuous else MAX_BATCH_GROWTH
-            _read_loop(reader, loop, lines, batch_changes, max_batches, growth)
+        try:
+            reader.load_state(chunk)
+            with continuous_mode.Loop(opts, run, totals) as loop:
+                _read_loop(reader, loop, lines, batch_changes, max_batches)
+            run.step = "the end of the replication stream"
+            reader.close_stream(cleanly=True)
+        except psycopg.OperationalError as exc:
+            if reader.stream_lost():  # named: the run's other connections are all fine
+                raise ServerLost(
+                    f"lost the replication stream from the publisher ({host_port(reader.pub_conninfo)}): "
+                    f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
+                ) from None
+            raise
+        finally:  # a failed run closes its stream before the failure is looked into
+            reader.close_stream(cleanly=False)
         return run.succeed(loop.summary(totals))
 
 
@@ -614,25 +697,25 @@ def _read_loop(
     lines: progress_lines.Lines,
     batch_changes: int,
     max_batches: int | None,
-    growth: int = MAX_BATCH_GROWTH,
 ) -> None:
     """Batch after batch up to the run's bound; a continuous run then takes a new bound (at
-    once when the round stored transactions, else after ``poll_interval``).  Batches start at
-    ``batch_changes`` changes and grow while the slot decodes much WAL again (:func:`next_batch_changes`)."""
-    totals, worked, limit = reader.totals, False, batch_changes
+    once when the round stored transactions, else when the stream brings something or after
+    ``poll_interval``)."""
+    totals, worked = reader.totals, False
     while max_batches is None or totals["batches"] < max_batches:
         with gc_pause.paused():
-            batch = reader.read_batch(limit)
+            batch = reader.read_batch(batch_changes)
         if batch.last_end is None:
-            reader.advance_idle_slot()
-            if not loop.idle(worked):
+            reader.confirm_idle()
+            assert reader.stream is not None  # opened by load_state
+            if not loop.idle(worked, wake=reader.stream.wait):
                 return
             reader.reload_articles()  # as the next ordinary run would: an 'apply' meanwhile counts
             reader.new_bound()
             worked = False
             continue
         reader.store(batch, batch.last_end)  # durable at the distributor ...
-        limit = reader.advance_slot(batch, batch.last_end, limit, batch_changes, growth)  # ... then advance
+        reader.confirm(batch, batch.last_end)  # ... then confirmed to the server
         reader.report(lines, batch.last_end)
         worked = worked or batch.transactions > 0
         if not loop.go_on():

@@ -1,5 +1,6 @@
 """A publication's logical replication slot at the publisher (pgoutput): whether it exists,
-creating it with an exported snapshot (and joining that snapshot), peeking at its changes and advancing it.
+creating it with an exported snapshot (and joining that snapshot), and its positions.  Its changes
+are read over the streaming replication protocol (:mod:`~airflow_repl.engine.postgres.replication_stream`).
 
 Positions are passed as pg_lsn text and compared by the server as ``pg_lsn``, never as text.
 Transactions are the caller's: each function leaves its connection's transaction open.
@@ -11,9 +12,6 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-
-#: Rows a server-side cursor over a slot's changes fetches at a time.
-PEEK_FETCH_ROWS = 2000
 
 
 def exists(conn: psycopg.Connection[Any], slot: str) -> bool:
@@ -60,42 +58,6 @@ def join_snapshot(conn: psycopg.Connection[Any], snapshot_name: str) -> None:
     exported snapshot does (end it with ``COMMIT``)."""
     conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
     conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)))
-
-
-def peek_changes(cur: psycopg.ServerCursor[Any], slot: str, upto: str, changes: int, pg_publication: str) -> None:
-    """Run, on a server-side cursor, the peek (not get: the slot does not move) at the slot's
-    pgoutput messages of ``pg_publication``, of whole transactions committed up to ``upto``,
-    stopping after the transaction that reaches ``changes`` rows.  With the logical messages
-    (``pg_logical_emit_message``): immediate updating marks its transactions' origin with one."""
-    cur.itersize = PEEK_FETCH_ROWS
-    cur.execute(
-        "SELECT data FROM pg_catalog.pg_logical_slot_peek_binary_changes("
-        "%s, %s, %s, 'proto_version', '1', 'publication_names', %s, 'messages', 'true')",
-        (slot, upto, changes, pg_publication),
-    )
-
-
-def advance(conn: psycopg.Connection[Any], slot: str, to: str) -> None:
-    """Move the slot to ``to``: the server may drop the WAL before it."""
-    conn.execute("SELECT pg_catalog.pg_replication_slot_advance(%s, %s)", (slot, to))
-
-
-def advance_at_least(conn: psycopg.Connection[Any], slot: str, to: str) -> None:
-    """Move the slot to ``to`` unless it is already past it."""
-    conn.execute(
-        "SELECT pg_catalog.pg_replication_slot_advance(%s, greatest(%s::pg_lsn, "
-        "confirmed_flush_lsn)) FROM pg_catalog.pg_replication_slots WHERE slot_name = %s",
-        (slot, to, slot),
-    )
-
-
-def restart_lsn(conn: psycopg.Connection[Any], slot: str) -> str | None:
-    """Where decoding of the slot starts (every peek and every advance reads the WAL from there);
-    None without the slot or before it has one."""
-    row = conn.execute(
-        "SELECT restart_lsn::text FROM pg_catalog.pg_replication_slots WHERE slot_name = %s", (slot,)
-    ).fetchone()
-    return str(row[0]) if row is not None and row[0] is not None else None
 
 
 def confirmed_flush_lsn(conn: psycopg.Connection[Any], slot: str) -> str | None:

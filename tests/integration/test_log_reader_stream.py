@@ -1,0 +1,136 @@
+"""The Log Reader over the streaming replication protocol, against a real publisher: a run ends
+with its slot free and confirmed past what it stored, a slot still held by another session is
+waited for (then named busy), and a continuous run keeps its stream through idle time longer
+than the publisher's ``wal_sender_timeout`` and wakes when a transaction arrives."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+from test_agents import assert_in_sync, cycle, snapshotted_items
+from test_continuous import _Agent, _wait_for
+
+from airflow_repl.engine.agents import log_reader_agent
+from airflow_repl.engine.errors import AgentBusy
+from airflow_repl.engine.postgres import replication_stream
+
+SLOT = "SELECT slot_name, active, confirmed_flush_lsn FROM pg_replication_slots WHERE database = current_database()"
+
+
+def _hold_slot(env):
+    """Another session streaming the publication's slot (as a walsender does for a reader)."""
+    slot = env.rows(env.pub, SLOT)[0][0]
+    conn = psycopg.connect(env.pub, autocommit=True, replication="database")
+    return replication_stream.SlotStream(conn, slot, {"proto_version": "1", "publication_names": '"airflow_repl_p"'})
+
+
+def test_a_run_ends_with_its_slot_free_and_confirmed_past_what_it_stored(env, spark):
+    topo = snapshotted_items(env, spark, 100)
+    for i in range(5):
+        env.run(env.pub, "UPDATE items SET grp = grp + 1 WHERE id = %s", (i + 1,))
+    env.run(env.pub, "CREATE TABLE not_published (id int); INSERT INTO not_published VALUES (1)")
+    after = env.rows(env.pub, "SELECT pg_current_wal_flush_lsn()")[0][0]
+    read = log_reader_agent.run_log_reader(topo, "p")
+    assert read["transactions"] == 5
+    _, active, confirmed = env.rows(env.pub, SLOT)[0]
+    last_end = env.rows(env.dist, "SELECT max(end_lsn) FROM airflow_repl.transactions")[0][0]
+    assert not active  # let go before the run returned: the next agent may use it at once
+    assert confirmed >= after >= last_end  # past the stored transactions and the unpublished work after them
+    stream = _hold_slot(env)  # the next reader starts there: nothing is sent again
+    stream.confirm(0, reply=True)
+    message = stream.next(5)
+    assert message is not None and message[1] is None  # a keepalive, no transaction
+    stream.finish()
+    stream.close()
+    assert log_reader_agent.run_log_reader(topo, "p")["transactions"] == 0
+    cycle(topo)
+    assert_in_sync(topo)
+
+
+def test_a_slot_held_by_another_session_is_waited_for_then_named_busy(env, spark, monkeypatch):
+    topo = snapshotted_items(env, spark, 100)
+    env.run(env.pub, "UPDATE items SET grp = 7 WHERE id = 1")
+    stream = _hold_slot(env)
+    threading.Timer(1.0, stream.close).start()  # its walsender ends a second later
+    read = log_reader_agent.run_log_reader(topo, "p")
+    assert read["transactions"] == 1
+    stream = _hold_slot(env)
+    monkeypatch.setattr(log_reader_agent, "SLOT_BUSY_SECONDS", 0.5)
+    try:
+        with pytest.raises(AgentBusy, match=r"found an object in use by another session .*is active for PID"):
+            log_reader_agent.run_log_reader(topo, "p")
+    finally:
+        stream.close()
+    failed = env.rows(env.dist, "SELECT status FROM airflow_repl.agent_history ORDER BY run_id DESC LIMIT 1")
+    assert failed == [("failed",)]
+    env.run(env.pub, "UPDATE items SET grp = 8 WHERE id = 1")
+    read, delivered = cycle(topo)
+    assert read["transactions"] == 1 and delivered["transactions"] == 2  # the first run's and this one
+    assert_in_sync(topo)
+
+
+@pytest.fixture
+def short_sender_timeout(env):
+    """The publisher ends a walsender whose client says nothing for 2 s (asking for a reply after 1 s)."""
+    env.run(env.pub, "ALTER SYSTEM SET wal_sender_timeout = '2s'")
+    env.run(env.pub, "SELECT pg_reload_conf()")
+    assert _wait_for(lambda: env.rows(env.pub, "SHOW wal_sender_timeout") == [("2s",)], 5) is not None
+    yield
+    env.run(env.pub, "ALTER SYSTEM RESET wal_sender_timeout")
+    env.run(env.pub, "SELECT pg_reload_conf()")
+
+
+def test_a_stream_answers_the_servers_requests_for_a_reply(env, spark, short_sender_timeout):
+    snapshotted_items(env, spark, 10)
+    stream = _hold_slot(env)
+    asked = 0
+    started = time.monotonic()
+    while time.monotonic() - started < 5:  # reading only: the replies are the stream's own
+        message = stream.next(0.2)
+        asked += message is not None
+    assert asked >= 3  # a keepalive a second, each answered: the walsender is still there
+    stream.finish()
+    stream.close()
+
+
+def test_a_stream_the_publisher_ends_fails_the_run_naming_the_publisher(env, spark):
+    topo = snapshotted_items(env, spark, 10)
+    reader = _Agent(log_reader_agent.run_log_reader, topo, "p", continuous=True, poll_interval=0.2, max_run_seconds=30)
+    reader.start()
+    walsender = "SELECT pid FROM pg_stat_activity WHERE backend_type = 'walsender' AND datname = current_database()"
+    assert _wait_for(lambda: env.rows(env.pub, walsender), 10) is not None
+    env.run(env.pub, f"SELECT pg_terminate_backend(pid) FROM ({walsender}) w")
+    reader.join(20)
+    assert not reader.is_alive() and reader.error is not None
+    message = str(reader.error)
+    assert message.startswith("lost the replication stream from the publisher (127.0.0.1:"), message
+    assert "the run is recorded as failed; run it again" in message and "\n" not in message
+    status = env.rows(env.dist, "SELECT status FROM airflow_repl.agent_history ORDER BY run_id DESC LIMIT 1")
+    assert status == [("failed",)]
+    env.run(env.pub, "UPDATE items SET grp = 5 WHERE id = 3")  # the next run goes on
+    read, delivered = cycle(topo)
+    assert read["transactions"] == delivered["transactions"] == 1
+    assert_in_sync(topo)
+
+
+def test_a_continuous_run_keeps_its_stream_past_wal_sender_timeout_and_wakes_on_a_commit(
+    env, spark, short_sender_timeout
+):
+    topo = snapshotted_items(env, spark, 100)
+    reader = _Agent(log_reader_agent.run_log_reader, topo, "p", continuous=True, poll_interval=60, max_run_seconds=12)
+    reader.start()
+    time.sleep(6)  # idle three times the timeout: the walsender asks for replies, the run answers
+    assert reader.is_alive(), reader.error
+    env.run(env.pub, "UPDATE items SET grp = 9 WHERE id = 2")
+    stored = lambda: env.rows(env.dist, "SELECT count(*) FROM airflow_repl.transactions")[0][0] == 1  # noqa: E731
+    waited = _wait_for(stored, 5)
+    assert waited is not None  # woken by the stream: the 60 s poll interval would not be over
+    reader.join(20)
+    assert reader.error is None and reader.summary is not None
+    assert reader.summary["transactions"] == 1
+    assert reader.summary["continuous"]["ended_by"] == "max_run_seconds"
+    cycle(topo)
+    assert_in_sync(topo)
