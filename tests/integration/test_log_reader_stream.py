@@ -10,11 +10,12 @@ import time
 
 import psycopg
 import pytest
+from harness import _resolved, to_uri
 from test_agents import assert_in_sync, cycle, snapshotted_items
 from test_continuous import _Agent, _wait_for
 
 from airflow_repl.engine.agents import log_reader_agent
-from airflow_repl.engine.errors import AgentBusy
+from airflow_repl.engine.errors import AgentBusy, ConnectionFailed
 from airflow_repl.engine.postgres import replication_stream
 
 SLOT = "SELECT slot_name, active, confirmed_flush_lsn FROM pg_replication_slots WHERE database = current_database()"
@@ -133,4 +134,29 @@ def test_a_continuous_run_keeps_its_stream_past_wal_sender_timeout_and_wakes_on_
     assert reader.summary["transactions"] == 1
     assert reader.summary["continuous"]["ended_by"] == "max_run_seconds"
     cycle(topo)
+    assert_in_sync(topo)
+
+
+def test_a_login_without_replication_is_told_what_the_log_reader_needs(env, spark):
+    topo = snapshotted_items(env, spark, 10)
+    env.run(env.pub, "UPDATE items SET grp = 3 WHERE id = 1")
+    env.run(env.pub, "DROP ROLE IF EXISTS lr_plain")
+    env.run(env.pub, "CREATE ROLE lr_plain LOGIN PASSWORD 'lr-plain-pw'")
+    try:
+        servers = env.servers()
+        plain = psycopg.conninfo.make_conninfo(env.pub, user="lr_plain", password="lr-plain-pw")
+        plain_topo = _resolved(
+            {**servers, "publisher": to_uri(plain), "publications": [{"name": "p", "articles": ["public.items"]}]}
+        )
+        with pytest.raises(ConnectionFailed) as failed:
+            log_reader_agent.run_log_reader(plain_topo, "p")
+        message = str(failed.value)
+        assert "refused the Log Reader's replication connection: must be superuser or replication role" in message
+        assert "REPLICATION attribute" in message and "max_wal_senders" in message
+        assert "lr-plain-pw" not in message and "\n" not in message
+    finally:
+        env.run(env.pub, "DROP ROLE lr_plain")
+    assert env.rows(env.dist, "SELECT count(*) FROM airflow_repl.transactions") == [(0,)]  # nothing stored
+    read, delivered = cycle(topo)
+    assert read["transactions"] == delivered["transactions"] == 1
     assert_in_sync(topo)

@@ -28,6 +28,7 @@ are :mod:`~airflow_repl.engine.agents.change_mapping`'s; the slot's statements a
 from __future__ import annotations
 
 import json
+import re
 import struct
 import time
 from dataclasses import dataclass, field
@@ -49,7 +50,7 @@ from airflow_repl.engine.agents.change_mapping import (
 from airflow_repl.engine.agents.lifecycle import AgentRun, host_port
 from airflow_repl.engine.articles.commands import SCHEMA, Command, OpCode
 from airflow_repl.engine.articles.resolved import ResolvedArticle
-from airflow_repl.engine.errors import NotInitialized, ReplError, ServerLost
+from airflow_repl.engine.errors import ConnectionFailed, NotInitialized, ReplError, ServerLost
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import connections, lsn, pgoutput, replication_stream, slots
@@ -269,6 +270,12 @@ class _TxnWriter:
             copy.abort(error)
 
 
+#: The publisher's reasons to refuse a replication connection (PostgreSQL 15's and later wordings).
+_WALSENDER_REFUSAL = re.compile(
+    r"must be superuser or replication role to start walsender"
+    r"|permission denied to start WAL sender"
+    r"|number of requested standby connections exceeds max_wal_senders \(currently \d+\)"
+)
 _ROW_CHANGES = (pgoutput.Insert, pgoutput.Update, pgoutput.Delete)
 #: The kind bytes of their messages, and where the relation id follows (unsigned 32-bit, network order).
 _ROW_KINDS = frozenset(b"IUD")
@@ -371,7 +378,7 @@ class _LogReader:
         options = {**STREAM_OPTIONS, "publication_names": replication_stream.quoted_names([self.pg_publication])}
         waited_until = time.monotonic() + SLOT_BUSY_SECONDS
         while True:
-            conn = connections.connect(self.pub_conninfo, "publisher", autocommit=True, replication="database")
+            conn = self._replication_connection()
             try:
                 self.stream = replication_stream.SlotStream(conn, self.slot, options)
                 return
@@ -390,6 +397,22 @@ class _LogReader:
             except BaseException:
                 conn.close()
                 raise
+
+    def _replication_connection(self) -> psycopg.Connection[Any]:
+        """A logical replication connection to the publisher; refused for the login (no
+        ``REPLICATION`` attribute) or for want of a WAL sender: a message that says so."""
+        try:
+            return connections.connect(self.pub_conninfo, "publisher", autocommit=True, replication="database")
+        except ConnectionFailed as exc:
+            refusal = _WALSENDER_REFUSAL.search(str(exc))
+            if refusal is None:
+                raise
+            raise ConnectionFailed(
+                f"the publisher ({connections.describe(self.pub_conninfo)}) refused the Log Reader's replication "
+                f"connection: {refusal.group(0)}. The Log Reader streams the slot over a logical replication "
+                f"connection: its login needs the REPLICATION attribute (ALTER ROLE ... REPLICATION), and the "
+                f"publisher a free WAL sender (max_wal_senders)"
+            ) from None
 
     def close_stream(self, cleanly: bool) -> None:
         """End the stream: ``cleanly``, the server takes in the last confirmation and lets go of
