@@ -160,3 +160,36 @@ def test_a_login_without_replication_is_told_what_the_log_reader_needs(env, spar
     read, delivered = cycle(topo)
     assert read["transactions"] == delivered["transactions"] == 1
     assert_in_sync(topo)
+
+
+def test_a_batch_whose_commit_fails_fails_the_run_and_the_next_run_stores_the_rest_once(env, spark, monkeypatch):
+    """A batch commits on its own connection while the next one is read: a failed commit fails
+    the run (the batch being written is dropped), the batches before it stay, and the slot is
+    never confirmed past what was committed."""
+    topo = snapshotted_items(env, spark, 100)
+    for i in range(60):
+        env.run(env.pub, "UPDATE items SET grp = grp + 1 WHERE id = %s", (i + 1,))
+    commit = log_reader_agent._StoredBatch.commit
+
+    def failing(self):
+        if self.batch.number == 3:
+            raise psycopg.errors.DiskFull("could not extend file: No space left on device")
+        commit(self)
+
+    monkeypatch.setattr(log_reader_agent._StoredBatch, "commit", failing)
+    with pytest.raises(psycopg.errors.DiskFull):
+        log_reader_agent.run_log_reader(topo, "p", batch_changes=20)
+    monkeypatch.undo()
+    stored = env.rows(env.dist, "SELECT count(*) FROM airflow_repl.transactions")[0][0]
+    assert 0 < stored < 60  # the first two batches
+    confirmed = env.rows(env.pub, SLOT)[0][2]
+    last = env.rows(env.dist, "SELECT max(end_lsn) FROM airflow_repl.transactions")[0][0]
+    assert confirmed <= last  # not past what the distributor holds
+    again = log_reader_agent.run_log_reader(topo, "p", batch_changes=20)
+    assert stored + again["transactions"] == 60
+    assert env.rows(
+        env.dist, "SELECT count(*), count(DISTINCT xact_seqno), sum(command_count) FROM airflow_repl.transactions"
+    ) == [(60, 60, 60)]
+    assert env.rows(env.dist, "SELECT count(*) FROM airflow_repl.commands") == [(60,)]
+    cycle(topo)
+    assert_in_sync(topo)

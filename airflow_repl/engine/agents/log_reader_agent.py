@@ -31,6 +31,7 @@ import json
 import re
 import struct
 import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -248,6 +249,14 @@ class _TxnWriter:
         distdb.copy_transactions(self.dist, self.transactions)
         self.transactions = []
 
+    def hand_off(self, dist: psycopg.Connection[Any]) -> tuple[distdb.CommandCopy | None, list[distdb.TransactionRow]]:
+        """The batch's open COPY and its queued transaction rows, for another thread to finish on
+        the batch's connection; the next batch is written on ``dist``."""
+        self.flush()
+        handed = self.copy, self.transactions
+        self.copy, self.transactions, self.dist = None, [], dist
+        return handed
+
     def flush(self) -> None:
         """Send the buffered command lines on the open COPY (opened by the first)."""
         if self.buffer:
@@ -325,11 +334,40 @@ class _Batch:
         return self.relmaps[relid]
 
 
+@dataclass
+class _StoredBatch:
+    """A batch whose lines are all sent on its own distributor connection: the rest of its
+    distributor transaction, finished by the committer thread while the next batch is read."""
+
+    batch: _Batch
+    end_lsn: int
+    heard: int  # the server's position heard before the batch was stored (confirmed with it)
+    publication: str
+    conn: psycopg.Connection[Any]
+    copy: distdb.CommandCopy | None
+    transactions: list[distdb.TransactionRow]
+    definitions: list[ResolvedArticle]
+    change_ids: list[int]
+
+    def commit(self) -> None:
+        """End the COPY of its commands, write its transaction rows, the article definitions its
+        schema changes made, its tracer tokens and the read position, and commit."""
+        if self.copy is not None:
+            self.copy.end()
+        distdb.copy_transactions(self.conn, self.transactions)
+        for article in self.definitions:
+            distdb.save_article_definition(self.conn, article)
+        progress.record_read(self.conn, self.batch.tokens)
+        if self.batch.last_commit is not None:
+            distdb.save_read_position(self.conn, self.publication, self.batch.last_commit, lsn.int_to_lsn(self.end_lsn))
+        self.conn.commit()
+
+
 class _LogReader:
     """One run of the Log Reader: the publication's slot, articles and the run's totals."""
 
     def __init__(self, run: AgentRun, topology: Topology, publication: str) -> None:
-        self.run, self.publication = run, publication
+        self.run, self.publication, self.topology = run, publication, topology
         run.step = "connecting"
         self.dist = run.connect(topology.distributor.require("distributor"), "distributor")
         self.pub = run.connect(topology.publisher.require("publisher"), "publisher")
@@ -348,6 +386,11 @@ class _LogReader:
         self.changed: dict[str, ResolvedArticle] = {}  # definitions changed by this batch's schema changes
         self.change_ids: list[int] = []  # the batch's schema changes, forgotten at the publisher once stored
         self.totals: dict[str, Any] = {"transactions": 0, "commands": 0, "batches": 0, "last_xact_seqno": None}
+        self.batches_stored = 0  # handed to the committer (the totals count them once committed)
+        #: a stored batch whose distributor transaction the committer thread finishes (one at a time)
+        self.committer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="airflow-repl-logreader-commit")
+        self.in_flight: tuple[Future[None], _StoredBatch] | None = None
+        self.lines: progress_lines.Lines | None = None  # the run's progress lines, one when due after a settled batch
 
     def check_slot(self) -> None:
         """The publication's slot exists (the Snapshot Agent creates it)."""
@@ -366,7 +409,11 @@ class _LogReader:
         the next run takes the rest)."""
         self.read_upto = distdb.last_read_lsn(self.dist, self.publication)
         self.dist.commit()
-        self.writer = _TxnWriter(self.dist, self.publication, chunk, command_lines.row_line())
+        # batches alternate between two connections of their own: one commits while the next is written
+        conninfo = self.topology.distributor.require("distributor")
+        first = self.run.connect(conninfo, "distributor")
+        self.spare = self.run.connect(conninfo, "distributor")
+        self.writer = _TxnWriter(first, self.publication, chunk, command_lines.row_line())
         self.new_bound()
         self.open_stream()
 
@@ -449,7 +496,7 @@ class _LogReader:
     def read_batch(self, batch_changes: int) -> _Batch:
         """Read up to ``batch_changes`` messages (whole transactions) from the stream into the
         writer; nothing once the run's bound is reached."""
-        batch = _Batch(self.totals["batches"] + 1, relations=self.relations, relmaps=self.relmaps)
+        batch = _Batch(self.batches_stored + 1, relations=self.relations, relmaps=self.relmaps)
         self.run.step = f"reading batch {batch.number} from the slot"
         try:
             if not self.at_bound:
@@ -603,7 +650,7 @@ class _LogReader:
         xact = lsn.int_to_lsn(final_lsn)
         if final_lsn <= self.read_upto:
             self.writer.end_copy()  # the distributor is asked
-            batch.skip = distdb.transaction_stored(self.dist, self.publication, xact)
+            batch.skip = distdb.transaction_stored(self.writer.dist, self.publication, xact)
         else:
             batch.skip = False
         self.writer.begin(xact, xid)
@@ -625,28 +672,67 @@ class _LogReader:
         self.writer.begin(None)
 
     def store(self, batch: _Batch, end_lsn: int) -> None:
-        """Write the batch and the read position in one distributor transaction, and commit."""
+        """Hand the batch, with its article definitions, tokens and the read position, to the
+        committer thread, which finishes its distributor transaction and commits while the next
+        batch is read (on the other connection).  The batch before is settled first
+        (:meth:`settle`): batches commit in order."""
         self.run.step = f"storing batch {batch.number} in the distribution database"
-        self.writer.flush_batch()
-        for article in self.changed.values():
-            distdb.save_article_definition(self.dist, article)
-        self.changed = {}
-        progress.record_read(self.dist, batch.tokens)
-        if batch.last_commit is not None:
-            distdb.save_read_position(self.dist, self.publication, batch.last_commit, lsn.int_to_lsn(end_lsn))
-            self.totals["last_xact_seqno"] = batch.last_commit
-        self.dist.commit()
+        conn = self.writer.dist
+        self.writer.flush()
+        self.settle()
+        copy, transactions = self.writer.hand_off(self.spare)
+        self.spare = conn
+        work = _StoredBatch(
+            batch,
+            end_lsn,
+            self.heard,
+            self.publication,
+            conn,
+            copy,
+            transactions,
+            list(self.changed.values()),
+            self.change_ids,
+        )
+        self.changed, self.change_ids = {}, []
+        self.in_flight = (self.committer.submit(work.commit), work)
+        self.batches_stored += 1
 
-    def confirm(self, batch: _Batch, end_lsn: int) -> None:
-        """Confirm to the server that everything read is stored (never before it is committed at
-        the distributor): the slot moves there, and the publisher may drop the WAL before it."""
-        assert self.stream is not None  # opened by load_state
-        self.stream.confirm(max(end_lsn, self.heard))
-        publisher_state.forget_schema_changes(self.pub, self.change_ids)
-        self.pub.commit()
-        self.change_ids = []
-        self.totals["transactions"] += batch.transactions
+    def settle(self) -> None:
+        """Wait for the batch being committed (its error, if any, is raised here), then confirm
+        it to the server: never before it is committed at the distributor, the slot moves to its
+        end, and the publisher may drop the WAL before it."""
+        if self.in_flight is None:
+            return
+        (future, work), self.in_flight = self.in_flight, None
+        self.run.step = f"storing batch {work.batch.number} in the distribution database"
+        try:
+            future.result()
+        except BaseException as exc:
+            self.writer.abort_copy(exc)  # the next batch's, on the other connection: nothing of it is stored
+            raise
+        self.confirm(work)
+        if work.batch.last_commit is not None:
+            self.totals["last_xact_seqno"] = work.batch.last_commit
+        self.totals["transactions"] += work.batch.transactions
         self.totals["batches"] += 1
+        if self.lines is not None:
+            self.report(self.lines, work.end_lsn)
+
+    def confirm(self, work: _StoredBatch) -> None:
+        """Confirm a committed batch to the server, and forget the schema changes it stored."""
+        assert self.stream is not None  # opened by load_state
+        self.stream.confirm(max(work.end_lsn, work.heard))
+        publisher_state.forget_schema_changes(self.pub, work.change_ids)
+        self.pub.commit()
+
+    def abandon(self) -> None:
+        """A failed run: wait for the committer thread to let go of its connection (its error is
+        the run's to report, if the run has none) and stop it."""
+        if self.in_flight is not None:
+            future, _ = self.in_flight
+            self.in_flight = None
+            wait([future])
+        self.committer.shutdown(wait=True)
 
     def report(self, lines: progress_lines.Lines, end_lsn: int) -> None:
         """A progress line, when one is due: what the run read, and the LSN it reached against
@@ -663,9 +749,10 @@ class _LogReader:
         )
 
     def confirm_idle(self) -> None:
-        """Nothing more of this publication committed up to where the run stops: confirm where
-        the server has decoded to, so that a busy publisher's WAL of unpublished tables is not
-        kept forever."""
+        """Nothing more of this publication committed up to where the run stops: once the last
+        batch is settled, confirm where the server has decoded to, so that a busy publisher's WAL
+        of unpublished tables is not kept forever."""
+        self.settle()
         assert self.stream is not None  # opened by load_state
         self.stream.confirm(self.heard)
 
@@ -691,6 +778,7 @@ def run_log_reader(
     with AgentRun(AGENT, publication) as run:
         lines = progress_lines.Lines(run)  # its interval checked before anything changes
         reader = _LogReader(run, topology, publication)
+        reader.lines = lines
         run.lock(reader.dist)
         reader.check_slot()
         run.begin(reader.dist)
@@ -699,7 +787,8 @@ def run_log_reader(
         try:
             reader.load_state(chunk)
             with continuous_mode.Loop(opts, run, totals) as loop:
-                _read_loop(reader, loop, lines, batch_changes, max_batches)
+                _read_loop(reader, loop, batch_changes, max_batches)
+            reader.settle()
             run.step = "the end of the replication stream"
             reader.close_stream(cleanly=True)
         except psycopg.OperationalError as exc:
@@ -709,7 +798,8 @@ def run_log_reader(
                     f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
                 ) from None
             raise
-        finally:  # a failed run closes its stream before the failure is looked into
+        finally:  # a failed run closes its stream, and its committer lets go, before the failure is looked into
+            reader.abandon()
             reader.close_stream(cleanly=False)
         return run.succeed(loop.summary(totals))
 
@@ -717,15 +807,14 @@ def run_log_reader(
 def _read_loop(
     reader: _LogReader,
     loop: continuous_mode.Loop,
-    lines: progress_lines.Lines,
     batch_changes: int,
     max_batches: int | None,
 ) -> None:
     """Batch after batch up to the run's bound; a continuous run then takes a new bound (at
     once when the round stored transactions, else when the stream brings something or after
     ``poll_interval``)."""
-    totals, worked = reader.totals, False
-    while max_batches is None or totals["batches"] < max_batches:
+    worked = False
+    while max_batches is None or reader.batches_stored < max_batches:
         with gc_pause.paused():
             batch = reader.read_batch(batch_changes)
         if batch.last_end is None:
@@ -737,9 +826,7 @@ def _read_loop(
             reader.new_bound()
             worked = False
             continue
-        reader.store(batch, batch.last_end)  # durable at the distributor ...
-        reader.confirm(batch, batch.last_end)  # ... then confirmed to the server
-        reader.report(lines, batch.last_end)
+        reader.store(batch, batch.last_end)  # committed at the distributor, then confirmed to the server
         worked = worked or batch.transactions > 0
         if not loop.go_on():
             return
