@@ -42,8 +42,8 @@ def test_a_run_ends_with_its_slot_free_and_confirmed_past_what_it_stored(env, sp
     assert confirmed >= after >= last_end  # past the stored transactions and the unpublished work after them
     stream = _hold_slot(env)  # the next reader starts there: nothing is sent again
     stream.confirm(0, reply=True)
-    message = stream.next(5)
-    assert message is not None and message[1] is None  # a keepalive, no transaction
+    message = stream.fetch(5)
+    assert message is not None and message[0] == ord("k")  # a keepalive, no transaction
     stream.finish()
     stream.close()
     assert log_reader_agent.run_log_reader(topo, "p")["transactions"] == 0
@@ -90,8 +90,10 @@ def test_a_stream_answers_the_servers_requests_for_a_reply(env, spark, short_sen
     asked = 0
     started = time.monotonic()
     while time.monotonic() - started < 5:  # reading only: the replies are the stream's own
-        message = stream.next(0.2)
-        asked += message is not None
+        message = stream.fetch(0.2)
+        if message is not None:
+            stream.keepalive(message)
+            asked += 1
     assert asked >= 3  # a keepalive a second, each answered: the walsender is still there
     stream.finish()
     stream.close()

@@ -142,7 +142,7 @@ def as_engine_error(exc: Exception) -> Exception:
     carrying an engine error becomes that error; a lost connection becomes ConnectionLost."""
     exc = unwrap_spark_error(exc)
     if is_connection_loss(exc):
-        return ConnectionLost(f"lost a connection to a server ({_first_line(exc)}); run it again")
+        return ConnectionLost(f"lost a connection to a server ({first_line(exc)}); run it again")
     return exc
 
 
@@ -334,7 +334,7 @@ class AgentRun:
         if isinstance(exc, psycopg.errors.ObjectInUse):  # e.g. the slot, still held by a dying session
             return AgentBusy(
                 f"the {self.label} for {self.where()} found an object in use by another session "
-                f"during {self.step} ({exc.diag.message_primary or _first_line(exc)}); run it "
+                f"during {self.step} ({exc.diag.message_primary or first_line(exc)}); run it "
                 f"again when that session has ended"
             )
         if is_connection_loss(exc):
@@ -344,7 +344,7 @@ class AgentRun:
             if self.spark_role is not None:
                 return self._lost(*self.spark_role)
             return _Lost(
-                f"lost a connection during {self.step} of the {self.label} for {self.where()} ({_first_line(exc)})"
+                f"lost a connection during {self.step} of the {self.label} for {self.where()} ({first_line(exc)})"
             )
         if _is_spark_error(exc):
             return self._translate_spark(exc)
@@ -421,6 +421,6 @@ def _summary_line(summary: dict[str, Any]) -> str:
     return f"{', '.join(counts) or 'done'} in {summary.get('seconds', 0):.1f}s"
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__

@@ -48,7 +48,7 @@ from airflow_repl.engine.agents.change_mapping import (
     truncate_command,
     truncated_articles,
 )
-from airflow_repl.engine.agents.lifecycle import AgentRun, host_port
+from airflow_repl.engine.agents.lifecycle import AgentRun, first_line, host_port
 from airflow_repl.engine.articles.commands import SCHEMA, Command, OpCode
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import ConnectionFailed, NotInitialized, ReplError, ServerLost
@@ -794,8 +794,7 @@ def run_log_reader(
         except psycopg.OperationalError as exc:
             if reader.stream_lost():  # named: the run's other connections are all fine
                 raise ServerLost(
-                    f"lost the replication stream from the publisher ({host_port(reader.pub_conninfo)}): "
-                    f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
+                    f"lost the replication stream from the publisher ({host_port(reader.pub_conninfo)}): {first_line(exc)}"
                 ) from None
             raise
         finally:  # a failed run closes its stream, and its committer lets go, before the failure is looked into

@@ -35,10 +35,9 @@ XLOG_DATA = struct.Struct("!QQq")
 KEEPALIVE = struct.Struct("!QqB")
 #: Standby status update (``r``): written, flushed, applied, client clock, reply requested.
 STATUS = struct.Struct("!cQQQqB")
-_DATA, _KEEPALIVE = b"w"[0], b"k"[0]
-#: The kind byte of XLogData, and where its plugin message starts.
-XLOG_DATA_KIND, XLOG_DATA_HEADER = _DATA, 1 + XLOG_DATA.size
-_HEADER = XLOG_DATA_HEADER
+#: The kind byte of XLogData, and where its plugin message starts; the kind byte of a keepalive.
+XLOG_DATA_KIND, XLOG_DATA_HEADER = b"w"[0], 1 + XLOG_DATA.size
+_KEEPALIVE = b"k"[0]
 _DQ, _SQ = '"', "'"
 _PG_EPOCH_US = int(pgoutput.PG_EPOCH.timestamp()) * 1_000_000
 
@@ -75,9 +74,9 @@ def parse_message(data: memoryview) -> tuple[int, memoryview | None, bool]:
     """One message of the server: ``(wal_start, payload, False)`` for XLogData (the payload a
     view into ``data``), ``(wal_end, None, reply_requested)`` for a keepalive."""
     kind = data[0]
-    if kind == _DATA and len(data) >= _HEADER:
+    if kind == XLOG_DATA_KIND and len(data) >= XLOG_DATA_HEADER:
         start, _, _ = XLOG_DATA.unpack_from(data, 1)
-        return start, data[_HEADER:], False
+        return start, data[XLOG_DATA_HEADER:], False
     if kind == _KEEPALIVE and len(data) >= 1 + KEEPALIVE.size:
         wal_end, _, reply = KEEPALIVE.unpack_from(data, 1)
         return wal_end, None, bool(reply)
@@ -93,13 +92,12 @@ class SlotStream:
     """One ``START_REPLICATION`` of a logical slot, on a replication connection
     (``replication="database"``, autocommit) that it then owns.
 
-    :meth:`next` returns the server's messages one at a time: ``(lsn, payload)`` for a plugin
-    message (``lsn``: the WAL position the walsender gives it), or ``(wal_end, None)`` for a
-    keepalive; keepalives that ask for a reply are answered with the last confirmed position.
-    A payload is a view into the connection's buffer, valid until it is released: copy what
-    must outlive the next message.  A reader of many messages may take them raw, as
-    :meth:`fetch` does, from :attr:`pgconn` (``get_copy_data(1)``) after :meth:`take_pending`,
-    and give anything but XLogData to :meth:`keepalive`.
+    :meth:`fetch` returns the server's messages one at a time, as they came (a view into the
+    connection's buffer: copy what must outlive it); :func:`parse_message` reads XLogData, and
+    :meth:`keepalive` takes anything else, answering a keepalive that asks for a reply with the
+    last confirmed position.  A reader of many messages may take them straight from
+    :attr:`pgconn` (``get_copy_data(1)``), after :meth:`take_pending`, and call :meth:`fetch`
+    only when none is at hand.
     """
 
     def __init__(self, conn: psycopg.Connection[Any], slot: str, options: dict[str, str], start: int = 0) -> None:
@@ -116,15 +114,6 @@ class SlotStream:
         result = self.pgconn.get_result()
         if result is None or result.status != pq.ExecStatus.COPY_BOTH:
             raise self._error(result)
-
-    def next(self, timeout: float | None) -> tuple[int, memoryview | None] | None:
-        """The next message, or None when none came within ``timeout`` seconds (None: wait)."""
-        data = self.fetch(timeout)
-        if data is None:
-            return None
-        if data[0] == _DATA:
-            return parse_message(data)[:2]
-        return self.keepalive(data), None
 
     def fetch(self, timeout: float | None) -> memoryview | None:
         """The next message as it came (its kind byte first), or None when none came within
@@ -175,7 +164,7 @@ class SlotStream:
             data = self.fetch(max(deadline - time.monotonic(), 0.0))
             if data is None:
                 return False
-            if data[0] == _DATA:
+            if data[0] == XLOG_DATA_KIND:
                 self._pending = data
             else:
                 self.keepalive(data)
