@@ -1,7 +1,8 @@
 """Decoder for PostgreSQL's ``pgoutput`` logical replication protocol (version 1).
 
-The Log Reader Agent reads the slot with ``pg_logical_slot_peek_binary_changes``; each row of
-that function is one protocol message, decoded here.  Column values arrive in text format.
+The Log Reader Agent streams the slot (:mod:`~airflow_repl.engine.postgres.replication_stream`);
+each XLogData message of the stream carries one protocol message, decoded here.  Column values
+arrive in text format.
 See "Logical Replication Message Formats" in the PostgreSQL manual.
 """
 
