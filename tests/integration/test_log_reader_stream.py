@@ -195,3 +195,28 @@ def test_a_batch_whose_commit_fails_fails_the_run_and_the_next_run_stores_the_re
     assert env.rows(env.dist, "SELECT count(*) FROM airflow_repl.commands") == [(60,)]
     cycle(topo)
     assert_in_sync(topo)
+
+
+def test_the_end_a_raw_reader_meets_raises_the_servers_own_error(env, spark):
+    """The Log Reader takes messages straight from the connection; when that says the server
+    ended the stream, the stream raises the error the server ended it with (not "no COPY in
+    progress") and counts as ended, so the run names the publisher."""
+    snapshotted_items(env, spark, 10)
+    stream = _hold_slot(env)
+    walsender = "SELECT pid FROM pg_stat_activity WHERE backend_type = 'walsender' AND datname = current_database()"
+    env.run(env.pub, f"SELECT pg_terminate_backend(pid) FROM ({walsender}) w")
+    n, deadline = 0, time.monotonic() + 10
+    while time.monotonic() < deadline:  # as the reader's loop: get_copy_data(1) until it says -1
+        n, _ = stream.pgconn.get_copy_data(1)
+        if n < 0:
+            break
+        time.sleep(0.05)
+        try:
+            stream.pgconn.consume_input()
+        except psycopg.OperationalError:  # the closed socket; the error message before it is kept
+            pass
+    assert n == -1
+    with pytest.raises(psycopg.errors.AdminShutdown, match="terminating connection due to administrator command"):
+        stream.fetch(0.1, got=n)
+    assert stream.ended
+    stream.close()

@@ -521,8 +521,10 @@ class _LogReader:
         while True:
             if view is None:
                 n, view = get(1)
-                if n <= 0:  # none at hand: wait a little for one, else ask how far the server has decoded
-                    view = stream.fetch(QUIET_SECONDS)
+                if (
+                    n <= 0
+                ):  # none at hand (or the stream's end): wait a little for one, else ask how far the server has decoded
+                    view = stream.fetch(QUIET_SECONDS, got=n)
                     if view is None:
                         self._heard(None)
                         continue

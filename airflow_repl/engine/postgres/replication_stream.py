@@ -115,9 +115,12 @@ class SlotStream:
         if result is None or result.status != pq.ExecStatus.COPY_BOTH:
             raise self._error(result)
 
-    def fetch(self, timeout: float | None) -> memoryview | None:
+    def fetch(self, timeout: float | None, got: int = 0) -> memoryview | None:
         """The next message as it came (its kind byte first), or None when none came within
-        ``timeout`` seconds (None: wait)."""
+        ``timeout`` seconds (None: wait).  ``got``: what the caller's own ``get_copy_data`` just
+        returned (-1: the server ended the stream, which is raised with its error)."""
+        if got < 0:
+            self.end_of_stream()
         if self._pending is not None:
             data, self._pending = self._pending, None
             return data
@@ -126,9 +129,8 @@ class SlotStream:
             n, data = self.pgconn.get_copy_data(1)
             if n > 0:
                 return data
-            if n == -1:  # the server ended the stream: with an error, as a rule
-                self.ended = True
-                raise self._error(self.pgconn.get_result())
+            if n == -1:
+                self.end_of_stream()
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return None
@@ -139,6 +141,12 @@ class SlotStream:
             except psycopg.OperationalError:
                 self.ended = True
                 raise
+
+    def end_of_stream(self) -> None:
+        """``get_copy_data`` said the server ended the stream (-1): raise the error it ended it
+        with (as a rule), once; asking for copy data again would only say no copy is in progress."""
+        self.ended = True
+        raise self._error(self.pgconn.get_result())
 
     def take_pending(self) -> memoryview | None:
         """The message :meth:`wait` took, if any (a raw reader takes it first)."""
@@ -175,15 +183,13 @@ class SlotStream:
         there); ``reply``: ask for a keepalive at once (it says how far the server has decoded)."""
         self.confirmed = max(self.confirmed, position)
         self.pgconn.put_copy_data(status_message(self.confirmed, reply))
-        while self.pgconn.flush() == 1:
-            select.select([], [self.pgconn.socket], [])
+        self._flush()
 
     def finish(self) -> None:
         """End the stream cleanly: the last status update reaches the server, which releases the
         slot before it answers (so the slot is free when this returns)."""
         self.pgconn.put_copy_end()
-        while self.pgconn.flush() == 1:
-            select.select([], [self.pgconn.socket], [])
+        self._flush()
         while True:
             n, _ = self.pgconn.get_copy_data(1)
             if n == -1:
@@ -205,6 +211,11 @@ class SlotStream:
             message = self.pgconn.get_error_message(self.conn.info.encoding).strip()
             return psycopg.OperationalError(message or "the server ended the replication stream")
         return psycopg.errors.error_from_result(result, encoding=self.conn.info.encoding)
+
+    def _flush(self) -> None:
+        """Send what libpq holds for the server, waiting while the socket is full."""
+        while self.pgconn.flush() == 1:
+            select.select([], [self.pgconn.socket], [])
 
     def _wait_readable(self, timeout: float | None) -> bool:
         ready, _, _ = select.select([self.pgconn.socket], [], [], timeout)
