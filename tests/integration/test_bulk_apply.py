@@ -86,6 +86,36 @@ def test_scall_and_mcall_set_only_the_columns_the_batch_changed(env, spark):
     assert rows["b_call"] == (99, "n5", None)  # CALL sets every column, as one by one
 
 
+def test_scall_rows_changed_in_many_ways_keep_the_subscribers_other_columns(env, spark):
+    """One UPDATE per set of changed columns, or, past ``MASK_STATEMENTS`` sets, one by mask: both
+    set only what the batch changed (the subscriber's own values elsewhere stay), NULLs included,
+    and an UPDATE that changed nothing still finds its row.  Batches of one and two transactions,
+    most of them read ahead; the watermark counts every transaction once."""
+    env.run(
+        env.pub,
+        "CREATE TABLE b_wide (id int PRIMARY KEY, a int, b text, c int, d text[], note text);"
+        "INSERT INTO b_wide SELECT g, g, 'b' || g, g, ARRAY['d'], 'n' || g FROM generate_series(1, 50) g",
+    )
+    topo = env.topology([{"table": "public.b_wide", "upd_cmd": "SCALL"}], bulk_apply=True, commit_batch_size=2)
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    env.run(env.sub, "UPDATE b_wide SET note = 'local' || id")
+    ways = ["a = -a", "b = NULL", "c = 0, d = NULL", "a = 1, b = 'x', c = NULL", "d = ARRAY[NULL, 'q']", "a = a"]
+    rounds = [ways[:2], ways[2:4], ways, ways[::-1]]  # a batch of 4 sets (a statement each), then of 6 (by mask)
+    with psycopg.connect(env.pub) as conn:
+        for r, chosen in enumerate(rounds):
+            for w, way in enumerate(chosen):
+                conn.execute(f"UPDATE b_wide SET {way} WHERE id = {r * 10 + w + 1}")
+            conn.commit()
+    read, delivered = cycle(topo)
+    assert delivered["net_batches"] == delivered["commits"] == 2 and delivered["read_ahead_batches"] == 1
+    assert env.rows(env.sub, "SELECT transactions FROM airflow_repl.subscription_state") == [(read["transactions"],)]
+    columns = "id, a, b, c, d"
+    assert env.rows(env.sub, f"SELECT {columns} FROM b_wide ORDER BY id") == env.rows(
+        env.pub, f"SELECT {columns} FROM b_wide ORDER BY id"
+    )
+    assert env.rows(env.sub, "SELECT count(*) FROM b_wide WHERE note = 'local' || id") == [(50,)]
+
+
 def test_a_row_not_found_falls_back_and_fails_or_skips_exactly_as_without(env, spark):
     topo = _env(env, spark, {"b_call": {}})
     env.run(env.sub, "DELETE FROM b_call WHERE id = 9")

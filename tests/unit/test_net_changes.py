@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 from article_builder import text_article
 
@@ -74,11 +75,83 @@ def test_a_batch_is_prepared_without_a_connection():
     the batch before is applied); only execute() needs the subscriber."""
     prepared = bulk_apply.prepare([dele(3), upd(2, ["a", "b"], ["x", "b"]), ins(1, 'q"u\\ote', None)], ART)
     assert prepared.commands == 3
-    runs = [(op, params, expected) for _art, op, params, expected, _what in prepared.runs]
+    runs = [(op, columns, params, expected) for _art, op, columns, params, expected, _what in prepared.runs]
     assert runs == [
-        ("D", ["{null}", '{"3"}', "{null}", "{null}"], 1),
-        ("U", ["{null}", '{"2"}', '{"x"}', '{"b"}'], 1),  # CALL: every column (no mask)
-        ("I", ["{null}", '{"1"}', '{"q\\"u\\\\ote"}', "{null}"], 1),
+        ("D", (0,), ['{"3"}'], 1),  # the key only
+        ("U", (0, 1, 2), ['{"2"}', '{"x"}', '{"b"}'], 1),  # CALL: every column
+        ("I", (0, 1, 2), ['{"1"}', '{"q\\"u\\\\ote"}', "{null}"], 1),
     ]
     with pytest.raises(NotNetApplicable):
         bulk_apply.prepare([ins(1), ins(1)], ART)
+
+
+SCALL = {"t": text_article(("a", "b", "c"), update="SCALL")}
+
+
+def _supd(i, old, new):
+    return Command(UPDATE, "t", old=[str(i), *old], new=[str(i), *new])
+
+
+def _update_runs(cmds):
+    return [
+        (op, columns, params, expected)
+        for _art, op, columns, params, expected, _what in bulk_apply.prepare(cmds, SCALL).runs
+    ]
+
+
+def test_scall_updates_carry_only_the_key_and_the_columns_they_change_one_statement_per_set():
+    assert _update_runs(
+        [
+            _supd(1, ["a", "b", "c"], ["A", "b", "c"]),
+            _supd(2, ["a", "b", "c"], ["A2", "b", "c"]),
+            _supd(3, ["a", "b", "c"], ["a", "b", "C"]),
+            _supd(1, ["A", "b", "c"], ["A", "b", "c"]),  # changes nothing more
+        ]
+    ) == [
+        ("U", (1,), ['{"1","2"}', '{"A","A2"}'], 2),  # id and a
+        ("U", (3,), ['{"3"}', '{"C"}'], 1),  # id and c
+    ]
+
+
+def test_an_update_that_changed_nothing_is_still_one_row_to_find():
+    assert _update_runs([_supd(7, ["a", "b", "c"], ["a", "b", "c"])]) == [("U", (), ['{"7"}'], 1)]
+
+
+def test_more_sets_of_changed_columns_than_statements_update_by_mask_in_one():
+    sets = [["x", "b", "c"], ["a", "x", "c"], ["a", "b", "x"], ["x", "x", "c"], ["x", "b", "x"]]
+    assert len(sets) > bulk_apply.MASK_STATEMENTS
+    runs = _update_runs([_supd(i, ["a", "b", "c"], new) for i, new in enumerate(sets)])
+    assert runs == [
+        (
+            "M",
+            (0, 1, 2, 3),
+            [
+                '{"0100","0010","0001","0110","0101"}',
+                '{"0","1","2","3","4"}',
+                '{"x","a","a","x","x"}',
+                '{"b","x","b","x","b"}',
+                '{"c","c","x","c","x"}',
+            ],
+            5,
+        )
+    ]
+
+
+def test_the_composed_statements_kept_per_connection_are_bounded(monkeypatch):
+    """Rows changed in ever new sets of columns (a long continuous run) do not grow the cache of
+    composed statements without end."""
+
+    class Context:  # what composing needs of a connection: its adapters (no server)
+        adapters = psycopg.adapters
+        connection = None
+
+    context = Context()
+    monkeypatch.setattr(bulk_apply, "STATEMENTS_KEPT", 3)
+    art = SCALL["t"]
+    for cols in [(1,), (2,), (3,), (1, 2), (1, 3), (2, 3)]:
+        statement = bulk_apply._statement(context, art, "U", cols)  # type: ignore[arg-type]
+        assert statement.startswith('UPDATE "public"."t" AS t SET ') and len(bulk_apply._STATEMENTS[context]) <= 3
+    assert bulk_apply._statement(context, art, "U", (1, 3)) == (  # type: ignore[arg-type]
+        'UPDATE "public"."t" AS t SET "a" = s."c2"::text, "c" = s."c4"::text '
+        'FROM unnest(%s::text[], %s::text[], %s::text[]) AS s("c1", "c2", "c4") WHERE t."id" = s."c1"::integer'
+    )

@@ -424,11 +424,13 @@ class _Delivery:
         if self.ahead is not None:
             self.ahead.start(batch.last)  # the next batch, read and prepared while this one is applied
         n = chunks = 0
+        moved = False  # the watermark moved in the pipeline of the batch's statements
         try:
             if isinstance(batch.prepared, bulk_apply.NotNetApplicable):
                 raise batch.prepared
             if batch.prepared is not None:
-                n, chunks = bulk_apply.execute(self.streams.first, batch.prepared), 1
+                move = subscriber_state.watermark_move(self.publication, batch.last, len(batch.txns))
+                n, chunks, moved = bulk_apply.execute(self.streams.first, batch.prepared, [move]), 1, True
             commands = (cmd for _, _, cmd in applier.commands(rows, batch.article_rows()))
             while chunk := list(islice(commands, bulk_apply.CHUNK_COMMANDS)):
                 n += bulk_apply.apply(self.streams.first, chunk, applier.articles)
@@ -443,7 +445,7 @@ class _Delivery:
             bulk_apply.forget_tables(self.streams.first)
             self._check_watermark_unmoved(batch)
             return False
-        self._commit(batch, 1)
+        self._commit(batch, 1, moved)
         self._delivered(dist, batch.txns, n, defer=self._may_defer(batch))
         self.totals["net_batches"] = self.totals.get("net_batches", 0) + 1
         if chunks > 1:
@@ -466,10 +468,12 @@ class _Delivery:
             return apply_pipelined(self.streams.first, applier, shares[0])
         return apply_parallel(self.streams.conns, applier, shares)
 
-    def _commit(self, batch: _Batch, used: int) -> None:
-        """Commit the batch's changes and the watermark together: exactly once.  Over several
-        streams that is a two-phase commit of the streams the batch used."""
-        subscriber_state.set_watermark(self.streams.first, self.publication, batch.last, len(batch.txns))
+    def _commit(self, batch: _Batch, used: int, moved: bool = False) -> None:
+        """Commit the batch's changes and the watermark together (``moved``: the watermark was
+        moved already, in the batch's transaction): exactly once.  Over several streams that is
+        a two-phase commit of the streams the batch used."""
+        if not moved:
+            subscriber_state.set_watermark(self.streams.first, self.publication, batch.last, len(batch.txns))
         if used == 1:
             self.streams.first.commit()
         else:

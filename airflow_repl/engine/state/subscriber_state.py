@@ -239,7 +239,13 @@ def watermark(conn: psycopg.Connection, publication: str) -> str | None:
 def set_watermark(conn: psycopg.Connection, publication: str, xact: str, transactions: int) -> None:
     """Move the watermark to ``xact``, ``transactions`` more applied; in the caller's
     transaction, which commits it together with the changes applied (exactly once)."""
-    conn.execute(
+    conn.execute(*watermark_move(publication, xact, transactions))
+
+
+def watermark_move(publication: str, xact: str, transactions: int) -> tuple[str, tuple[str, int, str]]:
+    """The statement of :func:`set_watermark` and its parameters, for a caller that sends it
+    with others (in one pipeline)."""
+    return (
         "UPDATE airflow_repl.subscription_state SET xact_seqno = %s, "
         "transactions = transactions + %s, updated_at = now() WHERE publication = %s",
         (xact, transactions, publication),

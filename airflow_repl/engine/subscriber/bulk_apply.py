@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import re
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, count
 from operator import ne
+from typing import Any
 
 import orjson
 import psycopg
@@ -153,10 +154,18 @@ class Prepared:
     commands: int  # how many commands it nets
 
 
-#: One set-based statement to run: the article, which one (``"D"``, ``"U"``, ``"I"``), its
-#: parameters (one text array literal per column of ``s``, :func:`array_literal`), the rows it
-#: must find, and what it is (for the message when it finds another number).
-_PreparedRun = tuple[ResolvedArticle, str, list[str], int, str]
+#: One set-based statement to run (:func:`_statement`): the article, which one (``"D"``,
+#: ``"U"``, ``"I"``, or ``"M"``: an UPDATE of the columns each row's mask names), the article's
+#: columns it carries (in ``s``, one array each), its parameters (a text array literal per
+#: column of ``s``, :func:`array_literal`; ``"M"``'s mask array first), the rows it must find,
+#: and what it is (for the message when it finds another number).
+_PreparedRun = tuple[ResolvedArticle, str, tuple[int, ...], list[str], int, str]
+
+#: SCALL and MCALL update only the columns the batch changed: one UPDATE per set of changed
+#: columns, carrying only the key and those columns, for up to this many sets per article and
+#: batch; a batch with more sets (rows changed in many different ways) updates them all with one
+#: statement that picks each column by the row's mask.
+MASK_STATEMENTS = 4
 
 
 def prepare(commands: Sequence[Command], articles: dict[str, ResolvedArticle]) -> Prepared:
@@ -165,17 +174,20 @@ def prepare(commands: Sequence[Command], articles: dict[str, ResolvedArticle]) -
     return Prepared([run for name, keys in plan.items() if keys for run in _runs(articles[name], keys)], len(commands))
 
 
-def execute(conn: psycopg.Connection, prepared: Prepared) -> int:
+def execute(conn: psycopg.Connection, prepared: Prepared, then: Sequence[tuple[str, Sequence[Any]]] = ()) -> int:
     """Apply a prepared net change on ``conn`` (no commit); returns how many commands it nets.
     Every statement is sent in one pipeline (one round trip), in article order and per article
-    DELETE, UPDATE, INSERT; the server runs them in that order, and the rows each found are
-    checked when all have run (NotNetApplicable: the caller rolls back)."""
-    if prepared.runs:
+    DELETE, UPDATE, INSERT, followed by the statements ``then`` (e.g. the watermark's move); the
+    server runs them in that order, and the rows each set-based statement found are checked when
+    all have run (NotNetApplicable: the caller rolls back)."""
+    if prepared.runs or then:
         with conn.pipeline():
             sent = [
-                (conn.execute(_statement(conn, art, op), params), expected, what)
-                for art, op, params, expected, what in prepared.runs
+                (conn.execute(_statement(conn, art, op, columns), params), expected, what)
+                for art, op, columns, params, expected, what in prepared.runs
             ]
+            for query, params in then:
+                conn.execute(query, params)
         for cur, expected, what in sent:
             if cur.rowcount != expected:
                 raise NotNetApplicable(f"{what} affected {cur.rowcount} rows, not {expected}")
@@ -183,36 +195,50 @@ def execute(conn: psycopg.Connection, prepared: Prepared) -> int:
 
 
 def _runs(art: ResolvedArticle, keys: dict[Key, _Key]) -> list[_PreparedRun]:
-    """The article's DELETE, UPDATE and INSERT (those with rows), each with its rows as
-    parameters: per column of ``s`` (the mask, then the article's columns) one text array."""
+    """The article's DELETE, UPDATEs and INSERT (those with rows), each with its rows as
+    parameters: one text array per column it carries."""
     masked = _masked(art)
-    rows: dict[str, list[list[str | None]]] = {"D": [], "U": [], "I": []}
+    every = tuple(range(len(art.column_names)))
+    deletes: list[Key] = []
+    inserts: list[Values] = []
+    updates: dict[tuple[int, ...], list[Values]] = {}  # the columns they set -> final images
     for key, state in keys.items():
-        for op, row in _rows(key, state, art, masked):
-            rows[op].append(row)
+        final = state.final
+        if state.existed and (state.deleted or final is None):
+            deletes.append(key)
+        if final is None:
+            continue
+        if not state.existed or state.deleted:
+            inserts.append(final)
+        else:
+            updates.setdefault(tuple(sorted(state.changed)) if masked else every, []).append(final)
     out: list[_PreparedRun] = []
-    for op, what in (("D", "DELETE"), ("U", "UPDATE"), ("I", "INSERT")):
-        if rows[op]:
-            columns = [array_literal(column) for column in zip(*rows[op], strict=True)]
-            out.append((art, op, columns, len(rows[op]), f"{what} of article {art.name!r}"))
+    if deletes:
+        pk = tuple(art.pk_positions)
+        out.append((art, "D", pk, _arrays(deletes, range(len(pk))), len(deletes), f"DELETE of article {art.name!r}"))
+    if masked and len(updates) > MASK_STATEMENTS:
+        rows = [row for group in updates.values() for row in group]
+        masks = [_mask(cols, len(every)) for cols, group in updates.items() for _ in group]
+        params = [array_literal(masks), *_arrays(rows, every)]
+        out.append((art, "M", every, params, len(rows), f"UPDATE of article {art.name!r}"))
+    else:
+        for cols, rows in updates.items():
+            params = _arrays(rows, _carried(art, "U", cols))
+            out.append((art, "U", cols, params, len(rows), f"UPDATE of article {art.name!r}"))
+    if inserts:
+        out.append((art, "I", every, _arrays(inserts, every), len(inserts), f"INSERT of article {art.name!r}"))
     return out
 
 
-def _rows(key: Key, state: _Key, art: ResolvedArticle, masked: bool) -> list[tuple[str, list[str | None]]]:
-    """The rows of ``s`` for one key: (op, [mask, column values...])."""
-    n = len(art.column_names)
-    pk_row: list[str | None] = [None] * n
-    for value, i in zip(key, art.pk_positions, strict=True):
-        pk_row[i] = value
-    out: list[tuple[str, list[str | None]]] = []
-    if state.existed and (state.deleted or state.final is None):
-        out.append(("D", [None, *pk_row]))
-    if state.final is not None and state.existed and not state.deleted:
-        mask = "".join("1" if i in state.changed else "0" for i in range(n)) if masked else None
-        out.append(("U", [mask, *state.final]))
-    if state.final is not None and (not state.existed or state.deleted):
-        out.append(("I", [None, *state.final]))
-    return out
+def _arrays(rows: Sequence[Sequence[str | None]], positions: Iterable[int]) -> list[str]:
+    """Per position, the rows' values there as one text array literal."""
+    return [array_literal([row[i] for row in rows]) for i in positions]
+
+
+def _mask(cols: tuple[int, ...], n: int) -> str:
+    """The columns an UPDATE sets as a string of ``0`` and ``1`` (column k: character k)."""
+    chosen = set(cols)
+    return "".join("1" if i in chosen else "0" for i in range(n))
 
 
 def array_literal(values: Sequence[str | None]) -> str:
@@ -230,13 +256,24 @@ def array_literal(values: Sequence[str | None]) -> str:
 _ARRAY_ESCAPE = re.compile(r'["\\]')
 
 
-#: An article's set-based statements by what they do (``"D"``, ``"U"``, ``"I"``), composed once per
-#: connection and article definition.
-_Statements = dict[str, str]
+def _carried(art: ResolvedArticle, op: str, columns: tuple[int, ...]) -> tuple[int, ...]:
+    """The article's columns a statement's rows carry, in the order of its arrays: a DELETE's
+    the key's (in key order), an UPDATE of some columns the key's and those (in table order), the
+    others every column."""
+    if op == "U":
+        return tuple(sorted({*art.pk_positions, *columns}))
+    return columns
 
 
-#: Per connection, the statements of each article (by definition digest) it applied.
-_STATEMENTS: weakref.WeakKeyDictionary[psycopg.Connection, dict[str, _Statements]] = weakref.WeakKeyDictionary()
+#: At most this many composed statements are kept per connection (sets of changed columns may
+#: be many over a long run).
+STATEMENTS_KEPT = 512
+
+#: Per connection, the set-based statements it ran, by article definition (digest), what they
+#: do and the columns they set: composed once.
+_STATEMENTS: weakref.WeakKeyDictionary[psycopg.Connection, dict[tuple[str, str, tuple[int, ...]], str]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def forget_tables(conn: psycopg.Connection) -> None:
@@ -250,21 +287,29 @@ def _masked(art: ResolvedArticle) -> bool:
     return update.method == Method.PROC and update.call_syntax in (CallSyntax.SCALL, CallSyntax.MCALL)
 
 
-def _statement(conn: psycopg.Connection, art: ResolvedArticle, op: str) -> str:
-    """The article's DELETE (``"D"``), UPDATE (``"U"``) or INSERT (``"I"``) on ``conn``; ``s`` is
-    the statement's rows, from its array parameters."""
+def _statement(conn: psycopg.Connection, art: ResolvedArticle, op: str, columns: tuple[int, ...]) -> str:
+    """The article's DELETE (``"D"``), UPDATE of ``columns`` (``"U"``), UPDATE by mask (``"M"``)
+    or INSERT (``"I"``) on ``conn``; ``s`` is the statement's rows, from its array parameters."""
     made = _STATEMENTS.setdefault(conn, {})
-    if art.digest in made:
-        return made[art.digest][op]
-    names = sql.SQL(", ").join(sql.Identifier(f"c{i + 1}") for i in range(len(art.columns)))
-    arrays = sql.SQL(", ").join(sql.SQL("%s::text[]") for _ in range(len(art.columns) + 1))
-    source = sql.SQL("unnest({}) AS s(m, {})").format(arrays, names)
-    made[art.digest] = {
-        "D": _delete(art, source).as_string(conn),
-        "U": _update(art, source, _masked(art)).as_string(conn),
-        "I": _insert(art, source).as_string(conn),
-    }
-    return made[art.digest][op]
+    key = (art.digest, op, columns)
+    if key not in made:
+        if len(made) >= STATEMENTS_KEPT:  # rows changed in ever new sets of columns: start again
+            made.clear()
+        carried = _carried(art, op, columns)
+        names = [sql.Identifier(f"c{i + 1}") for i in carried]
+        if op == "M":
+            names.insert(0, sql.Identifier("m"))
+        arrays = sql.SQL(", ").join(sql.SQL("%s::text[]") for _ in names)
+        source = sql.SQL("unnest({}) AS s({})").format(arrays, sql.SQL(", ").join(names))
+        dest = sql.Identifier(art.dest_schema, art.dest_table)
+        if op == "D":
+            statement = sql.SQL("DELETE FROM {} AS t USING {} WHERE {}").format(dest, source, _key_match(art))
+        elif op == "I":
+            statement = _insert(art, dest, source)
+        else:
+            statement = _update(art, dest, source, columns, op == "M")
+        made[key] = statement.as_string(conn)
+    return made[key]
 
 
 def _value(art: ResolvedArticle, i: int) -> sql.Composable:
@@ -278,31 +323,29 @@ def _key_match(art: ResolvedArticle) -> sql.Composable:
     )
 
 
-def _delete(art: ResolvedArticle, source: sql.Composable) -> sql.Composed:
-    dest = sql.Identifier(art.dest_schema, art.dest_table)
-    return sql.SQL("DELETE FROM {} AS t USING {} WHERE {}").format(dest, source, _key_match(art))
-
-
-def _update(art: ResolvedArticle, source: sql.Composable, masked: bool) -> sql.Composed:
-    dest = sql.Identifier(art.dest_schema, art.dest_table)
+def _update(
+    art: ResolvedArticle, dest: sql.Composable, source: sql.Composable, columns: tuple[int, ...], by_mask: bool
+) -> sql.Composed:
+    """SET the ``columns`` from ``s`` (none: the key to itself, so that the rows are still found
+    and updated, as an UPDATE that changed nothing is at the publisher), or by mask every column
+    to ``s``'s value where the row's mask has a ``1`` and to its own elsewhere."""
     sets = []
-    for i, name in enumerate(art.column_names):
-        col = sql.Identifier(name)
-        if masked:
+    for i in columns or art.pk_positions[:1]:
+        col = sql.Identifier(art.column_names[i])
+        if by_mask:
             sets.append(
                 sql.SQL("{} = CASE WHEN substr(s.m, {}, 1) = '1' THEN {} ELSE t.{} END").format(
                     col, sql.Literal(i + 1), _value(art, i), col
                 )
             )
         else:
-            sets.append(sql.SQL("{} = {}").format(col, _value(art, i)))
+            sets.append(sql.SQL("{} = {}").format(col, _value(art, i) if columns else sql.SQL("t.{}").format(col)))
     return sql.SQL("UPDATE {} AS t SET {} FROM {} WHERE {}").format(
         dest, sql.SQL(", ").join(sets), source, _key_match(art)
     )
 
 
-def _insert(art: ResolvedArticle, source: sql.Composable) -> sql.Composed:
-    dest = sql.Identifier(art.dest_schema, art.dest_table)
+def _insert(art: ResolvedArticle, dest: sql.Composable, source: sql.Composable) -> sql.Composed:
     cols = sql.SQL(", ").join(sql.Identifier(c) for c in art.column_names)
     values = sql.SQL(", ").join(_value(art, i) for i in range(len(art.column_names)))
     return sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}").format(dest, cols, values, source)
