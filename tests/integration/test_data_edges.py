@@ -39,6 +39,7 @@ from airflow_repl.engine.postgres import connections, lsn, pgoutput
 from airflow_repl.engine.postgres.quoting import ident
 from airflow_repl.engine.provisioning import deploy
 from airflow_repl.engine.state import distdb
+from airflow_repl.engine.subscriber import validation
 
 # ---------------------------------------------------------------------- edge values
 #: one character of every Unicode plane (0-16), plus BMP specials
@@ -1006,7 +1007,7 @@ def test_subscriber_database_settings_do_not_change_values(env, spark):
 
 
 def test_distribution_database_in_another_encoding_is_refused_before_anything_changes(env, spark):
-    """Commands hold values as jsonb, which a LATIN1 distribution database cannot store for
+    """Commands hold values as JSON, which a LATIN1 distribution database cannot store for
     characters outside LATIN1 (the Log Reader used to stop there, for good): such a database is
     refused when the topology is applied, before the publisher is touched."""
     name = "latin1d_" + env.databases[0][1]
@@ -1021,3 +1022,29 @@ def test_distribution_database_in_another_encoding_is_refused_before_anything_ch
         snapshot_agent.run_snapshot(env.topology(["u"]), "p", spark)
     assert env.rows(env.pub, "SELECT count(*) FROM pg_publication") == [(0,)]
     assert env.rows(env.pub, "SELECT relreplident FROM pg_class WHERE relname = 'u'") == [("d",)]
+
+
+def test_a_distribution_database_with_the_earlier_jsonb_commands_delivers_every_edge_value(env, spark):
+    """Commands are stored as ``json`` (the text as the Log Reader wrote it); a distribution
+    database made by an earlier airflow-repl has ``jsonb`` there, which the agents read alike:
+    every edge value of one style's tables (TOASTed values, odd and 63-byte names, wide tables,
+    partitions) arrives through either."""
+    with psycopg.connect(env.pub) as conn:
+        conn.execute(tables_ddl("default"))
+        load_initial(conn, "default")
+    topo = env.topology(
+        [{"table": f"{schema_name('default')}.{t}", "name": article_name("default", t)} for t in TABLES]
+    )
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    assert env.rows(
+        env.dist,
+        "SELECT atttypid::regtype::text FROM pg_attribute "
+        "WHERE attrelid = 'airflow_repl.commands'::regclass AND attname = 'data'",
+    ) == [("json",)]
+    env.run(env.dist, "ALTER TABLE airflow_repl.commands ALTER COLUMN data TYPE jsonb")
+    make_changes(env.pub, "default")
+    read = log_reader_agent.run_log_reader(topo, "p")
+    delivered = distribution_agent.run_distribution(topo, "p", "sub1")
+    assert read["transactions"] >= 9 and delivered["transactions"] == read["transactions"]
+    report = validation.compare(topo, "p", "sub1")
+    assert report and all(r["match"] for r in report), validation.format_report(report)

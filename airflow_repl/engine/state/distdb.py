@@ -96,7 +96,10 @@ CREATE TABLE IF NOT EXISTS airflow_repl.commands (
     command_id      integer NOT NULL,
     article         text NOT NULL,
     op              text NOT NULL CHECK (op IN ('I', 'U', 'D', 'T')),
-    data            jsonb NOT NULL,
+    -- the command's JSON as the Log Reader wrote it: json, not jsonb, stores and returns the
+    -- text as it is (a distribution database made by an earlier airflow-repl has jsonb here,
+    -- which works the same, slower)
+    data            json NOT NULL,
     PRIMARY KEY (publication, xact_seqno, command_id)
 );
 -- columns added after the first release of a table: keep older distribution databases current
@@ -237,7 +240,7 @@ CREATE TABLE IF NOT EXISTS airflow_repl.cleanup_state (
 
 
 def check_encoding(conn: psycopg.Connection) -> None:
-    """Commands hold replicated values as JSON (``jsonb``), which a database in another encoding
+    """Commands hold replicated values as JSON, which a database in another encoding
     than UTF8 cannot store for characters outside its character set: refuse such a
     distribution database up front, naming it and the fix."""
     dbname, encoding = _one(
@@ -990,7 +993,7 @@ def batch_commands(
     server-side cursor as they are consumed (:data:`COMMANDS_QUERY`); close the generator to
     close the cursor early."""
     with conn.cursor(name="airflow_repl_cmds") as cur:
-        cur.adapters.register_loader("jsonb", _CommandLoader)
+        _load_commands(cur)
         cur.itersize = 2000
         cur.execute(COMMANDS_QUERY, (publication, first, last))
         yield from cur
@@ -1000,7 +1003,7 @@ def batch_commands_list(conn: psycopg.Connection, publication: str, first: str, 
     """The commands of :func:`batch_commands`, read in one round trip (a caller that holds the
     whole batch in memory anyway)."""
     with conn.cursor() as cur:
-        cur.adapters.register_loader("jsonb", _CommandLoader)
+        _load_commands(cur)
         return cur.execute(COMMANDS_QUERY, (publication, first, last)).fetchall()
 
 
@@ -1041,8 +1044,15 @@ class _JsonLoader(Loader):
     load = staticmethod(loads)
 
 
+def _load_commands(cur: psycopg.Cursor[Any]) -> None:
+    """Stored commands' JSON through :func:`load_command`, from a ``json`` column or from the
+    ``jsonb`` column of a distribution database made by an earlier airflow-repl."""
+    cur.adapters.register_loader("json", _CommandLoader)
+    cur.adapters.register_loader("jsonb", _CommandLoader)
+
+
 class _CommandLoader(Loader):
-    """``jsonb`` columns (text format) of the stored commands through :func:`load_command`:
+    """``json`` (and ``jsonb``) columns (text format) of the stored commands through :func:`load_command`:
     psycopg's own loader is ``json.loads`` with a Python call per value around it."""
 
     load = staticmethod(load_command)
