@@ -1,8 +1,8 @@
 """Net-change application of a batch (subscription option ``bulk_apply``): the batch's row
-changes collapsed to their net effect per key and applied with three set-based statements per
-article (DELETE ... USING, UPDATE ... FROM, INSERT ... SELECT) whose rows are their array
-parameters (``unnest``), all the batch's statements sent in one pipeline, instead of one
-statement (and one procedure call) per command.
+changes collapsed to their net effect per key and applied with set-based statements per article
+(a DELETE ... USING, an UPDATE ... FROM per set of changed columns, an INSERT ... SELECT) whose
+rows are their array parameters (``unnest``), all the batch's statements sent in one pipeline,
+instead of one statement (and one procedure call) per command.
 
 The batch commits with the watermark as one transaction either way, so nobody can see the
 difference in the subscriber's tables: every row ends exactly as applying the commands one by
