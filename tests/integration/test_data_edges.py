@@ -1025,8 +1025,9 @@ def test_distribution_database_in_another_encoding_is_refused_before_anything_ch
 
 
 def test_a_distribution_database_with_the_earlier_jsonb_commands_delivers_every_edge_value(env, spark):
-    """Commands are stored as ``json`` (the text as the Log Reader wrote it); a distribution
-    database made by an earlier airflow-repl has ``jsonb`` there, which the agents read alike:
+    """Commands and the transactions' article rows are stored as ``json`` (the text as the Log
+    Reader wrote it); a distribution database made by an earlier airflow-repl has ``jsonb``
+    there, which the agents read alike:
     every edge value of one style's tables (TOASTed values, odd and 63-byte names, wide tables,
     partitions) arrives through either."""
     with psycopg.connect(env.pub) as conn:
@@ -1039,9 +1040,11 @@ def test_a_distribution_database_with_the_earlier_jsonb_commands_delivers_every_
     assert env.rows(
         env.dist,
         "SELECT atttypid::regtype::text FROM pg_attribute "
-        "WHERE attrelid = 'airflow_repl.commands'::regclass AND attname = 'data'",
-    ) == [("json",)]
+        "WHERE (attrelid, attname) IN (('airflow_repl.commands'::regclass, 'data'), "
+        "('airflow_repl.transactions'::regclass, 'article_rows'))",
+    ) == [("json",), ("json",)]
     env.run(env.dist, "ALTER TABLE airflow_repl.commands ALTER COLUMN data TYPE jsonb")
+    env.run(env.dist, "ALTER TABLE airflow_repl.transactions ALTER COLUMN article_rows TYPE jsonb")
     make_changes(env.pub, "default")
     read = log_reader_agent.run_log_reader(topo, "p")
     delivered = distribution_agent.run_distribution(topo, "p", "sub1")

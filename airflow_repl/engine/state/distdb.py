@@ -86,7 +86,7 @@ CREATE TABLE IF NOT EXISTS airflow_repl.transactions (
     commit_time     timestamptz NOT NULL,
     end_lsn         pg_lsn NOT NULL,
     command_count   integer NOT NULL,
-    article_rows    jsonb NOT NULL DEFAULT '{}',  -- article -> rows the transaction changed
+    article_rows    json NOT NULL DEFAULT '{}',  -- article -> rows the transaction changed (jsonb before, read alike)
     entry_time      timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (publication, xact_seqno)
 );
@@ -103,7 +103,7 @@ CREATE TABLE IF NOT EXISTS airflow_repl.commands (
     PRIMARY KEY (publication, xact_seqno, command_id)
 );
 -- columns added after the first release of a table: keep older distribution databases current
-ALTER TABLE airflow_repl.transactions ADD COLUMN IF NOT EXISTS article_rows jsonb NOT NULL DEFAULT '{}';
+ALTER TABLE airflow_repl.transactions ADD COLUMN IF NOT EXISTS article_rows json NOT NULL DEFAULT '{}';
 -- the replication origin a transaction came from (a Queue Reader's: a subscriber's queued change)
 ALTER TABLE airflow_repl.transactions ADD COLUMN IF NOT EXISTS origin text;
 CREATE TABLE IF NOT EXISTS airflow_repl.logreader_state (
@@ -978,7 +978,8 @@ def pending_transactions(
     """Up to ``limit`` transactions of the publication after xact_seqno ``after``, in commit
     (LSN) order (:data:`BATCH_QUERY`)."""
     with conn.cursor() as cur:
-        cur.adapters.register_loader("jsonb", _JsonLoader)
+        cur.adapters.register_loader("json", _JsonLoader)
+        cur.adapters.register_loader("jsonb", _JsonLoader)  # a distribution database made by an earlier airflow-repl
         rows = cur.execute(BATCH_QUERY, (publication, after, limit)).fetchall()
     return [
         PendingTransaction(xact, count, article_rows or {}, commit_time, origin, bool(ddl))
@@ -1039,7 +1040,7 @@ _SCHEMA_KEY = re.compile(rb'"s":')
 
 
 class _JsonLoader(Loader):
-    """``jsonb`` columns (text format) through :func:`loads`."""
+    """``json`` and ``jsonb`` columns (text format) through :func:`loads`."""
 
     load = staticmethod(loads)
 
