@@ -91,6 +91,14 @@ def _insert_position(conn: psycopg.Connection) -> str:
     return str(lsn)
 
 
+def server_environment() -> dict[str, str]:
+    """The environment the sandbox's server programs run with: this process's, without the
+    ``PG*`` variables of a user's shell (``PGPASSWORD``, ``PGHOST``, ``PGSERVICE``, ...).  A
+    server's own connections (a native subscription's walreceiver, say) read libpq's variables
+    too, and ``PGPASSWORD`` would win over the passfile they are given."""
+    return {name: value for name, value in os.environ.items() if not name.startswith("PG")}
+
+
 class Sandbox:
     """A set of named PostgreSQL clusters under ``root``."""
 
@@ -114,7 +122,7 @@ class Sandbox:
         cmd = [str(self.bindir / args[0]), *args[1:]]
         if self.as_root:
             cmd = ["runuser", "-u", RUN_AS, "--", *cmd]
-        return subprocess.run(cmd, cwd="/", check=check, capture_output=True, text=True)
+        return subprocess.run(cmd, cwd="/", check=check, capture_output=True, text=True, env=server_environment())
 
     def _chown(self, path: Path) -> None:
         if self.as_root:
