@@ -1027,9 +1027,8 @@ def test_distribution_database_in_another_encoding_is_refused_before_anything_ch
 def test_a_distribution_database_with_the_earlier_jsonb_commands_delivers_every_edge_value(env, spark):
     """Commands and the transactions' article rows are stored as ``json`` (the text as the Log
     Reader wrote it); a distribution database made by an earlier airflow-repl has ``jsonb``
-    there, which the agents read alike:
-    every edge value of one style's tables (TOASTed values, odd and 63-byte names, wide tables,
-    partitions) arrives through either."""
+    there, which the agents read alike: every edge value of one style's tables (TOASTed values,
+    odd and 63-byte names, wide tables, partitions) arrives through either."""
     with psycopg.connect(env.pub) as conn:
         conn.execute(tables_ddl("default"))
         load_initial(conn, "default")

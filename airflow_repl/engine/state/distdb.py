@@ -978,8 +978,7 @@ def pending_transactions(
     """Up to ``limit`` transactions of the publication after xact_seqno ``after``, in commit
     (LSN) order (:data:`BATCH_QUERY`)."""
     with conn.cursor() as cur:
-        cur.adapters.register_loader("json", _JsonLoader)
-        cur.adapters.register_loader("jsonb", _JsonLoader)  # a distribution database made by an earlier airflow-repl
+        _read_json_with(cur, _JsonLoader)
         rows = cur.execute(BATCH_QUERY, (publication, after, limit)).fetchall()
     return [
         PendingTransaction(xact, count, article_rows or {}, commit_time, origin, bool(ddl))
@@ -994,7 +993,7 @@ def batch_commands(
     server-side cursor as they are consumed (:data:`COMMANDS_QUERY`); close the generator to
     close the cursor early."""
     with conn.cursor(name="airflow_repl_cmds") as cur:
-        _load_commands(cur)
+        _read_json_with(cur, _CommandLoader)
         cur.itersize = 2000
         cur.execute(COMMANDS_QUERY, (publication, first, last))
         yield from cur
@@ -1004,7 +1003,7 @@ def batch_commands_list(conn: psycopg.Connection, publication: str, first: str, 
     """The commands of :func:`batch_commands`, read in one round trip (a caller that holds the
     whole batch in memory anyway)."""
     with conn.cursor() as cur:
-        _load_commands(cur)
+        _read_json_with(cur, _CommandLoader)
         return cur.execute(COMMANDS_QUERY, (publication, first, last)).fetchall()
 
 
@@ -1045,11 +1044,11 @@ class _JsonLoader(Loader):
     load = staticmethod(loads)
 
 
-def _load_commands(cur: psycopg.Cursor[Any]) -> None:
-    """Stored commands' JSON through :func:`load_command`, from a ``json`` column or from the
-    ``jsonb`` column of a distribution database made by an earlier airflow-repl."""
-    cur.adapters.register_loader("json", _CommandLoader)
-    cur.adapters.register_loader("jsonb", _CommandLoader)
+def _read_json_with(cur: psycopg.Cursor[Any], loader: type[Loader]) -> None:
+    """The cursor reads ``json`` columns, and the ``jsonb`` columns of a distribution database
+    made by an earlier airflow-repl, with ``loader``."""
+    cur.adapters.register_loader("json", loader)
+    cur.adapters.register_loader("jsonb", loader)
 
 
 class _CommandLoader(Loader):
