@@ -88,10 +88,6 @@ def test_a_batch_is_prepared_without_a_connection():
 SCALL = {"t": text_article(("a", "b", "c"), update="SCALL")}
 
 
-def _supd(i, old, new):
-    return Command(UPDATE, "t", old=[str(i), *old], new=[str(i), *new])
-
-
 def _update_runs(cmds):
     return [
         (op, columns, params, expected)
@@ -102,10 +98,10 @@ def _update_runs(cmds):
 def test_scall_updates_carry_only_the_key_and_the_columns_they_change_one_statement_per_set():
     assert _update_runs(
         [
-            _supd(1, ["a", "b", "c"], ["A", "b", "c"]),
-            _supd(2, ["a", "b", "c"], ["A2", "b", "c"]),
-            _supd(3, ["a", "b", "c"], ["a", "b", "C"]),
-            _supd(1, ["A", "b", "c"], ["A", "b", "c"]),  # changes nothing more
+            upd(1, ["a", "b", "c"], ["A", "b", "c"]),
+            upd(2, ["a", "b", "c"], ["A2", "b", "c"]),
+            upd(3, ["a", "b", "c"], ["a", "b", "C"]),
+            upd(1, ["A", "b", "c"], ["A", "b", "c"]),  # changes nothing more
         ]
     ) == [
         ("U", (1,), ['{"1","2"}', '{"A","A2"}'], 2),  # id and a
@@ -114,13 +110,13 @@ def test_scall_updates_carry_only_the_key_and_the_columns_they_change_one_statem
 
 
 def test_an_update_that_changed_nothing_is_still_one_row_to_find():
-    assert _update_runs([_supd(7, ["a", "b", "c"], ["a", "b", "c"])]) == [("U", (), ['{"7"}'], 1)]
+    assert _update_runs([upd(7, ["a", "b", "c"], ["a", "b", "c"])]) == [("U", (), ['{"7"}'], 1)]
 
 
 def test_more_sets_of_changed_columns_than_statements_update_by_mask_in_one():
     sets = [["x", "b", "c"], ["a", "x", "c"], ["a", "b", "x"], ["x", "x", "c"], ["x", "b", "x"]]
     assert len(sets) > bulk_apply.MASK_STATEMENTS
-    runs = _update_runs([_supd(i, ["a", "b", "c"], new) for i, new in enumerate(sets)])
+    runs = _update_runs([upd(i, ["a", "b", "c"], new) for i, new in enumerate(sets)])
     assert runs == [
         (
             "M",
