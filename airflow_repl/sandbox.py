@@ -329,6 +329,17 @@ class Sandbox:
         return out
 
     # ------------------------------------------------------------------ access
+    def server_pid(self, cluster: str) -> int:
+        """The process id of the cluster's postmaster (the first line of its ``postmaster.pid``),
+        for tools that watch its processes (``make bench`` counts their CPU)."""
+        pidfile = self._datadir(cluster) / "postmaster.pid"
+        try:
+            return int(pidfile.read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            raise ReplError(
+                f"sandbox cluster {cluster!r} is not running (no readable {pidfile}): start it with 'airflow-repl sandbox start'"
+            ) from None
+
     def conninfo(self, cluster: str, dbname: str = "postgres") -> str:
         state = self._state()
         return pg_conninfo.make_conninfo(

@@ -194,6 +194,145 @@ def _pss(pid: int) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------- CPU by process role
+def process_role(title: str) -> str:
+    """A PostgreSQL server process's role from its title (``update_process_title``):
+    ``walsender``, ``apply worker`` (a subscription's: ``logical replication worker for
+    subscription ...``, ``logical replication apply worker ...`` since PostgreSQL 17),
+    ``backend <database>`` (a client's: ``<user> <database> <host(port)> <activity>``), else
+    ``background`` (checkpointer, WAL writer, autovacuum, the launchers...)."""
+    text = title.strip().removeprefix("postgres: ")
+    if text.startswith("walsender"):
+        return "walsender"
+    if text.startswith(
+        ("logical replication worker", "logical replication apply worker", "logical replication tablesync")
+    ):
+        # a table synchronization worker: "... for subscription N sync R" (PostgreSQL 15, 16)
+        return "table sync worker" if " sync " in text or "tablesync" in text else "apply worker"
+    words = text.split()
+    if len(words) >= 3 and (words[2].endswith(")") or words[2] == "[local]"):
+        return f"backend {words[1]}"
+    return "background"
+
+
+def _proc_times(pid: int) -> tuple[int, float, float] | None:
+    """(start time in clock ticks, own CPU seconds, CPU seconds of its reaped children) of a
+    process, from ``/proc/PID/stat``; None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[19]), (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        import psutil
+
+        try:
+            return [c.pid for c in psutil.Process(pid).children()]
+        except psutil.Error:
+            return []
+
+
+def _title(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+#: :class:`CpuByRole`'s role for a cluster's postmaster and the last moments of the processes that
+#: ended between two readings.
+ENDED = "postmaster, and what ended between readings"
+
+
+class CpuByRole:
+    """CPU seconds (user + system) of the clusters' server processes by role (:func:`process_role`)
+    while a step runs, from ``/proc``: each postmaster's children read every 50 ms (looked for
+    every 0.5 s).  Each cluster's total is exact: the postmaster's own time and its reaped
+    children's (``cutime``) count what ended between two readings; that remainder (a process's
+    last tens of milliseconds) and the postmaster's own time are the role ``postmaster, and what
+    ended between readings``."""
+
+    EVERY = 0.05
+    LOOK_EVERY = 10  # readings between looks for new processes
+
+    def __init__(self, servers: dict[str, int]) -> None:
+        self.servers = servers  # cluster -> its postmaster's pid
+        self._seen: dict[tuple[int, int], list[Any]] = {}  # (pid, start) -> [cluster, role, first, last]
+        self._postmaster = {name: _proc_times(pid) for name, pid in servers.items()}
+        self._look(first=True)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _look(self, first: bool = False) -> None:
+        for cluster, postmaster in self.servers.items():
+            for pid in _children(postmaster):
+                times = _proc_times(pid)
+                if times is None:
+                    continue
+                start, cpu, _ = times
+                if (pid, start) not in self._seen:  # born during the step: all its time is the step's
+                    self._seen[(pid, start)] = [cluster, process_role(_title(pid)), cpu if first else 0.0, cpu]
+
+    def _read(self) -> None:
+        for (pid, start), entry in self._seen.items():
+            times = _proc_times(pid)
+            if times is not None and times[0] == start:
+                entry[3] = times[1]
+
+    def _loop(self) -> None:
+        n = 0
+        while not self._stop.wait(self.EVERY):
+            n += 1
+            if n % self.LOOK_EVERY == 0:
+                self._look()
+            self._read()
+
+    def stop(self) -> dict[str, dict[str, float]]:
+        """cluster -> role -> CPU seconds during the step."""
+        self._stop.set()
+        self._thread.join()
+        self._look()
+        self._read()
+        out: dict[str, dict[str, float]] = {name: {} for name in self.servers}
+        alive: set[tuple[int, int]] = set()
+        for (pid, start), (cluster, role, first, last) in self._seen.items():
+            out[cluster][role] = out[cluster].get(role, 0.0) + last - first
+            times = _proc_times(pid)
+            if times is not None and times[0] == start:
+                alive.add((pid, start))
+        for name, pid in self.servers.items():
+            before, after = self._postmaster[name], _proc_times(pid)
+            if before is None or after is None:
+                continue
+            # the postmaster's own time and its reaped children's whole lives, less what those
+            # children had used before the step
+            exact = (after[1] + after[2]) - (before[1] + before[2])
+            exact -= sum(e[2] for k, e in self._seen.items() if e[0] == name and k not in alive)
+            exact += sum(e[3] - e[2] for k, e in self._seen.items() if e[0] == name and k in alive)
+            rest = exact - sum(out[name].values())
+            out[name][ENDED] = max(0.0, rest)
+        return {name: {role: round(v, 3) for role, v in roles.items()} for name, roles in out.items()}
+
+
+def children_cpu() -> float:
+    """CPU seconds (user + system) of this process's children that have been waited for."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_measured(
     cmd: list[str], env: dict[str, str], what: str, memory: dict[str, float] | None = None
 ) -> tuple[float, float, str]:
@@ -229,6 +368,7 @@ class Bench:
         self.rows: list[dict[str, Any]] = []
         self.extra: dict[str, Any] = {}
         self.stop_file = self.root / "agent-loop.stop"
+        self.native_cpu: dict[str, dict[str, float]] = {}  # the last native catch-up's CPU by role
 
     def start(self, subscription_options: dict[str, Any]) -> None:
         from airflow_repl.engine.postgres.connections import to_uri
@@ -252,6 +392,10 @@ class Bench:
         servers = {"publisher": to_uri(self.pub), "distributor": to_uri(self.dist), "s": to_uri(self.sub)}
         self.topology_file.write_text(topology_yaml(self.root / "snapshots", subscription_options, servers))
         os.chmod(self.topology_file, 0o600)
+
+    def cpu_by_role(self) -> CpuByRole:
+        """Start counting the CPU of the three clusters' processes by role."""
+        return CpuByRole({name: self.sb.server_pid(name) for name in ("publisher", "subscriber", "native")})
 
     def pg_env(self, conninfo: str) -> dict[str, str]:
         """libpq environment for a client program: the password never on a command line."""
@@ -383,13 +527,22 @@ def phase_initial(b: Bench) -> None:
 
     rows = b.extra["accounts_rows"]
     conninfo = native_conninfo(b)
+    cpu = b.cpu_by_role()
     t0 = time.monotonic()
     execute(
         b.native,
         sql.SQL("CREATE SUBSCRIPTION native_sub CONNECTION {} PUBLICATION native_pub").format(sql.Literal(conninfo)),
     )
     native = wait_for(lambda: native_ready(b), "native initial sync", 3600) - t0
+    native_cpu = cpu.stop()
+    cpu, cli_before = b.cpu_by_role(), children_cpu()
     ours = snapshot_run(b, native, f"initial sync, {rows:,} accounts rows", {}, [])
+    ours_cpu, cli_cpu = cpu.stop(), children_cpu() - cli_before
+    if (
+        ours.get("tasks") == "threads"
+    ):  # the CLI's own CPU, its read tasks included (a Spark run's JVM is not its child to count)
+        b.rows.extend(initial_cpu_rows(native_cpu, ours_cpu, cli_cpu))
+        b.extra["initial_sync_cpu_by_role"] = {"native": native_cpu, "airflow_repl": ours_cpu, "cli": round(cli_cpu, 3)}
     check_checksums(b, "initial sync")
     if ours.get("tasks") == "threads":
         # the same snapshot through a local Spark application, as a Spark master makes the CLI run it
@@ -469,16 +622,25 @@ def native_catch_up(b: Bench, write: Callable[[], object], timeout: float = 7200
     )
     write()
     marker = mark(b)
+    cpu = b.cpu_by_role()
     t0 = time.monotonic()
     execute(b.native, "ALTER SUBSCRIPTION native_sub ENABLE")
-    return marker, wait_for(lambda: heartbeat_seq(b.native) >= marker, "native catch-up", timeout) - t0
+    seconds = wait_for(lambda: heartbeat_seq(b.native) >= marker, "native catch-up", timeout) - t0
+    b.native_cpu = cpu.stop()
+    return marker, seconds
 
 
 def phase_catchup(b: Bench, transactions: int) -> None:
     marker, native = backlog(b, transactions, "catch_up_load_tps")
     topo = ["-t", str(b.topology_file), "-p", "bench"]
+    native_cpu = b.native_cpu
+    agents = [children_cpu()]
+    cpu = b.cpu_by_role()
     lr, lr_peak, out = run_measured(cli("logreader", *topo), b.env, "airflow-repl logreader")
+    lr_cpu, agents = cpu.stop(), [*agents, children_cpu()]
+    cpu = b.cpu_by_role()
     di, di_peak, dout = run_measured(cli("distribution", *topo), b.env, "airflow-repl distribution")
+    di_cpu, agents = cpu.stop(), [*agents, children_cpu()]
     if heartbeat_seq(b.sub) < marker:
         raise BenchFailure(
             "catch-up: our subscriber did not receive the last transaction in one log reader + distribution run"
@@ -492,7 +654,98 @@ def phase_catchup(b: Bench, transactions: int) -> None:
     b.rows.append(row("catch-up: both agents' own runs (without process start)", None, inside, "s", compare=False))
     b.rows.append(row("peak RSS, log reader (CLI)", None, lr_peak, "MiB", compare=False))
     b.rows.append(row("peak RSS, distribution (CLI)", None, di_peak, "MiB", compare=False))
+    b.rows.extend(cpu_rows(native, native_cpu, lr_cpu, di_cpu, agents[1] - agents[0], agents[2] - agents[1]))
+    b.extra["catch_up_cpu_by_role"] = {"native": native_cpu, "log_reader": lr_cpu, "distribution": di_cpu}
     check_checksums(b, "catch-up")
+
+
+def initial_cpu_rows(
+    native_cpu: dict[str, dict[str, float]], ours_cpu: dict[str, dict[str, float]], cli_cpu: float
+) -> list[dict[str, Any]]:
+    """The initial sync's CPU seconds by side for both (:class:`CpuByRole`; our CLI's from its
+    rusage): the publisher's processes reading the tables (native: its table sync walsenders; ours:
+    the read tasks' backends and the slot's walsender), the subscriber's loading them and building
+    the keys, our distribution database's, our CLI's (reading the Arrow batches, writing the
+    Parquet files and the COPY text), and every process."""
+
+    def total(cpu: dict[str, dict[str, float]], cluster: str, leave_out: Sequence[str] = ()) -> float:
+        return sum(v for k, v in cpu.get(cluster, {}).items() if k not in leave_out)
+
+    native_pub = total(native_cpu, "publisher")
+    # the benchmark's own polling of the native subscriber (a connection every 50 ms) is left out
+    native_sub = total(native_cpu, "native", ("backend bench_native", ENDED))
+    ours_pub = total(ours_cpu, "publisher", ("backend bench_dist",))
+    ours_dist = ours_cpu.get("publisher", {}).get("backend bench_dist", 0.0)
+    ours_sub = total(ours_cpu, "subscriber")
+    label = "initial sync CPU seconds (ours: the CLI, read tasks in threads)"
+    return [
+        row(f"{label}: the publisher's processes (reading the tables)", native_pub, ours_pub, "s"),
+        row(f"{label}: the subscriber's processes (loading the rows, building the keys)", native_sub, ours_sub, "s"),
+        row(f"{label}: our distribution database", None, ours_dist, "s", False),
+        row(f"{label}: our CLI's process (Arrow batches, Parquet files, COPY text)", None, cli_cpu, "s", False),
+        row(
+            f"{label}: every process (servers and ours)",
+            native_pub + native_sub,
+            ours_pub + ours_dist + ours_sub + cli_cpu,
+            "s",
+        ),
+    ]
+
+
+def cpu_rows(
+    native: float,
+    native_cpu: dict[str, dict[str, float]],
+    lr_cpu: dict[str, dict[str, float]],
+    di_cpu: dict[str, dict[str, float]],
+    lr_agent: float,
+    di_agent: float,
+) -> list[dict[str, Any]]:
+    """The catch-up's CPU seconds by role for both (:class:`CpuByRole`; our agents' own from
+    their rusage), and the floor of our serial parts: the publisher's walsender during the Log
+    Reader's run plus our subscriber's backend during the Distribution Agent's, each one process
+    whose CPU time its agent's run cannot be shorter than, against native's catch-up time."""
+
+    def role(cpu: dict[str, dict[str, float]], cluster: str, name: str) -> float:
+        return cpu.get(cluster, {}).get(name, 0.0)
+
+    def total(cpu: dict[str, dict[str, float]], clusters: Sequence[str], leave_out: Sequence[str] = ()) -> float:
+        return sum(v for c in clusters for k, v in cpu.get(c, {}).items() if k not in leave_out)
+
+    walsender = role(lr_cpu, "publisher", "walsender") + role(di_cpu, "publisher", "walsender")
+    applying = role(lr_cpu, "subscriber", "backend bench_sub") + role(di_cpu, "subscriber", "backend bench_sub")
+    dist = role(lr_cpu, "publisher", "backend bench_dist") + role(di_cpu, "publisher", "backend bench_dist")
+    ours = total(lr_cpu, ("publisher", "subscriber")) + total(di_cpu, ("publisher", "subscriber")) + lr_agent + di_agent
+    # native's: the publisher's and the native subscriber's processes, less the benchmark's own
+    # polling of the native subscriber (a connection, so a backend of bench_native, every 50 ms:
+    # what the native cluster's postmaster forks and reaps is that)
+    theirs = total(native_cpu, ("publisher",)) + total(native_cpu, ("native",), ("backend bench_native", ENDED))
+    floor = role(lr_cpu, "publisher", "walsender") + role(di_cpu, "subscriber", "backend bench_sub")
+    label = "catch-up CPU seconds"
+    return [
+        row(
+            f"{label}: the publisher's walsender (decoding the WAL)",
+            role(native_cpu, "publisher", "walsender"),
+            walsender,
+            "s",
+        ),
+        row(
+            f"{label}: applying at the subscriber (native: its apply worker; ours: the subscriber's backend)",
+            role(native_cpu, "native", "apply worker"),
+            applying,
+            "s",
+        ),
+        row(f"{label}: our distribution database (storing, then reading the commands)", None, dist, "s", False),
+        row(f"{label}: our Log Reader's process", None, lr_agent, "s", False),
+        row(f"{label}: our Distribution Agent's process", None, di_agent, "s", False),
+        row(f"{label}: every process (servers and agents)", theirs, ours, "s"),
+        row(
+            "catch-up floor of our serial parts (walsender CPU in the Log Reader's run + subscriber backend CPU "
+            "in the distribution's), against native's catch-up time",
+            native,
+            floor,
+            "s",
+        ),
+    ]
 
 
 def running(b: Bench, agents: list[subprocess.Popen[bytes]]) -> bool:

@@ -100,3 +100,79 @@ def test_phases_default_to_all_and_always_include_the_initial_sync(bench, capsys
         bench.parse_args(["--phases", "initial,catchup"])
     assert exc.value.code == 2
     assert "unknown phase 'catchup'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("title", "role"),
+    [
+        ("postgres: walsender postgres 127.0.0.1(51234) START_REPLICATION", "walsender"),
+        ("postgres: walsender postgres 127.0.0.1(51234) idle", "walsender"),
+        ("postgres: logical replication worker for subscription 16401", "apply worker"),
+        ("postgres: logical replication apply worker for subscription 16401", "apply worker"),  # PostgreSQL 17
+        ("postgres: logical replication worker for subscription 16401 sync 16385", "table sync worker"),
+        ("postgres: logical replication tablesync worker for subscription 16401 sync 16385", "table sync worker"),
+        ("postgres: postgres bench_dist 127.0.0.1(40112) COPY", "backend bench_dist"),
+        ("postgres: postgres bench_sub 127.0.0.1(40114) idle in transaction", "backend bench_sub"),
+        ("postgres: alice sales [local] SELECT", "backend sales"),
+        ("postgres: checkpointer ", "background"),
+        ("postgres: autovacuum worker bench_dist", "background"),
+        ("postgres: logical replication launcher ", "background"),
+        ("/usr/lib/postgresql/15/bin/postgres -D /var/tmp/x/publisher", "background"),
+    ],
+)
+def test_server_processes_get_their_role_from_their_title(bench, title, role):
+    assert bench.process_role(title) == role
+
+
+def test_catch_up_cpu_rows_add_up_by_role_and_give_the_floor_of_the_serial_parts(bench):
+    ended = bench.ENDED
+    native_cpu = {
+        "publisher": {"walsender": 2.0, "background": 0.1, ended: 0.0},
+        "subscriber": {"background": 0.0},
+        # the benchmark's own polling (bench_native backends, and what the postmaster forks for them) is left out
+        "native": {"apply worker": 4.0, "background": 0.2, "backend bench_native": 0.5, ended: 0.3},
+    }
+    lr_cpu = {
+        "publisher": {"walsender": 2.7, "backend bench_dist": 2.2, "background": 0.1, ended: 0.05},
+        "subscriber": {"background": 0.0},
+    }
+    di_cpu = {
+        "publisher": {"backend bench_dist": 1.0, "walsender": 0.0},
+        "subscriber": {"backend bench_sub": 2.2, "background": 0.05},
+    }
+    rows = {r["phase"]: r for r in bench.cpu_rows(4.2, native_cpu, lr_cpu, di_cpu, 3.4, 5.1)}
+    by_start = {phase.split(": ", 1)[-1].split(" (")[0]: r for phase, r in rows.items()}
+    assert by_start["the publisher's walsender"]["native"] == 2.0
+    assert by_start["the publisher's walsender"]["airflow_repl"] == 2.7
+    assert by_start["applying at the subscriber"]["native"] == 4.0
+    assert by_start["applying at the subscriber"]["airflow_repl"] == 2.2
+    assert by_start["our distribution database"]["airflow_repl"] == pytest.approx(3.2)
+    assert by_start["our Log Reader's process"]["airflow_repl"] == 3.4
+    assert by_start["every process"]["native"] == pytest.approx(2.1 + 4.2)
+    assert by_start["every process"]["airflow_repl"] == pytest.approx(2.7 + 3.2 + 0.15 + 2.25 + 3.4 + 5.1)
+    floor = next(r for phase, r in rows.items() if phase.startswith("catch-up floor"))
+    assert floor["native"] == 4.2
+    assert floor["airflow_repl"] == pytest.approx(2.7 + 2.2)
+    assert floor["ratio"] == pytest.approx(4.9 / 4.2, abs=0.01)
+
+
+def test_initial_sync_cpu_rows_compare_each_side_and_leave_out_the_benchmarks_polling(bench):
+    ended = bench.ENDED
+    native_cpu = {
+        "publisher": {"walsender": 1.5, "background": 0.1, ended: 0.2},
+        "native": {"table sync worker": 2.0, "apply worker": 0.1, "backend bench_native": 0.4, ended: 0.3},
+    }
+    ours_cpu = {
+        "publisher": {"backend bench_pub": 1.2, "walsender": 0.05, "backend bench_dist": 0.1, ended: 0.15},
+        "subscriber": {"backend bench_sub": 2.5, ended: 0.1},
+    }
+    rows = {r["phase"].split(": ")[-1].split(" (")[0]: r for r in bench.initial_cpu_rows(native_cpu, ours_cpu, 2.3)}
+    assert rows["the publisher's processes"]["native"] == pytest.approx(1.8)
+    assert rows["the publisher's processes"]["airflow_repl"] == pytest.approx(1.4)  # without the distribution database
+    assert rows["the subscriber's processes"]["native"] == pytest.approx(2.1)
+    assert rows["the subscriber's processes"]["airflow_repl"] == pytest.approx(2.6)
+    assert rows["our distribution database"]["airflow_repl"] == pytest.approx(0.1)
+    assert rows["our CLI's process"]["airflow_repl"] == 2.3
+    assert rows["every process"]["native"] == pytest.approx(3.9)
+    assert rows["every process"]["airflow_repl"] == pytest.approx(1.4 + 0.1 + 2.6 + 2.3)
+    assert rows["every process"]["ratio"] == pytest.approx(6.4 / 3.9)
