@@ -3,11 +3,15 @@ the work that needs no Spark (a local JVM takes seconds to start)."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import subprocess
 import sys
 import threading
 from typing import Any
+
+from airflow_repl.jobs import class_archive
 
 #: The master of a session started outside spark-submit (CLI, tests), unless one is given.
 DEFAULT_MASTER = "local[2]"
@@ -15,6 +19,9 @@ DEFAULT_MASTER = "local[2]"
 #: goes through the Python workers and the servers, never through the driver's heap, so Spark's
 #: default of 1g only makes the process tree bigger.
 DEFAULT_DRIVER_MEMORY = "512m"
+#: How long the end of a process that started a local session waits for its JVM to exit when the
+#: JVM writes the class archive (it does once; about 2 s for 110 MB here).
+ARCHIVE_WAIT_SECONDS = 60
 
 
 def default_master() -> str:
@@ -38,7 +45,8 @@ def spark_session(app_name: str, master: str | None = None):
     (CLI, tests) on ``master`` / $AIRFLOW_REPL_SPARK_MASTER / ``local[2]``.
 
     Python workers use this interpreter unless PYSPARK_PYTHON says otherwise, so executors
-    import the same installed airflow_repl.
+    import the same installed airflow_repl.  A local session's driver JVM starts from the class
+    archive, or writes it as this process ends (:mod:`~airflow_repl.jobs.class_archive`).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -47,13 +55,43 @@ def spark_session(app_name: str, master: str | None = None):
     if active is not None:
         return active
     builder = SparkSession.builder.appName(app_name)
+    archive = None
     if not under_spark_submit():
         builder = (
             builder.master(master or default_master())
             .config("spark.ui.enabled", "false")
             .config("spark.driver.memory", os.environ.get("AIRFLOW_REPL_SPARK_DRIVER_MEMORY", DEFAULT_DRIVER_MEMORY))
         )
-    return builder.config("spark.sql.shuffle.partitions", "4").getOrCreate()
+        archive = class_archive.plan()  # the driver JVM starts from the class archive, or writes it
+        if archive is not None:
+            builder = builder.config("spark.driver.extraJavaOptions", archive.options)
+    started = builder.config("spark.sql.shuffle.partitions", "4").getOrCreate()
+    if archive is not None and archive.pending is not None:
+        atexit.register(_keep_archive, archive)
+    return started
+
+
+def _keep_archive(archive: class_archive.Plan) -> None:
+    """As the process ends: stop the local session's JVM and wait for it to exit (it writes the
+    class archive as it does), then keep the archive (:mod:`~airflow_repl.jobs.class_archive`)."""
+    from pyspark import SparkContext
+
+    active = SparkContext._active_spark_context
+    if active is not None:
+        try:
+            active.stop()
+        except Exception:  # a context that cannot stop cleanly: its JVM exits all the same
+            pass
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is None:
+        return
+    try:
+        if proc.stdin is not None:
+            proc.stdin.close()  # the gateway JVM exits at the end of its stdin
+        proc.wait(timeout=ARCHIVE_WAIT_SECONDS)
+    except (OSError, subprocess.TimeoutExpired):
+        return  # left pending: a later run removes it
+    archive.keep()
 
 
 def local_parallelism(master: str) -> int | None:

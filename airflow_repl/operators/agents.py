@@ -26,7 +26,7 @@ from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres.addresses import TableAddress
 from airflow_repl.hooks.replication import ReplicationHook
-from airflow_repl.jobs import agent_job
+from airflow_repl.jobs import agent_job, class_archive
 from airflow_repl.jobs.agent_job import failure
 from airflow_repl.operators import lineage
 
@@ -109,6 +109,8 @@ class _AgentOperator(SparkSubmitOperator):
         self.topology = topology
         self.publication = publication
         self.subscribers = subscribers
+        #: the user gave the driver's Java options: no class archive (jobs.class_archive) then
+        self.own_java_options = "spark.driver.extraJavaOptions" in (self.conf or {})
 
     def _extra_args(self) -> list[str]:
         return []
@@ -157,6 +159,9 @@ class _AgentOperator(SparkSubmitOperator):
         env.setdefault("PYSPARK_PYTHON", sys.executable)
         self.env_vars = env
         self.conf = self._spark_conf()
+        archive = None if self.own_java_options else class_archive.plan()
+        if archive is not None:  # the driver JVM (client mode: here) starts from the class archive, or writes it
+            self.conf["spark.driver.extraJavaOptions"] = archive.options
         with tempfile.TemporaryDirectory(prefix="airflow-repl-") as tmp:
             spec = ReplicationHook.write_spec(topo, tmp)
             result = Path(tmp) / "result.json"
@@ -170,6 +175,9 @@ class _AgentOperator(SparkSubmitOperator):
                 super().execute(context)
             except Exception as exc:
                 submit_error = exc
+            finally:
+                if archive is not None:  # spark-submit has returned: its JVM has exited
+                    archive.keep()
             summary = read_outcome(result, self.agent, submit_error, log=self.log)
         self.log.info("%s agent summary: %s", self.agent, summary)
         self._after_run(context, topo, summary)
