@@ -538,9 +538,8 @@ def phase_initial(b: Bench) -> None:
     cpu, cli_before = b.cpu_by_role(), children_cpu()
     ours = snapshot_run(b, native, f"initial sync, {rows:,} accounts rows", {}, [])
     ours_cpu, cli_cpu = cpu.stop(), children_cpu() - cli_before
-    if (
-        ours.get("tasks") == "threads"
-    ):  # the CLI's own CPU, its read tasks included (a Spark run's JVM is not its child to count)
+    # the CLI's own CPU, its read tasks included (a Spark run's JVM is not its child to count)
+    if ours.get("tasks") == "threads":
         b.rows.extend(initial_cpu_rows(native_cpu, ours_cpu, cli_cpu))
         b.extra["initial_sync_cpu_by_role"] = {"native": native_cpu, "airflow_repl": ours_cpu, "cli": round(cli_cpu, 3)}
     check_checksums(b, "initial sync")
