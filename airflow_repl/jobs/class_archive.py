@@ -1,7 +1,7 @@
 """A class-data archive of the Spark driver JVM (Java's application class-data sharing, AppCDS),
 so that a Spark application's driver starts in about half the time: the JVM maps the 10,000 or
 so classes Spark loads at start from one file, instead of reading and verifying them from the
-jars every time (a local session on a 2-core machine: 7 to 9 s to 4.4 s).
+jars every time (a local session on a 2-core machine: 7 to 9 s to 4.4 to 6.4 s).
 
 The first driver JVM started without an archive writes one as it exits
 (``-XX:ArchiveClassesAtExit``) to a file of its own, and logs when the archive is written whole.
