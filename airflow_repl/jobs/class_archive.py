@@ -11,7 +11,8 @@ atomic rename and only if the log says the archive was written whole: a JVM that
 truncated archive crashes (SIGBUS), so it never sees one.  Later drivers map the archive
 (``-XX:SharedArchiveFile``, ``-Xshare:auto``: a JVM whose class path does not match it goes on
 without it).  The archive is named after the Java, the PySpark version and the Spark jars it was
-made with (about 110 MB each).
+made with (30 to 110 MB: the classes the first driver loaded; delete it to have the next driver
+write it again).
 
 Where: ``$AIRFLOW_REPL_SPARK_CLASS_ARCHIVE`` (a folder), else ``~/.cache/airflow-repl``; ``off``
 turns it off.  With an archive the JVM's own logging is off except errors, which go to stderr:
