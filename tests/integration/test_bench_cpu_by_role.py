@@ -5,26 +5,11 @@ between two readings, and a cluster that is not running."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
-
 import psycopg
 import pytest
 
 from airflow_repl.engine.errors import ReplError
 from airflow_repl.sandbox import Sandbox
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "native_compare.py"
-
-
-@pytest.fixture(scope="module")
-def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("native_compare", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_cpu_of_a_clusters_processes_is_counted_by_role_and_in_full(bench, tmp_path):
