@@ -215,37 +215,35 @@ def process_role(title: str) -> str:
     return "background"
 
 
-def _proc_times(pid: int) -> tuple[int, float, float] | None:
-    """(start time in clock ticks, own CPU seconds, CPU seconds of its reaped children) of a
-    process, from ``/proc/PID/stat``; None when it is gone."""
+def _proc_times(pid: int) -> tuple[float, float, float] | None:
+    """(start time, own CPU seconds, CPU seconds of its reaped children) of a process (user +
+    system, psutil); None when it is gone."""
+    import psutil
+
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            times = proc.cpu_times()
+            return proc.create_time(), times.user + times.system, times.children_user + times.children_system
+    except psutil.Error:
         return None
-    fields = stat[stat.rfind(")") + 2 :].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[19]), (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
 
 
 def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(x) for x in f.read().split()]
-    except OSError:
-        import psutil
+    import psutil
 
-        try:
-            return [c.pid for c in psutil.Process(pid).children()]
-        except psutil.Error:
-            return []
+    try:
+        return [c.pid for c in psutil.Process(pid).children()]
+    except psutil.Error:
+        return []
 
 
 def _title(pid: int) -> str:
+    import psutil
+
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
+        return " ".join(psutil.Process(pid).cmdline())
+    except psutil.Error:
         return ""
 
 
@@ -256,7 +254,7 @@ ENDED = "postmaster, and what ended between readings"
 
 class CpuByRole:
     """CPU seconds (user + system) of the clusters' server processes by role (:func:`process_role`)
-    while a step runs, from ``/proc``: each postmaster's children read every 50 ms (looked for
+    while a step runs (psutil): each postmaster's children read every 50 ms (looked for
     every 0.5 s).  Each cluster's total is exact: the postmaster's own time and its reaped
     children's (``cutime``) count what ended between two readings; that remainder (a process's
     last tens of milliseconds) and the postmaster's own time are the role ``postmaster, and what
@@ -267,7 +265,7 @@ class CpuByRole:
 
     def __init__(self, servers: dict[str, int]) -> None:
         self.servers = servers  # cluster -> its postmaster's pid
-        self._seen: dict[tuple[int, int], list[Any]] = {}  # (pid, start) -> [cluster, role, first, last]
+        self._seen: dict[tuple[int, float], list[Any]] = {}  # (pid, start) -> [cluster, role, first, last]
         self._postmaster = {name: _proc_times(pid) for name, pid in servers.items()}
         self._look(first=True)
         self._stop = threading.Event()
@@ -305,7 +303,7 @@ class CpuByRole:
         self._look()
         self._read()
         out: dict[str, dict[str, float]] = {name: {} for name in self.servers}
-        alive: set[tuple[int, int]] = set()
+        alive: set[tuple[int, float]] = set()
         for (pid, start), (cluster, role, first, last) in self._seen.items():
             out[cluster][role] = out[cluster].get(role, 0.0) + last - first
             times = _proc_times(pid)
