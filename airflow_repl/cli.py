@@ -312,12 +312,10 @@ def _cmd_report(args: argparse.Namespace) -> dict[str, Any]:
 def _cmd_script_procs(args: argparse.Namespace) -> None:
     topo = _load(args)
     pub = _publication(topo, args.publication)
+    dialect = tsql_script if args.dialect == "tsql" else procedures
     with connections.connect(topo.publisher.require("publisher"), "publisher") as conn:
-        articles = deploy.resolve_publication(conn, topo.publication(pub))
-    script = tsql_script.article_script if args.dialect == "tsql" else procedures.article_script
-    for art in articles:
-        print(f"-- article {art.name}: {art.table.qualified} -> {art.destination}")
-        print(script(art))
+        articles = deploy.resolve_publication(conn, topo.publication(pub), dialect.SERVER)
+    print(dialect.publication_script(articles), end="")
     return None
 
 

@@ -19,9 +19,10 @@ Placeholder = Callable[[int], str]  # 1-based parameter position -> SQL text
 Parameter = tuple[str, str]  # (name, type)
 Argument = Value | bytes  # a column's text value, or the SCALL / MCALL bitmap
 
-#: PostgreSQL's limit on the arguments of a function or procedure (FUNC_MAX_ARGS, the
-#: ``max_function_args`` setting; fixed when the server is built).
-MAX_ARGUMENTS = 100
+#: The most parameters a procedure takes, per server: PostgreSQL's FUNC_MAX_ARGS (the
+#: ``max_function_args`` setting; fixed when the server is built) and SQL Server's 2,100 (the
+#: T-SQL script's procedures are for SQL Server subscribers).
+MAX_ARGUMENTS = {"PostgreSQL": 100, "SQL Server": 2100}
 
 
 def parameters(article: ResolvedArticle, operation: Operation, syntax: CallSyntax) -> list[Parameter]:
@@ -60,22 +61,24 @@ def parameter_count(operation: Operation, syntax: CallSyntax, columns: int, key_
     }[syntax]
 
 
-def check_argument_limit(article: ResolvedArticle) -> None:
-    """Refuse an article whose procedure calls would pass more than :data:`MAX_ARGUMENTS`
-    parameters, naming the syntaxes that fit (SQL statements have no such limit)."""
+def check_argument_limit(article: ResolvedArticle, server: str = "PostgreSQL") -> None:
+    """Refuse an article whose procedure calls would pass more parameters than ``server``'s
+    procedures take (:data:`MAX_ARGUMENTS`), naming the syntaxes that fit (SQL statements have no
+    such limit)."""
+    limit = MAX_ARGUMENTS[server]
     n, k = len(article.columns), len(article.primary_key)
     for operation in OPERATIONS:
         prop = article.propagation[operation]
         if prop.method != Method.PROC:
             continue
         count = parameter_count(operation, prop.call_syntax, n, k)
-        if count <= MAX_ARGUMENTS:
+        if count <= limit:
             continue
-        fit = [s for s in ALLOWED_SYNTAX[operation] if parameter_count(operation, s, n, k) <= MAX_ARGUMENTS]
+        fit = [s for s in ALLOWED_SYNTAX[operation] if parameter_count(operation, s, n, k) <= limit]
         raise TopologyError(
             f"article {article.name!r} ({article.table.qualified}, {n} columns replicated): {prop.syntax} "
-            f"syntax passes {count} parameters to the {operation} procedure, but PostgreSQL procedures take "
-            f"at most {MAX_ARGUMENTS}; set {operation.option} to {' or '.join([*fit, 'SQL'])} "
+            f"syntax passes {count} parameters to the {operation} procedure, but {server} procedures take "
+            f"at most {limit}; set {operation.option} to {' or '.join([*fit, 'SQL'])} "
             f"(SQL statements have no such limit) or replicate fewer columns"
         )
 

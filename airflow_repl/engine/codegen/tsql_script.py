@@ -5,6 +5,15 @@ The text follows the structure SQL Server itself generates (see the Purchasing.V
 in the reference documents): ``@c1..@cn`` / ``@pkc1..`` parameters, the SCALL
 ``case substring(@bitmap, byte, 1) & bit`` update, and ``sp_MSreplraiserror 20598`` when an
 update or delete affects no row.
+
+Names are bracketed (``]`` doubled).  A client that runs a ``go``-separated script (sqlcmd, SSMS)
+splits it into batches before SQL Server reads it, and that split does not know brackets: it
+ends a batch at any line that is only ``go``, reads ``'``, ``"`` and ``/*`` as the start of a
+string or comment, and replaces ``$(name)`` with a scripting variable.  A name holding any of
+those would change the script's batches, so :func:`check_names` refuses the article (one line
+naming it, the name and the fix) before anything is printed.  Types and parameter counts
+follow SQL Server's limits (4,000 characters for ``nchar``/``nvarchar``, 38 digits, 2,100
+parameters).
 """
 
 from __future__ import annotations
@@ -12,8 +21,15 @@ from __future__ import annotations
 import re
 
 from airflow_repl.engine.articles.resolved import ResolvedArticle
-from airflow_repl.engine.model.propagation import OPERATIONS, CallSyntax, Method, Operation
+from airflow_repl.engine.errors import TopologyError
+from airflow_repl.engine.model.propagation import OPERATIONS, CallSyntax, Operation
 from airflow_repl.engine.postgres.catalog import Column
+from airflow_repl.engine.postgres.quoting import comment
+
+#: The server the script is for (its limit on parameters: :data:`call_syntax.MAX_ARGUMENTS`).
+SERVER = "SQL Server"
+#: SQL Server's largest declared length of ``nchar``/``nvarchar`` (characters); larger is ``(max)``.
+MAX_NCHAR = 4000
 
 _FIXED = {
     "smallint": "smallint",
@@ -37,16 +53,17 @@ _FIXED = {
 
 
 def tsql_type(column: Column) -> str:
-    """The SQL Server type for a PostgreSQL column type (nvarchar(max) when there is no match)."""
+    """The SQL Server type for a PostgreSQL column type, within SQL Server's limits
+    (nvarchar(max) when there is no match)."""
     t = column.param_type  # a domain is scripted as its base type
     if t in _FIXED:
         return _FIXED[t]
     if m := re.fullmatch(r"character varying\((\d+)\)", t):
-        return f"nvarchar({m.group(1)})" if int(m.group(1)) <= 4000 else "nvarchar(max)"
-    if m := re.fullmatch(r"character\((\d+)\)", t):
-        return f"nchar({m.group(1)})"
-    if m := re.fullmatch(r"numeric\((\d+),(\d+)\)", t):
-        return f"numeric({m.group(1)},{m.group(2)})" if int(m.group(1)) <= 38 else "numeric(38,10)"
+        return f"nvarchar({m.group(1)})" if int(m.group(1)) <= MAX_NCHAR else "nvarchar(max)"
+    if m := re.fullmatch(r"character\((\d+)\)", t):  # there is no nchar(max)
+        return f"nchar({m.group(1)})" if int(m.group(1)) <= MAX_NCHAR else "nvarchar(max)"
+    if m := re.fullmatch(r"numeric\((\d+),(-?\d+)\)", t):
+        return _numeric(int(m.group(1)), int(m.group(2)))
     if t == "numeric":
         return "numeric(38,10)"
     if re.fullmatch(r"timestamp\(\d\) without time zone", t):
@@ -54,6 +71,16 @@ def tsql_type(column: Column) -> str:
     if re.fullmatch(r"timestamp\(\d\) with time zone", t):
         return "datetimeoffset"
     return "nvarchar(max)"
+
+
+def _numeric(precision: int, scale: int) -> str:
+    """SQL Server's numeric (precision 1 to 38, scale 0 to the precision) holding the digits of
+    PostgreSQL's numeric(precision, scale), whose scale may be negative or above the precision
+    (PostgreSQL 15): the same digits on each side of the point; numeric(38,10) above 38 digits."""
+    whole, fraction = max(precision - scale, 0), max(scale, 0)
+    if whole + fraction > 38:
+        return "numeric(38,10)"
+    return f"numeric({whole + fraction},{fraction})"
 
 
 def bracket(name: str) -> str:
@@ -65,7 +92,7 @@ _RAISE = "if @@rowcount = 0\n    if @@microsoftversion>0x07320000\n        exec 
 
 def _proc(article: ResolvedArticle, operation: Operation) -> str | None:
     prop = article.propagation[operation]
-    if prop.method != Method.PROC or prop.custom:
+    if not prop.generated:
         return None
     name = bracket(article.default_procs[operation])
     if operation == Operation.INSERT:
@@ -140,8 +167,9 @@ def _update_by_key(article: ResolvedArticle, name: str, syntax: CallSyntax) -> t
     if syntax == CallSyntax.CALL:
         sets = [f"{bracket(c.name)} = @c{i + 1}" for i, c in enumerate(cols)]
         return f"create procedure {name} \n {params}\n", sets, where
-    # SCALL / MCALL: the bitmap says which columns changed
-    pk_set = set(pk)
+    # SCALL / MCALL: the bitmap says which columns changed; as in SQL Server's script, the key
+    # columns are set only when every column is in the key (T-SQL wants at least one SET item)
+    pk_set = set(pk) if len(pk) < n else set()
     sets = [
         f"{bracket(c.name)} = case substring(@bitmap,{i // 8 + 1},1) & {1 << (i % 8)} "
         f"when {1 << (i % 8)} then @c{i + 1} else {bracket(c.name)} end"
@@ -152,10 +180,70 @@ def _update_by_key(article: ResolvedArticle, name: str, syntax: CallSyntax) -> t
 
 
 def article_script(article: ResolvedArticle) -> str:
-    """The article's generated procedures as a T-SQL script (``go``-separated)."""
+    """The article's generated procedures as a T-SQL script (``go``-separated); refused
+    (:func:`check_names`) when a name would change the script's batches."""
+    check_names(article)
     parts = [
         f"--{op.upper()} procedure using {article.propagation[op].syntax} syntax\n{text}"
         for op in OPERATIONS
         if (text := _proc(article, op))
     ]
     return "\n".join(parts)
+
+
+def article_header(article: ResolvedArticle) -> str:
+    """The comment line that opens an article's procedures: its name and its destination."""
+    return f"-- article {comment(article.name)} -> {_table(article)}\n"
+
+
+def publication_script(articles: list[ResolvedArticle]) -> str:
+    """The generated procedures of every article, each under its header (``airflow-repl
+    script-procs --dialect tsql``); every article's names are checked before any is scripted."""
+    for article in articles:
+        check_names(article)
+    return "".join(f"{article_header(a)}{article_script(a)}\n" for a in articles)
+
+
+def _hazard(name: str) -> str | None:
+    """What in ``name`` a client splitting the script into batches would read differently from
+    SQL Server (see the module's docstring), or None."""
+    if name.splitlines() != [name]:
+        return "a line break (sqlcmd and SSMS end a batch at a line that is only go, inside brackets too)"
+    for text, what in (("'", "string"), ('"', "string"), ("/*", "comment")):
+        if text in name:
+            return f"{text} (sqlcmd reads it as the start of a {what}, inside brackets too, and misses the go lines after it)"
+    if "$(" in name:
+        return "$( (sqlcmd replaces $(name) with a scripting variable, inside brackets too)"
+    return None
+
+
+def check_names(article: ResolvedArticle) -> None:
+    """Refuse an article with a name the T-SQL script would show (its name, destination, columns
+    and procedure names) that a batch-splitting client would misread: one line naming the
+    article, the name and the fix."""
+    key = set(article.primary_key)
+    fix_destination = "give the article another destination"
+    names = [
+        ("the article's name", article.name, "give the article another name (name:)"),
+        ("its destination schema", article.dest_schema, fix_destination),
+        ("its destination table", article.dest_table, fix_destination),
+        *[
+            (
+                "its key column" if c in key else "its column",
+                c,
+                "rename the column" if c in key else "leave the column out (columns:) or rename it",
+            )
+            for c in article.column_names
+        ],
+        *[
+            (f"its {op} procedure", article.default_procs[op], fix_destination)
+            for op in OPERATIONS
+            if article.propagation[op].generated
+        ],
+    ]
+    for what, name, fix in names:
+        if hazard := _hazard(name):
+            raise TopologyError(
+                f"article {comment(article.name)} cannot be scripted as T-SQL: {what} {comment(name)} holds "
+                f"{hazard}; {fix}, or script the postgresql dialect"
+            )

@@ -24,7 +24,7 @@ from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.postgres import raw_sql
 from airflow_repl.engine.postgres.catalog import catalog_search_path
-from airflow_repl.engine.postgres.quoting import dollar_quote, ident, literal, qualified
+from airflow_repl.engine.postgres.quoting import comment, dollar_quote, ident, literal, qualified
 
 _BUILTIN_SCHEMAS = ("pg_catalog", "information_schema")
 
@@ -423,5 +423,5 @@ def script(objects: list[UserObject]) -> str:
             f"BEGIN\n    IF pg_catalog.to_regtype({literal(qualified(obj.schema, obj.name))}) IS NULL THEN\n"
             f"        {obj.create}\n    END IF;\nEND;\n"
         )
-        parts.append(f"-- {obj.label}\nDO {dollar_quote(body)};")
+        parts.append(f"-- {obj.kind} {comment(f'{obj.schema}.{obj.name}')}\nDO {dollar_quote(body)};")
     return "\n".join(parts) + ("\n" if parts else "")

@@ -99,6 +99,11 @@ class Propagation:
         return self.procedure is not None
 
     @property
+    def generated(self) -> bool:
+        """Whether it calls a generated procedure (not SQL, NONE or a custom procedure)."""
+        return self.method == Method.PROC and self.procedure is None
+
+    @property
     def call_syntax(self) -> CallSyntax:
         """The procedure's call syntax; only a procedure call has one."""
         if self.syntax is None:

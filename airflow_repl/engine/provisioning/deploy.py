@@ -33,11 +33,16 @@ def check_reachable(topology: Topology) -> None:
         connections.connect(endpoint.require(role), role).close()
 
 
-def resolve_publication(pub_conn: psycopg.Connection, publication: Publication) -> list[ResolvedArticle]:
+def resolve_publication(
+    pub_conn: psycopg.Connection, publication: Publication, server: str = "PostgreSQL"
+) -> list[ResolvedArticle]:
+    """The publication's articles, from the publisher's catalog; refused when a procedure call
+    would pass more parameters than the subscribers' ``server`` takes (PostgreSQL; SQL Server
+    for the T-SQL script)."""
     tables = {a.name: catalog.load_table(pub_conn, a.source_schema, a.source_table) for a in publication.articles}
     articles = resolve_articles(publication, tables)
     for art in articles:  # before anything changes at the publisher or the distributor
-        call_syntax.check_argument_limit(art)
+        call_syntax.check_argument_limit(art, server)
     return articles
 
 

@@ -119,8 +119,7 @@ def signature(article: ResolvedArticle, op: Operation) -> str:
 
 def drop_sql(article: ResolvedArticle, op: Operation) -> str | None:
     """DROP of the generated procedure ``op`` calls under this definition (None: not generated)."""
-    prop = article.propagation[op]
-    if prop.method != Method.PROC or prop.custom:
+    if not article.propagation[op].generated:
         return None
     return f"DROP PROCEDURE IF EXISTS {signature(article, op)}"
 
