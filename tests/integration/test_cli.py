@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
+import psycopg
+import pytest
 import yaml
+from psycopg import sql
 
 from airflow_repl import cli
 from airflow_repl.engine.agents import snapshot_folder
-from airflow_repl.engine.errors import DifferencesFound
+from airflow_repl.engine.errors import ROW_NOT_FOUND_SQLSTATE, DifferencesFound
+from airflow_repl.engine.model import naming
 from airflow_repl.engine.postgres.connections import to_uri
 
 
-def _topology_file(env, tmp_path):
+def _topology_file(env, tmp_path, articles=None):
     path = tmp_path / "topology.yaml"
     path.write_text(
         yaml.safe_dump(
@@ -21,7 +26,9 @@ def _topology_file(env, tmp_path):
                 "distributor": to_uri(env.dist),
                 "subscribers": {"sub1": to_uri(env.sub)},
                 "snapshot_folder": "snaps",
-                "publications": [{"name": "p", "articles": [{"table": "public.orders", "upd_cmd": "MCALL"}]}],
+                "publications": [
+                    {"name": "p", "articles": articles or [{"table": "public.orders", "upd_cmd": "MCALL"}]}
+                ],
                 "subscriptions": [{"publication": "p", "subscriber": "sub1"}],
             }
         )
@@ -66,6 +73,92 @@ def test_cli_scripts_procedures_in_both_dialects(env, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "create procedure [sp_MSupd_publicorders]" in out
     assert "case substring(@bitmap,1,1) & 2 when 2 then @c2 else [v] end" in out
+
+
+#: Published tables whose names would run statements if a script let them out of their quotes:
+#: the issue's example, one that leaves a table behind, and a literal ending in a backslash
+#: (which ends elsewhere where standard_conforming_strings is off).
+HOSTILE_TABLES = ["nl\nSELECT 'injected'; --", "x\nCREATE TABLE injected (); --", "bs\\"]
+#: libpq's environment variable for each connection setting the sandbox's conninfo holds.
+LIBPQ_ENV = {"host": "PGHOST", "port": "PGPORT", "user": "PGUSER", "password": "PGPASSWORD", "dbname": "PGDATABASE"}
+#: A column name holding a batch separator, a psql meta-command and a psql variable.
+HOSTILE_COLUMN = "a\ngo\nb\n\\! touch psql_ran\n:'x' /* $$"
+
+
+@pytest.mark.parametrize("conforming", ["on", "off"])
+def test_script_procs_with_hostile_names_runs_through_psql_without_injecting(env, tmp_path, capsys, conforming):
+    for table in HOSTILE_TABLES:
+        env.run(
+            env.pub,
+            sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, {} text, v text)").format(
+                sql.Identifier(table), sql.Identifier(HOSTILE_COLUMN)
+            ),
+        )
+    topo = _topology_file(env, tmp_path, [{"table": t, "upd_cmd": "SCALL"} for t in HOSTILE_TABLES])
+    assert cli.main(["script-procs", "-t", topo]) == 0
+    (tmp_path / "procs.sql").write_text(capsys.readouterr().out)
+    server = psycopg.conninfo.conninfo_to_dict(env.sub)  # the password travels in the environment
+    run = subprocess.run(
+        [str(env.sandbox.bindir / "psql"), "-X", "-v", "ON_ERROR_STOP=1", "-v", "x=VARIABLE", "-f", "procs.sql"],
+        cwd=tmp_path,
+        env={
+            **{LIBPQ_ENV[k]: str(v) for k, v in server.items()},
+            "PGOPTIONS": f"-c standard_conforming_strings={conforming}",
+        },
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (run.returncode, run.stderr) == (0, "")
+    assert run.stdout == "CREATE PROCEDURE\n" * 9  # three per table, and nothing else ran
+    assert not (tmp_path / "psql_ran").exists()
+    assert env.rows(env.sub, "SELECT pg_catalog.to_regclass('injected')") == [(None,)]
+    created = env.rows(
+        env.sub, "SELECT proname FROM pg_catalog.pg_proc WHERE pronamespace = 'public'::regnamespace ORDER BY 1"
+    )
+    expected = [naming.default_procedure(op, "public", t) for t in HOSTILE_TABLES for op in ("ins", "upd", "del")]
+    assert [p for (p,) in created] == sorted(expected)
+    # the procedures' literals mean what they say in a session of either setting
+    with psycopg.connect(env.sub, autocommit=True, options=f"-c standard_conforming_strings={conforming}") as conn:
+        conn.execute(
+            sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, {} text, v text)").format(
+                sql.Identifier("bs\\"), sql.Identifier(HOSTILE_COLUMN)
+            )
+        )
+        with pytest.raises(psycopg.Error) as err:
+            conn.execute(
+                sql.SQL("CALL {}(1)").format(
+                    sql.Identifier("public", naming.default_procedure("del", "public", "bs\\"))
+                )
+            )
+    assert err.value.sqlstate == ROW_NOT_FOUND_SQLSTATE
+    assert "delete of public.bs\\ with key (id)=(1) matched no row" in str(err.value)
+
+
+def test_script_procs_tsql_refuses_a_name_sqlcmd_would_split_before_printing(env, tmp_path, capsys):
+    env.run(env.pub, "CREATE TABLE orders (id int PRIMARY KEY, v text)")
+    env.run(env.pub, sql.SQL("CREATE TABLE link (id int PRIMARY KEY, {} text)").format(sql.Identifier("a\ngo\nb")))
+    topo = _topology_file(env, tmp_path, [{"table": "orders"}, {"table": "link"}])
+    assert cli.main(["script-procs", "-t", topo, "--dialect", "tsql"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (
+        "airflow-repl: error: article 'link' cannot be scripted as T-SQL: its column E'a\\ngo\\nb' holds a line "
+        "break (sqlcmd and SSMS end a batch at a line that is only go, inside brackets too); leave the column out "
+        "(columns:) or rename it, or script the postgresql dialect\n"
+    )
+
+
+def test_script_procs_applies_each_dialects_parameter_limit(env, tmp_path, capsys):
+    env.run(env.pub, f"CREATE TABLE wide (id int PRIMARY KEY, {', '.join(f'c{i} int' for i in range(2, 61))})")
+    topo = _topology_file(env, tmp_path, [{"table": "wide", "upd_cmd": "XCALL", "del_cmd": "XCALL"}])
+    assert cli.main(["script-procs", "-t", topo, "--dialect", "tsql"]) == 0  # SQL Server takes 2,100
+    out = capsys.readouterr().out
+    assert "@c60 int,@c61 int," in out and "@c120 int\n" in out
+    assert cli.main(["script-procs", "-t", topo]) == 2
+    assert "XCALL syntax passes 120 parameters to the update procedure, but PostgreSQL procedures take at most 100" in (
+        capsys.readouterr().err
+    )
 
 
 def test_cli_errors_name_the_problem(env, tmp_path, capsys):
