@@ -5,28 +5,11 @@ from __future__ import annotations
 import json
 
 import yaml
+from harness import orders_topology_file
 
 from airflow_repl import cli
 from airflow_repl.engine.agents import snapshot_folder
 from airflow_repl.engine.errors import DifferencesFound
-from airflow_repl.engine.postgres.connections import to_uri
-
-
-def _topology_file(env, tmp_path):
-    path = tmp_path / "topology.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "publisher": to_uri(env.pub),
-                "distributor": to_uri(env.dist),
-                "subscribers": {"sub1": to_uri(env.sub)},
-                "snapshot_folder": "snaps",
-                "publications": [{"name": "p", "articles": [{"table": "public.orders", "upd_cmd": "MCALL"}]}],
-                "subscriptions": [{"publication": "p", "subscriber": "sub1"}],
-            }
-        )
-    )
-    return str(path)
 
 
 def test_cli_runs_every_agent_and_validates(env, spark, tmp_path, capsys):
@@ -35,7 +18,7 @@ def test_cli_runs_every_agent_and_validates(env, spark, tmp_path, capsys):
         "CREATE TABLE orders (id int PRIMARY KEY, v text); "
         "INSERT INTO orders SELECT g, 'v' FROM generate_series(1, 100) g",
     )
-    topo = _topology_file(env, tmp_path)
+    topo = orders_topology_file(env, tmp_path)
     assert cli.main(["apply", "-t", topo]) == 0
     assert json.loads(capsys.readouterr().out) == {"p": ["orders"]}
     assert cli.main(["snapshot", "-t", topo]) == 0
@@ -58,7 +41,7 @@ def test_cli_runs_every_agent_and_validates(env, spark, tmp_path, capsys):
 
 def test_cli_scripts_procedures_in_both_dialects(env, tmp_path, capsys):
     env.run(env.pub, "CREATE TABLE orders (id int PRIMARY KEY, v text)")
-    topo = _topology_file(env, tmp_path)
+    topo = orders_topology_file(env, tmp_path)
     assert cli.main(["script-procs", "-t", topo]) == 0
     out = capsys.readouterr().out
     assert 'CREATE OR REPLACE PROCEDURE "public"."sp_MSupd_publicorders"' in out and "bitmap" in out
@@ -69,7 +52,7 @@ def test_cli_scripts_procedures_in_both_dialects(env, tmp_path, capsys):
 
 
 def test_cli_errors_name_the_problem(env, tmp_path, capsys):
-    topo = _topology_file(env, tmp_path)
+    topo = orders_topology_file(env, tmp_path)
     assert cli.main(["logreader", "-t", topo, "-p", "nope"]) == 2
     assert "unknown publication 'nope'" in capsys.readouterr().err
     assert cli.main(["apply", "-t", topo]) == 2
@@ -80,7 +63,7 @@ def test_cli_errors_name_the_problem(env, tmp_path, capsys):
 
 def test_cli_schema_change_register_script_and_regenerate_procs(env, spark, tmp_path, capsys):
     env.run(env.pub, "CREATE TABLE orders (id int PRIMARY KEY, v text); INSERT INTO orders VALUES (1, 'a')")
-    topo = _topology_file(env, tmp_path)
+    topo = orders_topology_file(env, tmp_path)
     assert cli.main(["snapshot", "-t", topo]) == 0
     capsys.readouterr()
     # bad input: one line, its own exit code, nothing changed

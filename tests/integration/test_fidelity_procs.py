@@ -9,7 +9,7 @@ import re
 
 import psycopg
 import pytest
-from test_agents import assert_in_sync, cycle
+from harness import assert_in_sync, cycle
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent, snapshot_folder
 from airflow_repl.engine.codegen import procedures, tsql_script
