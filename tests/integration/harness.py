@@ -316,9 +316,10 @@ def items_topology_file(env, tmp_path) -> str:
     return str(path)
 
 
-def orders_topology_file(env, tmp_path) -> str:
-    """A topology YAML file publishing ``orders`` (``upd_cmd`` MCALL) in ``p`` to ``sub1``,
-    its snapshot folder ``snaps`` relative to the working folder."""
+def topology_file(env, tmp_path, articles: list, *, snapshot_folder: str = "snaps", **publication_keys) -> str:
+    """A topology YAML file of the test's publisher, distributor and ``sub1``: publication ``p``
+    of ``articles`` (and ``publication_keys``) subscribed by ``sub1``, its snapshot folder
+    ``snapshot_folder`` (a relative one is relative to the working folder)."""
     path = tmp_path / "topology.yaml"
     path.write_text(
         yaml.safe_dump(
@@ -326,10 +327,16 @@ def orders_topology_file(env, tmp_path) -> str:
                 "publisher": to_uri(env.pub),
                 "distributor": to_uri(env.dist),
                 "subscribers": {"sub1": to_uri(env.sub)},
-                "snapshot_folder": "snaps",
-                "publications": [{"name": "p", "articles": [{"table": "public.orders", "upd_cmd": "MCALL"}]}],
+                "snapshot_folder": snapshot_folder,
+                "publications": [{"name": "p", "articles": articles, **publication_keys}],
                 "subscriptions": [{"publication": "p", "subscriber": "sub1"}],
             }
         )
     )
     return str(path)
+
+
+def orders_topology_file(env, tmp_path) -> str:
+    """A topology YAML file publishing ``orders`` (``upd_cmd`` MCALL) in ``p`` to ``sub1``, its
+    snapshot folder ``snaps`` relative to the working folder."""
+    return topology_file(env, tmp_path, [{"table": "public.orders", "upd_cmd": "MCALL"}])
