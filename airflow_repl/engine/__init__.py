@@ -16,8 +16,9 @@ not import each other:
                    database's and the subscribers' ``airflow_repl`` tables
 ``subscriber``     applying commands at a subscriber, and checking it against the publisher
 ``provisioning``   ``airflow-repl apply``: publications, slots and subscriptions set up
-``agents``         the Snapshot, Log Reader and Distribution Agents over one run lifecycle;
-                   tracer tokens and the quiescing checks
+``agents``         the Snapshot, Log Reader, Distribution, Queue Reader and cleanup agents
+                   over one run lifecycle and its continuous mode; status, the report, tracer
+                   tokens, WAL retention and the quiescing checks
 =================  ==========================================================================
 
 ``tests/unit/test_import_boundaries.py`` fails when an import crosses these lines.  The Airflow

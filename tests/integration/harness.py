@@ -1,22 +1,33 @@
 """What the integration tests share besides fixtures: the per-test databases (:class:`Env`), the
-WAL boundaries the LSN tests cross, and Airflow's private home for the session.
+WAL boundaries the LSN tests cross, Airflow's private home for the session, and the helpers more
+than one test module uses (setting up a published table, running the agents, checking the
+subscriber, topology files, running an agent in a thread or in its own process).
 
 Test modules import these with ``from harness import ...`` (pytest puts this folder on
-``sys.path``); ``conftest.py`` builds its fixtures from them.  Importing this module points
-``AIRFLOW_HOME`` at a fresh temporary folder before anything imports Airflow.
+``sys.path``); ``conftest.py`` builds its fixtures from them.  A test module never imports
+another test module (tests/unit/test_test_imports.py fails when one does): a helper a second
+module needs moves here.  Importing this module points ``AIRFLOW_HOME`` at a fresh temporary
+folder before anything imports Airflow.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import tempfile
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
+import yaml
 
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
 from airflow_repl.engine.model import topology as topology_mod
 from airflow_repl.engine.postgres.connections import resolve_topology, to_uri
+from airflow_repl.engine.subscriber import validation
 from airflow_repl.sandbox import Sandbox
 
 _counter = itertools.count(1)
@@ -32,7 +43,7 @@ os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(Path(__file__).resolve().parents[
 os.environ.setdefault("AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT", "300")
 
 
-def _resolved(data: dict) -> topology_mod.Topology:
+def resolved_topology(data: dict) -> topology_mod.Topology:
     """A topology from its dictionary form with every server resolved (the tests use URIs)."""
     return resolve_topology(topology_mod.from_dict(data))
 
@@ -80,7 +91,7 @@ class Env:
         }
 
     def topology(self, articles: list, *, publication: str = "p", **sub_options) -> topology_mod.Topology:
-        return _resolved(
+        return resolved_topology(
             {
                 **self.servers(),
                 "publications": [{"name": publication, "articles": articles}],
@@ -120,3 +131,212 @@ class Env:
 WAL_BOUNDARIES = ("0/10000000", "1/10000000", "10/0")
 #: A cluster of the wal_cluster fixture starts this far below its boundary.
 WAL_HEADROOM = 4 << 20
+
+
+# ---------------------------------------------------------------------------- agents and checks
+
+#: Runs one agent in its own process (``python AGENT_RUNNER <agent> SPEC_JSON [KWARGS_JSON]``).
+AGENT_RUNNER = str(Path(__file__).with_name("agent_runner.py"))
+
+
+def spec_file(topo: topology_mod.Topology, tmp_path: Path) -> str:
+    """The topology as AGENT_RUNNER's SPEC_JSON file (secrets included)."""
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(topo.to_dict(with_secrets=True)))
+    return str(path)
+
+
+def assert_in_sync(topo, subscriber="sub1"):
+    report = validation.compare(topo, "p", subscriber)
+    assert report and all(r["match"] for r in report), validation.format_report(report)
+    return report
+
+
+def cycle(topo, subscriber="sub1"):
+    read = log_reader_agent.run_log_reader(topo, "p")
+    delivered = distribution_agent.run_distribution(topo, "p", subscriber)
+    return read, delivered
+
+
+class AgentThread(threading.Thread):
+    """Runs one agent function in a thread and keeps its summary (or its error)."""
+
+    def __init__(self, func: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(daemon=True)
+        self.func, self.args, self.kwargs = func, args, kwargs
+        self.summary: dict[str, Any] | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.summary = self.func(*self.args, **self.kwargs)
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+
+def wait_for(condition: Any, timeout: float) -> float | None:
+    """Seconds until ``condition()`` held, or None after ``timeout``."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if condition():
+            return time.monotonic() - start
+        time.sleep(0.05)
+    return None
+
+
+def count_applied_rows(env):
+    """An ENABLE ALWAYS trigger at the subscriber (it fires under session_replication_role =
+    replica) that records every row the agents apply, in table ``applied``."""
+    env.run(
+        env.sub,
+        """
+        CREATE TABLE applied (op text);
+        CREATE FUNCTION count_op() RETURNS trigger LANGUAGE plpgsql AS
+            $$BEGIN INSERT INTO applied VALUES (TG_OP); RETURN NULL; END$$;
+        CREATE TRIGGER always_trigger AFTER INSERT OR UPDATE OR DELETE ON items FOR EACH ROW EXECUTE FUNCTION count_op();
+        ALTER TABLE items ENABLE ALWAYS TRIGGER always_trigger;""",
+    )
+
+
+# ------------------------------------------------------------------- published tables, set up
+
+
+def make_items(env, rows=60000):
+    env.run(
+        env.pub,
+        "CREATE TABLE items (id bigint PRIMARY KEY, grp int NOT NULL, payload text, "
+        "amount numeric(12,3) DEFAULT 1.5, at timestamptz DEFAULT now())",
+    )
+    env.run(
+        env.pub,
+        "INSERT INTO items (id, grp, payload) SELECT g, g %% 10, md5(g::text) FROM generate_series(1, %s) g",
+        (rows,),
+    )
+
+
+def snapshotted_items(env, spark, rows, **sub_options):
+    """``items`` with ``rows`` rows, published in publication ``p`` and snapshotted to the
+    subscriber; returns the topology."""
+    make_items(env, rows)
+    topo = env.topology(["public.items"], **sub_options)
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    return topo
+
+
+def setup_items(env, spark, rows: int = 10):
+    """``items (id, v)`` with ``rows`` rows, published in ``p`` and snapshotted to every
+    subscriber; returns the topology."""
+    env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+    env.run(env.pub, "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, %s) g", (rows,))
+    topo = env.topology(["public.items"])
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    return topo
+
+
+#: Rows of ``items`` that setup_queued publishes.
+QUEUED_ROWS = 50
+#: Rows of ``items`` that setup_immediate publishes.
+IMMEDIATE_ROWS = 20
+
+
+def queued_topology(env, policy: str = "pub wins", **sub_options):
+    data = {
+        **env.servers(),
+        "publications": [
+            {"name": "p", "articles": ["public.items"], "allow_queued_tran": True, "conflict_policy": policy}
+        ],
+        "subscriptions": [
+            {"publication": "p", "subscriber": name, "update_mode": "queued tran", **sub_options} for name in env.subs
+        ],
+    }
+    return resolved_topology(data)
+
+
+def setup_queued(env, spark, policy: str = "pub wins", **sub_options):
+    """``items`` (QUEUED_ROWS rows) published with queued updating and snapshotted to every
+    subscriber."""
+    env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text, n int NOT NULL DEFAULT 0)")
+    env.run(env.pub, "INSERT INTO items (id, v) SELECT g, 'v' || g FROM generate_series(1, %s) g", (QUEUED_ROWS,))
+    topo = queued_topology(env, policy, **sub_options)
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    return topo
+
+
+def immediate_topology(env, modes: dict[str, str]):
+    data = {
+        **env.servers(),
+        "publications": [
+            {"name": "p", "articles": ["public.items"], "allow_sync_tran": True, "allow_queued_tran": True}
+        ],
+        "subscriptions": [
+            {"publication": "p", "subscriber": name, "update_mode": mode} for name, mode in modes.items()
+        ],
+    }
+    return resolved_topology(data)
+
+
+def setup_immediate(env, spark, modes: dict[str, str] | None = None):
+    """``items`` (IMMEDIATE_ROWS rows) published with immediate (and queued) updating and
+    snapshotted to every subscriber, each in its mode of ``modes`` (default: sync tran)."""
+    env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text, n int NOT NULL DEFAULT 0)")
+    env.run(env.pub, "INSERT INTO items (id, v) SELECT g, 'v' || g FROM generate_series(1, %s) g", (IMMEDIATE_ROWS,))
+    topo = immediate_topology(env, modes or dict.fromkeys(env.subs, "sync tran"))
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    return topo
+
+
+def item_rows(conninfo, where="true"):
+    """id -> (v, n, row version) of the updatable ``items`` table's rows."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        found = conn.execute(f"SELECT id, v, n, msrepl_tran_version::text FROM items WHERE {where}").fetchall()
+    return {r[0]: r[1:] for r in found}
+
+
+def queue_counts(conninfo):
+    """(transactions, commands) waiting in a queued subscriber's queue."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        (txns,) = conn.execute("SELECT count(*) FROM airflow_repl.queue_commits").fetchone()
+        (cmds,) = conn.execute("SELECT count(*) FROM airflow_repl.queue").fetchone()
+    return txns, cmds
+
+
+# ---------------------------------------------------------------------------- topology files
+
+
+def items_topology_file(env, tmp_path) -> str:
+    """The test's topology as a YAML file (the CLI's and the sensors' input): ``items``
+    published in ``p`` to every subscriber."""
+    path = tmp_path / "topology.yaml"
+    data = {
+        **env.servers(),
+        "publications": [{"name": "p", "articles": ["public.items"]}],
+        "subscriptions": [{"publication": "p", "subscriber": name} for name in env.subs],
+    }
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def topology_file(env, tmp_path, articles: list, *, snapshot_folder: str = "snaps", **publication_keys) -> str:
+    """A topology YAML file of the test's publisher, distributor and ``sub1``: publication ``p``
+    of ``articles`` (and ``publication_keys``) subscribed by ``sub1``, its snapshot folder
+    ``snapshot_folder`` (a relative one is relative to the working folder)."""
+    path = tmp_path / "topology.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "publisher": to_uri(env.pub),
+                "distributor": to_uri(env.dist),
+                "subscribers": {"sub1": to_uri(env.sub)},
+                "snapshot_folder": snapshot_folder,
+                "publications": [{"name": "p", "articles": articles, **publication_keys}],
+                "subscriptions": [{"publication": "p", "subscriber": "sub1"}],
+            }
+        )
+    )
+    return str(path)
+
+
+def orders_topology_file(env, tmp_path) -> str:
+    """A topology YAML file publishing ``orders`` (``upd_cmd`` MCALL) in ``p`` to ``sub1``, its
+    snapshot folder ``snaps`` relative to the working folder."""
+    return topology_file(env, tmp_path, [{"table": "public.orders", "upd_cmd": "MCALL"}])

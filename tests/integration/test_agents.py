@@ -16,26 +16,12 @@ from pathlib import Path
 import psycopg
 import pyarrow.parquet as pq
 import pytest
+from harness import AGENT_RUNNER, assert_in_sync, count_applied_rows, cycle, make_items, snapshotted_items, spec_file
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent, stream_planning
 from airflow_repl.engine.errors import ROW_NOT_FOUND_SQLSTATE, DeliveryError, NotInitialized, ReplError
-from airflow_repl.engine.subscriber import validation
 from airflow_repl.engine.subscriber.streams import recover_prepared
 from airflow_repl.jobs.agent_job import run_agent
-
-RUNNER = str(Path(__file__).with_name("agent_runner.py"))
-
-
-def assert_in_sync(topo, subscriber="sub1"):
-    report = validation.compare(topo, "p", subscriber)
-    assert report and all(r["match"] for r in report), validation.format_report(report)
-    return report
-
-
-def cycle(topo, subscriber="sub1"):
-    read = log_reader_agent.run_log_reader(topo, "p")
-    delivered = distribution_agent.run_distribution(topo, "p", subscriber)
-    return read, delivered
 
 
 class Writer(threading.Thread):
@@ -62,42 +48,6 @@ class Writer(threading.Thread):
                     conn.execute("DELETE FROM items WHERE id = %s", (1 + (i * 53) % 50000,))
                 self.commits += 1
                 self.commit_times.append(time.monotonic())
-
-
-def count_applied_rows(env):
-    """An ENABLE ALWAYS trigger at the subscriber (it fires under session_replication_role =
-    replica) that records every row the agents apply, in table ``applied``."""
-    env.run(
-        env.sub,
-        """
-        CREATE TABLE applied (op text);
-        CREATE FUNCTION count_op() RETURNS trigger LANGUAGE plpgsql AS
-            $$BEGIN INSERT INTO applied VALUES (TG_OP); RETURN NULL; END$$;
-        CREATE TRIGGER always_trigger AFTER INSERT OR UPDATE OR DELETE ON items FOR EACH ROW EXECUTE FUNCTION count_op();
-        ALTER TABLE items ENABLE ALWAYS TRIGGER always_trigger;""",
-    )
-
-
-def make_items(env, rows=60000):
-    env.run(
-        env.pub,
-        "CREATE TABLE items (id bigint PRIMARY KEY, grp int NOT NULL, payload text, "
-        "amount numeric(12,3) DEFAULT 1.5, at timestamptz DEFAULT now())",
-    )
-    env.run(
-        env.pub,
-        "INSERT INTO items (id, grp, payload) SELECT g, g %% 10, md5(g::text) FROM generate_series(1, %s) g",
-        (rows,),
-    )
-
-
-def snapshotted_items(env, spark, rows, **sub_options):
-    """``items`` with ``rows`` rows, published in publication ``p`` and snapshotted to the
-    subscriber; returns the topology."""
-    make_items(env, rows)
-    topo = env.topology(["public.items"], **sub_options)
-    snapshot_agent.run_snapshot(topo, "p", spark)
-    return topo
 
 
 def test_snapshot_during_concurrent_writes_loses_and_doubles_nothing(env, spark):
@@ -256,12 +206,6 @@ def test_user_triggers_do_not_fire_and_always_triggers_count_each_command_once(e
     assert_in_sync(topo)
 
 
-def _spec_file(topo, tmp_path) -> str:
-    path = tmp_path / "spec.json"
-    path.write_text(json.dumps(topo.to_dict(with_secrets=True)))
-    return str(path)
-
-
 def _kill_when(proc: subprocess.Popen, condition, timeout: float = 60) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -282,7 +226,7 @@ def test_distribution_killed_mid_batch_rerun_applies_everything_exactly_once(env
         env.run(env.pub, "UPDATE items SET grp = grp + 1, payload = payload || 'x' WHERE id %% 200 = %s", (i,))
     read = log_reader_agent.run_log_reader(topo, "p")
     assert (read["transactions"], read["commands"]) == (200, 5000)
-    proc = subprocess.Popen([sys.executable, RUNNER, "distribution", _spec_file(topo, tmp_path)])
+    proc = subprocess.Popen([sys.executable, AGENT_RUNNER, "distribution", spec_file(topo, tmp_path)])
     state = lambda: env.rows(env.sub, "SELECT transactions FROM airflow_repl.subscription_state")[0][0]  # noqa: E731
     killed = _kill_when(proc, lambda: state() >= 8)
     assert killed, "the agent finished before it could be killed"
@@ -302,7 +246,7 @@ def test_log_reader_killed_mid_run_rerun_loses_and_duplicates_nothing(env, spark
         env.run(env.pub, "UPDATE items SET grp = grp + 1 WHERE id %% 300 = %s", (i,))
     count = lambda: env.rows(env.dist, "SELECT count(*) FROM airflow_repl.transactions")[0][0]  # noqa: E731
     proc = subprocess.Popen(
-        [sys.executable, RUNNER, "logreader", _spec_file(topo, tmp_path), json.dumps({"batch_changes": 200})]
+        [sys.executable, AGENT_RUNNER, "logreader", spec_file(topo, tmp_path), json.dumps({"batch_changes": 200})]
     )
     killed = _kill_when(proc, lambda: count() >= 20)
     stored = count()
@@ -426,7 +370,7 @@ def test_multi_stream_agent_killed_repeatedly_applies_everything_exactly_once(en
     for i in range(300):  # 300 transactions x 10 updates
         env.run(env.pub, "UPDATE items SET grp = grp + 1 WHERE id %% 300 = %s", (i,))
     log_reader_agent.run_log_reader(topo, "p")
-    spec = _spec_file(topo, tmp_path)
+    spec = spec_file(topo, tmp_path)
     state = lambda: env.rows(env.sub, "SELECT transactions FROM airflow_repl.subscription_state")[0][0]  # noqa: E731
     rng = random.Random(3)
     kills = 0
@@ -435,7 +379,7 @@ def test_multi_stream_agent_killed_repeatedly_applies_everything_exactly_once(en
         proc = subprocess.Popen(
             [
                 sys.executable,
-                RUNNER,
+                AGENT_RUNNER,
                 "distribution",
                 spec,
                 json.dumps({"subscription_streams": 3, "commit_batch_size": 8}),

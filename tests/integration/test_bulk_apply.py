@@ -8,7 +8,7 @@ import gc
 
 import psycopg
 import pytest
-from test_agents import assert_in_sync, cycle
+from harness import assert_in_sync, cycle
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
 from airflow_repl.engine.errors import DeliveryError

@@ -8,32 +8,13 @@ import subprocess
 import psycopg
 import pytest
 import yaml
+from harness import orders_topology_file, topology_file
 from psycopg import sql
 
 from airflow_repl import cli
 from airflow_repl.engine.agents import snapshot_folder
 from airflow_repl.engine.errors import ROW_NOT_FOUND_SQLSTATE, DifferencesFound
 from airflow_repl.engine.model import naming
-from airflow_repl.engine.postgres.connections import to_uri
-
-
-def _topology_file(env, tmp_path, articles=None):
-    path = tmp_path / "topology.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "publisher": to_uri(env.pub),
-                "distributor": to_uri(env.dist),
-                "subscribers": {"sub1": to_uri(env.sub)},
-                "snapshot_folder": "snaps",
-                "publications": [
-                    {"name": "p", "articles": articles or [{"table": "public.orders", "upd_cmd": "MCALL"}]}
-                ],
-                "subscriptions": [{"publication": "p", "subscriber": "sub1"}],
-            }
-        )
-    )
-    return str(path)
 
 
 def test_cli_runs_every_agent_and_validates(env, spark, tmp_path, capsys):
@@ -42,7 +23,7 @@ def test_cli_runs_every_agent_and_validates(env, spark, tmp_path, capsys):
         "CREATE TABLE orders (id int PRIMARY KEY, v text); "
         "INSERT INTO orders SELECT g, 'v' FROM generate_series(1, 100) g",
     )
-    topo = _topology_file(env, tmp_path)
+    topo = orders_topology_file(env, tmp_path)
     assert cli.main(["apply", "-t", topo]) == 0
     assert json.loads(capsys.readouterr().out) == {"p": ["orders"]}
     assert cli.main(["snapshot", "-t", topo]) == 0
@@ -65,7 +46,7 @@ def test_cli_runs_every_agent_and_validates(env, spark, tmp_path, capsys):
 
 def test_cli_scripts_procedures_in_both_dialects(env, tmp_path, capsys):
     env.run(env.pub, "CREATE TABLE orders (id int PRIMARY KEY, v text)")
-    topo = _topology_file(env, tmp_path)
+    topo = orders_topology_file(env, tmp_path)
     assert cli.main(["script-procs", "-t", topo]) == 0
     out = capsys.readouterr().out
     assert 'CREATE OR REPLACE PROCEDURE "public"."sp_MSupd_publicorders"' in out and "bitmap" in out
@@ -94,7 +75,7 @@ def test_script_procs_with_hostile_names_runs_through_psql_without_injecting(env
                 sql.Identifier(table), sql.Identifier(HOSTILE_COLUMN)
             ),
         )
-    topo = _topology_file(env, tmp_path, [{"table": t, "upd_cmd": "SCALL"} for t in HOSTILE_TABLES])
+    topo = topology_file(env, tmp_path, [{"table": t, "upd_cmd": "SCALL"} for t in HOSTILE_TABLES])
     assert cli.main(["script-procs", "-t", topo]) == 0
     (tmp_path / "procs.sql").write_text(capsys.readouterr().out)
     server = psycopg.conninfo.conninfo_to_dict(env.sub)  # the password travels in the environment
@@ -138,7 +119,7 @@ def test_script_procs_with_hostile_names_runs_through_psql_without_injecting(env
 def test_script_procs_tsql_refuses_a_name_sqlcmd_would_split_before_printing(env, tmp_path, capsys):
     env.run(env.pub, "CREATE TABLE orders (id int PRIMARY KEY, v text)")
     env.run(env.pub, sql.SQL("CREATE TABLE link (id int PRIMARY KEY, {} text)").format(sql.Identifier("a\ngo\nb")))
-    topo = _topology_file(env, tmp_path, [{"table": "orders"}, {"table": "link"}])
+    topo = topology_file(env, tmp_path, [{"table": "orders"}, {"table": "link"}])
     assert cli.main(["script-procs", "-t", topo, "--dialect", "tsql"]) == 2
     out, err = capsys.readouterr()
     assert out == ""
@@ -151,7 +132,7 @@ def test_script_procs_tsql_refuses_a_name_sqlcmd_would_split_before_printing(env
 
 def test_script_procs_applies_each_dialects_parameter_limit(env, tmp_path, capsys):
     env.run(env.pub, f"CREATE TABLE wide (id int PRIMARY KEY, {', '.join(f'c{i} int' for i in range(2, 61))})")
-    topo = _topology_file(env, tmp_path, [{"table": "wide", "upd_cmd": "XCALL", "del_cmd": "XCALL"}])
+    topo = topology_file(env, tmp_path, [{"table": "wide", "upd_cmd": "XCALL", "del_cmd": "XCALL"}])
     assert cli.main(["script-procs", "-t", topo, "--dialect", "tsql"]) == 0  # SQL Server takes 2,100
     out = capsys.readouterr().out
     assert "@c60 int,@c61 int," in out and "@c120 int\n" in out
@@ -162,7 +143,7 @@ def test_script_procs_applies_each_dialects_parameter_limit(env, tmp_path, capsy
 
 
 def test_cli_errors_name_the_problem(env, tmp_path, capsys):
-    topo = _topology_file(env, tmp_path)
+    topo = orders_topology_file(env, tmp_path)
     assert cli.main(["logreader", "-t", topo, "-p", "nope"]) == 2
     assert "unknown publication 'nope'" in capsys.readouterr().err
     assert cli.main(["apply", "-t", topo]) == 2
@@ -173,7 +154,7 @@ def test_cli_errors_name_the_problem(env, tmp_path, capsys):
 
 def test_cli_schema_change_register_script_and_regenerate_procs(env, spark, tmp_path, capsys):
     env.run(env.pub, "CREATE TABLE orders (id int PRIMARY KEY, v text); INSERT INTO orders VALUES (1, 'a')")
-    topo = _topology_file(env, tmp_path)
+    topo = orders_topology_file(env, tmp_path)
     assert cli.main(["snapshot", "-t", topo]) == 0
     capsys.readouterr()
     # bad input: one line, its own exit code, nothing changed

@@ -10,14 +10,20 @@ import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
-from test_agents import RUNNER, _spec_file, assert_in_sync, count_applied_rows, snapshotted_items
+from harness import (
+    AGENT_RUNNER,
+    AgentThread,
+    assert_in_sync,
+    count_applied_rows,
+    snapshotted_items,
+    spec_file,
+    wait_for,
+)
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent
 from airflow_repl.engine.errors import ReplError
@@ -30,22 +36,6 @@ from airflow_repl.operators.agents import DistributionAgentOperator, LogReaderAg
 POLL = 0.2
 
 
-class _Agent(threading.Thread):
-    """Runs one agent function in a thread and keeps its summary (or its error)."""
-
-    def __init__(self, func: Any, *args: Any, **kwargs: Any) -> None:
-        super().__init__(daemon=True)
-        self.func, self.args, self.kwargs = func, args, kwargs
-        self.summary: dict[str, Any] | None = None
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            self.summary = self.func(*self.args, **self.kwargs)
-        except BaseException as exc:  # reported by the test
-            self.error = exc
-
-
 def _write(conninfo: str, first: int, n: int) -> None:
     """``n`` small transactions (an insert and an update each), a few milliseconds apart."""
     with psycopg.connect(conninfo, autocommit=True) as conn:
@@ -56,16 +46,6 @@ def _write(conninfo: str, first: int, n: int) -> None:
             time.sleep(0.005)
 
 
-def _wait_for(condition: Any, timeout: float) -> float | None:
-    """Seconds until ``condition()`` held, or None after ``timeout``."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if condition():
-            return time.monotonic() - start
-        time.sleep(0.05)
-    return None
-
-
 @pytest.mark.parametrize("bulk", [False, True], ids=["commands", "bulk_apply"])
 def test_continuous_agents_follow_a_writer_and_a_schema_change_and_end_cleanly_at_max_run_seconds(env, spark, bulk):
     """(``bulk_apply``: batches by net change, each next one read ahead while one is applied, a
@@ -73,10 +53,10 @@ def test_continuous_agents_follow_a_writer_and_a_schema_change_and_end_cleanly_a
     topo = snapshotted_items(env, spark, 1000, bulk_apply=bulk)
     count_applied_rows(env)
     runs = 10.0
-    reader = _Agent(
+    reader = AgentThread(
         log_reader_agent.run_log_reader, topo, "p", continuous=True, poll_interval=POLL, max_run_seconds=runs
     )
-    dist = _Agent(
+    dist = AgentThread(
         distribution_agent.run_distribution,
         topo,
         "p",
@@ -91,7 +71,7 @@ def test_continuous_agents_follow_a_writer_and_a_schema_change_and_end_cleanly_a
     lags = []
     for wave in range(3):  # three waves, each arriving while both agents keep running
         _write(env.pub, wave * 100, 100)
-        lag = _wait_for(lambda w=wave: arrived((w + 1) * 100), runs)
+        lag = wait_for(lambda w=wave: arrived((w + 1) * 100), runs)
         assert lag is not None, f"wave {wave} did not arrive ({reader.error!r}, {dist.error!r})"
         assert reader.is_alive() and dist.is_alive()
         lags.append(lag)
@@ -129,10 +109,12 @@ def test_sigterm_ends_a_continuous_distribution_cleanly_and_a_restart_resumes(en
     assert log_reader_agent.run_log_reader(topo, "p")["transactions"] == 200
     kwargs = json.dumps({"continuous": True, "poll_interval": POLL, "max_run_seconds": 120})
     proc = subprocess.Popen(
-        [sys.executable, RUNNER, "distribution", _spec_file(topo, tmp_path), kwargs], stdout=subprocess.PIPE, text=True
+        [sys.executable, AGENT_RUNNER, "distribution", spec_file(topo, tmp_path), kwargs],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     state = lambda: env.rows(env.sub, "SELECT transactions FROM airflow_repl.subscription_state")[0][0]  # noqa: E731
-    assert _wait_for(lambda: state() >= 8 or proc.poll() is not None, 60) is not None
+    assert wait_for(lambda: state() >= 8 or proc.poll() is not None, 60) is not None
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0
@@ -205,15 +187,15 @@ def test_a_continuous_job_whose_parent_is_killed_ends_cleanly_and_writes_its_sum
     topo = snapshotted_items(env, spark, 100)
     job = str(Path(agent_job.__file__).resolve())
     result = tmp_path / "result.json"
-    argv = [sys.executable, job, "logreader", "--spec", _spec_file(topo, tmp_path), "--result", str(result)]
+    argv = [sys.executable, job, "logreader", "--spec", spec_file(topo, tmp_path), "--result", str(result)]
     argv += ["--publication", "p", "--continuous", "--poll-interval", str(POLL), "--max-run-seconds", "120"]
     parent = subprocess.Popen(["bash", "-c", f"{shlex.join(argv)} & wait"])  # stands in for spark-submit's JVM
     _write(env.pub, 0, 5)
     stored = lambda: env.rows(env.dist, "SELECT count(*) FROM airflow_repl.transactions")[0][0] >= 5  # noqa: E731
-    assert _wait_for(stored, 60) is not None
+    assert wait_for(stored, 60) is not None
     parent.kill()
     parent.wait()
-    assert _wait_for(result.exists, 30) is not None, "the orphaned job did not end"
+    assert wait_for(result.exists, 30) is not None, "the orphaned job did not end"
     outcome = json.loads(result.read_text())
     assert outcome["status"] == "succeeded" and outcome["transactions"] == 5
     assert outcome["continuous"]["ended_by"] == "parent process gone"

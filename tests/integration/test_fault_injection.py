@@ -24,15 +24,13 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import psycopg
 import pytest
-from test_agents import count_applied_rows
+from harness import AGENT_RUNNER, count_applied_rows
 
 from airflow_repl.engine.agents import snapshot_agent
 
-RUNNER = str(Path(__file__).with_name("agent_runner.py"))
 SEED = int(os.environ.get("AIRFLOW_REPL_FAULT_SEED", "8"))
 CHAOS_SECONDS = float(os.environ.get("AIRFLOW_REPL_FAULT_SECONDS", "18"))
 
@@ -85,7 +83,7 @@ class Outcome:
 
 def run_agent(agent: str, spec: str, kwargs: dict, kill_after: float | None = None) -> Outcome:
     proc = subprocess.Popen(
-        [sys.executable, RUNNER, agent, spec, json.dumps(kwargs)],
+        [sys.executable, AGENT_RUNNER, agent, spec, json.dumps(kwargs)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -302,7 +300,10 @@ def test_a_server_going_away_mid_run_is_one_line_and_the_run_is_recorded(role, b
     assert run_agent("logreader", str(spec), {}).code == 0
     target = env.sub if role == "subscriber" else env.dist
     proc = subprocess.Popen(
-        [sys.executable, RUNNER, "distribution", str(spec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, AGENT_RUNNER, "distribution", str(spec)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.monotonic() + 60
     while env.rows(env.sub, "SELECT transactions FROM airflow_repl.subscription_state")[0][0] < 3:

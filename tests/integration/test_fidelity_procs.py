@@ -9,7 +9,7 @@ import re
 
 import psycopg
 import pytest
-from test_agents import assert_in_sync, cycle
+from harness import assert_in_sync, cycle, topology_file
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent, snapshot_folder
 from airflow_repl.engine.codegen import procedures, tsql_script
@@ -339,26 +339,11 @@ def test_types_that_differ_at_a_subscriber_are_refused_before_anything_changes(e
 
 
 def test_cli_apply_refuses_a_too_wide_table_in_one_line(env, tmp_path, capsys):
-    import yaml
-
     from airflow_repl import cli
-    from airflow_repl.engine.postgres.connections import to_uri
 
     env.run(env.pub, wide_ddl("wide", 51))
-    path = tmp_path / "topology.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "publisher": to_uri(env.pub),
-                "distributor": to_uri(env.dist),
-                "subscribers": {"sub1": to_uri(env.sub)},
-                "snapshot_folder": "snaps",
-                "publications": [{"name": "p", "articles": [{"table": "public.wide", "upd_cmd": "XCALL"}]}],
-                "subscriptions": [{"publication": "p", "subscriber": "sub1"}],
-            }
-        )
-    )
-    assert cli.main(["apply", "-t", str(path)]) == 2
+    path = topology_file(env, tmp_path, [{"table": "public.wide", "upd_cmd": "XCALL"}])
+    assert cli.main(["apply", "-t", path]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
         "airflow-repl: error: article 'wide' (public.wide, 51 columns replicated): XCALL syntax "

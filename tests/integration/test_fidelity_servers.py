@@ -11,8 +11,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from harness import assert_in_sync, cycle
 from psycopg import sql
-from test_agents import assert_in_sync, cycle
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent, snapshot_folder
 from airflow_repl.engine.errors import ReplError, TopologyError

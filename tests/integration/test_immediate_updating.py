@@ -17,38 +17,15 @@ import time
 
 import psycopg
 import pytest
+from harness import assert_in_sync, setup_immediate
 
 from airflow_repl import cli
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, queue_reader_agent, snapshot_agent
 from airflow_repl.engine.errors import NotInitialized
 from airflow_repl.engine.model import naming
-from airflow_repl.engine.model.topology import from_dict
-from airflow_repl.engine.postgres.connections import resolve_topology, to_uri
+from airflow_repl.engine.postgres.connections import to_uri
 from airflow_repl.engine.provisioning import update_mode
-from airflow_repl.engine.subscriber import in_doubt, validation
-
-ROWS = 20
-
-
-def immediate_topology(env, modes: dict[str, str]):
-    data = {
-        **env.servers(),
-        "publications": [
-            {"name": "p", "articles": ["public.items"], "allow_sync_tran": True, "allow_queued_tran": True}
-        ],
-        "subscriptions": [
-            {"publication": "p", "subscriber": name, "update_mode": mode} for name, mode in modes.items()
-        ],
-    }
-    return resolve_topology(from_dict(data))
-
-
-def setup_immediate(env, spark, modes: dict[str, str] | None = None):
-    env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text, n int NOT NULL DEFAULT 0)")
-    env.run(env.pub, "INSERT INTO items (id, v) SELECT g, 'v' || g FROM generate_series(1, %s) g", (ROWS,))
-    topo = immediate_topology(env, modes or dict.fromkeys(env.subs, "sync tran"))
-    snapshot_agent.run_snapshot(topo, "p", spark)
-    return topo
+from airflow_repl.engine.subscriber import in_doubt
 
 
 def rows(conninfo, where="true"):
@@ -65,11 +42,6 @@ def prepared(env):
 def cycle(topo, *subscribers):
     read = log_reader_agent.run_log_reader(topo, "p")
     return read, [distribution_agent.run_distribution(topo, "p", s) for s in subscribers]
-
-
-def assert_in_sync(topo, subscriber="sub1"):
-    report = validation.compare(topo, "p", subscriber)
-    assert report and all(r["match"] for r in report), validation.format_report(report)
 
 
 def wait_for(predicate, seconds=20.0):

@@ -10,9 +10,7 @@ import time
 
 import psycopg
 import pytest
-from harness import _resolved, to_uri
-from test_agents import assert_in_sync, cycle, snapshotted_items
-from test_continuous import _Agent, _wait_for
+from harness import AgentThread, assert_in_sync, cycle, resolved_topology, snapshotted_items, to_uri, wait_for
 
 from airflow_repl.engine.agents import log_reader_agent
 from airflow_repl.engine.errors import AgentBusy, ConnectionFailed
@@ -78,7 +76,7 @@ def short_sender_timeout(env):
     """The publisher ends a walsender whose client says nothing for 2 s (asking for a reply after 1 s)."""
     env.run(env.pub, "ALTER SYSTEM SET wal_sender_timeout = '2s'")
     env.run(env.pub, "SELECT pg_reload_conf()")
-    assert _wait_for(lambda: env.rows(env.pub, "SHOW wal_sender_timeout") == [("2s",)], 5) is not None
+    assert wait_for(lambda: env.rows(env.pub, "SHOW wal_sender_timeout") == [("2s",)], 5) is not None
     yield
     env.run(env.pub, "ALTER SYSTEM RESET wal_sender_timeout")
     env.run(env.pub, "SELECT pg_reload_conf()")
@@ -101,10 +99,12 @@ def test_a_stream_answers_the_servers_requests_for_a_reply(env, spark, short_sen
 
 def test_a_stream_the_publisher_ends_fails_the_run_naming_the_publisher(env, spark):
     topo = snapshotted_items(env, spark, 10)
-    reader = _Agent(log_reader_agent.run_log_reader, topo, "p", continuous=True, poll_interval=0.2, max_run_seconds=30)
+    reader = AgentThread(
+        log_reader_agent.run_log_reader, topo, "p", continuous=True, poll_interval=0.2, max_run_seconds=30
+    )
     reader.start()
     walsender = "SELECT pid FROM pg_stat_activity WHERE backend_type = 'walsender' AND datname = current_database()"
-    assert _wait_for(lambda: env.rows(env.pub, walsender), 10) is not None
+    assert wait_for(lambda: env.rows(env.pub, walsender), 10) is not None
     env.run(env.pub, f"SELECT pg_terminate_backend(pid) FROM ({walsender}) w")
     reader.join(20)
     assert not reader.is_alive() and reader.error is not None
@@ -123,13 +123,15 @@ def test_a_continuous_run_keeps_its_stream_past_wal_sender_timeout_and_wakes_on_
     env, spark, short_sender_timeout
 ):
     topo = snapshotted_items(env, spark, 100)
-    reader = _Agent(log_reader_agent.run_log_reader, topo, "p", continuous=True, poll_interval=60, max_run_seconds=12)
+    reader = AgentThread(
+        log_reader_agent.run_log_reader, topo, "p", continuous=True, poll_interval=60, max_run_seconds=12
+    )
     reader.start()
     time.sleep(6)  # idle three times the timeout: the walsender asks for replies, the run answers
     assert reader.is_alive(), reader.error
     env.run(env.pub, "UPDATE items SET grp = 9 WHERE id = 2")
     stored = lambda: env.rows(env.dist, "SELECT count(*) FROM airflow_repl.transactions")[0][0] == 1  # noqa: E731
-    waited = _wait_for(stored, 5)
+    waited = wait_for(stored, 5)
     assert waited is not None  # woken by the stream: the 60 s poll interval would not be over
     reader.join(20)
     assert reader.error is None and reader.summary is not None
@@ -147,7 +149,7 @@ def test_a_login_without_replication_is_told_what_the_log_reader_needs(env, spar
     try:
         servers = env.servers()
         plain = psycopg.conninfo.make_conninfo(env.pub, user="lr_plain", password="lr-plain-pw")
-        plain_topo = _resolved(
+        plain_topo = resolved_topology(
             {**servers, "publisher": to_uri(plain), "publications": [{"name": "p", "articles": ["public.items"]}]}
         )
         with pytest.raises(ConnectionFailed) as failed:

@@ -12,6 +12,7 @@ import subprocess
 
 import pytest
 import yaml
+from harness import orders_topology_file, setup_queued
 
 from airflow_repl import cli
 from airflow_repl.engine.agents import (
@@ -23,8 +24,6 @@ from airflow_repl.engine.agents import (
     snapshot_folder,
 )
 from airflow_repl.engine.errors import NotInitialized, ReplError
-from tests.integration.test_cli import _topology_file
-from tests.integration.test_queued_updating import setup_queued
 
 LOGGER = "airflow_repl.engine.agents.progress_lines"
 
@@ -155,7 +154,7 @@ def test_report_renders_in_a_headless_browser(env2, spark, tmp_path, capsys):
 
 def test_report_refuses_a_missing_folder_and_an_undeployed_distributor(env, tmp_path, capsys):
     env.run(env.pub, "CREATE TABLE orders (id int PRIMARY KEY, v text)")
-    topo = _topology_file(env, tmp_path)
+    topo = orders_topology_file(env, tmp_path)
     assert cli.main(["report", "-t", topo, "-o", str(tmp_path / "nowhere" / "r.html")]) == ReplError.exit_code
     assert "folder" in capsys.readouterr().err and not (tmp_path / "nowhere").exists()
     assert cli.main(["report", "-t", topo, "-o", str(tmp_path / "r.html")]) == NotInitialized.exit_code

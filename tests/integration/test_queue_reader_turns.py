@@ -13,9 +13,16 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from test_agents import RUNNER, _spec_file
-from test_continuous import _Agent, _wait_for
-from test_queued_updating import assert_in_sync, queued, rows, setup_queued
+from harness import (
+    AGENT_RUNNER,
+    AgentThread,
+    assert_in_sync,
+    item_rows,
+    queue_counts,
+    setup_queued,
+    spec_file,
+    wait_for,
+)
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, queue_reader_agent, snapshot_agent
 from airflow_repl.engine.errors import ReplError
@@ -42,11 +49,11 @@ def test_the_queue_reader_waits_for_a_distribution_batch_and_is_not_kept_out_by_
     with psycopg.connect(env.sub, autocommit=True) as other:
         other.execute(DISTRIBUTION_RUN_LOCK)  # a (continuous) Distribution Agent's run: no longer refuses
         other.execute(WRITER_LOCK)  # ... in the middle of a batch: the Queue Reader waits for its commit
-        reader = _Agent(queue_reader_agent.run_queue_reader, topo, "p", "sub1")
+        reader = AgentThread(queue_reader_agent.run_queue_reader, topo, "p", "sub1")
         reader.start()
         time.sleep(1.5)
         assert reader.is_alive() and reader.error is None
-        assert queued(env.sub) == (1, 1)  # nothing taken while the batch is being applied
+        assert queue_counts(env.sub) == (1, 1)  # nothing taken while the batch is being applied
         assert env.rows(env.pub, "SELECT v FROM items WHERE id = 1") == [("v1",)]
         other.execute("SELECT pg_advisory_unlock(hashtext('airflow_repl.subscriber_writer.p'))")  # committed
         reader.join(30)
@@ -62,7 +69,7 @@ def test_a_distribution_batch_waits_for_the_queue_readers_transaction(env, spark
     assert log_reader_agent.run_log_reader(topo, "p")["transactions"] == 1
     with psycopg.connect(env.sub, autocommit=True) as other:
         other.execute(WRITER_LOCK)  # the Queue Reader in the middle of a queued transaction
-        delivery = _Agent(distribution_agent.run_distribution, topo, "p", "sub1")
+        delivery = AgentThread(distribution_agent.run_distribution, topo, "p", "sub1")
         delivery.start()
         time.sleep(1.5)
         assert delivery.is_alive() and delivery.error is None
@@ -114,10 +121,10 @@ def test_every_agent_continuous_at_once_converges_with_writers_at_the_publisher_
     topo = setup_queued(env2, spark, "pub wins")
     subs = env2.subs
     window = {"continuous": True, "poll_interval": POLL, "max_run_seconds": 12}
-    agents = [_Agent(log_reader_agent.run_log_reader, topo, "p", **window)]
+    agents = [AgentThread(log_reader_agent.run_log_reader, topo, "p", **window)]
     for name in subs:
-        agents.append(_Agent(distribution_agent.run_distribution, topo, "p", name, **window))
-        agents.append(_Agent(queue_reader_agent.run_queue_reader, topo, "p", name, **window))
+        agents.append(AgentThread(distribution_agent.run_distribution, topo, "p", name, **window))
+        agents.append(AgentThread(queue_reader_agent.run_queue_reader, topo, "p", name, **window))
     for agent in agents:
         agent.start()
     time.sleep(1)
@@ -131,17 +138,17 @@ def test_every_agent_continuous_at_once_converges_with_writers_at_the_publisher_
 
     def converged() -> bool:
         data = [
-            {k: v[:2] for k, v in rows(c).items()} for c in (env2.pub, subs["sub1"], subs["sub2"])
+            {k: v[:2] for k, v in item_rows(c).items()} for c in (env2.pub, subs["sub1"], subs["sub2"])
         ]  # (v, n): the row versions are the publisher's business
-        return data[0] == data[1] == data[2] and queued(subs["sub1"]) == queued(subs["sub2"]) == (0, 0)
+        return data[0] == data[1] == data[2] and queue_counts(subs["sub1"]) == queue_counts(subs["sub2"]) == (0, 0)
 
-    took = _wait_for(converged, 10)
+    took = wait_for(converged, 10)
     for agent in agents:
         agent.join(40)
     assert all(a.error is None and a.summary is not None for a in agents), [a.error for a in agents]
     assert took is not None, "the subscribers did not converge while every agent ran continuously"
     assert all(a.summary["continuous"]["ended_by"] == "max_run_seconds" for a in agents)  # type: ignore[index]
-    published = rows(env2.pub)
+    published = item_rows(env2.pub)
     assert {published[i][0] for i in range(1, 11)} == {"pub"}
     assert {published[i][0] for i in range(11, 21)} == {"one"}
     assert {published[i][0] for i in range(21, 31)} == {"two"} and len(published) == 60
@@ -156,14 +163,16 @@ def test_sigterm_ends_a_continuous_queue_reader_cleanly_and_nothing_is_taken_twi
     topo = setup_queued(env, spark)
     kwargs = json.dumps({"continuous": True, "poll_interval": POLL, "max_run_seconds": 120})
     proc = subprocess.Popen(
-        [sys.executable, RUNNER, "queuereader", _spec_file(topo, tmp_path), kwargs], stdout=subprocess.PIPE, text=True
+        [sys.executable, AGENT_RUNNER, "queuereader", spec_file(topo, tmp_path), kwargs],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     for i in range(1, 6):
         env.run(env.sub, "UPDATE items SET n = n + 1 WHERE id = %s", (i,))
-    taken = lambda: queued(env.sub) == (0, 0)  # noqa: E731
-    assert _wait_for(taken, 60) is not None
+    taken = lambda: queue_counts(env.sub) == (0, 0)  # noqa: E731
+    assert wait_for(taken, 60) is not None
     env.run(env.sub, "UPDATE items SET n = n + 1 WHERE id = 1")
-    assert _wait_for(taken, 60) is not None  # a later change, taken by the same run
+    assert wait_for(taken, 60) is not None  # a later change, taken by the same run
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0
@@ -171,7 +180,7 @@ def test_sigterm_ends_a_continuous_queue_reader_cleanly_and_nothing_is_taken_twi
     assert summary["continuous"]["ended_by"] == "SIGTERM"
     assert (summary["transactions"], summary["conflicts"], summary["queued"]) == (6, 0, 0)
     assert summary["continuous"]["rounds"] >= 1
-    assert {i: r[1] for i, r in rows(env.pub, "id <= 5").items()} == {1: 2, 2: 1, 3: 1, 4: 1, 5: 1}
+    assert {i: r[1] for i, r in item_rows(env.pub, "id <= 5").items()} == {1: 2, 2: 1, 3: 1, 4: 1, 5: 1}
     assert _history(env, "queuereader") == [("succeeded", 6)]
     again = queue_reader_agent.run_queue_reader(topo, "p", "sub1")
     assert again["transactions"] == 0 and again["message"] == "the queue is empty; nothing to apply"
@@ -188,7 +197,7 @@ def test_the_job_runs_a_continuous_queue_reader_to_its_maximum_run_time(env, spa
         str(Path(agent_job.__file__).resolve()),
         "queuereader",
         "--spec",
-        _spec_file(topo, tmp_path),
+        spec_file(topo, tmp_path),
     ]
     argv += ["--result", str(result), "--publication", "p", "--continuous", "--poll-interval", str(POLL)]
     done = subprocess.run([*argv, "--max-run-seconds", "3"], capture_output=True, text=True, timeout=120)
@@ -202,10 +211,10 @@ def test_the_job_runs_a_continuous_queue_reader_to_its_maximum_run_time(env, spa
 
 def test_a_continuous_queue_reader_ends_when_the_articles_change(env, spark):
     topo = setup_queued(env, spark)
-    reader = _Agent(queue_reader_agent.run_queue_reader, topo, "p", "sub1", continuous=True, poll_interval=POLL)
+    reader = AgentThread(queue_reader_agent.run_queue_reader, topo, "p", "sub1", continuous=True, poll_interval=POLL)
     reader.start()
     env.run(env.sub, "UPDATE items SET v = 'sub' WHERE id = 3")
-    assert _wait_for(lambda: queued(env.sub) == (0, 0), 30) is not None
+    assert wait_for(lambda: queue_counts(env.sub) == (0, 0), 30) is not None
     # what `airflow-repl apply` stores when the article gets a row filter
     env.run(
         env.dist, "UPDATE airflow_repl.articles SET definition = jsonb_set(definition, '{row_filter}', '\"id > 0\"')"
@@ -234,7 +243,7 @@ def test_a_snapshot_of_a_queued_subscriber_takes_the_turn_before_its_consistent_
     before = env.rows(env.dist, "SELECT snapshot_id, status FROM airflow_repl.subscriptions")
     with psycopg.connect(env.sub, autocommit=True) as other:
         other.execute(WRITER_LOCK)  # a Queue Reader in the middle of a queued transaction
-        snap = _Agent(snapshot_agent.run_snapshot, topo, "p", spark, reinitialize=True)
+        snap = AgentThread(snapshot_agent.run_snapshot, topo, "p", spark, reinitialize=True)
         snap.start()
         time.sleep(1.5)
         assert snap.is_alive() and snap.error is None
@@ -258,13 +267,13 @@ def test_reinitializing_beside_a_continuous_queue_reader_loses_nothing(env, spar
         for i in range(1, 6):
             env.run(env.sub, "UPDATE items SET v = 'sub', n = n + 1 WHERE id = %s", (i,))
         agents = [
-            _Agent(queue_reader_agent.run_queue_reader, topo, "p", "sub1", **window),
-            _Agent(log_reader_agent.run_log_reader, topo, "p", **window),
-            _Agent(distribution_agent.run_distribution, topo, "p", "sub1", **window),
+            AgentThread(queue_reader_agent.run_queue_reader, topo, "p", "sub1", **window),
+            AgentThread(log_reader_agent.run_log_reader, topo, "p", **window),
+            AgentThread(distribution_agent.run_distribution, topo, "p", "sub1", **window),
         ]
         for agent in agents:
             agent.start()
-        snap = _Agent(snapshot_agent.run_snapshot, topo, "p", spark, reinitialize=True)
+        snap = AgentThread(snapshot_agent.run_snapshot, topo, "p", spark, reinitialize=True)
         snap.start()
         time.sleep(0.5)
         other.execute("SELECT pg_advisory_unlock(hashtext('airflow_repl.subscriber_writer.p'))")
@@ -272,9 +281,9 @@ def test_reinitializing_beside_a_continuous_queue_reader_loses_nothing(env, spar
     assert snap.error is None, snap.error
 
     def converged() -> bool:
-        return {k: v[:2] for k, v in rows(env.sub).items()} == {k: v[:2] for k, v in rows(env.pub).items()}
+        return {k: v[:2] for k, v in item_rows(env.sub).items()} == {k: v[:2] for k, v in item_rows(env.pub).items()}
 
-    took = _wait_for(lambda: converged() and queued(env.sub) == (0, 0), 10)
+    took = wait_for(lambda: converged() and queue_counts(env.sub) == (0, 0), 10)
     for agent in agents:
         agent.join(40)
     assert all(a.error is None for a in agents), [a.error for a in agents]

@@ -13,57 +13,12 @@ import time
 
 import psycopg
 import pytest
+from harness import QUEUED_ROWS, assert_in_sync, item_rows, queue_counts, setup_queued
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, queue_reader_agent, snapshot_agent
 from airflow_repl.engine.model import naming
-from airflow_repl.engine.model.topology import from_dict
-from airflow_repl.engine.postgres.connections import resolve_topology
 from airflow_repl.engine.state import distdb
-from airflow_repl.engine.subscriber import validation
 from airflow_repl.jobs.agent_job import run_agent
-
-ROWS = 50
-
-
-def queued_topology(env, policy: str = "pub wins", **sub_options):
-    data = {
-        **env.servers(),
-        "publications": [
-            {"name": "p", "articles": ["public.items"], "allow_queued_tran": True, "conflict_policy": policy}
-        ],
-        "subscriptions": [
-            {"publication": "p", "subscriber": name, "update_mode": "queued tran", **sub_options} for name in env.subs
-        ],
-    }
-    return resolve_topology(from_dict(data))
-
-
-def setup_queued(env, spark, policy: str = "pub wins", **sub_options):
-    """``items`` (ROWS rows) published with queued updating and snapshotted to every subscriber."""
-    env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text, n int NOT NULL DEFAULT 0)")
-    env.run(env.pub, "INSERT INTO items (id, v) SELECT g, 'v' || g FROM generate_series(1, %s) g", (ROWS,))
-    topo = queued_topology(env, policy, **sub_options)
-    snapshot_agent.run_snapshot(topo, "p", spark)
-    return topo
-
-
-def assert_in_sync(topo, subscriber="sub1"):
-    report = validation.compare(topo, "p", subscriber)
-    assert report and all(r["match"] for r in report), validation.format_report(report)
-
-
-def rows(conninfo, where="true"):
-    """id -> (v, n, row version) of the table's rows."""
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        found = conn.execute(f"SELECT id, v, n, msrepl_tran_version::text FROM items WHERE {where}").fetchall()
-    return {r[0]: r[1:] for r in found}
-
-
-def queued(conninfo):
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        (txns,) = conn.execute("SELECT count(*) FROM airflow_repl.queue_commits").fetchone()
-        (cmds,) = conn.execute("SELECT count(*) FROM airflow_repl.queue").fetchone()
-    return txns, cmds
 
 
 def cycle(topo, *subscribers):
@@ -85,14 +40,14 @@ def test_queued_change_reaches_publisher_and_other_subscriber_once_and_not_its_o
         conn.execute("INSERT INTO items (id, v, n) VALUES (1000, 'new at sub1', 0)")
         conn.execute("DELETE FROM items WHERE id = 2")
     env2.run(sub1, "UPDATE items SET n = n + 1 WHERE id = 3")
-    assert queued(sub1) == (2, 4)
-    assert queued(sub2) == (0, 0)
+    assert queue_counts(sub1) == (2, 4)
+    assert queue_counts(sub2) == (0, 0)
 
     result = queue_reader_agent.run_queue_reader(topo, "p", "sub1")
     assert (result["transactions"], result["commands"], result["conflicts"], result["queued"]) == (2, 4, 0, 0)
-    assert queued(sub1) == (0, 0)
-    assert rows(env2.pub) == rows(sub1)  # values and row versions
-    assert rows(env2.pub, "id = 1")[1][0] == "from sub1" and 2 not in rows(env2.pub)
+    assert queue_counts(sub1) == (0, 0)
+    assert item_rows(env2.pub) == item_rows(sub1)  # values and row versions
+    assert item_rows(env2.pub, "id = 1")[1][0] == "from sub1" and 2 not in item_rows(env2.pub)
 
     read, (back, other) = cycle(topo, "sub1", "sub2")
     assert read["transactions"] == 2
@@ -110,17 +65,17 @@ def test_queued_change_reaches_publisher_and_other_subscriber_once_and_not_its_o
     env2.run(env2.pub, "UPDATE items SET v = 'pub' WHERE id = 5")
     _, delivered = cycle(topo, "sub1", "sub2")
     assert [d["transactions"] for d in delivered] == [1, 1]
-    assert rows(sub1) == rows(sub2) == rows(env2.pub)
+    assert item_rows(sub1) == item_rows(sub2) == item_rows(env2.pub)
 
 
 def test_replicated_and_snapshot_rows_are_not_queued(env, spark):
     topo = setup_queued(env, spark)
-    assert queued(env.sub) == (0, 0)  # the snapshot load
+    assert queue_counts(env.sub) == (0, 0)  # the snapshot load
     env.run(env.pub, "UPDATE items SET v = 'x' WHERE id <= 10")
     cycle(topo, "sub1")
-    assert queued(env.sub) == (0, 0)  # the Distribution Agent's applies
+    assert queue_counts(env.sub) == (0, 0)  # the Distribution Agent's applies
     env.run(env.sub, "UPDATE items SET v = 'local' WHERE id = 1")
-    assert queued(env.sub) == (1, 1)
+    assert queue_counts(env.sub) == (1, 1)
 
 
 def test_queue_order_is_commit_order(env, spark):
@@ -141,7 +96,7 @@ def test_queue_order_is_commit_order(env, spark):
     )
     assert [v for _, v in order] == ["second", "first"]
     queue_reader_agent.run_queue_reader(topo, "p", "sub1")
-    assert rows(env.pub, "id <= 2") == rows(env.sub, "id <= 2")
+    assert item_rows(env.pub, "id <= 2") == item_rows(env.sub, "id <= 2")
 
 
 # ---------------------------------------------------------------------- conflicts, per policy
@@ -180,7 +135,7 @@ def test_conflict_is_detected_recorded_and_resolved_by_the_policy(env, spark, ki
     at_sub, at_pub = CONFLICTS[kind]
     env.run(env.sub, at_sub)
     env.run(env.pub, at_pub)
-    before_pub = rows(env.pub, "id = 1")
+    before_pub = item_rows(env.pub, "id = 1")
 
     result = queue_reader_agent.run_queue_reader(topo, "p", "sub1")
     assert result["conflicts"] == 1
@@ -194,20 +149,20 @@ def test_conflict_is_detected_recorded_and_resolved_by_the_policy(env, spark, ki
         assert "reinitialize" in found["outcome"] and result["reinitialize"] is True
         with psycopg.connect(env.dist, autocommit=True) as conn:
             assert distdb.subscription_status(conn, "p", "sub1") == "reinitialize"
-        assert rows(env.pub, "id = 1") == before_pub  # not applied
+        assert item_rows(env.pub, "id = 1") == before_pub  # not applied
         idle = queue_reader_agent.run_queue_reader(topo, "p", "sub1")
         assert idle["transactions"] == 0 and "reinitialization" in idle["message"]
         log_reader_agent.run_log_reader(topo, "p")
         snap = snapshot_agent.run_snapshot(topo, "p", spark)  # the next snapshot run reinitializes it
         assert snap["initialized"] == ["sub1"]
-        assert queued(env.sub) == (0, 0)
+        assert queue_counts(env.sub) == (0, 0)
         assert_in_sync(topo)
         return
     assert found["outcome"].startswith("publisher wins" if policy == "pub wins" else "subscriber wins")
     cycle(topo, "sub1")
     expected = FINAL[(kind, policy)]
     for conninfo in (env.pub, env.sub):
-        final = rows(conninfo, "id = 1")
+        final = item_rows(conninfo, "id = 1")
         assert (final[1][0] if final else None) == expected
     assert_in_sync(topo)
 
@@ -233,14 +188,14 @@ def test_a_row_with_a_queued_change_is_kept_and_decided_by_the_queue_reader(env,
         ("queued at the subscriber", {"id": "1"})
     ]
     assert all(outcome.startswith("the subscriber's row was kept") for _, _, outcome in kept)
-    assert rows(env.sub, "id IN (1, 2, 1000)")[1000][0] == "sub" and rows(env.sub, "id = 2")[2][0] == "pub"
-    assert rows(env.sub, "id = 1")[1][0] == "sub"
+    assert item_rows(env.sub, "id IN (1, 2, 1000)")[1000][0] == "sub" and item_rows(env.sub, "id = 2")[2][0] == "pub"
+    assert item_rows(env.sub, "id = 1")[1][0] == "sub"
     result = queue_reader_agent.run_queue_reader(topo, "p", "sub1")
     assert result["conflicts"] == 1  # row 1 (update/update); the insert of 1000 meets no row there
     cycle(topo, "sub1")
-    assert rows(env.pub, "id = 1000")[1000][0] == "sub"
-    assert rows(env.pub, "id = 1")[1][0] == ("pub" if policy == "pub wins" else "sub")
-    assert rows(env.sub) == rows(env.pub)
+    assert item_rows(env.pub, "id = 1000")[1000][0] == "sub"
+    assert item_rows(env.pub, "id = 1")[1][0] == ("pub" if policy == "pub wins" else "sub")
+    assert item_rows(env.sub) == item_rows(env.pub)
     assert_in_sync(topo)
 
 
@@ -250,12 +205,12 @@ def test_a_row_whose_own_change_the_publisher_took_later_is_kept(env, spark):
     env.run(env.sub, "INSERT INTO items (id, v, n) VALUES (1000, 'sub', 0)")  # queued
     env.run(env.pub, "DELETE FROM items WHERE id = 1000")
     result = queue_reader_agent.run_queue_reader(topo, "p", "sub1")  # the key is free there again
-    assert (result["transactions"], result["conflicts"]) == (1, 0) and queued(env.sub) == (0, 0)
+    assert (result["transactions"], result["conflicts"]) == (1, 0) and queue_counts(env.sub) == (0, 0)
     _, (delivered,) = cycle(topo, "sub1")  # the publisher's insert and delete, then its own insert
     assert (delivered["transactions"], delivered["own_queued"], delivered["conflicts"]) == (2, 1, 2)
     assert [k for k, _, _ in delivered_conflicts(env)] == ["taken from the subscriber's queue"] * 2
-    assert rows(env.sub, "id = 1000")[1000][0] == "sub"
-    assert rows(env.sub) == rows(env.pub)
+    assert item_rows(env.sub, "id = 1000")[1000][0] == "sub"
+    assert item_rows(env.sub) == item_rows(env.pub)
     assert_in_sync(topo)
 
 
@@ -270,11 +225,11 @@ def test_a_row_taken_before_the_log_reader_read_its_transaction_is_kept(env, spa
     delivered = distribution_agent.run_distribution(topo, "p", "sub1")
     assert (delivered["transactions"], delivered["conflicts"]) == (2, 2)
     assert [k for k, _, _ in delivered_conflicts(env)] == ["taken from the subscriber's queue"] * 2
-    assert rows(env.sub, "id = 1000")[1000][0] == "sub"
+    assert item_rows(env.sub, "id = 1000")[1000][0] == "sub"
     _, (last,) = cycle(topo, "sub1")  # passes its own transaction and forgets the taken row
     assert last["own_queued"] == 1
     distribution_agent.run_distribution(topo, "p", "sub1")
-    assert rows(env.sub) == rows(env.pub)
+    assert item_rows(env.sub) == item_rows(env.pub)
     assert_in_sync(topo)
 
 
@@ -299,8 +254,8 @@ def test_the_publishers_older_change_converges_at_the_subscriber_and_is_recorded
         ("duplicate key", {"id": "1"}, "the subscriber's row was set to the publisher's"),
         ("update of a missing row", {"id": "2"}, "the subscriber's row was set to the publisher's"),
     ]
-    assert rows(env.sub, "id <= 4") == rows(env.pub, "id <= 4")
-    assert {i: r[0] for i, r in rows(env.pub, "id <= 4").items()} == {1: "sub", 4: "pub"}
+    assert item_rows(env.sub, "id <= 4") == item_rows(env.pub, "id <= 4")
+    assert {i: r[0] for i, r in item_rows(env.pub, "id <= 4").items()} == {1: "sub", 4: "pub"}
     assert_in_sync(topo)
 
 
@@ -315,8 +270,8 @@ def test_two_subscribers_updating_one_row_end_equal_everywhere(env2, spark, poli
     (found,) = [c for c in conflicts(env2) if c["agent"] == "queuereader"]
     assert (found["subscriber"], found["kind"], found["publisher_row"]["v"]) == ("sub2", "update/update", "one")
     cycle(topo, "sub1", "sub2")
-    assert rows(env2.pub, "id = 1")[1][0] == winner
-    assert rows(env2.subs["sub1"]) == rows(env2.subs["sub2"]) == rows(env2.pub)
+    assert item_rows(env2.pub, "id = 1")[1][0] == winner
+    assert item_rows(env2.subs["sub1"]) == item_rows(env2.subs["sub2"]) == item_rows(env2.pub)
 
 
 def test_sub_wins_refuses_a_conflicting_primary_key_update(env, spark):
@@ -327,7 +282,7 @@ def test_sub_wins_refuses_a_conflicting_primary_key_update(env, spark):
     (found,) = conflicts(env)
     assert found["kind"] == "update/update" and "does not support primary-key updates" in found["outcome"]
     assert result["rejected"] == 1
-    assert set(rows(env.sub)) == set(rows(env.pub))  # compensated: id 1 back, 500 gone
+    assert set(item_rows(env.sub)) == set(item_rows(env.pub))  # compensated: id 1 back, 500 gone
     cycle(topo, "sub1")
     assert_in_sync(topo)
 
@@ -346,8 +301,8 @@ def test_a_change_the_publisher_refuses_is_rejected_whole_and_compensated(env, s
     assert found["kind"] == "constraint violation" and found["key"] == {"id": 1}
     assert found["outcome"].startswith("rejected") and "duplicate key value" in found["outcome"]
     assert "public.items" in found["outcome"]
-    assert rows(env.sub) == rows(env.pub)  # row 3's change went with the rejected transaction
-    assert rows(env.pub, "id = 3")[3][1] == 0 and rows(env.pub, "id = 4")[4][1] == 8
+    assert item_rows(env.sub) == item_rows(env.pub)  # row 3's change went with the rejected transaction
+    assert item_rows(env.pub, "id = 3")[3][1] == 0 and item_rows(env.pub, "id = 4")[4][1] == 8
     cycle(topo, "sub1")
     assert_in_sync(topo)
 
@@ -382,7 +337,7 @@ def test_queue_reader_killed_mid_run_rerun_applies_nothing_twice(env, spark, tmp
     topo = setup_queued(env, spark)
     with psycopg.connect(env.sub, autocommit=True) as conn:
         for i in range(300):  # 300 queued transactions: every row's n goes up by 6
-            conn.execute("UPDATE items SET n = n + 1 WHERE id = %s", (i % ROWS + 1,))
+            conn.execute("UPDATE items SET n = n + 1 WHERE id = %s", (i % QUEUED_ROWS + 1,))
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(topo.to_dict(with_secrets=True)))
     applied = lambda: env.rows(env.pub, "SELECT count(*) FROM airflow_repl.queue_applied")[0][0]  # noqa: E731
@@ -400,12 +355,12 @@ def test_queue_reader_killed_mid_run_rerun_applies_nothing_twice(env, spark, tmp
     proc.wait()
     taken = applied()
     assert 20 <= taken < 300
-    assert queued(env.sub)[0] >= 300 - taken  # the queue keeps what the publisher has not taken
+    assert queue_counts(env.sub)[0] >= 300 - taken  # the queue keeps what the publisher has not taken
     result = queue_reader_agent.run_queue_reader(topo, "p", "sub1")
     assert result["queued"] == 0 and result["forgotten"] == 300 and applied() == 0
     assert result["transactions"] in (300 - taken, 300 - taken + 1)  # + the one killed after its publisher commit
-    assert {n for _, n, _ in rows(env.pub).values()} == {6}
-    assert rows(env.pub) == rows(env.sub)
+    assert {n for _, n, _ in item_rows(env.pub).values()} == {6}
+    assert item_rows(env.pub) == item_rows(env.sub)
     read, (back,) = cycle(topo, "sub1")
     assert back["own_queued"] == read["transactions"] == 300 and back["transactions"] == 0
     assert_in_sync(topo)
@@ -419,7 +374,7 @@ def test_queue_reader_runs_through_the_job_for_every_queued_subscriber(env2, spa
     assert sorted(r["subscriber"] for r in result["subscriptions"]) == ["sub1", "sub2"]
     assert result["transactions"] == 2 and result["conflicts"] == 0
     cycle(topo, "sub1", "sub2")
-    assert rows(env2.subs["sub1"]) == rows(env2.subs["sub2"]) == rows(env2.pub)
+    assert item_rows(env2.subs["sub1"]) == item_rows(env2.subs["sub2"]) == item_rows(env2.pub)
 
 
 # ---------------------------------------------------------------------- Airflow
@@ -450,4 +405,4 @@ def test_queue_reader_operator_spark_submits_the_agent_and_returns_its_summary(e
     )
     summary = op.execute({})
     assert summary["transactions"] == 1 and summary["subscriptions"][0]["subscriber"] == "sub1"
-    assert rows(env.pub, "id = 1")[1][0] == "via airflow"
+    assert item_rows(env.pub, "id = 1")[1][0] == "via airflow"

@@ -14,10 +14,8 @@ import time
 import pytest
 import yaml
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout, TaskDeferred
+from harness import items_topology_file, setup_immediate, setup_items, setup_queued
 from psycopg.conninfo import conninfo_to_dict
-from test_immediate_updating import setup_immediate
-from test_queued_updating import setup_queued
-from test_tracer_tokens import setup_items, topology_file
 
 import airflow_repl
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, queue_reader_agent, quiescing, tracer
@@ -61,7 +59,7 @@ def written_topology(topo, tmp_path) -> str:
 # ---------------------------------------------------------------------- TracerTokenSensor
 def test_tracer_token_sensor_pokes_false_then_true(env2, spark, tmp_path):
     topo = setup_items(env2, spark)
-    path = topology_file(env2, tmp_path)
+    path = items_topology_file(env2, tmp_path)
     token = tracer.post_tracer_token(topo, "p")
     sensor = TracerTokenSensor(task_id="wait", topology=path, publication="p", token_id=str(token))
     assert sensor.poke({}) is False and "run the Log Reader Agent" in sensor.last_status.message
@@ -78,7 +76,7 @@ def test_tracer_token_sensor_pokes_false_then_true(env2, spark, tmp_path):
 
 def test_tracer_token_sensor_defers_and_its_trigger_fires(env2, spark, tmp_path):
     topo = setup_items(env2, spark)
-    path = topology_file(env2, tmp_path)
+    path = items_topology_file(env2, tmp_path)
     token = tracer.post_tracer_token(topo, "p")
     sensor = TracerTokenSensor(
         task_id="wait", topology=path, publication="p", token_id=token, deferrable=True, poke_interval=0.2
@@ -104,7 +102,7 @@ def test_tracer_token_sensor_defers_and_its_trigger_fires(env2, spark, tmp_path)
 
 def test_trigger_error_event_fails_the_sensor(env, spark, tmp_path):
     setup_items(env, spark)
-    path = topology_file(env, tmp_path)
+    path = items_topology_file(env, tmp_path)
     trigger = TracerTokenTrigger(topology_path=path, publication="p", token_id=4242, poll_interval=0.1)
     event = first_event(trigger)
     assert event["status"] == "error" and "no tracer token 4242" in event["message"]
@@ -116,7 +114,7 @@ def test_trigger_error_event_fails_the_sensor(env, spark, tmp_path):
 # ---------------------------------------------------------------------- TopologyQuiescedSensor
 def test_quiesced_sensor_pokes_until_read_and_delivered_everywhere(env2, spark, tmp_path):
     topo = setup_items(env2, spark)
-    path = topology_file(env2, tmp_path)
+    path = items_topology_file(env2, tmp_path)
     env2.run(env2.pub, "UPDATE items SET v = 'x' WHERE id <= 3")
     env2.run(env2.pub, "UPDATE items SET v = 'y' WHERE id = 4")
     sensor = TopologyQuiescedSensor(task_id="quiet", topology=path, publication="p", poke_interval=0.1)
@@ -143,7 +141,7 @@ def test_quiesced_sensor_pokes_until_read_and_delivered_everywhere(env2, spark, 
 
 def test_quiesced_sensor_timeout_in_poke_mode_says_what_is_behind(env, spark, tmp_path):
     topo = setup_items(env, spark)
-    path = topology_file(env, tmp_path)
+    path = items_topology_file(env, tmp_path)
     env.run(env.pub, "UPDATE items SET v = 'x' WHERE id = 1")
     log_reader_agent.run_log_reader(topo, "p")
     sensor = TopologyQuiescedSensor(task_id="quiet", topology=path, publication="p", poke_interval=0.1, timeout=0)
@@ -153,7 +151,7 @@ def test_quiesced_sensor_timeout_in_poke_mode_says_what_is_behind(env, spark, tm
 
 def test_quiesced_sensor_defers_keeping_its_position_and_the_trigger_fires(env, spark, tmp_path):
     topo = setup_items(env, spark)
-    path = topology_file(env, tmp_path)
+    path = items_topology_file(env, tmp_path)
     env.run(env.pub, "UPDATE items SET v = 'x' WHERE id = 1")
     sensor = TopologyQuiescedSensor(task_id="quiet", topology=path, publication="p", deferrable=True, poke_interval=0.2)
     with pytest.raises(TaskDeferred) as deferred:
@@ -274,7 +272,7 @@ def test_the_quiesced_sensor_refuses_reschedule_mode_without_a_token():
 
 def test_post_tracer_token_operator_returns_the_token_id_and_fails_clearly(env, spark, tmp_path):
     setup_items(env, spark)
-    path = topology_file(env, tmp_path)
+    path = items_topology_file(env, tmp_path)
     token = PostTracerTokenOperator(task_id="post", topology=path, publication="p").execute({})
     assert env.rows(env.dist, "SELECT token_id, publication FROM airflow_repl.tracer_tokens") == [(token, "p")]
     with pytest.raises(AirflowFailException, match=r"posting a tracer token failed .*'nope'"):

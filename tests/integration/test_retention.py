@@ -17,15 +17,13 @@ import time
 
 import psycopg
 import pytest
-import yaml
-from harness import Env
+from harness import Env, topology_file
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from airflow_repl import cli
 from airflow_repl.engine.agents import cleanup_agent, distribution_agent, log_reader_agent, snapshot_agent
 from airflow_repl.engine.errors import USAGE_EXIT_CODE, AgentBusy, NotInitialized, ReplError, TopologyError
-from airflow_repl.engine.postgres.connections import to_uri
 from airflow_repl.engine.postgres.lsn import lsn_to_int
 from airflow_repl.engine.state import distdb
 from airflow_repl.engine.subscriber import validation
@@ -353,23 +351,6 @@ def test_bad_input_and_a_running_snapshot_change_nothing(env, spark):
 
 
 # ---------------------------------------------------------------------- CLI, operator, WAL retention
-def _topology_file(env, tmp_path, **publication_keys):
-    path = tmp_path / "topology.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "publisher": to_uri(env.pub),
-                "distributor": to_uri(env.dist),
-                "subscribers": {"sub1": to_uri(env.sub)},
-                "snapshot_folder": str(tmp_path / "snaps"),
-                "publications": [{"name": "p", "articles": ["public.items"], **publication_keys}],
-                "subscriptions": [{"publication": "p", "subscriber": "sub1"}],
-            }
-        )
-    )
-    return str(path)
-
-
 def _json_out(capsys):
     """The JSON the command printed (after any log lines Airflow's logging sent to stdout)."""
     out = capsys.readouterr().out
@@ -397,7 +378,7 @@ def test_cli_cleanup_operator_and_wal_retention(env, spark, tmp_path, capsys):
     from airflow_repl.operators.retention import CleanupOperator
 
     _setup(env, spark)
-    path = _topology_file(env, tmp_path, max_slot_wal_mb=1)
+    path = topology_file(env, tmp_path, ["public.items"], snapshot_folder=str(tmp_path / "snaps"), max_slot_wal_mb=1)
     _change(env, 2, "g")
     _fill_wal(env, 3)
     records = _Records()  # on the engine's logger itself: Airflow's logging set-up may replace the root's handlers
@@ -448,7 +429,7 @@ def test_wal_retention_sensor_poke_and_deferred(env, spark, tmp_path):
     assert "airflow_repl.triggers.wal_retention" in info["triggers"][0]["python-modules"]
     assert "airflow_repl.operators.retention" in info["operators"][0]["python-modules"]
     _setup(env, spark)
-    path = _topology_file(env, tmp_path)
+    path = topology_file(env, tmp_path, ["public.items"], snapshot_folder=str(tmp_path / "snaps"))
     _fill_wal(env, 3)
     # no limit anywhere: a clear failure
     with pytest.raises(AirflowFailException, match="no WAL retention limit for publication 'p'"):
@@ -521,7 +502,7 @@ def test_a_cleanup_killed_mid_run_leaves_what_is_needed_and_the_next_run_finishe
         CREATE TRIGGER slow AFTER DELETE ON airflow_repl.commands FOR EACH STATEMENT EXECUTE FUNCTION slow();
         """,
     )
-    path = _topology_file(env, tmp_path)
+    path = topology_file(env, tmp_path, ["public.items"], snapshot_folder=str(tmp_path / "snaps"))
     code = "import sys; from airflow_repl.cli import main; sys.exit(main(sys.argv[1:]))"
     proc = subprocess.Popen(
         [sys.executable, "-c", code, "cleanup", "-t", path, "--batch-commands", "50"], stdout=subprocess.DEVNULL

@@ -14,7 +14,7 @@ import time
 
 import psycopg
 import pytest
-from test_agents import RUNNER, assert_in_sync, cycle
+from harness import AGENT_RUNNER, assert_in_sync, cycle
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
 from airflow_repl.engine.agents.procedure_regeneration import regenerate_procedures
@@ -304,7 +304,7 @@ def test_a_distribution_agent_killed_in_the_middle_of_a_schema_change_batch_resu
     log_reader_agent.run_log_reader(topo, "p")
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(topo.to_dict(with_secrets=True)))
-    proc = subprocess.Popen([sys.executable, RUNNER, "distribution", str(spec)], env={**os.environ})
+    proc = subprocess.Popen([sys.executable, AGENT_RUNNER, "distribution", str(spec)], env={**os.environ})
     deadline = time.monotonic() + 60
     while not env.rows(
         env.sub, "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep'"

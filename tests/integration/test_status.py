@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
+from harness import orders_topology_file
+
 from airflow_repl import cli
 from airflow_repl.engine.errors import ReplError
-from tests.integration.test_cli import _topology_file
 
 
 def _status(capsys, *args: str) -> tuple[int, str, str]:
@@ -17,7 +18,7 @@ def _status(capsys, *args: str) -> tuple[int, str, str]:
 
 def test_status_backlog_delivery_failure_and_max_pending(env, spark, tmp_path, capsys):
     env.run(env.pub, "CREATE TABLE orders (id int PRIMARY KEY, v text); INSERT INTO orders VALUES (1, 'a'), (2, 'b')")
-    topo = _topology_file(env, tmp_path)
+    topo = orders_topology_file(env, tmp_path)
     assert cli.main(["apply", "-t", topo]) == 0
     assert cli.main(["snapshot", "-t", topo]) == 0
     env.run(env.pub, "UPDATE orders SET v = 'c' WHERE id = 1")

@@ -10,33 +10,13 @@ import time
 
 import psycopg
 import pytest
-import yaml
+from harness import items_topology_file, setup_items
 
 from airflow_repl import cli
-from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent, tracer
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent, tracer
 from airflow_repl.engine.errors import NotInitialized
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.provisioning import deploy
-
-
-def setup_items(env, spark, rows: int = 10):
-    env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text)")
-    env.run(env.pub, "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, %s) g", (rows,))
-    topo = env.topology(["public.items"])
-    snapshot_agent.run_snapshot(topo, "p", spark)
-    return topo
-
-
-def topology_file(env, tmp_path) -> str:
-    """The test's topology as a YAML file (the CLI's and the sensors' input)."""
-    path = tmp_path / "topology.yaml"
-    data = {
-        **env.servers(),
-        "publications": [{"name": "p", "articles": ["public.items"]}],
-        "subscriptions": [{"publication": "p", "subscriber": name} for name in env.subs],
-    }
-    path.write_text(yaml.safe_dump(data))
-    return str(path)
 
 
 def by_subscriber(topo, token_id):
@@ -152,7 +132,7 @@ def test_posting_needs_a_slot_and_changes_nothing_without_one(env):
 
 def test_tracer_cli_posts_and_shows_history(env2, spark, tmp_path, capsys):
     setup_items(env2, spark)
-    path = topology_file(env2, tmp_path)
+    path = items_topology_file(env2, tmp_path)
     assert cli.main(["tracer", "post", "-t", path, "-p", "p"]) == 0
     token = int(capsys.readouterr().out.strip())
     assert cli.main(["logreader", "-t", path]) == 0

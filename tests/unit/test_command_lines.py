@@ -14,13 +14,13 @@ import sys
 from typing import Any
 
 import pytest
+from article_builder import text_article
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_repl.engine.agents import change_mapping, command_lines, log_reader_agent
 from airflow_repl.engine.postgres import pgoutput
 from airflow_repl.engine.state import distdb
-from tests.unit.article_builder import text_article
 
 row_line = command_lines.row_line()
 PREFIX = distdb.copy_field("pub\tlication") + b"\t" + distdb.copy_field("0/A0000D8") + b"\t"

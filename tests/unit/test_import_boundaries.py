@@ -12,6 +12,10 @@ checked:
 * the engine never imports Airflow or PySpark; only ``airflow_repl/jobs/`` imports PySpark;
 * the model imports no database driver, and neither does anything it imports: a subprocess
   imports every model module and looks at ``sys.modules``.
+
+And every module of each engine package, and of the Airflow and Spark layers above it
+(``jobs``, ``hooks``, ``operators``, ``sensors``, ``triggers``), is named (````name````) in its
+package docstring's "Owns:" paragraph, so that the docstring says where each thing lives.
 """
 
 from __future__ import annotations
@@ -78,6 +82,59 @@ def test_each_package_docstring_may_import_exactly_the_lower_layers(package):
     else:
         named = {a or b for a, b in re.findall(r"``(\w+)``|:mod:`~?airflow_repl\.engine\.(\w+)`", text)}
     assert named == allowed_below(package)
+
+
+# ---------------------------------------------------------------------- every module owned
+OUTER_PACKAGES = ("jobs", "hooks", "operators", "sensors", "triggers")
+
+
+def owns_paragraph(docstring: str) -> str | None:
+    """The docstring's "Owns:" paragraph (up to its first blank line), or None."""
+    match = re.search(r"^Owns:(.*?)(?:\n\s*\n|\Z)", docstring, flags=re.DOTALL | re.MULTILINE)
+    return match[1] if match else None
+
+
+def package_modules(folder: Path) -> set[str]:
+    """The modules of the package in ``folder``: its ``.py`` files, its compiled modules'
+    C sources and its subpackages."""
+    found = {p.stem for p in folder.iterdir() if p.suffix in (".py", ".c") and p.stem != "__init__"}
+    return found | {p.name for p in folder.iterdir() if (p / "__init__.py").exists()}
+
+
+def unowned(docstring: str, modules: set[str], where: str) -> str | None:
+    """What is wrong with ``docstring``'s "Owns:" list of ``modules`` (the package ``where``), or None."""
+    owns = owns_paragraph(docstring)
+    if owns is None:
+        return f"{where} has no 'Owns:' paragraph"
+    missing = sorted(modules - set(re.findall(r"``(\w+)``", owns)))
+    if missing:
+        return f"{where}'s 'Owns:' list does not name module(s) {', '.join(missing)}: add each with what it owns"
+    return None
+
+
+OWNING_PACKAGES = sorted(
+    [str(p.parent.relative_to(REPO)) for p in (PACKAGE / "engine").glob("*/__init__.py")]
+    + [f"airflow_repl/{name}" for name in OUTER_PACKAGES]
+)
+
+
+@pytest.mark.parametrize("package", OWNING_PACKAGES)
+def test_each_package_docstring_owns_every_module(package):
+    folder = REPO / package
+    docstring = ast.get_docstring(ast.parse((folder / "__init__.py").read_text())) or ""
+    problem = unowned(docstring, package_modules(folder), f"{package}/__init__.py")
+    assert problem is None, problem
+
+
+def test_the_owns_check_names_the_missing_module_and_its_package():
+    doc = "What it is.\n\nOwns: ``applier`` (applying) and ``streams``.\n\nMay import: ``bulk_apply``."
+    where = "airflow_repl/engine/subscriber/__init__.py"
+    assert unowned(doc, {"applier", "streams"}, where) is None
+    assert unowned(doc, {"applier", "streams", "bulk_apply", "convergence"}, where) == (
+        "airflow_repl/engine/subscriber/__init__.py's 'Owns:' list does not name module(s) bulk_apply, "
+        "convergence: add each with what it owns"
+    )
+    assert unowned("What it is.", {"applier"}, where) == f"{where} has no 'Owns:' paragraph"
 
 
 # ---------------------------------------------------------------------- the checker

@@ -4,7 +4,7 @@ A batch allocates many small objects that live until it is applied (a net-change
 to ``CHUNK_COMMANDS`` commands, their images and the rows of its statements).  The cyclic
 collector runs every few hundred allocations and, every so often, walks every object the process
 holds, those of the imported modules included: on a Distribution Agent's batches it took 30 to
-60 % of the agent's CPU (measured in docs/performance.md).  The agents' objects do not form
+60 % of the agent's CPU (measured with ``make bench``'s workloads; see CHANGELOG.md).  The agents' objects do not form
 reference cycles: reference counting frees them when the batch ends, collector or not.  So the
 collector is paused for the batch and resumed after it, when whatever cycles the batch made (a
 library's, say) are collected as usual; memory is not held longer than the batch.

@@ -2,10 +2,13 @@
 T-SQL-style script a subscriber can run, and the DDL of user-defined types.
 
 Owns: ``call_syntax`` (CALL / SCALL / MCALL / XCALL / SQL parameter lists), ``procedures``
-(the default insert, update and delete procedures), ``tsql_script`` (``airflow-repl script``)
-``user_types`` (enums, domains, composites, ranges and collations a subscriber needs) and
-``queue_triggers`` (the triggers that queue a queued updating subscriber's changes) and
-``immediate_triggers`` (the dblink and two-phase commit triggers of immediate updating).
+(the default insert, update and delete procedures), ``tsql_script`` (``airflow-repl script``),
+``user_types`` (enums, domains, composites, ranges and collations a subscriber needs),
+``key_enforcement`` (the triggers that keep DEFERRABLE keys enforced under
+``session_replication_role = replica``), ``updating_scripts`` (the row-version column of
+updatable subscriptions and its trigger), ``queue_triggers`` (the triggers that queue a queued
+updating subscriber's changes) and ``immediate_triggers`` (the dblink and two-phase commit
+triggers of immediate updating).
 
 May import: ``errors``, ``model``, ``postgres`` and ``articles``.
 """

@@ -3,9 +3,12 @@
 Owns: ``deploy`` (checks every server is reachable, resolves articles against the publisher's
 catalog, creates the publication and slot, and records publications and subscriptions in the
 distribution database), ``schema_change`` (``airflow-repl schema-change``: one checked ALTER TABLE
-run at the publisher with the message that replicates it in commit order) and
+run at the publisher with the message that replicates it in commit order),
 ``custom_scripting`` (``airflow-repl register-script``: the scripts that regenerate custom
-procedures at subscribers).
+procedures at subscribers), ``updating_setup`` (``apply`` for updatable subscriptions: the rules
+checked first, the row versions added at the publisher) and ``update_mode``
+(``airflow-repl set-update-mode``: a failover subscription switched between immediate and
+queued updating).
 
 May import: ``errors``, ``model``, ``postgres``, ``articles``, ``codegen`` and ``state``.
 """

@@ -3,13 +3,16 @@ subscriber's tables with the publisher's.
 
 Owns: ``statements`` (one prepared statement per article and operation, with the row-not-found
 check), ``applier`` (the apply backend: pipelined, over several streams at once, or replayed
-command by command), ``conflicts`` (what a failed command means: skip its transaction or stop; and the queued
-updating conflict rules), ``row_images`` (rows written and read as JSON images),
-``streams`` (the connections of one delivery, their two-phase commit and its recovery),
-``in_doubt`` (the resolver of immediate updating's transactions prepared at the publisher) and
-``validation`` (order- and encoding-independent checksums, differing keys) and
-``schema_changes`` (a replicated schema change applied to the destination table, and the
-article's procedures regenerated, in the delivering transaction).
+command by command), ``bulk_apply`` (a batch's net change per key applied with set-based
+statements: the subscription option ``bulk_apply``), ``conflicts`` (what a failed command means:
+skip its transaction or stop; and the queued updating conflict rules), ``convergence``
+(delivery to a queued updating subscriber: the publisher's commands converging with rows the
+subscriber changed itself), ``row_images`` (rows written and read as JSON images), ``streams``
+(the connections of one delivery, their two-phase commit and its recovery), ``in_doubt`` (the
+resolver of immediate updating's transactions prepared at the publisher), ``validation``
+(order- and encoding-independent checksums, differing keys) and ``schema_changes`` (a
+replicated schema change applied to the destination table, and the article's procedures
+regenerated, in the delivering transaction).
 
 May import: ``errors``, ``model``, ``postgres``, ``articles``, ``codegen`` and ``state``.
 """
