@@ -22,6 +22,9 @@ from airflow_repl.engine.state import distdb, publisher_state
 
 log = logging.getLogger(__name__)
 
+#: The options of every PostgreSQL publication airflow-repl makes.
+PUBLICATION_OPTIONS = sql.SQL("publish = 'insert, update, delete, truncate'")
+
 
 def check_reachable(topology: Topology) -> None:
     """Connect once to every server of the topology; unreachable ones raise ConnectionFailed."""
@@ -114,36 +117,52 @@ def _replica_identity_full(pub_conn: psycopg.Connection, articles: list[Resolved
 
 
 def _check_row_filter(pub_conn: psycopg.Connection, art: ResolvedArticle, row_filter: str | None) -> None:
-    """Let PostgreSQL parse the article's row filter on its table, naming the article when it
-    refuses it."""
+    """Let PostgreSQL check the article's row filter on its table, naming the article and the
+    filter when it refuses it: first as a query's condition (unknown columns, syntax and type
+    errors), then as a publication's row filter (PostgreSQL's rules for those: no user-defined
+    or mutable functions, no system columns, ...), on a publication of this table alone made in
+    a savepoint that is always rolled back."""
+    if row_filter is None:
+        return
+    table = sql.Identifier(art.table.schema, art.table.name)
     try:
         with pub_conn.transaction():
             pub_conn.execute(
-                sql.SQL("SELECT 1 FROM {} WHERE ({}) LIMIT 0").format(
-                    sql.Identifier(art.table.schema, art.table.name), sql.SQL(row_filter or "true")
+                sql.SQL("SELECT 1 FROM {} WHERE ({}) LIMIT 0").format(table, sql.SQL(row_filter)), prepare=True
+            )  # one statement, never a script
+            pub_conn.execute(
+                sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WHERE ({}) WITH ({})").format(
+                    sql.Identifier(naming.ROW_FILTER_PROBE), table, sql.SQL(row_filter), PUBLICATION_OPTIONS
                 ),
                 prepare=True,
-            )  # one statement, never a script
+            )
+            raise psycopg.Rollback()  # the probe publication is never kept
     except psycopg.Error as exc:
+        reason = " ".join(filter(None, [exc.diag.message_primary or str(exc), exc.diag.message_detail]))
         raise TopologyError(
-            f"row_filter of article {art.name!r} ({art.table.qualified}) is rejected by the "
-            f"publisher: {exc.diag.message_primary or exc}"
+            f"row_filter of article {art.name!r} ({art.table.qualified}) is rejected by the publisher: "
+            f"{' '.join(reason.split())}; the filter: {row_filter!r}"
         ) from None
 
 
 def _publish(pub_conn: psycopg.Connection, publication: Publication, pgpub: str, tables: sql.Composed) -> None:
-    """CREATE the PostgreSQL publication, or set its tables when it exists."""
+    """CREATE the PostgreSQL publication, or set its options and tables when it exists."""
     exists = pub_conn.execute("SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = %s", (pgpub,)).fetchone()
-    statement = (
-        sql.SQL("ALTER PUBLICATION {} SET TABLE {}")
+    name = sql.Identifier(pgpub)
+    statements = (
+        [
+            sql.SQL("ALTER PUBLICATION {} SET ({})").format(name, PUBLICATION_OPTIONS),
+            sql.SQL("ALTER PUBLICATION {} SET TABLE {}").format(name, tables),
+        ]
         if exists
-        else sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert, update, delete, truncate')")
+        else [sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH ({})").format(name, tables, PUBLICATION_OPTIONS)]
     )
     try:
-        pub_conn.execute(statement.format(sql.Identifier(pgpub), tables), prepare=True)
+        for statement in statements:
+            pub_conn.execute(statement, prepare=True)
     except psycopg.Error as exc:
         raise TopologyError(
-            f"publication {publication.name!r}: the publisher rejected its row filters: "
+            f"publication {publication.name!r}: the publisher rejected its PostgreSQL publication {pgpub}: "
             f"{exc.diag.message_primary or exc}"
         ) from None
 
