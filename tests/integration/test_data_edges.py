@@ -4,7 +4,8 @@ as the oracle.
 One publication holds the same set of tables once per propagation style (schema ``s_<style>``):
 generated procedures with each update syntax (SCALL, MCALL, CALL, XCALL), SQL statements, and the
 update modes ``all`` / ``multi_row_key_changes``.  The tables carry every built-in type family
-with its edge values, TOASTed values, composite and text keys with odd characters, identity and
+with its edge values, TOASTed values, composite and text keys with odd characters, composite values
+whose fields are all NULL (nested, in arrays, under a domain), identity and
 generated columns, partitions, odd and 63-byte names and wide tables at the argument limits.
 One snapshot and one Log Reader + Distribution cycle serve every style; each style's
 subscriber tables are then compared value by value (canonical text, fetched from both servers
@@ -245,10 +246,35 @@ def tables_ddl(style: str) -> str:
         CREATE TABLE {s}.{ident(LONG_TABLE)} ({ident(LONG_COLUMNS[0])} text PRIMARY KEY,
                                                   {ident(LONG_COLUMNS[1])} text);
         CREATE TABLE {s}.wide (id int PRIMARY KEY, {wide});
+        CREATE TYPE {s}.quad AS (a int, b text, c date, d numeric);
+        CREATE TYPE {s}.nest AS (x int, q {s}.quad);
+        CREATE DOMAIN {s}.dquad AS {s}.quad CHECK ((VALUE).a IS NULL OR (VALUE).a > 0);
+        CREATE TABLE {s}.comp (id int PRIMARY KEY, q {s}.quad, n {s}.nest, qa {s}.quad[], dq {s}.dquad,
+                               na {s}.nest[]);
     """
 
 
-TABLES = ["scalars", "others", "toast", "keys", "idgen", "part_eu", "part_us", ODD_TABLE, LONG_TABLE, "wide"]
+TABLES = ["scalars", "others", "toast", "keys", "idgen", "part_eu", "part_us", ODD_TABLE, LONG_TABLE, "wide", "comp"]
+#: Composite values whose fields are all NULL (``(,,,)`` is not NULL, though ``IS NULL`` is true of
+#: it), at the top, nested, in arrays and under a domain, beside NULLs and other values (``@s``:
+#: the style's schema).
+COMPOSITE_ROWS = r"""INSERT INTO @s.comp VALUES
+    (1, '(,,,)', '(,"(,,,)")', '{"(,,,)",NULL}', '(,,,)', '{"(,)"}'),
+    (2, NULL, '(,)', NULL, NULL, NULL),
+    (3, '(1,x,2000-01-01,1.5)', '(1,"(,,,)")', '{}', '(,,,)', '{NULL}'),
+    (4, '(,,,)', NULL, '{}', NULL, '{"(,\"(,,,)\")"}'),
+    (5, '(2,"",,)', '(,)', '{"(,,,)"}', '(,,,)', NULL)"""
+COMPOSITE_CHANGES = r"""
+    INSERT INTO @s.comp VALUES (6, '(,,,)', '(,)', '{"(,,,)"}', '(,,,)', '{"(,\"(,,,)\")"}');
+    UPDATE @s.comp SET q = '(,,,)', dq = '(,,,)', n = '(,)' WHERE id = 3;  -- values -> all NULL
+    UPDATE @s.comp SET q = '(3,,,)' WHERE id = 1;  -- all NULL -> a value
+    UPDATE @s.comp SET q = '(,,,)', dq = '(,,,)' WHERE id = 2;  -- NULL -> all NULL
+    UPDATE @s.comp SET q = NULL, na = NULL WHERE id = 4;  -- all NULL -> NULL
+    UPDATE @s.comp SET id = 50 WHERE id = 5;  -- a key change of a row of all-NULL composites"""
+
+
+def in_schema(statements: str, style: str) -> str:
+    return statements.replace("@s", ident(schema_name(style)))
 
 
 # ---------------------------------------------------------------------- data and changes
@@ -289,6 +315,7 @@ def load_initial(conn: psycopg.Connection, style: str) -> None:
     s = schema_name(style)
     for table, spec in (("scalars", SCALARS), ("others", OTHERS)):
         _insert(conn, s, table, ["id"] + [c for c, _, _ in spec], _edge_rows(spec, 1, 0))
+    conn.execute(in_schema(COMPOSITE_ROWS, style))
     q = sql.Identifier(s)
     conn.execute(
         sql.SQL(f"""
@@ -376,6 +403,8 @@ def make_changes(conninfo: str, style: str) -> None:
             DELETE FROM {s}.part WHERE id = 3;
             """).format(s=q)
         )
+        conn.commit()
+        conn.execute(in_schema(COMPOSITE_CHANGES, style))
         conn.commit()
         odd, key = sql.Identifier(s, ODD_TABLE), sql.Identifier(ODD_COLUMNS[0])
         conn.execute(

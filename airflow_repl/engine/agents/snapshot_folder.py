@@ -121,14 +121,18 @@ def _select_list(article: ResolvedArticle) -> sql.Composable:
     what pgoutput sends for later changes and what native replication copies.  Not ``::text``:
     a cast to text differs from the output function for some types (``xml`` keeps a default
     XML declaration that xml_out drops; ``inet`` adds ``/32``).  ``concat`` calls the output
-    function (and NULL stays NULL through the CASE)."""
+    function (and NULL stays NULL through the CASE).  ``num_nulls`` asks whether the value
+    itself is NULL: ``IS NULL`` is also true of a composite value whose fields are all NULL,
+    ``(,,)``, which is not NULL and must arrive as it is."""
     parts = []
     for c in article.columns:
         col = sql.Identifier(c.name)
         parts.append(
             col
             if c.type_oid in ARROW_TYPES
-            else sql.SQL("CASE WHEN {c} IS NULL THEN NULL ELSE pg_catalog.concat({c}) END").format(c=col)
+            else sql.SQL("CASE WHEN pg_catalog.num_nulls({c}) = 1 THEN NULL ELSE pg_catalog.concat({c}) END").format(
+                c=col
+            )
         )
     return sql.SQL(", ").join(parts)
 
