@@ -382,3 +382,16 @@ def test_a_busy_new_partition_keeps_its_identity_until_a_later_log_reader_run(en
     env.run(env.pub, "UPDATE events SET v = 'later' WHERE id = 9000")
     cycle(topo)
     assert_in_sync(topo)
+
+
+def test_a_publication_made_before_gets_publish_via_partition_root_when_applied(env):
+    """A publication an earlier airflow-repl made (without the option) takes a partitioned
+    table, with a row filter, when the topology is applied again."""
+    env.run(env.pub, EVENTS + "CREATE TABLE other (id int PRIMARY KEY);")
+    deploy.apply_topology(env.topology(["public.other"]))
+    env.run(env.pub, "ALTER PUBLICATION airflow_repl_p SET (publish_via_partition_root = false)")
+    deploy.apply_topology(env.topology(["public.other", {"table": "public.events", "row_filter": "n > 1"}]))
+    assert env.rows(env.pub, "SELECT pubviaroot FROM pg_publication WHERE pubname = 'airflow_repl_p'") == [(True,)]
+    assert env.rows(
+        env.pub, "SELECT tablename, rowfilter FROM pg_publication_tables WHERE pubname = 'airflow_repl_p' ORDER BY 1"
+    ) == [("events", "(n > 1)"), ("other", None)]

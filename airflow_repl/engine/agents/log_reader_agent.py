@@ -502,9 +502,12 @@ class _LogReader:
         """REPLICA IDENTITY FULL on the partitions of the partitioned articles that lack it
         (created or attached since the topology was applied), before their rows are updated
         or deleted, whose changes would otherwise stop this agent (:class:`Partitions`)."""
+        partitioned = {a.name: a for a in self.articles.values() if a.table.partitioned}
+        if not partitioned:
+            return
         self.run.step = "the replica identity of the partitions"
         self.pub.commit()  # each partition's change in a savepoint of a transaction of its own
-        deploy.full_replica_identity_of_partitions(self.pub, list({a.name: a for a in self.articles.values()}.values()))
+        deploy.full_replica_identity_of_partitions(self.pub, list(partitioned.values()))
 
     def read_batch(self, batch_changes: int) -> _Batch:
         """Read up to ``batch_changes`` messages (whole transactions) from the stream into the
