@@ -23,6 +23,7 @@ from typing import Any
 
 import psycopg
 import yaml
+from psycopg import sql
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
 from airflow_repl.engine.model import topology as topology_mod
@@ -340,3 +341,55 @@ def orders_topology_file(env, tmp_path) -> str:
     """A topology YAML file publishing ``orders`` (``upd_cmd`` MCALL) in ``p`` to ``sub1``, its
     snapshot folder ``snaps`` relative to the working folder."""
     return topology_file(env, tmp_path, [{"table": "public.orders", "upd_cmd": "MCALL"}])
+
+
+# ---------------------------------------------------------------------- comparing rows, native oracle
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}...({len(text)} chars)"
+
+
+def diff(label: str, columns: list[str], expected: list[tuple], actual: list[tuple]) -> list[str]:
+    """Readable differences between two sorted row lists (empty when equal)."""
+    if expected == actual:
+        return []
+    out = [f"{label}: {len(expected)} rows expected, {len(actual)} found"]
+    exp, act = set(expected), set(actual)
+    for row in [r for r in expected if r not in act][:3]:
+        near = next((a for a in actual if a[0] == row[0]), None)
+        if near is None:
+            out.append(f"  missing row {_short(row[0])}")
+        else:
+            out += [
+                f"  row {_short(row[0])} column {c}: expected {_short(e)}, found {_short(a)}"
+                for c, e, a in zip(columns, row, near, strict=False)
+                if e != a
+            ]
+    out += [f"  unexpected row {_short(r[0])}" for r in [r for r in actual if r not in exp][:3]]
+    return out
+
+
+def wait_native(pub_conninfo: str, native_conninfo: str, name: str, timeout: float = 90.0) -> None:
+    """Until the native subscription has copied every table and confirmed the publisher's
+    current WAL position."""
+    deadline = time.monotonic() + timeout
+    with (
+        psycopg.connect(pub_conninfo, autocommit=True) as pub,
+        psycopg.connect(native_conninfo, autocommit=True) as sub,
+    ):
+        target = pub.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
+        while time.monotonic() < deadline:
+            syncing = sub.execute("SELECT count(*) FROM pg_subscription_rel WHERE srsubstate <> 'r'").fetchone()[0]
+            done = pub.execute(
+                "SELECT confirmed_flush_lsn >= %s FROM pg_replication_slots WHERE slot_name = %s", (target, name)
+            ).fetchone()
+            if not syncing and done and done[0]:
+                return
+            time.sleep(0.2)
+    raise AssertionError(f"the native subscription {name} did not catch up within {timeout}s")
+
+
+def drop_native_subscription(native_conninfo: str, name: str) -> None:
+    with psycopg.connect(native_conninfo, autocommit=True) as sub:
+        if sub.execute("SELECT 1 FROM pg_subscription WHERE subname = %s", (name,)).fetchone():
+            sub.execute(sql.SQL("DROP SUBSCRIPTION {}").format(sql.Identifier(name)))

@@ -4,7 +4,8 @@ as the oracle.
 One publication holds the same set of tables once per propagation style (schema ``s_<style>``):
 generated procedures with each update syntax (SCALL, MCALL, CALL, XCALL), SQL statements, and the
 update modes ``all`` / ``multi_row_key_changes``.  The tables carry every built-in type family
-with its edge values, TOASTed values, composite and text keys with odd characters, identity and
+with its edge values, TOASTed values, composite and text keys with odd characters, composite values
+whose fields are all NULL (nested, in arrays, under a domain), identity and
 generated columns, partitions, odd and 63-byte names and wide tables at the argument limits.
 One snapshot and one Log Reader + Distribution cycle serve every style; each style's
 subscriber tables are then compared value by value (canonical text, fetched from both servers
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 import pytest
+from harness import diff, drop_native_subscription, wait_native
 from psycopg import sql
 
 from airflow_repl.engine.agents import (
@@ -245,10 +247,35 @@ def tables_ddl(style: str) -> str:
         CREATE TABLE {s}.{ident(LONG_TABLE)} ({ident(LONG_COLUMNS[0])} text PRIMARY KEY,
                                                   {ident(LONG_COLUMNS[1])} text);
         CREATE TABLE {s}.wide (id int PRIMARY KEY, {wide});
+        CREATE TYPE {s}.quad AS (a int, b text, c date, d numeric);
+        CREATE TYPE {s}.nest AS (x int, q {s}.quad);
+        CREATE DOMAIN {s}.dquad AS {s}.quad CHECK ((VALUE).a IS NULL OR (VALUE).a > 0);
+        CREATE TABLE {s}.comp (id int PRIMARY KEY, q {s}.quad, n {s}.nest, qa {s}.quad[], dq {s}.dquad,
+                               na {s}.nest[]);
     """
 
 
-TABLES = ["scalars", "others", "toast", "keys", "idgen", "part_eu", "part_us", ODD_TABLE, LONG_TABLE, "wide"]
+TABLES = ["scalars", "others", "toast", "keys", "idgen", "part_eu", "part_us", ODD_TABLE, LONG_TABLE, "wide", "comp"]
+#: Composite values whose fields are all NULL (``(,,,)`` is not NULL, though ``IS NULL`` is true of
+#: it), at the top, nested, in arrays and under a domain, beside NULLs and other values (``@s``:
+#: the style's schema).
+COMPOSITE_ROWS = r"""INSERT INTO @s.comp VALUES
+    (1, '(,,,)', '(,"(,,,)")', '{"(,,,)",NULL}', '(,,,)', '{"(,)"}'),
+    (2, NULL, '(,)', NULL, NULL, NULL),
+    (3, '(1,x,2000-01-01,1.5)', '(1,"(,,,)")', '{}', '(,,,)', '{NULL}'),
+    (4, '(,,,)', NULL, '{}', NULL, '{"(,\"(,,,)\")"}'),
+    (5, '(2,"",,)', '(,)', '{"(,,,)"}', '(,,,)', NULL)"""
+COMPOSITE_CHANGES = r"""
+    INSERT INTO @s.comp VALUES (6, '(,,,)', '(,)', '{"(,,,)"}', '(,,,)', '{"(,\"(,,,)\")"}');
+    UPDATE @s.comp SET q = '(,,,)', dq = '(,,,)', n = '(,)' WHERE id = 3;  -- values -> all NULL
+    UPDATE @s.comp SET q = '(3,,,)' WHERE id = 1;  -- all NULL -> a value
+    UPDATE @s.comp SET q = '(,,,)', dq = '(,,,)' WHERE id = 2;  -- NULL -> all NULL
+    UPDATE @s.comp SET q = NULL, na = NULL WHERE id = 4;  -- all NULL -> NULL
+    UPDATE @s.comp SET id = 50 WHERE id = 5;  -- a key change of a row of all-NULL composites"""
+
+
+def in_schema(statements: str, style: str) -> str:
+    return statements.replace("@s", ident(schema_name(style)))
 
 
 # ---------------------------------------------------------------------- data and changes
@@ -289,6 +316,7 @@ def load_initial(conn: psycopg.Connection, style: str) -> None:
     s = schema_name(style)
     for table, spec in (("scalars", SCALARS), ("others", OTHERS)):
         _insert(conn, s, table, ["id"] + [c for c, _, _ in spec], _edge_rows(spec, 1, 0))
+    conn.execute(in_schema(COMPOSITE_ROWS, style))
     q = sql.Identifier(s)
     conn.execute(
         sql.SQL(f"""
@@ -377,6 +405,8 @@ def make_changes(conninfo: str, style: str) -> None:
             """).format(s=q)
         )
         conn.commit()
+        conn.execute(in_schema(COMPOSITE_CHANGES, style))
+        conn.commit()
         odd, key = sql.Identifier(s, ODD_TABLE), sql.Identifier(ODD_COLUMNS[0])
         conn.execute(
             sql.SQL("UPDATE {} SET {} = {} || %s").format(
@@ -464,31 +494,6 @@ def table_text(
     return sorted(rows, key=lambda r: [(v is None, v or "") for v in r])
 
 
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else f"{text[:60]}...({len(text)} chars)"
-
-
-def diff(label: str, columns: list[str], expected: list[tuple], actual: list[tuple]) -> list[str]:
-    """Readable differences between two sorted row lists (empty when equal)."""
-    if expected == actual:
-        return []
-    out = [f"{label}: {len(expected)} rows expected, {len(actual)} found"]
-    exp, act = set(expected), set(actual)
-    for row in [r for r in expected if r not in act][:3]:
-        near = next((a for a in actual if a[0] == row[0]), None)
-        if near is None:
-            out.append(f"  missing row {_short(row[0])}")
-        else:
-            out += [
-                f"  row {_short(row[0])} column {c}: expected {_short(e)}, found {_short(a)}"
-                for c, e, a in zip(columns, row, near, strict=False)
-                if e != a
-            ]
-    out += [f"  unexpected row {_short(r[0])}" for r in [r for r in actual if r not in exp][:3]]
-    return out
-
-
 # ---------------------------------------------------------------------- native oracle
 def create_native_subscription(pub_conninfo: str, native_conninfo: str, name: str, tables: list[str]) -> None:
     with psycopg.connect(pub_conninfo, autocommit=True) as pub:
@@ -503,32 +508,6 @@ def create_native_subscription(pub_conninfo: str, native_conninfo: str, name: st
                 sql.Identifier(name), sql.Literal(pub_conninfo), sql.Identifier(name), sql.Literal(name)
             )
         )
-
-
-def wait_native(pub_conninfo: str, native_conninfo: str, name: str, timeout: float = 90.0) -> None:
-    """Until the native subscription has copied every table and confirmed the publisher's
-    current WAL position."""
-    deadline = time.monotonic() + timeout
-    with (
-        psycopg.connect(pub_conninfo, autocommit=True) as pub,
-        psycopg.connect(native_conninfo, autocommit=True) as sub,
-    ):
-        target = pub.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
-        while time.monotonic() < deadline:
-            syncing = sub.execute("SELECT count(*) FROM pg_subscription_rel WHERE srsubstate <> 'r'").fetchone()[0]
-            done = pub.execute(
-                "SELECT confirmed_flush_lsn >= %s FROM pg_replication_slots WHERE slot_name = %s", (target, name)
-            ).fetchone()
-            if not syncing and done and done[0]:
-                return
-            time.sleep(0.2)
-    raise AssertionError(f"the native subscription {name} did not catch up within {timeout}s")
-
-
-def drop_native_subscription(native_conninfo: str, name: str) -> None:
-    with psycopg.connect(native_conninfo, autocommit=True) as sub:
-        if sub.execute("SELECT 1 FROM pg_subscription WHERE subname = %s", (name,)).fetchone():
-            sub.execute(sql.SQL("DROP SUBSCRIPTION {}").format(sql.Identifier(name)))
 
 
 # ---------------------------------------------------------------------- the shared run

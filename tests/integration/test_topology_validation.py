@@ -795,3 +795,36 @@ def test_only_the_first_problem_is_reported_with_a_count_of_the_rest(servers, tm
     line = _assert_one_error_line(code, out, err, f"topology file {path}:9:", "64 bytes long")
     assert line.endswith("(and 2 more)")  # the first by position in the file
     assert state(servers) == before
+
+
+@pytest.mark.parametrize(
+    "row_filter, says",
+    [
+        ("id > random()", "User-defined or built-in mutable functions are not allowed"),
+        ("ctid > '(0,0)'", "System columns are not allowed"),
+        ("id > (SELECT 0)", "Only columns, constants, built-in operators"),
+    ],
+)
+def test_a_row_filter_only_a_publication_rejects_names_its_article_and_changes_nothing(
+    servers, tmp_path, capsys, row_filter, says
+):
+    """A filter that is a valid condition but not a valid publication row filter: the line names
+    the article, its table and the filter (two articles have filters), and nothing changes."""
+    path = tmp_path / "t.yaml"
+    path.write_text(
+        _base(servers)
+        .replace("      - public.orders\n", f'      - table: public.orders\n        row_filter: "{row_filter}"\n')
+        .replace("qty > 0", "qty > 0 AND note <> 'x'")
+    )
+    before = state(servers)
+    code, out, err = _apply(path, capsys)
+    line = _assert_one_error_line(
+        code,
+        out,
+        err,
+        "row_filter of article 'orders' (public.orders) is rejected by the publisher: invalid publication WHERE "
+        "expression",
+        says,
+    )
+    assert line.endswith(f"; the filter: {row_filter!r}"), line
+    assert state(servers) == before

@@ -12,7 +12,7 @@ import pytest
 
 from airflow_repl.engine.agents import change_mapping, log_reader_agent
 from airflow_repl.engine.articles.commands import DELETE, INSERT, Command
-from airflow_repl.engine.articles.resolved import resolve_articles
+from airflow_repl.engine.articles.resolved import ResolvedArticle, resolve_articles
 from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.model.topology import from_dict
 from airflow_repl.engine.postgres import pgoutput
@@ -81,6 +81,59 @@ def test_children_map_to_their_article_and_partial_truncates_are_refused():
     from airflow_repl.engine.articles.resolved import ResolvedArticle
 
     assert ResolvedArticle.from_dict(fam.to_dict()).children == fam.children
+
+
+# ---------------------------------------------------------------------- partitioned tables
+def _partitioned(**options):
+    pub = from_dict(
+        {
+            "publisher": "a",
+            "distributor": "b",
+            "publications": [{"name": "p", "articles": [{"table": "public.ev", **options}]}],
+        }
+    ).publication("p")
+    columns = [Column("d", "date", True, 1082), Column("id", "integer", True, 23), Column("v", "text", False, 25)]
+    return resolve_articles(pub, {"ev": TableInfo("public", "ev", 1, columns, ["d", "id"], partitioned=True)})[0]
+
+
+def _relation(name: str, identity: str) -> pgoutput.Relation:
+    return pgoutput.Relation(1, "public", name, identity, ["d", "id", "v"], [1082, 23, 25])
+
+
+def test_partitions_announced_without_full_identity_refuse_what_their_images_cannot_carry():
+    art = _partitioned()
+    articles = change_mapping.relation_articles([art])
+    partitions = change_mapping.Partitions()
+    for rel in (_relation("ev", "f"), _relation("ev_1", "f"), _relation("ev", "f"), _relation("ev_2", "d")):
+        partitions.relation(rel, articles)
+    relmap = change_mapping.map_relation(_relation("ev", "f"), articles, partitions)
+    assert relmap is not None and relmap.incomplete == (("public.ev_2", "d"),)
+    old, new = ["2024-01-01", "1", None], ["2024-01-01", "1", "x"]
+    # what a default identity logs is enough: deletes by key, key updates as pairs, updates of a
+    # full partition (a before image with an unchanged key comes from one)
+    assert [c.op for c in change_mapping.row_commands(pgoutput.Delete(1, old), relmap)] == ["D"]
+    moved = pgoutput.Update(1, old, ["2024-01-01", "2", "x"])
+    assert [c.op for c in change_mapping.row_commands(moved, relmap)] == ["D", "I"]
+    assert [c.op for c in change_mapping.row_commands(pgoutput.Update(1, old, new), relmap)] == ["U"]
+    with pytest.raises(ReplError, match=r"the update of a row of partitioned table public.ev .* public.ev_2 "):
+        change_mapping.row_commands(pgoutput.Update(1, None, new), relmap)
+    for options, change in (({"del_cmd": "XCALL"}, pgoutput.Delete(1, old)), ({}, moved)):
+        other = _partitioned(**options)
+        if not options:
+            other.update_mode = "multi_row_key_changes"  # a single-row key update stays one UPDATE
+        other_map = change_mapping.RelationMap(other, [0, 1, 2], incomplete=(("public.ev_2", "d"),))
+        with pytest.raises(ReplError, match="may come from partition"):
+            change_mapping.row_commands(change, other_map)
+    # the partition announced again with REPLICA IDENTITY FULL: nothing is incomplete any more
+    partitions.relation(_relation("ev", "f"), articles)
+    partitions.relation(_relation("ev_2", "f"), articles)
+    assert partitions.of(art) == ()
+    # an article's own relation that follows another relation is not taken for a partition
+    partitions.relation(_relation("ev", "f"), articles)
+    partitions.relation(_relation("ev", "f"), articles)
+    assert partitions.of(art) == ()
+    assert ResolvedArticle.from_dict(art.to_dict()).table.partitioned
+    assert "partitioned" not in _article("plain", False).table.to_dict()
 
 
 # ---------------------------------------------------------------------- key shifts

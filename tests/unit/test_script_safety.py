@@ -196,6 +196,24 @@ def _check_procedure(art: ResolvedArticle, op: Operation, stmt: ast.CreateFuncti
     assert [a.val.sval for a in args[1:3]] == [art.destination, ", ".join(art.primary_key)]
 
 
+def _unless_partitioned(do: ast.DoStmt, dest: list[str]) -> tuple[list[Any], list[Any]]:
+    """The statements of a snapshot script's DO block that runs one set of statements on the
+    subscriber table ``dest`` when it is a partitioned table the subscriber keeps, and another
+    otherwise: the IF's condition names ``dest`` and nothing else, and each branch holds only
+    plain statements (parsed again here)."""
+    (if_stmt,) = [s["PLpgSQL_stmt_if"] for s in _plpgsql(do)["body"] if "PLpgSQL_stmt_if" in s]
+    (select,) = _statements("SELECT " + if_stmt["cond"]["PLpgSQL_expr"]["query"])
+    assert {c.val.sval for c in _constants(select) if isinstance(c.val, ast.String)} == {qualified(*dest), "p"}
+
+    def branch(body: list[dict[str, Any]]) -> list[Any]:
+        assert all(set(s) == {"PLpgSQL_stmt_execsql"} for s in body), body
+        return [
+            stmt for s in body for stmt in _statements(s["PLpgSQL_stmt_execsql"]["sqlstmt"]["PLpgSQL_expr"]["query"])
+        ]
+
+    return branch(if_stmt.get("then_body", [])), branch(if_stmt.get("else_body", []))
+
+
 # ---------------------------------------------------------------------- PL/pgSQL scripts
 @PROPERTY
 @given(articles())
@@ -214,10 +232,15 @@ def test_the_postgresql_procedure_script_holds_exactly_its_procedures(art):
 @given(articles())
 def test_the_snapshot_and_updating_scripts_hold_exactly_their_statements(art):
     dest, source = [art.dest_schema, art.dest_table], [art.table.schema, art.table.name]
-    create_schema, drop, create = _statements(snapshot_folder.schema_script(art))
-    assert create_schema.schemaname == art.dest_schema and _names(drop.objects[0]) == dest
+    create_schema, do = _statements(snapshot_folder.schema_script(art))
+    assert create_schema.schemaname == art.dest_schema
+    (truncate,), (drop, create) = _unless_partitioned(do, dest)
+    assert [truncate.relations[0].schemaname, truncate.relations[0].relname] == dest
+    assert _names(drop.objects[0]) == dest
     assert [c.colname for c in create.tableElts] == art.column_names
-    (keys,) = _statements(snapshot_folder.keys_script(art))
+    (do,) = _statements(snapshot_folder.keys_script(art))
+    kept, (keys, *_) = _unless_partitioned(do, dest)
+    assert not kept
     assert [keys.relation.schemaname, keys.relation.relname] == dest
     assert [k.sval for k in keys.cmds[0].def_.keys] == art.primary_key
 

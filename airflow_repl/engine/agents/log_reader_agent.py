@@ -41,6 +41,7 @@ import psycopg
 from airflow_repl.engine.agents import command_lines, gc_pause, progress_lines, wal_retention
 from airflow_repl.engine.agents import continuous as continuous_mode
 from airflow_repl.engine.agents.change_mapping import (
+    Partitions,
     RelationMap,
     map_relation,
     relation_articles,
@@ -55,6 +56,7 @@ from airflow_repl.engine.errors import ConnectionFailed, NotInitialized, ReplErr
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import connections, lsn, pgoutput, replication_stream, slots
+from airflow_repl.engine.provisioning import deploy
 from airflow_repl.engine.state import distdb, progress, publisher_state
 from airflow_repl.engine.subscriber import in_doubt
 
@@ -317,6 +319,7 @@ class _Batch:
     #: a relation once per stream (and again when its definition changes), before its first change.
     relations: dict[int, pgoutput.Relation] = field(default_factory=dict)
     relmaps: dict[int, RelationMap | None] = field(default_factory=dict)  # relation id -> its map, once used
+    partitions: Partitions = field(default_factory=Partitions)  # the stream's, as relations
     tokens: list[progress.ReadToken] = field(default_factory=list)  # tracer tokens read, with their commit LSN
     skip: bool = False  # the transaction being read is stored already
 
@@ -330,7 +333,7 @@ class _Batch:
                     f"the replication stream sent a change of relation {relid} before describing it; "
                     f"nothing of the batch is stored: run the Log Reader again"
                 )
-            self.relmaps[relid] = map_relation(rel, articles)
+            self.relmaps[relid] = map_relation(rel, articles, self.partitions)
         return self.relmaps[relid]
 
 
@@ -382,6 +385,7 @@ class _LogReader:
         self.heard = 0  # the server decoded up to here, and sent every transaction committed before it
         self.relations: dict[int, pgoutput.Relation] = {}  # the stream's relations (see _Batch)
         self.relmaps: dict[int, RelationMap | None] = {}
+        self.partitions = Partitions()  # the stream's partitions of partitioned articles (see _Batch)
         self.at_bound = False  # everything committed before the run's bound is read
         self.changed: dict[str, ResolvedArticle] = {}  # definitions changed by this batch's schema changes
         self.change_ids: list[int] = []  # the batch's schema changes, forgotten at the publisher once stored
@@ -492,11 +496,25 @@ class _LogReader:
         self.articles = relation_articles(distdb.load_articles(self.dist, self.publication))
         self.dist.commit()
         self.relmaps.clear()  # mapped again, with these definitions, on their next change
+        self.full_identity_of_partitions()
+
+    def full_identity_of_partitions(self) -> None:
+        """REPLICA IDENTITY FULL on the partitions of the partitioned articles that lack it
+        (created or attached since the topology was applied), before their rows are updated
+        or deleted, whose changes would otherwise stop this agent (:class:`Partitions`)."""
+        partitioned = {a.name: a for a in self.articles.values() if a.table.partitioned}
+        if not partitioned:
+            return
+        self.run.step = "the replica identity of the partitions"
+        self.pub.commit()  # each partition's change in a savepoint of a transaction of its own
+        deploy.full_replica_identity_of_partitions(self.pub, list(partitioned.values()))
 
     def read_batch(self, batch_changes: int) -> _Batch:
         """Read up to ``batch_changes`` messages (whole transactions) from the stream into the
         writer; nothing once the run's bound is reached."""
-        batch = _Batch(self.batches_stored + 1, relations=self.relations, relmaps=self.relmaps)
+        batch = _Batch(
+            self.batches_stored + 1, relations=self.relations, relmaps=self.relmaps, partitions=self.partitions
+        )
         self.run.step = f"reading batch {batch.number} from the slot"
         try:
             if not self.at_bound:
@@ -578,7 +596,7 @@ class _LogReader:
         if batch.skip or len(data) < 5:
             return False
         relmap = batch.relmap(_RELID_AT(data, 1)[0], self.articles)
-        return relmap is not None and self.writer.row_message(relmap, data)
+        return relmap is not None and not relmap.incomplete and self.writer.row_message(relmap, data)
 
     def _read(self, msg: Any, batch: _Batch) -> None:
         """One decoded pgoutput message (row changes, the most frequent, first)."""
@@ -595,6 +613,7 @@ class _LogReader:
         elif isinstance(msg, pgoutput.Relation):
             batch.relations[msg.relid] = msg
             batch.relmaps.pop(msg.relid, None)
+            batch.partitions.relation(msg, self.articles)
         elif isinstance(msg, pgoutput.Truncate):
             if not batch.skip:
                 for name in truncated_articles([batch.relmap(r, self.articles) for r in msg.relids]):
@@ -786,6 +805,7 @@ def run_log_reader(
         run.begin(reader.dist)
         run.counts = totals = reader.totals
         wal_retention.warn_if_exceeded(reader.pub, topology, publication, reader.slot, totals)  # before reading
+        reader.full_identity_of_partitions()
         try:
             reader.load_state(chunk)
             with continuous_mode.Loop(opts, run, totals) as loop:

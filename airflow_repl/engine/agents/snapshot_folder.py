@@ -34,8 +34,8 @@ from airflow_repl.engine.agents import lifecycle
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.codegen import key_enforcement, procedures, user_types
 from airflow_repl.engine.errors import ReplError, ServerLost
-from airflow_repl.engine.postgres import arrow_reads, connections, copy_text, raw_sql
-from airflow_repl.engine.postgres.quoting import ident, qualified
+from airflow_repl.engine.postgres import arrow_reads, catalog, connections, copy_text, raw_sql
+from airflow_repl.engine.postgres.quoting import dollar_quote, ident, literal, qualified
 from airflow_repl.engine.state import subscriber_state
 
 #: PostgreSQL types stored as typed Parquet columns; every other type is stored as its
@@ -68,7 +68,9 @@ def schema_script(article: ResolvedArticle, collations: dict[str, str] | None = 
     its keys: :func:`keys_script` adds them after the data load (one sorted index build instead
     of an index insertion per row); ``collations`` maps columns to their (quoted) collation
     where it is not their type's default.  Stored generated columns are created with the
-    publisher's expression, in their place, unless they read a column the article filters out."""
+    publisher's expression, in their place, unless they read a column the article filters out.
+    A subscriber table that exists as a partitioned table is kept and emptied instead
+    (:func:`_unless_partitioned`)."""
     collations = collations or {}
     place = {c.name: i for i, c in enumerate(article.table.columns)}
     cols = [
@@ -90,25 +92,42 @@ def schema_script(article: ResolvedArticle, collations: dict[str, str] | None = 
         )
     ]
     table = qualified(article.dest_schema, article.dest_table)
-    return (
-        f"CREATE SCHEMA IF NOT EXISTS {ident(article.dest_schema)};\n"
-        f"DROP TABLE IF EXISTS {table} CASCADE;\n"
-        f"CREATE TABLE {table} (\n" + ",\n".join(cols) + "\n);\n"
+    create = f"DROP TABLE IF EXISTS {table} CASCADE;\nCREATE TABLE {table} (\n" + ",\n".join(cols) + "\n);\n"
+    return f"CREATE SCHEMA IF NOT EXISTS {ident(article.dest_schema)};\n" + _unless_partitioned(
+        table, create, f"TRUNCATE {table};\n"
     )
+
+
+def _unless_partitioned(table: str, statements: str, kept: str = "NULL;\n") -> str:
+    """A DO block that runs ``statements`` on the subscriber table ``table`` (qualified and
+    quoted), or ``kept`` when the table exists there as a partitioned table: the subscriber
+    partitions its copy its own way (by another key or method than the publisher, if the
+    publisher partitions the table at all), and keeps that table, its partitions and its keys
+    through every (re)initialization."""
+    body = (
+        "BEGIN\nIF (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = "
+        f"pg_catalog.to_regclass({literal(table)})) = 'p' THEN\n{kept}ELSE\n{statements}END IF;\nEND;\n"
+    )
+    return f"DO {dollar_quote(body)};\n"
 
 
 def keys_script(article: ResolvedArticle) -> str:
     """The subscriber table's primary key and the publisher's unique keys it holds all columns
     of, as deferrable as at the publisher (DEFERRABLE ones checked ALWAYS, replicated changes
-    included), added to the loaded table."""
+    included), added to the loaded table (not to a partitioned one the subscriber keeps, which
+    has its own)."""
     keys = [("PRIMARY KEY", article.primary_key)] + [
         ("UNIQUE", key) for key in article.table.unique_keys if set(key) <= set(article.column_names)
     ]
     table = qualified(article.dest_schema, article.dest_table)
     deferrable = any(article.table.deferral(key) for _, key in keys)
-    return "".join(
-        f"ALTER TABLE {table} ADD{_key_clause(kind, key, article.table.deferral(key))};\n" for kind, key in keys
-    ) + (key_enforcement.enforce_deferrable_keys_script(table) if deferrable else "")
+    return _unless_partitioned(
+        table,
+        "".join(
+            f"ALTER TABLE {table} ADD{_key_clause(kind, key, article.table.deferral(key))};\n" for kind, key in keys
+        )
+        + (key_enforcement.enforce_deferrable_keys_script(table) if deferrable else ""),
+    )
 
 
 def _key_clause(kind: str, key: list[str], deferral: str) -> str:
@@ -121,14 +140,18 @@ def _select_list(article: ResolvedArticle) -> sql.Composable:
     what pgoutput sends for later changes and what native replication copies.  Not ``::text``:
     a cast to text differs from the output function for some types (``xml`` keeps a default
     XML declaration that xml_out drops; ``inet`` adds ``/32``).  ``concat`` calls the output
-    function (and NULL stays NULL through the CASE)."""
+    function (and NULL stays NULL through the CASE).  ``num_nulls`` asks whether the value
+    itself is NULL: ``IS NULL`` is also true of a composite value whose fields are all NULL,
+    ``(,,)``, which is not NULL and must arrive as it is."""
     parts = []
     for c in article.columns:
         col = sql.Identifier(c.name)
         parts.append(
             col
             if c.type_oid in ARROW_TYPES
-            else sql.SQL("CASE WHEN {c} IS NULL THEN NULL ELSE pg_catalog.concat({c}) END").format(c=col)
+            else sql.SQL("CASE WHEN pg_catalog.num_nulls({c}) = 1 THEN NULL ELSE pg_catalog.concat({c}) END").format(
+                c=col
+            )
         )
     return sql.SQL(", ").join(parts)
 
@@ -174,20 +197,10 @@ def plan_partitions(conn: psycopg.Connection[Any], article: ResolvedArticle, max
 
 def _blocks(conn: psycopg.Connection[Any], article: ResolvedArticle) -> int:
     """Heap blocks of the article's table, or of the largest of the tables it reads (its
-    inheritance children included): each is scanned over the same block ranges."""
-    table = sql.Literal(sql.Identifier(article.table.schema, article.table.name).as_string(conn))
-    tree = (
-        "WITH RECURSIVE tree(oid) AS (SELECT {t}::pg_catalog.regclass::oid UNION ALL "
-        "SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.oid) "
-        if article.include_children
-        else "WITH tree(oid) AS (SELECT {t}::pg_catalog.regclass::oid) "
-    )
-    query = sql.SQL(
-        tree + "SELECT coalesce(max(pg_catalog.pg_relation_size(oid)), 0) / "
-        "pg_catalog.current_setting('block_size')::bigint FROM tree"
-    ).format(t=table)
-    found = raw_sql.execute(conn, query).fetchone()
-    return int(found[0]) if found is not None else 0
+    partitions, or the inheritance children it includes): each is scanned over the same block
+    ranges, so the ranges' tasks read all of them in parallel."""
+    name = sql.Identifier(article.table.schema, article.table.name).as_string(conn)
+    return catalog.table_blocks(conn, name, article.include_children) or 0
 
 
 def _folder_name(article: str) -> str:

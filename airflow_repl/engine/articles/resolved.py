@@ -77,9 +77,10 @@ class ResolvedArticle:
     @property
     def source(self) -> sql.Composable:
         """The publisher table as the snapshot and validation read it: ``ONLY`` the table, or the
-        table with its inheritance children (projected onto its columns) when they are included."""
+        table with its inheritance children (projected onto its columns) when they are included,
+        or a partitioned table with its partitions (where its rows are)."""
         table = sql.Identifier(self.table.schema, self.table.name)
-        return table if self.include_children else sql.SQL("ONLY {}").format(table)
+        return table if self.include_children or self.table.partitioned else sql.SQL("ONLY {}").format(table)
 
     @property
     def destination(self) -> str:

@@ -12,6 +12,10 @@ def pg_publication(publication: str) -> str:
     return f"airflow_repl_{publication}"
 
 
+#: A publication made (and always rolled back) to let PostgreSQL check one article's row filter.
+ROW_FILTER_PROBE = "airflow_repl_row_filter_check"
+
+
 def slot(publication: str, dbname: str) -> str:
     """The logical replication slot the Log Reader Agent reads for a publication.
 

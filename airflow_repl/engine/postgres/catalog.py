@@ -55,6 +55,8 @@ class TableInfo:
     #: primary-key and unique constraints declared DEFERRABLE: (key columns, INITIALLY DEFERRED)
     deferrable_keys: list[tuple[list[str], bool]] = field(default_factory=list)
     generated: list[GeneratedColumn] = field(default_factory=list)
+    #: a partitioned table (relkind ``p``): its rows are its partitions', published as its own
+    partitioned: bool = False
 
     @property
     def qualified(self) -> str:
@@ -93,6 +95,8 @@ class TableInfo:
             data["deferrable_keys"] = [[list(cols), deferred] for cols, deferred in self.deferrable_keys]
         if self.generated:  # likewise
             data["generated"] = [{**g.__dict__, "depends_on": list(g.depends_on)} for g in self.generated]
+        if self.partitioned:  # likewise
+            data["partitioned"] = True
         return data
 
     @classmethod
@@ -106,6 +110,7 @@ class TableInfo:
             [list(u) for u in data.get("unique_keys", [])],
             [(list(cols), bool(deferred)) for cols, deferred in data.get("deferrable_keys", [])],
             [GeneratedColumn(**{**g, "depends_on": tuple(g["depends_on"])}) for g in data.get("generated", [])],
+            bool(data.get("partitioned", False)),
         )
 
 
@@ -126,7 +131,7 @@ def catalog_search_path(conn: psycopg.Connection) -> Iterator[None]:
 
 def load_table(conn: psycopg.Connection, schema: str, table: str) -> TableInfo:
     """Read a table's definition; unknown tables and tables without a primary key are errors."""
-    oid = _table_oid(conn, schema, table)
+    oid, partitioned = _table_oid(conn, schema, table)
     with catalog_search_path(conn):
         columns = _columns(conn, oid)
     primary_key, unique_keys = _unique_keys(conn, oid)
@@ -147,11 +152,13 @@ def load_table(conn: psycopg.Connection, schema: str, table: str) -> TableInfo:
         unique_keys,
         deferrable_keys=_deferrable_keys(conn, oid),
         generated=generated,
+        partitioned=partitioned,
     )
 
 
-def _table_oid(conn: psycopg.Connection, schema: str, table: str) -> int:
-    """The oid of an ordinary table; other relations (or none) are errors naming the fix."""
+def _table_oid(conn: psycopg.Connection, schema: str, table: str) -> tuple[int, bool]:
+    """(oid, partitioned) of an ordinary or partitioned table; other relations (or none) are
+    errors naming the fix."""
     row = conn.execute(
         "SELECT c.oid, c.relkind FROM pg_catalog.pg_class c "
         "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
@@ -163,16 +170,54 @@ def _table_oid(conn: psycopg.Connection, schema: str, table: str) -> int:
             f"unknown table {schema}.{table} at the publisher: create it or fix the article's 'table' entry"
         )
     oid, relkind = row
-    if relkind == "p":
+    if relkind not in ("r", "p"):
         raise TopologyError(
-            f"{schema}.{table} is a partitioned table, which airflow-repl cannot publish yet: "
-            f"publish its partitions as separate articles"
+            f"{schema}.{table} is not a table (relkind {relkind!r}); only ordinary and partitioned tables can be "
+            f"published"
         )
-    if relkind != "r":
-        raise TopologyError(
-            f"{schema}.{table} is not an ordinary table (relkind {relkind!r}); only tables can be published"
+    return int(oid), relkind == "p"
+
+
+def descendants(conn: psycopg.Connection, oid: int) -> list[tuple[str, str]]:
+    """(schema, table) of every partition or inheritance child of the table, at every level,
+    as ``pg_inherits`` says now."""
+    return [
+        (str(schema), str(table))
+        for schema, table in conn.execute(
+            "WITH RECURSIVE d(oid) AS (SELECT inhrelid FROM pg_catalog.pg_inherits WHERE inhparent = %s "
+            "UNION SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN d ON i.inhparent = d.oid) "
+            "SELECT n.nspname, c.relname FROM d JOIN pg_catalog.pg_class c ON c.oid = d.oid "
+            "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace ORDER BY 1, 2",
+            (oid,),
         )
-    return int(oid)
+    ]
+
+
+def table_blocks(conn: psycopg.Connection, name: str, with_descendants: bool) -> int | None:
+    """Heap blocks of table ``name`` (quoted, as ``to_regclass`` takes it; None when there is no
+    such table), or of the largest of it and its descendants when ``with_descendants`` or when it
+    is partitioned (its rows are its partitions'): block ranges read from the table are read
+    from each of them."""
+    row = conn.execute(
+        "SELECT c.oid, c.relkind FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass(%s)", (name,)
+    ).fetchone()
+    if row is None:
+        return None
+    oid, relkind = row
+    tree = (
+        "WITH RECURSIVE t(oid) AS (SELECT %s::oid UNION ALL "
+        "SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN t ON i.inhparent = t.oid) "
+        if with_descendants or relkind == "p"
+        else "WITH t(oid) AS (SELECT %s::oid) "
+    )
+    (blocks,) = raw_sql.one_row(
+        conn.execute(
+            tree + "SELECT coalesce(max(pg_catalog.pg_relation_size(oid)), 0) / "
+            "pg_catalog.current_setting('block_size')::bigint FROM t",
+            (oid,),
+        )
+    )
+    return int(blocks)
 
 
 def _columns(conn: psycopg.Connection, oid: int) -> list[Column]:

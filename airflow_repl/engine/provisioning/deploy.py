@@ -22,6 +22,13 @@ from airflow_repl.engine.state import distdb, publisher_state
 
 log = logging.getLogger(__name__)
 
+#: The options of every PostgreSQL publication airflow-repl makes: every operation, and the
+#: changes of a partitioned table's partitions (present and attached later) published as the
+#: partitioned table's own (its row filter applies to them, pgoutput names the table).
+PUBLICATION_OPTIONS = sql.SQL("publish = 'insert, update, delete, truncate', publish_via_partition_root = true")
+#: How long the Log Reader waits for a partition's lock to give it REPLICA IDENTITY FULL.
+PARTITION_LOCK_WAIT = "2s"
+
 
 def check_reachable(topology: Topology) -> None:
     """Connect once to every server of the topology; unreachable ones raise ConnectionFailed."""
@@ -57,43 +64,54 @@ def _table_spec(art: ResolvedArticle, row_filter: str | None) -> sql.Composable:
     return sql.SQL("{} WHERE ({})").format(table, sql.SQL(row_filter))
 
 
-def resolve_children(pub_conn: psycopg.Connection, publication: Publication, articles: list[ResolvedArticle]) -> None:
-    """The inheritance descendants of every article that includes its children, from pg_inherits
-    as it is now (a child created later joins when the topology is applied again).  A table
-    cannot be both an article and a child included by another article."""
+def resolve_children(
+    pub_conn: psycopg.Connection, publication: Publication, articles: list[ResolvedArticle]
+) -> dict[str, list[tuple[str, str]]]:
+    """The tables every article reads besides its own, from pg_inherits as it is now: the
+    inheritance descendants of an article that includes its children (stored on the article; a
+    child created later joins when the topology is applied again), and the partitions of a
+    partitioned table (not stored: a partition attached later is published with its table, as
+    PostgreSQL publishes it).  A table cannot be both an article and one of those of another
+    article.  Returns article -> those tables."""
     sources = {(a.table.schema, a.table.name): a.name for a in articles}
+    out: dict[str, list[tuple[str, str]]] = {}
     for art in articles:
-        if not art.include_children:
-            art.children = None
-            continue
-        art.children = [
-            [s, t]
-            for s, t in pub_conn.execute(
-                "WITH RECURSIVE d(oid) AS (SELECT inhrelid FROM pg_catalog.pg_inherits WHERE inhparent = %s "
-                "UNION SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN d ON i.inhparent = d.oid) "
-                "SELECT n.nspname, c.relname FROM d JOIN pg_catalog.pg_class c ON c.oid = d.oid "
-                "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace ORDER BY 1, 2",
-                (art.table.oid,),
+        if art.include_children and art.table.partitioned:
+            raise TopologyError(
+                f"article {art.name!r} of publication {publication.name!r}: {art.table.qualified} is a partitioned "
+                f"table, whose partitions are always published with it: remove include_children"
             )
-        ]
-        for schema, table in art.children:
+        tables = catalog.descendants(pub_conn, art.table.oid) if art.include_children or art.table.partitioned else []
+        art.children = [[s, t] for s, t in tables] if art.include_children else None
+        out[art.name] = tables
+        for schema, table in tables:
             if (schema, table) in sources:
-                raise TopologyError(
-                    f"table {schema}.{table} is published by article {sources[(schema, table)]!r} and is also an "
-                    f"inheritance child of {art.table.qualified}, whose article {art.name!r} includes its "
-                    f"children (include_children: true) in publication {publication.name!r}: remove one of them"
+                what = (
+                    f"an inheritance child of {art.table.qualified}, whose article {art.name!r} includes its "
+                    f"children (include_children: true)"
+                    if art.include_children
+                    else f"a partition of {art.table.qualified}, whose article {art.name!r} publishes the changes of "
+                    f"its partitions as its own"
                 )
+                raise TopologyError(
+                    f"table {schema}.{table} is published by article {sources[(schema, table)]!r} and is also {what} "
+                    f"in publication {publication.name!r}: remove one of them"
+                )
+    return out
 
 
 def prepare_publisher(pub_conn: psycopg.Connection, publication: Publication, articles: list[ResolvedArticle]) -> None:
-    """REPLICA IDENTITY FULL on every published table (so before images are logged), and a
-    PostgreSQL publication listing exactly the article tables with their row filters.  Row
-    filters are validated by PostgreSQL here; their deparsed form is stored on the articles."""
+    """REPLICA IDENTITY FULL on every published table and partition (so before images are
+    logged), and a PostgreSQL publication listing exactly the article tables with their row
+    filters, publishing a partitioned table's changes as its own.  Row filters are validated
+    by PostgreSQL here; their deparsed form is stored on the articles."""
     pgpub = naming.pg_publication(publication.name)
     filters = {a.name: a.row_filter for a in publication.articles}
-    resolve_children(pub_conn, publication, articles)
+    descendants = resolve_children(pub_conn, publication, articles)
     with pub_conn.transaction():
-        _replica_identity_full(pub_conn, articles)
+        full_replica_identity(
+            pub_conn, [t for a in articles for t in [(a.table.schema, a.table.name), *descendants[a.name]]]
+        )
         pub_conn.execute("SET LOCAL standard_conforming_strings = on")  # the quoting check_predicate assumes
         for art in articles:  # one at a time, so that an error names its article
             _check_row_filter(pub_conn, art, filters[art.name])
@@ -103,52 +121,101 @@ def prepare_publisher(pub_conn: psycopg.Connection, publication: Publication, ar
         art.row_filter = stored.get((art.table.schema, art.table.name))
 
 
-def _replica_identity_full(pub_conn: psycopg.Connection, articles: list[ResolvedArticle]) -> None:
-    """REPLICA IDENTITY FULL on each article table (and included child) that lacks it."""
-    for art in articles:
-        for schema, table in [(art.table.schema, art.table.name), *(art.children or [])]:
-            (ident,) = raw_sql.one_row(
-                pub_conn.execute(
-                    "SELECT c.relreplident FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
-                    "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
-                    (schema, table),
-                )
+def full_replica_identity(pub_conn: psycopg.Connection, tables: list[tuple[str, str]]) -> list[str]:
+    """REPLICA IDENTITY FULL on each of ``tables`` (schema, table) that lacks it; returns those
+    changed (``schema.table``).  Each ALTER TABLE takes its table's ACCESS EXCLUSIVE lock."""
+    changed = []
+    for schema, table in tables:
+        (ident,) = raw_sql.one_row(
+            pub_conn.execute(
+                "SELECT c.relreplident FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
+                "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
+                (schema, table),
             )
-            if ident != "f":
-                pub_conn.execute(sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(sql.Identifier(schema, table)))
+        )
+        if ident != "f":
+            pub_conn.execute(sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(sql.Identifier(schema, table)))
+            changed.append(f"{schema}.{table}")
+    return changed
+
+
+def full_replica_identity_of_partitions(pub_conn: psycopg.Connection, articles: list[ResolvedArticle]) -> list[str]:
+    """REPLICA IDENTITY FULL on the partitions of the partitioned articles that lack it (created
+    or attached since the topology was applied), each in a savepoint of its own that waits at
+    most :data:`PARTITION_LOCK_WAIT` for the partition's lock: one busy longer (or gone
+    meanwhile) is left for the next call, with a warning.  Committed here (the locks go at once);
+    returns the partitions changed."""
+    changed = []
+    for art in articles:
+        if not art.table.partitioned:
+            continue
+        for schema, table in catalog.descendants(pub_conn, art.table.oid):
+            try:
+                with pub_conn.transaction():
+                    pub_conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(PARTITION_LOCK_WAIT)))
+                    changed += full_replica_identity(pub_conn, [(schema, table)])
+            except (psycopg.errors.LockNotAvailable, LookupError) as exc:
+                log.warning(
+                    "partition %s.%s of %s (article %r) keeps its replica identity for now: %s",
+                    schema,
+                    table,
+                    art.table.qualified,
+                    art.name,
+                    exc,
+                )
+    pub_conn.commit()
+    if changed:
+        log.info("REPLICA IDENTITY FULL on partition(s) %s", ", ".join(changed))
+    return changed
 
 
 def _check_row_filter(pub_conn: psycopg.Connection, art: ResolvedArticle, row_filter: str | None) -> None:
-    """Let PostgreSQL parse the article's row filter on its table, naming the article when it
-    refuses it."""
+    """Let PostgreSQL check the article's row filter on its table, naming the article and the
+    filter when it refuses it: first as a query's condition (unknown columns, syntax and type
+    errors), then as a publication's row filter (PostgreSQL's rules for those: no user-defined
+    or mutable functions, no system columns, ...), on a publication of this table alone made in
+    a savepoint that is always rolled back."""
+    if row_filter is None:
+        return
+    table = sql.Identifier(art.table.schema, art.table.name)
     try:
         with pub_conn.transaction():
             pub_conn.execute(
-                sql.SQL("SELECT 1 FROM {} WHERE ({}) LIMIT 0").format(
-                    sql.Identifier(art.table.schema, art.table.name), sql.SQL(row_filter or "true")
+                sql.SQL("SELECT 1 FROM {} WHERE ({}) LIMIT 0").format(table, sql.SQL(row_filter)), prepare=True
+            )  # one statement, never a script
+            pub_conn.execute(
+                sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WHERE ({}) WITH ({})").format(
+                    sql.Identifier(naming.ROW_FILTER_PROBE), table, sql.SQL(row_filter), PUBLICATION_OPTIONS
                 ),
                 prepare=True,
-            )  # one statement, never a script
+            )
+            raise psycopg.Rollback()  # the probe publication is never kept
     except psycopg.Error as exc:
+        reason = " ".join(filter(None, [exc.diag.message_primary or str(exc), exc.diag.message_detail]))
         raise TopologyError(
-            f"row_filter of article {art.name!r} ({art.table.qualified}) is rejected by the "
-            f"publisher: {exc.diag.message_primary or exc}"
+            f"row_filter of article {art.name!r} ({art.table.qualified}) is rejected by the publisher: "
+            f"{' '.join(reason.split())}; the filter: {row_filter!r}"
         ) from None
 
 
 def _publish(pub_conn: psycopg.Connection, publication: Publication, pgpub: str, tables: sql.Composed) -> None:
-    """CREATE the PostgreSQL publication, or set its tables when it exists."""
+    """CREATE the PostgreSQL publication, or set its options and tables when it exists."""
     exists = pub_conn.execute("SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = %s", (pgpub,)).fetchone()
-    statement = (
-        sql.SQL("ALTER PUBLICATION {} SET TABLE {}")
+    name = sql.Identifier(pgpub)
+    statements = (
+        [
+            sql.SQL("ALTER PUBLICATION {} SET ({})").format(name, PUBLICATION_OPTIONS),
+            sql.SQL("ALTER PUBLICATION {} SET TABLE {}").format(name, tables),
+        ]
         if exists
-        else sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert, update, delete, truncate')")
+        else [sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH ({})").format(name, tables, PUBLICATION_OPTIONS)]
     )
     try:
-        pub_conn.execute(statement.format(sql.Identifier(pgpub), tables), prepare=True)
+        for statement in statements:
+            pub_conn.execute(statement, prepare=True)
     except psycopg.Error as exc:
         raise TopologyError(
-            f"publication {publication.name!r}: the publisher rejected its row filters: "
+            f"publication {publication.name!r}: the publisher rejected its PostgreSQL publication {pgpub}: "
             f"{exc.diag.message_primary or exc}"
         ) from None
 
@@ -211,6 +278,7 @@ def _prepare_publications(
     articles, which now have the column) and prepare the publisher."""
     resolved = {name: resolve_publication(pub_conn, topology.publication(name)) for name in names}
     for name in names:
+        resolve_children(pub_conn, topology.publication(name), resolved[name])  # its refusals, before any change
         updating_setup.check_publication(pub_conn, topology.publication(name), resolved[name])
     for name in names:
         if updating_setup.add_row_versions(pub_conn, topology.publication(name), resolved[name]):

@@ -60,9 +60,25 @@ def check_publication(pub_conn: psycopg.Connection, publication: Publication, ar
     if publication.allow_sync_tran:
         _check_two_phase(pub_conn, publication)
     for art in articles:
+        _check_not_partitioned(publication, art)
         _check_row_version_column(art)
         if publication.allow_sync_tran and art.column_list is not None:
             _check_column_filter(pub_conn, publication, art)
+
+
+def _check_not_partitioned(publication: Publication, art: ResolvedArticle) -> None:
+    """Updating subscribers work on plain tables at the publisher: the row-version trigger, the
+    Queue Reader's and immediate updating's statements and their conflict checks read and write
+    the article's table itself, not a partitioned table's partitions."""
+    if art.table.partitioned:
+        what = " and ".join(
+            f"{label} ({option})" for option, label in _OPTION_NAMES.items() if getattr(publication, option)
+        )
+        raise TopologyError(
+            f"article {art.name!r} publishes the partitioned table {art.table.qualified}, and publication "
+            f"{publication.name!r} allows {what}, which airflow-repl does not support for partitioned tables: "
+            f"publish the table in a publication that does not allow updating"
+        )
 
 
 def _check_two_phase(pub_conn: psycopg.Connection, publication: Publication) -> None:

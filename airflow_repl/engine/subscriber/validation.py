@@ -45,7 +45,7 @@ from psycopg import sql
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import NotInitialized, ReplError
 from airflow_repl.engine.model.topology import Topology
-from airflow_repl.engine.postgres import connections, raw_sql
+from airflow_repl.engine.postgres import catalog, connections, raw_sql
 from airflow_repl.engine.state import distdb
 
 #: Ranges of the key-hash space per article (a power of two is not required).
@@ -397,11 +397,9 @@ def _table_blocks(conninfo: str, side: str, articles: list[ResolvedArticle]) -> 
     with connections.connect(conninfo, role, autocommit=True) as conn:
         for art in articles:
             schema, table = (art.dest_schema, art.dest_table) if side else (art.table.schema, art.table.name)
-            found = conn.execute(
-                "SELECT pg_relation_size(c) / current_setting('block_size')::bigint FROM to_regclass(%s) c",
-                (sql.Identifier(schema, table).as_string(conn),),
-            ).fetchone()
-            if found is None or found[0] is None:
+            name = sql.Identifier(schema, table).as_string(conn)
+            blocks = catalog.table_blocks(conn, name, art.include_children and not side)
+            if blocks is None:
                 where = (
                     f"subscriber {side!r} has no table {art.destination}"
                     if side
@@ -411,7 +409,7 @@ def _table_blocks(conninfo: str, side: str, articles: list[ResolvedArticle]) -> 
                     f"{where} for article {art.name!r} of publication {art.publication!r}: run the Snapshot Agent "
                     f"for it before validating"
                 )
-            out[art.name] = int(found[0])
+            out[art.name] = blocks
     return out
 
 
