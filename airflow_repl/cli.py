@@ -285,13 +285,14 @@ def _cmd_status(args: argparse.Namespace) -> None:
     """Per subscription: backlog, watermark, last runs, last error, expiry (docs/status.md); printed
     first, then an error (exit code 2) when a last run failed or a backlog is above --max-pending."""
     from airflow_repl.engine.agents import status
+    from airflow_repl.presentation import status_table
 
     topo = _load(args)
     rows = status.subscription_status(topo, args.publication)
     if args.output == "json":
         print(json.dumps([r.to_json() for r in rows], indent=2))
     else:
-        print(status.format_table(rows))
+        print(status_table.format_table(rows))
     found = status.problems(rows, args.max_pending)
     if found:
         raise ReplError("; ".join(found))
@@ -301,11 +302,11 @@ def _cmd_report(args: argparse.Namespace) -> dict[str, Any]:
     """One self-contained HTML page: status, backlog and throughput charts, conflicts, errors (docs/report.md)."""
     from pathlib import Path
 
-    from airflow_repl.engine.agents import report
+    from airflow_repl.presentation import report_html
 
     topo = _load(args)
     path = Path(args.output).expanduser().resolve()
-    data = report.write(topo, path, args.publication, Path(args.topology).name)
+    data = report_html.write(topo, path, args.publication, Path(args.topology).name)
     return {"report": str(path), "subscriptions": len(data.status), "runs": len(data.runs), "errors": len(data.errors)}
 
 

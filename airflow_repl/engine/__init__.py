@@ -22,6 +22,7 @@ not import each other:
 =================  ==========================================================================
 
 ``tests/unit/test_import_boundaries.py`` fails when an import crosses these lines.  The Airflow
-layer (:mod:`airflow_repl.hooks`, ``operators``, ``sensors``, ``triggers``) and the Spark job
-(:mod:`airflow_repl.jobs`) sit above the engine; see ``docs/architecture.md``.
+layer (:mod:`airflow_repl.hooks`, ``operators``, ``sensors``, ``triggers``), the Spark job
+(:mod:`airflow_repl.jobs`) and the command's presentation (:mod:`airflow_repl.presentation`: the
+status table, the report's page) sit above the engine; see ``docs/architecture.md``.
 """

@@ -10,6 +10,8 @@ checked:
 * an engine package imports only from itself and from the packages of lower layers (``errors``,
   the bottom layer, from anywhere), and nothing of ``airflow_repl`` outside the engine;
 * the engine never imports Airflow or PySpark; only ``airflow_repl/jobs/`` imports PySpark;
+* the presentation (:mod:`airflow_repl.presentation`, above the engine) imports only the engine
+  and itself of ``airflow_repl``, and no database driver, Airflow or PySpark;
 * the model imports no database driver, and neither does anything it imports: a subprocess
   imports every model module and looks at ``sys.modules``.
 
@@ -37,6 +39,7 @@ PACKAGE = REPO / "airflow_repl"
 ENGINE = "airflow_repl.engine"
 DRIVERS = ("psycopg", "psycopg2", "asyncpg")
 ENGINE_NEVER = ("airflow", "pyspark")
+PRESENTATION = "airflow_repl.presentation"
 
 
 # ---------------------------------------------------------------------- the layers, from the docstring
@@ -85,7 +88,7 @@ def test_each_package_docstring_may_import_exactly_the_lower_layers(package):
 
 
 # ---------------------------------------------------------------------- every module owned
-OUTER_PACKAGES = ("jobs", "hooks", "operators", "sensors", "triggers")
+OUTER_PACKAGES = ("jobs", "hooks", "operators", "sensors", "triggers", "presentation")
 
 
 def owns_paragraph(docstring: str) -> str | None:
@@ -195,9 +198,17 @@ def violations(source: str, module: str, path: str, *, is_package: bool = False)
         elif mine is not None and theirs is not None and theirs != mine and theirs not in allowed_below(mine):
             below = sorted(allowed_below(mine))
             why = f"{mine} may import only {', '.join(below)}" if below else f"{mine} may import nothing of the engine"
+        elif _within(module, PRESENTATION) and top in (*DRIVERS, *ENGINE_NEVER):
+            why = f"the presentation draws data it is given: it never imports {top}"
+        elif _within(module, PRESENTATION) and top == "airflow_repl" and not _within(imp.module, ENGINE, PRESENTATION):
+            why = "the presentation imports only the engine and itself"
         if why:
             problems.append(f"{path}:{imp.line}: imports {imp.module}: {why}")
     return problems
+
+
+def _within(module: str, *packages: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
 
 
 def _module_name(path: Path) -> str:
@@ -273,6 +284,18 @@ def test_no_import_crosses_a_line():
             "from airflow_repl import sandbox",
             "imports airflow_repl.sandbox: the engine imports nothing of airflow_repl outside the engine",
         ),
+        (
+            "airflow_repl.engine.agents.fake",
+            "from airflow_repl.presentation import report_html",
+            "the engine imports nothing of airflow_repl outside the engine",
+        ),
+        ("airflow_repl.presentation.fake", "import psycopg", "the presentation draws data it is given"),
+        ("airflow_repl.presentation.fake", "from airflow.sdk import Variable", "it never imports airflow"),
+        (
+            "airflow_repl.presentation.fake",
+            "from airflow_repl import cli",
+            "imports airflow_repl.cli: the presentation imports only the engine and itself",
+        ),
     ],
 )
 def test_the_checker_finds_a_forbidden_import(module, source, problem):
@@ -289,6 +312,11 @@ def test_the_checker_finds_a_forbidden_import(module, source, problem):
         ("airflow_repl.engine.agents.fake", "from airflow_repl.engine import errors, state, subscriber"),
         ("airflow_repl.jobs.fake", "from pyspark.sql import SparkSession\nimport airflow_repl.engine.agents"),
         ("airflow_repl.hooks.fake", "from airflow.sdk import BaseHook\nfrom airflow_repl.engine.model import topology"),
+        (
+            "airflow_repl.presentation.fake",
+            "import jinja2\nfrom airflow_repl.engine.agents import status\nfrom . import status_rows",
+        ),
+        ("airflow_repl.cli", "from airflow_repl.presentation import status_table"),
     ],
 )
 def test_the_checker_lets_allowed_imports_pass(module, source):

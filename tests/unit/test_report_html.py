@@ -10,8 +10,8 @@ from html.parser import HTMLParser
 import pytest
 
 from airflow_repl.engine.agents import progress_lines
-from airflow_repl.engine.agents.report_html import ReportData, bar_chart, render
 from airflow_repl.engine.errors import ReplError
+from airflow_repl.presentation.report_html import ReportData, bar_chart, render
 
 T0 = datetime(2026, 11, 23, 13, 0, tzinfo=timezone.utc)
 EVIL = "<script>alert('x')</script>"

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from airflow_repl.engine.agents import status
 from airflow_repl.engine.state.progress import LastRun, SubscriptionRow
+from airflow_repl.presentation import status_table
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
@@ -17,7 +18,7 @@ def _row(subscriber: str, backlog: int, run_status: str | None, error: str | Non
 
 
 def test_table_has_a_header_and_one_row_per_subscription():
-    text = status.format_table([_row("s1", 2, "succeeded"), _row("s2", 0, None, "relation  missing\nmore")])
+    text = status_table.format_table([_row("s1", 2, "succeeded"), _row("s2", 0, None, "relation  missing\nmore")])
     lines = text.splitlines()
     assert len(lines) == 3 and lines[0].startswith("publication  subscriber  status")
     assert lines[1].split()[:5] == ["p", "s1", "active", "2", "6"] and "succeeded" in lines[1]

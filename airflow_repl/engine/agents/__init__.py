@@ -12,12 +12,13 @@ straight to the COPY line that stores its command), ``distribution_agent`` (with
 publisher, conflicts resolved by the publication's policy), ``cleanup_agent`` (retention:
 delivered commands deleted, idle subscriptions expired), ``tracer`` (posting tracer tokens,
 their latency history), ``status`` (each subscription's backlog, watermark, last runs, last
-error and expiry: ``airflow-repl status``), ``progress_lines`` (the INFO progress lines of long
-runs, at most every ``AIRFLOW_REPL_PROGRESS_INTERVAL`` seconds), ``report`` and ``report_html``
-(``airflow-repl report``: the data read, and the self-contained HTML page made from it),
-``quiescing`` (the checks of the quiescing sensors: a token arrived, a topology quiesced up to a
-position), ``procedure_regeneration`` (``airflow-repl regenerate-procs``: procedures recreated
-at subscribers on demand), ``wal_retention`` (the WAL a publication's slot retains against its
+error and expiry, and which run counts as failed: ``airflow-repl status``), ``progress_lines``
+(the INFO progress lines of long runs, at most every ``AIRFLOW_REPL_PROGRESS_INTERVAL``
+seconds), ``report`` (the data of ``airflow-repl report``; :mod:`airflow_repl.presentation`
+draws it, and the status table, outside the engine), ``quiescing`` (the checks of the quiescing
+sensors: a token arrived, a topology quiesced up to a position), ``procedure_regeneration``
+(``airflow-repl regenerate-procs``: procedures recreated at subscribers on demand),
+``wal_retention`` (the WAL a publication's slot retains against its
 limit; the Log Reader warns), ``continuous`` (continuous mode of the Log Reader, Distribution
 and Queue Reader Agents: the options, whether the loop takes another turn, SIGTERM, progress),
 ``subscriber_writer`` (the turns the Distribution Agent and the Queue Reader take at a queued

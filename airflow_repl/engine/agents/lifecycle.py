@@ -67,7 +67,7 @@ from psycopg import conninfo as pg_conninfo
 
 from airflow_repl.engine import errors
 from airflow_repl.engine.errors import AgentBusy, ConnectionLost, DeliveryError, ReplError, ServerLost
-from airflow_repl.engine.postgres import connections
+from airflow_repl.engine.postgres import advisory_locks, connections
 from airflow_repl.engine.state import distdb
 
 log = logging.getLogger(__name__)
@@ -214,10 +214,7 @@ class AgentRun:
         connection ends, also when the process dies); held by another agent -> AgentBusy.
         ``of``: take that agent's lock instead (the Cleanup Agent takes the Snapshot Agent's at
         the distributor)."""
-        key = f"airflow_repl.{of or self.agent}.{self.publication}"
-        row = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()
-        conn.commit()
-        if row is not None and row[0]:
+        if advisory_locks.try_agent_lock(conn, of or self.agent, self.publication):
             return
         if of is not None:
             raise AgentBusy(

@@ -1,24 +1,37 @@
-"""``airflow-repl report``: one self-contained HTML page of a topology's replication (the status
-table, backlog and throughput of recent runs as charts, conflicts and errors).
+"""The data of ``airflow-repl report``, one self-contained HTML page of a topology's replication
+(the status table, backlog and throughput of recent runs as charts, conflicts and errors).
 
 :func:`collect` reads the distribution database (it changes nothing and takes no agent lock);
-:func:`~airflow_repl.engine.agents.report_html.render` makes the page; :func:`write` does both.
+:mod:`airflow_repl.presentation.report_html` makes the page from it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
+from typing import Any
 
 from airflow_repl.engine.agents import status
-from airflow_repl.engine.agents.report_html import ReportData, render
-from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import connections
 from airflow_repl.engine.state import distdb, progress
 
 #: How many recent runs, conflicts and errors the page shows.
 RECENT = 50
+
+
+@dataclass(frozen=True)
+class ReportData:
+    """What the page shows: the status of every subscription (``SubscriptionStatus.to_json()``
+    dicts), recent runs (``progress.recent_runs``), conflicts (``distdb.list_conflicts``) and
+    errors (``progress.recent_errors``)."""
+
+    title: str
+    generated_at: datetime
+    status: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    conflicts: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[dict[str, Any]] = field(default_factory=list)
 
 
 def collect(topology: Topology, publication: str | None = None, title: str = "topology") -> ReportData:
@@ -30,12 +43,3 @@ def collect(topology: Topology, publication: str | None = None, title: str = "to
         errors = progress.recent_errors(dist, publication, RECENT)
     name = f"{title}, publication {publication}" if publication else title
     return ReportData(name, datetime.now(timezone.utc), [r.to_json() for r in rows], runs, conflicts, errors)
-
-
-def write(topology: Topology, path: Path, publication: str | None = None, title: str = "topology") -> ReportData:
-    """Write the page to ``path`` (refused, before anything is read, when its folder is missing)."""
-    if not path.parent.is_dir():
-        raise ReplError(f"cannot write the report to {str(path)!r}: folder {str(path.parent)!r} does not exist")
-    data = collect(topology, publication, title)
-    path.write_text(render(data), encoding="utf-8")
-    return data

@@ -45,7 +45,7 @@ from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.propagation import Operation
 from airflow_repl.engine.model.topology import Topology
-from airflow_repl.engine.postgres import connections, slots
+from airflow_repl.engine.postgres import connections, slots, trigger_switching
 from airflow_repl.engine.provisioning import deploy
 from airflow_repl.engine.state import distdb, subscriber_immediate, subscriber_state
 from airflow_repl.engine.subscriber import in_doubt
@@ -486,8 +486,8 @@ def install_queue(sub: psycopg.Connection[Any], articles: list[ResolvedArticle],
         sub.execute(queue_triggers.install(art))
         if not enabled:
             sub.execute(
-                sql.SQL("ALTER TABLE {} DISABLE TRIGGER {}").format(
-                    sql.Identifier(art.dest_schema, art.dest_table), sql.Identifier(queue_triggers.TRIGGER)
+                trigger_switching.switch_triggers(
+                    art.dest_schema, art.dest_table, [queue_triggers.TRIGGER], enabled=False
                 )
             )
 

@@ -2,8 +2,9 @@
 distributor, backlog, delivered watermark, the last run of the agents that serve it, its last
 error and when it would expire under the publication's maximum retention.
 
-:func:`subscription_status` reads the distributor; :func:`format_table`, :func:`problems` and
-:meth:`SubscriptionStatus.to_json` are pure.
+:func:`subscription_status` reads the distributor; :func:`problems`, :func:`run_failed` and
+:meth:`SubscriptionStatus.to_json` are pure.  The text table and the HTML page are drawn from
+the JSON by :mod:`airflow_repl.presentation`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,12 @@ from airflow_repl.engine.state import distdb, progress
 
 #: A run with one of these outcomes makes ``status`` exit non-zero.
 FAILED_RUNS = frozenset({"failed"})
+
+
+def run_failed(outcome: str | None) -> bool:
+    """Whether a run with this outcome failed: ``status`` then exits non-zero, and both its table
+    and the HTML report show the subscription's run as failed."""
+    return outcome in FAILED_RUNS
 
 
 @dataclass(frozen=True)
@@ -90,7 +97,7 @@ def problems(rows: list[SubscriptionStatus], max_pending: int | None) -> list[st
     for r in rows:
         name = f"{r.sub.subscriber!r} of publication {r.sub.publication!r}"
         for agent, run in (("Distribution Agent", r.distribution), ("Log Reader", r.logreader)):
-            if run is not None and run.status in FAILED_RUNS:
+            if run is not None and run_failed(run.status):
                 found.append(
                     f"{name}: the {agent}'s last run failed ({' '.join((run.message or 'no message').split())})"
                 )
@@ -99,51 +106,3 @@ def problems(rows: list[SubscriptionStatus], max_pending: int | None) -> list[st
                 f"{name}: {r.sub.backlog_transactions} transactions pending, above --max-pending {max_pending}"
             )
     return found
-
-
-_HEADER = (
-    "publication",
-    "subscriber",
-    "status",
-    "pending tx",
-    "pending cmds",
-    "delivered",
-    "commit time",
-    "distribution",
-    "logreader",
-    "last error",
-    "expires at",
-)
-
-
-def format_table(rows: list[SubscriptionStatus]) -> str:
-    """The status as a text table: a header and one row per subscription."""
-    lines = [_HEADER] + [_cells(r) for r in rows]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(_HEADER))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines)
-
-
-def _cells(r: SubscriptionStatus) -> tuple[str, ...]:
-    s = r.sub
-    error = f"{_time(r.last_error[0])} {' '.join(r.last_error[1].split())[:60]}" if r.last_error else "-"
-    return (
-        s.publication,
-        s.subscriber,
-        s.status,
-        str(s.backlog_transactions),
-        str(s.backlog_commands),
-        s.delivered_xact_seqno or "-",
-        _time(s.delivered_commit_time),
-        _run_cell(r.distribution),
-        _run_cell(r.logreader),
-        error,
-        _time(r.expires_at),
-    )
-
-
-def _time(value: datetime | None) -> str:
-    return value.isoformat(timespec="seconds") if value is not None else "-"
-
-
-def _run_cell(run: progress.LastRun | None) -> str:
-    return f"{run.status} {_time(run.finished_at)}" if run is not None else "never"

@@ -35,16 +35,14 @@ from typing import Any
 import psycopg
 from psycopg import pq
 
+from airflow_repl.engine.postgres import advisory_locks
+
 log = logging.getLogger(__name__)
 
 #: Seconds between two tries while the other agent has its turn.
 POLL = 0.05
 #: After this many seconds of waiting, one INFO line says who is waited for.
 SAY_AFTER = 5.0
-
-
-def _key(publication: str) -> str:
-    return f"airflow_repl.subscriber_writer.{publication}"
 
 
 class Turns:
@@ -59,9 +57,7 @@ class Turns:
         says the run ends meanwhile.  Call it with no transaction open on the connection."""
         started = said = time.monotonic()
         while True:
-            row = self.conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (_key(self.publication),)).fetchone()
-            self.conn.commit()
-            if row is not None and row[0]:
+            if advisory_locks.try_writer_turn(self.conn, self.publication):
                 self.held = True
                 return True
             if must_end():
@@ -86,7 +82,6 @@ class Turns:
         try:
             if self.conn.info.transaction_status != pq.TransactionStatus.IDLE:
                 self.conn.rollback()
-            self.conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (_key(self.publication),))
-            self.conn.commit()
+            advisory_locks.release_writer_turn(self.conn, self.publication)
         except psycopg.OperationalError as exc:  # the server went away: so did the lock
             log.debug("the subscriber's writer lock went with its connection: %s", exc)

@@ -43,6 +43,7 @@ from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import TopologyError
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.updating import ROW_VERSION_COLUMN
+from airflow_repl.engine.postgres import trigger_switching
 from airflow_repl.engine.postgres.quoting import dollar_quote, ident, qualified
 
 #: The BEFORE row trigger sending each change to the publisher (sorts after airflow_repl_tran_version).
@@ -287,15 +288,19 @@ def install(article: ResolvedArticle, *, enabled: bool = True) -> sql.Composed:
         "CREATE CONSTRAINT TRIGGER {commit} AFTER INSERT OR UPDATE OR DELETE ON {table} "
         "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION airflow_repl.immediate_prepare({pub})",
     ]
-    if not enabled:
-        parts.append("; ALTER TABLE {table} DISABLE TRIGGER {row}, DISABLE TRIGGER {commit}")
-    return sql.SQL("".join(parts)).format(
+    statement = sql.SQL("".join(parts)).format(
         row=sql.Identifier(ROW_TRIGGER),
         commit=sql.Identifier(COMMIT_TRIGGER),
         table=_table(article),
         args=args,
         pub=sql.Literal(article.publication),
     )
+    if enabled:
+        return statement
+    off = trigger_switching.switch_triggers(
+        article.dest_schema, article.dest_table, [ROW_TRIGGER, COMMIT_TRIGGER], enabled=False
+    )
+    return sql.Composed([statement, sql.SQL("; "), off])
 
 
 def drop(article: ResolvedArticle) -> sql.Composed:

@@ -31,7 +31,7 @@ from airflow_repl.engine.codegen import immediate_triggers, queue_triggers
 from airflow_repl.engine.errors import NotInitialized, ReplError, TopologyError
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.model.updating import UpdateMode
-from airflow_repl.engine.postgres import connections
+from airflow_repl.engine.postgres import connections, trigger_switching
 from airflow_repl.engine.state import distdb, subscriber_queue
 
 log = logging.getLogger(__name__)
@@ -128,11 +128,11 @@ def _switch_triggers(
     on, off = (_IMMEDIATE, _QUEUE) if immediate else (_QUEUE, _IMMEDIATE)
     with connections.connect(conninfo, f"subscriber {subscriber!r}") as sub:
         for art in articles:
-            table = sql.Identifier(art.dest_schema, art.dest_table)
-            for name in _present(sub, art, off):
-                sub.execute(sql.SQL("ALTER TABLE {} DISABLE TRIGGER {}").format(table, sql.Identifier(name)))
-            for name in _present(sub, art, on):
-                sub.execute(sql.SQL("ALTER TABLE {} ENABLE TRIGGER {}").format(table, sql.Identifier(name)))
+            for names, enabled in ((_present(sub, art, off), False), (_present(sub, art, on), True)):
+                if names:
+                    sub.execute(
+                        trigger_switching.switch_triggers(art.dest_schema, art.dest_table, names, enabled=enabled)
+                    )
             if len(_present(sub, art, on)) < len(on):
                 raise NotInitialized(
                     f"table {art.destination} of subscriber {subscriber!r} lacks the {' and '.join(on)} trigger(s) of "

@@ -22,6 +22,8 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from airflow_repl.engine.postgres import advisory_locks
+
 PUBLISHER_DDL = """
 CREATE SCHEMA IF NOT EXISTS airflow_repl;
 CREATE TABLE IF NOT EXISTS airflow_repl.queue_applied (
@@ -47,7 +49,7 @@ CREATE TABLE IF NOT EXISTS airflow_repl.schema_changes (
 def ensure_schema(conn: psycopg.Connection[Any]) -> None:
     """Create the publisher's ``airflow_repl.queue_applied`` where it is missing, and commit."""
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext('airflow_repl.publisher_ddl'))")
+        advisory_locks.lock_publisher_schema(conn)
         conn.execute(PUBLISHER_DDL)
 
 
@@ -56,7 +58,7 @@ def use_origin(conn: psycopg.Connection[Any], origin: str) -> None:
     transaction the session commits is marked with it in the WAL (and so in what the Log Reader
     decodes).  An origin another session uses raises ObjectInUse."""
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext('airflow_repl.origin_create'))")
+        advisory_locks.lock_origin_creation(conn)
         conn.execute(
             "SELECT pg_catalog.pg_replication_origin_create(%s) WHERE pg_catalog.pg_replication_origin_oid(%s) IS NULL",
             (origin, origin),

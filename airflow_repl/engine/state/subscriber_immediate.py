@@ -20,6 +20,8 @@ from typing import Any
 
 import psycopg
 
+from airflow_repl.engine.postgres import advisory_locks
+
 
 @dataclass(frozen=True)
 class PublisherLink:
@@ -54,7 +56,7 @@ REVOKE ALL ON airflow_repl.immediate_gids FROM PUBLIC;
 def ensure_immediate(conn: psycopg.Connection[Any]) -> str:
     """Create the tables and the ``dblink`` extension where they are missing (in the caller's
     transaction); returns the schema holding dblink's functions."""
-    conn.execute("SELECT pg_advisory_xact_lock(hashtext('airflow_repl.subscriber_ddl'))")
+    advisory_locks.lock_subscriber_schema(conn)
     conn.execute(IMMEDIATE_DDL)
     conn.execute("CREATE EXTENSION IF NOT EXISTS dblink WITH SCHEMA airflow_repl")
     row = conn.execute(

@@ -28,6 +28,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from airflow_repl.engine.errors import AgentBusy, NotInitialized
+from airflow_repl.engine.postgres import advisory_locks
 
 SUBSCRIBER_DDL = """
 CREATE SCHEMA IF NOT EXISTS airflow_repl;
@@ -165,7 +166,7 @@ def has_queue(conn: psycopg.Connection[Any]) -> bool:
 def ensure_queue(conn: psycopg.Connection[Any]) -> None:
     """Create the queue, its capture function and its commit-order trigger where they are
     missing (idempotent; committed by the caller)."""
-    conn.execute("SELECT pg_advisory_xact_lock(hashtext('airflow_repl.subscriber_ddl'))")
+    advisory_locks.lock_subscriber_schema(conn)
     conn.execute(QUEUE_DDL)
 
 
@@ -329,7 +330,7 @@ def queued_later(conn: psycopg.Connection[Any], publication: str, xid: int, arti
 def ensure_taken(conn: psycopg.Connection[Any]) -> None:
     """Create ``airflow_repl.queue_taken`` where it is missing (a queue made before it); committed."""
     if not has_taken(conn):
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext('airflow_repl.subscriber_ddl'))")
+        advisory_locks.lock_subscriber_schema(conn)
         conn.execute(TAKEN_DDL)
     conn.commit()
 

@@ -1,0 +1,275 @@
+"""The HTML page of ``airflow-repl report``: one self-contained page (inline CSS, inline SVG
+charts; no script, font, image or style sheet from the network) made by the Jinja2 templates
+beside this module (``templates/report.html.j2``, its tables and charts in
+``templates/parts.html.j2``).
+
+Owns the page's layout: summary, status table (the rows of
+:mod:`~airflow_repl.presentation.status_rows`, as ``airflow-repl status`` shows them), charts
+(backlog per subscription, backlog at the start of recent Distribution Agent runs, throughput of
+recent runs), recent runs, conflicts and errors.  :mod:`airflow_repl.engine.agents.report` reads
+the data; :func:`write` reads it and writes the page.
+
+Every value the templates write is escaped: autoescape is on, and the environment's ``finalize``
+escapes each value as :func:`html.escape` does (quotes too, ``'`` as ``&#x27;``) before it
+reaches the page.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from airflow_repl.engine.agents import report
+from airflow_repl.engine.agents.report import ReportData
+from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.model.topology import Topology
+from airflow_repl.presentation.status_rows import COLUMNS, Cell, StatusRow, run_state
+
+__all__ = ["ReportData", "bar_chart", "render", "write"]
+
+#: How much of a last error's message the status table shows (the errors table has it whole).
+ERROR_WIDTH = 240
+
+
+def _escaped(value: Any) -> Markup:
+    """A value as the page writes it: None as nothing, the rest as escaped text; a part the
+    templates made already (a macro's output) as it is."""
+    if isinstance(value, Markup):
+        return value
+    return Markup(html.escape("" if value is None else str(value)))
+
+
+_TEMPLATES = jinja2.Environment(
+    loader=jinja2.PackageLoader("airflow_repl.presentation", "templates"),
+    autoescape=True,
+    finalize=_escaped,
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+@dataclass(frozen=True)
+class Table:
+    headers: Sequence[str]
+    rows: list[list[Cell]]
+    empty: str  # said instead of an empty table
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One bar of a chart, placed."""
+
+    label: str
+    state: str  # its CSS class
+    tip: str
+    top: int  # its row's y
+    length: str
+    value_x: str  # where the value's text starts, after the bar
+    value: str
+
+
+@dataclass(frozen=True)
+class Chart:
+    caption: str
+    unit: str
+    bars: list[Bar]
+    width: int = 560
+    label_width: int = 170
+    row: int = 20
+    value_width: int = 90
+
+    @property
+    def height(self) -> int:
+        return self.row * len(self.bars) + 6
+
+
+def write(topology: Topology, path: Path, publication: str | None = None, title: str = "topology") -> ReportData:
+    """Write the page to ``path`` (refused, before anything is read, when its folder is missing)."""
+    if not path.parent.is_dir():
+        raise ReplError(f"cannot write the report to {str(path)!r}: folder {str(path.parent)!r} does not exist")
+    data = report.collect(topology, publication, title)
+    path.write_text(render(data), encoding="utf-8")
+    return data
+
+
+def render(data: ReportData) -> str:
+    """The whole page."""
+    rows = [StatusRow.from_json(s) for s in data.status]
+    failed = sum(1 for row in rows if row.failed)
+    cards = [
+        ("subscriptions", len(rows), False),
+        ("pending transactions", sum(row.pending_transactions for row in rows), False),
+        ("subscriptions whose last run failed", failed, failed > 0),
+        ("conflicts", len(data.conflicts), False),
+        ("errors", len(data.errors), len(data.errors) > 0),
+    ]
+    page = _TEMPLATES.get_template("report.html.j2").render(
+        title=f"airflow-repl report: {data.title}",
+        generated_at=_time(data.generated_at),
+        cards=cards,
+        status=Table(
+            COLUMNS,
+            [row.cells(_time, ERROR_WIDTH) for row in rows],
+            "no subscriptions in the distribution database",
+        ),
+        charts=[_backlog_chart(rows), _backlog_runs_chart(data.runs), _throughput_chart(data.runs)],
+        runs=_runs_table(data.runs),
+        conflicts=_conflicts_table(data.conflicts),
+        errors=_errors_table(data.errors),
+    )
+    return page + "\n"
+
+
+def bar_chart(caption: str, bars: list[tuple[str, float, str, str]], unit: str) -> str:
+    """A horizontal bar chart as an inline SVG figure (``role='img'``, labelled by ``caption``);
+    ``bars``: (label, value, CSS class, tooltip)."""
+    return str(_TEMPLATES.get_template("parts.html.j2").module.bar_chart(_chart(caption, bars, unit)))  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------- text of the cells
+def _text(value: Any) -> str:
+    """A value as a cell shows it (None: an empty cell)."""
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return _time(value)
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, default=str, sort_keys=True)
+    return str(value)
+
+
+def _time(value: datetime | str | None) -> str:
+    """``2026-11-23 13:00:05+00:00``: a time (or its ISO text) to the second."""
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value).isoformat(sep=" ", timespec="seconds")
+        except ValueError:
+            return value
+    return value.isoformat(sep=" ", timespec="seconds") if value is not None else ""
+
+
+# ---------------------------------------------------------------------- tables
+def _runs_table(runs: list[dict[str, Any]]) -> Table:
+    headers = ["run", "agent", "publication", "subscriber", "started", "seconds", "status"]
+    headers += ["transactions", "commands", "rows copied", "message"]
+    rows = [
+        [
+            Cell(_text(r["run_id"]), "n"),
+            Cell(_text(r["agent"])),
+            Cell(_text(r["publication"])),
+            Cell(_text(r["subscriber"])),
+            Cell(_text(r["started_at"])),
+            Cell(_seconds_text(r), "n"),
+            Cell(_text(r["status"]), run_state(r["status"])),
+            Cell(_text(r["transactions"]), "n"),
+            Cell(_text(r["commands"]), "n"),
+            Cell(_text(r["rows_copied"]), "n"),
+            Cell(_text(r["message"])),
+        ]
+        for r in reversed(runs)
+    ]
+    return Table(headers, rows, "no agent runs recorded")
+
+
+def _conflicts_table(conflicts: list[dict[str, Any]]) -> Table:
+    headers = ["detected", "publication", "subscriber", "article", "key", "kind", "policy", "outcome", "agent"]
+    keys = ["detected_at", "publication", "subscriber", "article", "key", "kind", "policy", "outcome", "agent"]
+    rows = [[Cell(_text(c.get(k))) for k in keys] for c in reversed(conflicts)]
+    return Table(headers, rows, "no conflicts recorded")
+
+
+def _errors_table(errors: list[dict[str, Any]]) -> Table:
+    headers = ["occurred", "agent", "publication", "subscriber", "article", "xact_seqno", "sqlstate", "message"]
+    keys = ["occurred_at", "agent", "publication", "subscriber", "article", "xact_seqno", "sqlstate"]
+    rows = [[Cell(_text(e.get(k))) for k in keys] + [Cell(_error_text(e), "bad")] for e in errors]
+    return Table(headers, rows, "no errors recorded")
+
+
+def _error_text(error: dict[str, Any]) -> str:
+    return ("(skipped) " if error.get("skipped") else "") + str(error.get("message") or "")
+
+
+def _seconds(run: dict[str, Any]) -> float | None:
+    start, end = run.get("started_at"), run.get("finished_at")
+    if not isinstance(start, datetime) or not isinstance(end, datetime):
+        return None
+    return max(0.0, (end - start).total_seconds())
+
+
+def _seconds_text(run: dict[str, Any]) -> str:
+    seconds = _seconds(run)
+    return f"{seconds:.1f}" if seconds is not None else ""
+
+
+# ---------------------------------------------------------------------- charts (inline SVG)
+def _chart(caption: str, bars: list[tuple[str, float, str, str]], unit: str) -> Chart:
+    """The chart's bars placed: one row each, lengths proportional to the largest value."""
+    chart = Chart(caption, unit, [])
+    top = max((b[1] for b in bars), default=0.0) or 1.0
+    span = chart.width - chart.label_width - chart.value_width
+    placed = []
+    for i, (label, value, css, tip) in enumerate(bars):
+        length = span * value / top
+        x = f"{chart.label_width + length + 4:.1f}"
+        placed.append(Bar(label[:28], css, tip, 3 + i * chart.row, f"{length:.1f}", x, _number(value)))
+    return Chart(caption, unit, placed)
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:.1f}"
+
+
+def _backlog_chart(rows: list[StatusRow]) -> Chart:
+    bars = [
+        (
+            f"{r.publication} / {r.subscriber}",
+            float(r.pending_transactions),
+            "q",
+            f"{r.pending_transactions} transactions, {r.pending_commands} commands pending",
+        )
+        for r in rows
+    ]
+    return _chart("Backlog now (pending transactions per subscription)", bars, "tx")
+
+
+def _backlog_runs_chart(runs: list[dict[str, Any]]) -> Chart:
+    bars = [
+        (
+            f"#{r['run_id']} {r['subscriber'] or ''}",
+            float(r["backlog_at_start"]["transactions"]),
+            run_state(r["status"]) or "q",
+            f"run {r['run_id']} ({r['status']}), {_time(r['started_at'])}: "
+            f"{r['backlog_at_start']['transactions']} transactions pending at its start, {r['transactions']} delivered",
+        )
+        for r in runs
+        if r["agent"] == "distribution" and isinstance(r.get("backlog_at_start"), dict)
+    ]
+    return _chart("Backlog at the start of recent Distribution Agent runs", bars[-15:], "tx")
+
+
+def _throughput_chart(runs: list[dict[str, Any]]) -> Chart:
+    bars = []
+    for r in runs:
+        seconds = _seconds(r)
+        amount = r["rows_copied"] if r["agent"] == "snapshot" else r["commands"]
+        if not seconds or not amount:
+            continue
+        what = "rows" if r["agent"] == "snapshot" else "commands"
+        bars.append(
+            (
+                f"#{r['run_id']} {r['agent']} {r['subscriber'] or ''}".strip(),
+                amount / seconds,
+                run_state(r["status"]) or "q",
+                f"run {r['run_id']} ({r['status']}): {amount} {what} in {seconds:.1f}s",
+            )
+        )
+    return _chart("Throughput of recent runs (commands or rows per second)", bars[-15:], "/s")

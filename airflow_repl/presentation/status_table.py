@@ -1,0 +1,29 @@
+"""The text table of ``airflow-repl status``: a header line and one line per subscription, its
+cells those of :class:`~airflow_repl.presentation.status_rows.StatusRow`, laid out by
+``tabulate``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from tabulate import tabulate
+
+from airflow_repl.engine.agents.status import SubscriptionStatus
+from airflow_repl.presentation.status_rows import COLUMNS, StatusRow
+
+#: How much of a last error's message the table shows (the JSON has it whole).
+ERROR_WIDTH = 60
+
+
+def format_table(rows: list[SubscriptionStatus]) -> str:
+    """The status as a text table: a header and one row per subscription."""
+    lines = [list(COLUMNS)]
+    for row in rows:
+        lines.append([cell.text for cell in StatusRow.from_json(row.to_json()).cells(_time, ERROR_WIDTH)])
+    # the header as the first row: tabulate pads the columns of a table with headers by two more
+    table = tabulate(lines, tablefmt="plain", disable_numparse=True, stralign="left")
+    return "\n".join(line.rstrip() for line in table.splitlines())
+
+
+def _time(value: datetime) -> str:
+    return value.isoformat(timespec="seconds")
