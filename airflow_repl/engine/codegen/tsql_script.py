@@ -11,7 +11,8 @@ splits it into batches before SQL Server reads it, and that split does not know 
 ends a batch at any line that is only ``go``, reads ``'``, ``"`` and ``/*`` as the start of a
 string or comment, and replaces ``$(name)`` with a scripting variable.  A name holding any of
 those would change the script's batches, so :func:`check_names` refuses the article (one line
-naming it, the name and the fix) before anything is printed.  Types and parameter counts
+naming it, the name and the fix) before anything is printed; so is a destination table or
+procedure whose name starts with ``#``, which SQL Server takes for a temporary object.  Types and parameter counts
 follow SQL Server's limits (4,000 characters for ``nchar``/``nvarchar``, 38 digits, 2,100
 parameters).
 """
@@ -217,6 +218,10 @@ def _hazard(name: str) -> str | None:
     return None
 
 
+#: Why a table or procedure name starting with ``#`` is refused.
+_TEMPORARY = "a leading # (SQL Server takes such a table or procedure for a temporary one, in brackets too)"
+
+
 def check_names(article: ResolvedArticle) -> None:
     """Refuse an article with a name the T-SQL script would show (its name, destination, columns
     and procedure names) that a batch-splitting client would misread: one line naming the
@@ -241,8 +246,12 @@ def check_names(article: ResolvedArticle) -> None:
             if article.propagation[op].generated
         ],
     ]
+    objects = {
+        article.dest_table,
+        *(article.default_procs[op] for op in OPERATIONS if article.propagation[op].generated),
+    }
     for what, name, fix in names:
-        if hazard := _hazard(name):
+        if hazard := _hazard(name) or (_TEMPORARY if name in objects and name.startswith("#") else None):
             raise TopologyError(
                 f"article {comment(article.name)} cannot be scripted as T-SQL: {what} {comment(name)} holds "
                 f"{hazard}; {fix}, or script the postgresql dialect"
