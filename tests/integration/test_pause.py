@@ -172,6 +172,12 @@ def test_pausing_an_unknown_or_unapplied_subscription_is_one_line_and_changes_no
             "airflow-repl: error: no subscription of subscriber 'nope' to publication 'p' in the topology: "
             "name one of its subscribers ('sub1')"
         ]
+    hostile = "x'); UPDATE airflow_repl.subscriptions SET paused = true; --\n/* go */ ü"
+    code, _, err = _main(capsys, "pause", "-t", path, "--subscriber", hostile)
+    assert code == 2 and err.splitlines() == [
+        f"airflow-repl: error: no subscription of subscriber {hostile!r} to publication 'p' in the topology: "
+        "name one of its subscribers ('sub1')"
+    ]
     code, _, err = _main(capsys, "pause", "-t", path, "-p", "other", "--subscriber", "sub1")
     assert code == 2 and err.splitlines() == [
         "airflow-repl: error: unknown publication 'other'; the topology defines: p"
@@ -288,3 +294,37 @@ def test_a_paused_subscription_expires_by_the_same_rule_status_warns_first_and_r
     log_reader_agent.run_log_reader(topo, "p")
     assert distribution_agent.run_distribution(topo, "p", "sub1")["transactions"] == 1
     assert_in_sync(topo)
+
+
+def test_pausing_during_a_delivery_stops_it_between_batches_and_resume_delivers_the_rest_once(env, spark):
+    topo = setup_items(env, spark, ROWS)
+    count_applied_rows(env)
+    with psycopg.connect(env.pub, autocommit=True) as conn:
+        for i in range(400):  # 400 transactions of one row each
+            conn.execute("UPDATE items SET v = %s WHERE id = %s", (f"w{i}", i % ROWS + 1))
+    log_reader_agent.run_log_reader(topo, "p")
+
+    def watermark():
+        return env.rows(env.sub, "SELECT xact_seqno::text FROM airflow_repl.subscription_state")[0][0]
+
+    run = AgentThread(distribution_agent.run_distribution, topo, "p", "sub1", commit_batch_size=1)
+    run.start()
+    assert wait_for(lambda: _applied(env) >= 20, 60) is not None
+    assert pausing.pause_subscription(topo, "p", "sub1")["changed"] is True  # waits for the batch in flight
+    at_pause = watermark()
+    run.join(60)
+    assert run.error is None and run.summary is not None
+    delivered = run.summary["transactions"]
+    assert run.summary["paused"] is True and 20 <= delivered < 400 and watermark() == at_pause
+    assert f"{delivered} transaction(s) delivered before the pause" in run.summary["message"]
+    assert _applied(env) == delivered
+    last = env.rows(
+        env.dist,
+        "SELECT h.status, h.transactions, s.delivered_xact_seqno::text FROM airflow_repl.agent_history AS h, "
+        "airflow_repl.subscriptions AS s WHERE h.agent = 'distribution' ORDER BY h.run_id DESC LIMIT 1",
+    )
+    assert last == [("paused", delivered, at_pause)]
+    pausing.resume_subscription(topo, "p", "sub1")
+    assert distribution_agent.run_distribution(topo, "p", "sub1")["transactions"] == 400 - delivered
+    assert _applied(env) == 400  # each transaction once
+    assert _items(env.sub) == _items(env.pub)
