@@ -360,7 +360,7 @@ class _Delivery:
         while own := _own_leading(pending, self.own_origin, self.settings.until):
             watermark = self._pass_own(dist, own)
             pending = distdb.pending_transactions(dist, self.publication, watermark, self.settings.size)
-        # the cleanup cannot expire it, nor pause pause it, while the batch is delivered
+        # neither the cleanup (expiring it) nor airflow-repl pause can change it while the batch is delivered
         self.paused = retention.lock_unexpired(dist, self.publication, self.subscriber)
         txns = [] if self.paused else _cut_batch(pending, self.settings.until, self.settings.threshold, self.own_origin)
         if not txns:
