@@ -185,6 +185,16 @@ def _cmd_set_update_mode(args: argparse.Namespace) -> dict[str, Any]:
     return update_mode.set_update_mode(topo, _publication(topo, args.publication), args.subscriber, args.mode)
 
 
+def _cmd_pause(args: argparse.Namespace) -> dict[str, Any]:
+    """Pause or resume one subscription (docs/operations.md)."""
+    from airflow_repl.engine.provisioning import pausing
+
+    topo = _load(args)
+    pub = _publication(topo, args.publication)
+    act = pausing.pause_subscription if args.command == "pause" else pausing.resume_subscription
+    return act(topo, pub, args.subscriber)
+
+
 def _cmd_resolve_in_doubt(args: argparse.Namespace) -> dict[str, Any]:
     """Finish the transactions immediate subscribers prepared at the publisher (once, or with
     ``--follow`` continuously for one subscriber)."""
@@ -398,6 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
     _with_topology(sub.add_parser("apply", help="validate and deploy the topology")).set_defaults(func=_cmd_apply)
     _add_agent_commands(sub)
     _add_updating_commands(sub)
+    _add_pause_commands(sub)
     p = _with_topology(
         sub.add_parser("validate", help="list the rows that differ at subscribers, on Spark (exit 6 on differences)")
     )
@@ -484,6 +495,17 @@ def _add_updating_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
         "--interval", type=POSITIVE_FLOAT, default=60.0, help="seconds between two rounds with --follow (default 60)"
     )
     p.set_defaults(func=_cmd_resolve_in_doubt)
+
+
+def _add_pause_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``pause`` and ``resume`` (docs/operations.md)."""
+    for name, what in (
+        ("pause", "pause one subscription: the Distribution Agent skips it, its commands are kept"),
+        ("resume", "resume a paused subscription: the next Distribution Agent run delivers its backlog"),
+    ):
+        p = _with_topology(sub.add_parser(name, help=what))
+        p.add_argument("--subscriber", required=True, help=f"the subscriber whose subscription to {name}")
+        p.set_defaults(func=_cmd_pause)
 
 
 def _add_sandbox_commands(sub: argparse._SubParsersAction[_Parser]) -> None:

@@ -122,10 +122,12 @@ def _distribution(req: Request, spark: SparkSession | None) -> tuple[dict[str, A
         results = [_deliver(topo, publication, n, req.until, req.continuous) for n in names]
     else:
         spark, results = _deliver_in_parallel(req, names, spark)
+    paused = [r["subscriber"] for r in results if r.get("paused")]  # skipped: paused (airflow-repl resume)
     return {
         "subscriptions": results,
         "transactions": sum(r["transactions"] for r in results),
         "commands": sum(r["commands"] for r in results),
+        **({"paused": paused} if paused else {}),
     }, spark
 
 

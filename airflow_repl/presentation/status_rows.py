@@ -35,7 +35,12 @@ COLUMNS = (
 )
 
 #: A run's state by its outcome, besides failed (the CSS classes of the report's cells and bars).
-_RUN_STATES = {"succeeded": "ok", "running": "run", "abandoned": "warn"}
+_RUN_STATES = {"succeeded": "ok", "running": "run", "abandoned": "warn", "paused": "warn"}
+
+
+#: A subscription's state cell by its status: active is well, paused is a warning (it was asked
+#: for, and its backlog waits), every other status a problem.
+_STATUS_STATES = {"active": "ok", "paused": "warn"}
 
 
 def run_state(outcome: str) -> str:
@@ -79,6 +84,7 @@ class StatusRow:
     error_at: datetime | None
     error: str | None
     expires_at: datetime | None
+    warning: str | None = None  # its expiry nears
 
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> StatusRow:
@@ -98,6 +104,7 @@ class StatusRow:
             _datetime(error["at"]) if error else None,
             (error["message"] or "") if error else None,
             _datetime(record.get("expires_at")),
+            record.get("warning"),
         )
 
     @property
@@ -124,7 +131,7 @@ class StatusRow:
         return [
             Cell(self.publication),
             Cell(self.subscriber),
-            Cell(self.status, "ok" if self.status == "active" else "bad"),
+            Cell(self.status, _STATUS_STATES.get(self.status, "bad")),
             Cell(str(self.pending_transactions), "n"),
             Cell(str(self.pending_commands), "n"),
             Cell(self.delivered or "-"),

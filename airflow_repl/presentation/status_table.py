@@ -16,13 +16,16 @@ ERROR_WIDTH = 60
 
 
 def format_table(rows: list[SubscriptionStatus]) -> str:
-    """The status as a text table: a header and one row per subscription."""
+    """The status as a text table: a header and one row per subscription, then a line per
+    warning (``warning: ...``)."""
     lines = [list(COLUMNS)]
-    for row in rows:
-        lines.append([cell.text for cell in StatusRow.from_json(row.to_json()).cells(_time, ERROR_WIDTH)])
+    status_rows = [StatusRow.from_json(row.to_json()) for row in rows]
+    for row in status_rows:
+        lines.append([cell.text for cell in row.cells(_time, ERROR_WIDTH)])
     # the header as the first row: tabulate pads the columns of a table with headers by two more
     table = tabulate(lines, tablefmt="plain", disable_numparse=True, stralign="left")
-    return "\n".join(line.rstrip() for line in table.splitlines())
+    warnings = [f"warning: {' '.join(r.warning.split())}" for r in status_rows if r.warning]
+    return "\n".join([line.rstrip() for line in table.splitlines()] + warnings)
 
 
 def _time(value: datetime) -> str:

@@ -433,3 +433,16 @@ def test_resolution_errors_name_the_server():
         r"topology with airflow_repl\.hooks\.connections\.resolve_topology",
     ):
         connections.resolve_topology(topo, lambda ref: "host=h" if ref != "nope_conn" else connections.resolve(ref))
+
+
+def test_the_subscription_key_paused():
+    assert topology.from_dict(_data()).subscription("shop", "s1").paused is None  # absent: apply leaves it
+    for value in (True, False):
+        topo = topology.from_dict(_sub(paused=value))
+        sub = topo.subscription("shop", "s1")
+        assert sub.paused is value and "paused" not in sub.options()  # a column of its own, not an option
+        assert topology.from_dict(topo.to_dict(with_secrets=True)).subscription("shop", "s1").paused is value
+    assert "paused" not in topology.from_dict(_data()).to_dict()["subscriptions"][0]
+    message = _error(_sub(paused="yes"))
+    assert "subscriptions[0].paused" in message and "'yes'" not in message.split(":", 2)[1]
+    assert "subscriptions[0].paused" in _error(_sub(paused=1))  # strict: no number for a boolean

@@ -118,17 +118,20 @@ class _Cleanup:
         self.dist.commit()
         for e in expired:
             log.warning(
-                "subscription of subscriber %r to publication %r expired: last synchronized %s, a transaction "
+                "subscription of subscriber %r to publication %r%s expired: last synchronized %s, a transaction "
                 "waiting since %s, maximum retention %s h; reinitialize it (Snapshot Agent with reinitialize)",
                 e.subscriber,
                 self.publication,
+                " (paused)" if e.paused else "",
                 e.last_sync,
                 e.waiting_since,
                 self.settings.max_hours,
             )
             self.totals["expired"].append(e.subscriber)
         if expired:
-            self.totals["messages"] = [retention.expired_message(self.publication, e.subscriber) for e in expired]
+            self.totals["messages"] = [
+                retention.expired_message(self.publication, e.subscriber, e.paused) for e in expired
+            ]
 
     def delete_batch(self, max_transactions: int, max_commands: int) -> bool:
         """Delete the next batch; False when nothing more may be deleted."""

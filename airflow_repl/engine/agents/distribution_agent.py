@@ -54,6 +54,7 @@ from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import SKIPPABLE_ERRORS, Topology
 from airflow_repl.engine.postgres import lsn
+from airflow_repl.engine.provisioning import pausing
 from airflow_repl.engine.state import distdb, progress, retention, subscriber_state
 from airflow_repl.engine.state.distdb import CommandRow, PendingTransaction
 from airflow_repl.engine.subscriber import bulk_apply, in_doubt
@@ -223,6 +224,8 @@ class _Delivery:
         #: recorded yet (None: all recorded), and when it last recorded (:meth:`record`)
         self.unrecorded: str | None = None
         self.recorded_at = time.monotonic()
+        #: the subscription was paused when the last batch was to start (nothing more delivered)
+        self.paused = False
 
     def connect(self, run: AgentRun) -> None:
         """Open the streams, take the subscription's lock, recover an interrupted batch."""
@@ -357,8 +360,9 @@ class _Delivery:
         while own := _own_leading(pending, self.own_origin, self.settings.until):
             watermark = self._pass_own(dist, own)
             pending = distdb.pending_transactions(dist, self.publication, watermark, self.settings.size)
-        retention.lock_unexpired(dist, self.publication, self.subscriber)  # the cleanup cannot expire it meanwhile
-        txns = _cut_batch(pending, self.settings.until, self.settings.threshold, self.own_origin)
+        # neither the cleanup (expiring it) nor airflow-repl pause can change it while the batch is delivered
+        self.paused = retention.lock_unexpired(dist, self.publication, self.subscriber)
+        txns = [] if self.paused else _cut_batch(pending, self.settings.until, self.settings.threshold, self.own_origin)
         if not txns:
             self.streams.rollback_all()
             dist.rollback()
@@ -667,7 +671,10 @@ def run_distribution(
         run.step = "connecting"
         dist = run.connect(topology.distributor.require("distributor"), "distributor")
         distdb.load_articles(dist, publication)  # deployed at all? (before the subscriber is asked)
+        paused = retention.lock_unexpired(dist, publication, subscriber)  # expired: refused
         dist.rollback()
+        if paused and opts is None:  # skipped without asking the subscriber; a continuous run idles
+            return _skip_paused(run, dist)
         _start(run, delivery)
         applier = _check_subscription(run, dist, delivery)
         run_id = run.begin(dist)
@@ -755,11 +762,25 @@ def _start(run: AgentRun, delivery: _Delivery) -> None:
     delivery.streams.first.rollback()
 
 
+def _skip_paused(run: AgentRun, dist: psycopg.Connection) -> dict[str, Any]:
+    """A paused subscription: a history row with the outcome ``paused``, naming the command that
+    resumes it; nothing delivered, the subscriber not asked."""
+    run.begin(dist, take_over=False)  # no lock taken: the rows of other runs are left alone
+    message = pausing.paused_message(run.publication, str(run.subscriber))
+    summary = {"paused": True, "transactions": 0, "commands": 0, "message": message}
+    return run.succeed(summary, message=message, outcome="paused")
+
+
 def _succeed(run: AgentRun, delivery: _Delivery, loop: continuous_mode.Loop) -> dict[str, Any]:
     """Finish the run: its totals (with the streams' measured rates and, for a continuous run,
-    how it ended) in the history row, the log and the result."""
+    how it ended) in the history row, the log and the result; ``paused`` when the subscription
+    was paused at its end (a continuous run idled on it, or it was paused during the run)."""
     totals = delivery.totals
     totals["tables"] = delivery.tables.summary()
     if delivery.n > 1:
         totals["stream_rates"] = {"streams": delivery.n, **delivery.chooser.rates()}
-    return run.succeed(loop.summary(totals))
+    if not delivery.paused:
+        return run.succeed(loop.summary(totals))
+    message = pausing.paused_message(delivery.publication, delivery.subscriber, totals["transactions"])
+    totals.update(paused=True, message=message)
+    return run.succeed(loop.summary(totals), message=message, outcome="paused")

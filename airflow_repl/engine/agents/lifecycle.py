@@ -226,12 +226,15 @@ class AgentRun:
             f"{self.where()}; wait for it to finish, then run it again" + _SHARED_LOCK_NOTES.get(self.agent, "")
         )
 
-    def begin(self, dist: psycopg.Connection[Any]) -> int:
+    def begin(self, dist: psycopg.Connection[Any], *, take_over: bool = True) -> int:
         """Start the history row and mark runs left 'running' by dead agents 'abandoned'.
-        Call it holding the lock, after the checks that can fail without changing anything."""
+        Call it holding the lock, after the checks that can fail without changing anything.
+        ``take_over`` False: a run that does no work and holds no lock (a paused subscription's)
+        leaves the other rows alone."""
         self.dist = dist
         self.run_id = distdb.start_run(dist, self.agent, self.publication, self.subscriber)
-        distdb.abandon_stale_runs(dist, self.run_id, self.agent, self.publication, self.subscriber)
+        if take_over:
+            distdb.abandon_stale_runs(dist, self.run_id, self.agent, self.publication, self.subscriber)
         return self.run_id
 
     def succeed(
@@ -242,16 +245,18 @@ class AgentRun:
         commands: int | None = None,
         rows_copied: int = 0,
         message: str | None = None,
+        outcome: str = "succeeded",
     ) -> dict[str, Any]:
         """The run succeeded: ``summary`` (given its ``seconds`` unless it has them) becomes the
         history row's details and the result for the operator, and is logged in one line.
-        ``transactions`` and ``commands`` default to the summary's own counts."""
+        ``transactions`` and ``commands`` default to the summary's own counts; ``outcome`` is the
+        history row's status (``paused``: a Distribution Agent run that skipped its subscription)."""
         summary.setdefault("seconds", round(time.monotonic() - self.started, 3))
         if self.dist is not None and self.run_id is not None:
             distdb.finish_run(
                 self.dist,
                 self.run_id,
-                "succeeded",
+                outcome,
                 transactions=_count(summary, "transactions") if transactions is None else transactions,
                 commands=_count(summary, "commands") if commands is None else commands,
                 rows_copied=rows_copied,
@@ -259,7 +264,7 @@ class AgentRun:
                 details=summary,
             )
         self._done = True
-        log.info("%s for %s succeeded: %s", self.label, self.where(), message or _summary_line(summary))
+        log.info("%s for %s %s: %s", self.label, self.where(), outcome, message or _summary_line(summary))
         return summary
 
     # ------------------------------------------------------------------ failure

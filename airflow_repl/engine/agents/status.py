@@ -1,6 +1,7 @@
 """Status at a glance (``airflow-repl status``): per subscription, its state at the
-distributor, backlog, delivered watermark, the last run of the agents that serve it, its last
-error and when it would expire under the publication's maximum retention.
+distributor (``paused`` for a paused active one), backlog, delivered watermark, the last run of
+the agents that serve it, its last error and when it would expire under the publication's
+maximum retention, with a warning once most of that retention has passed.
 
 :func:`subscription_status` reads the distributor; :func:`problems`, :func:`run_failed` and
 :meth:`SubscriptionStatus.to_json` are pure.  The text table and the HTML page are drawn from
@@ -10,15 +11,19 @@ the JSON by :mod:`airflow_repl.presentation`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import connections
+from airflow_repl.engine.provisioning import pausing
 from airflow_repl.engine.state import distdb, progress
 
 #: A run with one of these outcomes makes ``status`` exit non-zero.
 FAILED_RUNS = frozenset({"failed"})
+#: ``status`` warns of a subscription's expiry once this share of the maximum retention has
+#: passed without delivery while a transaction waits for it.
+EXPIRY_WARNING_SHARE = 0.8
 
 
 def run_failed(outcome: str | None) -> bool:
@@ -36,19 +41,30 @@ class SubscriptionStatus:
     logreader: progress.LastRun | None
     last_error: tuple[datetime, str] | None
     expires_at: datetime | None  # None: nothing waits for it, or it expired already
+    warning: str | None = None  # its expiry nears (:func:`expiry_warning`)
 
     def to_json(self) -> dict[str, Any]:
         s = self.sub
         return {
             "publication": s.publication,
             "subscriber": s.subscriber,
-            "status": s.status,
+            "status": state(s),
+            "paused": s.paused,
             "backlog": {"transactions": s.backlog_transactions, "commands": s.backlog_commands},
             "delivered": {"xact_seqno": s.delivered_xact_seqno, "commit_time": _iso(s.delivered_commit_time)},
             "last_runs": {"distribution": _run(self.distribution), "logreader": _run(self.logreader)},
             "last_error": {"at": _iso(self.last_error[0]), "message": self.last_error[1]} if self.last_error else None,
             "expires_at": _iso(self.expires_at),
+            "warning": self.warning,
         }
+
+
+def state(row: progress.SubscriptionRow) -> str:
+    """The state ``status`` shows: ``paused`` for a paused active subscription, its status
+    otherwise (``pending, paused``: a paused one not initialized yet)."""
+    if not row.paused:
+        return row.status
+    return "paused" if row.status == "active" else f"{row.status}, paused"
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -70,6 +86,26 @@ def expires_at(row: progress.SubscriptionRow, max_retention_hours: float) -> dat
     return max(row.last_sync or row.waiting_since, row.waiting_since) + limit
 
 
+def expiry_warning(
+    row: progress.SubscriptionRow, expiry: datetime | None, max_retention_hours: float, now: datetime
+) -> str | None:
+    """A warning once more than :data:`EXPIRY_WARNING_SHARE` of the maximum retention has passed
+    towards the subscription's ``expiry`` (:func:`expires_at`), or None."""
+    if expiry is None or now < expiry - timedelta(hours=max_retention_hours * (1 - EXPIRY_WARNING_SHARE)):
+        return None
+    name = f"subscription of subscriber {row.subscriber!r} to publication {row.publication!r}"
+    fix = (
+        f"resume it ({pausing.resume_command(row.publication, row.subscriber)}) and run the Distribution Agent"
+        if row.paused
+        else "run the Distribution Agent for it"
+    )
+    return (
+        f"{name}{' (paused)' if row.paused else ''} expires at {expiry.isoformat(timespec='seconds')}: more than "
+        f"{EXPIRY_WARNING_SHARE:.0%} of max_retention_hours ({max_retention_hours:g}) has passed without delivery; "
+        f"{fix} before then, or raise max_retention_hours"
+    )
+
+
 def subscription_status(topology: Topology, publication: str | None = None) -> list[SubscriptionStatus]:
     """The status of every subscription of ``publication`` (all publications: None)."""
     if publication is not None:
@@ -77,15 +113,18 @@ def subscription_status(topology: Topology, publication: str | None = None) -> l
     with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
         distdb.require_deployed(dist)
         result = []
+        now = datetime.now(timezone.utc)
         for row in progress.subscription_rows(dist, publication):
             pub = topology.publications.get(row.publication)
+            expiry = expires_at(row, pub.max_retention_hours) if pub is not None else None
             result.append(
                 SubscriptionStatus(
                     row,
                     progress.last_run(dist, "distribution", row.publication, row.subscriber),
                     progress.last_run(dist, "logreader", row.publication, None),
                     progress.last_error(dist, row.publication, row.subscriber),
-                    expires_at(row, pub.max_retention_hours) if pub is not None else None,
+                    expiry,
+                    expiry_warning(row, expiry, pub.max_retention_hours, now) if pub is not None else None,
                 )
             )
         return result

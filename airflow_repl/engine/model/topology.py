@@ -506,6 +506,9 @@ class Subscription(_Model):
     #: How the subscriber's own changes reach the publisher (SQL Server's ``@update_mode``):
     #: read only (default), sync tran, queued tran, failover or queued failover.
     update_mode: InstanceOf[UpdateMode] = UpdateMode.READ_ONLY
+    #: ``true``: ``apply`` pauses the subscription (the Distribution Agent skips it), ``false``:
+    #: ``apply`` resumes it; absent: ``apply`` leaves it as ``airflow-repl pause|resume`` set it.
+    paused: bool | None = None
 
     @field_validator("update_mode", mode="before")
     @classmethod
@@ -520,8 +523,9 @@ class Subscription(_Model):
         return f"{self.publication}__{self.subscriber}"
 
     def options(self) -> dict[str, Any]:
-        """The Distribution Agent's options (everything but the two names and the update mode)."""
-        return self.model_dump(exclude={"publication", "subscriber", "update_mode"})
+        """The Distribution Agent's options (everything but the two names, the update mode and
+        ``paused``, which the distribution database records in columns of their own)."""
+        return self.model_dump(exclude={"publication", "subscriber", "update_mode", "paused"})
 
 
 # ---------------------------------------------------------------------- the whole file
@@ -715,6 +719,7 @@ class Topology:
                     "subscriber": s.subscriber,
                     **s.options(),
                     "update_mode": str(s.update_mode),
+                    **({"paused": s.paused} if s.paused is not None else {}),
                 }
                 for s in self.subscriptions
             ],

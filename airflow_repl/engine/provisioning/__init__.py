@@ -6,9 +6,10 @@ distribution database), ``schema_change`` (``airflow-repl schema-change``: one c
 run at the publisher with the message that replicates it in commit order),
 ``custom_scripting`` (``airflow-repl register-script``: the scripts that regenerate custom
 procedures at subscribers), ``updating_setup`` (``apply`` for updatable subscriptions: the rules
-checked first, the row versions added at the publisher) and ``update_mode``
+checked first, the row versions added at the publisher), ``update_mode``
 (``airflow-repl set-update-mode``: a failover subscription switched between immediate and
-queued updating).
+queued updating) and ``pausing`` (``airflow-repl pause|resume`` and the topology key ``paused``:
+one subscription paused, which the Distribution Agent skips, and resumed).
 
 May import: ``errors``, ``model``, ``postgres``, ``articles``, ``codegen`` and ``state``.
 """

@@ -303,3 +303,8 @@ def _save_publication(
     )
     for sub in topology.subscriptions_of(name):
         distdb.save_subscription(dist, name, sub.subscriber, sub.options(), str(sub.update_mode))
+        if sub.paused is not None and distdb.set_paused(dist, name, sub.subscriber, sub.paused):
+            log.info("subscription %r/%r %s (topology key paused)", name, sub.subscriber, _PAUSED[sub.paused])
+
+
+_PAUSED = {True: "paused", False: "resumed"}

@@ -213,6 +213,9 @@ CREATE TABLE IF NOT EXISTS airflow_repl.custom_scripts (
     registered_at   timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (publication, article)
 );
+-- a paused subscription (airflow-repl pause, topology key paused): the Distribution Agent skips
+-- it; its status keeps its meaning ('active' ...), so retention holds and expires it as any other
+ALTER TABLE airflow_repl.subscriptions ADD COLUMN IF NOT EXISTS paused boolean NOT NULL DEFAULT false;
 -- tracer tokens (SQL Server's MStracer_tokens / MStracer_history; statements in state.progress):
 -- posted at the publisher, read by the Log Reader, arrived at each subscriber
 CREATE TABLE IF NOT EXISTS airflow_repl.tracer_tokens (
@@ -1085,6 +1088,30 @@ def catch_up_delivered(conn: psycopg.Connection, publication: str, subscriber: s
         "UPDATE airflow_repl.subscriptions SET delivered_xact_seqno = %s, delivered_at = now() "
         "WHERE publication = %s AND subscriber = %s AND delivered_xact_seqno < %s::pg_lsn",
         (watermark, publication, subscriber, watermark),
+    )
+    return cur.rowcount > 0
+
+
+# ---------------------------------------------------------------------- pause and resume
+def subscription_paused(conn: psycopg.Connection[Any], publication: str, subscriber: str) -> bool | None:
+    """Is the subscription paused?  None: the distribution database does not record it."""
+    if not _deployed(conn, "subscriptions"):
+        return None
+    row = conn.execute(
+        "SELECT paused FROM airflow_repl.subscriptions WHERE publication = %s AND subscriber = %s",
+        (publication, subscriber),
+    ).fetchone()
+    return bool(row[0]) if row is not None else None
+
+
+def set_paused(conn: psycopg.Connection[Any], publication: str, subscriber: str, paused: bool) -> bool:
+    """Pause (or resume) the subscription; True when that changed it (the caller commits).  The
+    update waits for a Distribution Agent delivering a batch to it (it holds the row,
+    :func:`~airflow_repl.engine.state.retention.lock_unexpired`): no batch starts after it."""
+    cur = conn.execute(
+        "UPDATE airflow_repl.subscriptions SET paused = %s WHERE publication = %s AND subscriber = %s "
+        "AND paused IS DISTINCT FROM %s",
+        (paused, publication, subscriber, paused),
     )
     return cur.rowcount > 0
 

@@ -171,14 +171,15 @@ def delivery_behind(conn: psycopg.Connection[Any], publication: str, position: s
 _STATUS = """
 SELECT s.publication, s.subscriber, s.status, s.delivered_xact_seqno::text, d.commit_time,
        count(t.xact_seqno), coalesce(sum(t.command_count), 0), coalesce(s.delivered_at, s.initialized_at),
-       min(t.entry_time)
+       min(t.entry_time), s.paused
 FROM airflow_repl.subscriptions AS s
 LEFT JOIN airflow_repl.transactions AS d ON d.publication = s.publication AND d.xact_seqno = s.delivered_xact_seqno
 LEFT JOIN airflow_repl.transactions AS t ON t.publication = s.publication AND s.status <> 'expired'
     AND t.xact_seqno > coalesce(s.delivered_xact_seqno, s.start_xact_seqno, '0/0'::pg_lsn)
     AND (s.status NOT IN ('pending', 'initializing') OR s.start_xact_seqno IS NOT NULL)
 WHERE %(p)s::text IS NULL OR s.publication = %(p)s::text
-GROUP BY s.publication, s.subscriber, s.status, s.delivered_xact_seqno, d.commit_time, s.delivered_at, s.initialized_at
+GROUP BY s.publication, s.subscriber, s.status, s.delivered_xact_seqno, d.commit_time, s.delivered_at, s.initialized_at,
+    s.paused
 ORDER BY s.publication, s.subscriber
 """
 
@@ -209,12 +210,13 @@ class SubscriptionRow:
     backlog_commands: int
     last_sync: datetime | None
     waiting_since: datetime | None
+    paused: bool = False  # airflow-repl pause (the status keeps its meaning)
 
 
 def subscription_rows(conn: psycopg.Connection[Any], publication: str | None) -> list[SubscriptionRow]:
     """Every subscription of ``publication`` (all publications: None), by publication and subscriber."""
     rows = conn.execute(_STATUS, {"p": publication}).fetchall()
-    return [SubscriptionRow(r[0], r[1], r[2], r[3], r[4], int(r[5]), int(r[6]), r[7], r[8]) for r in rows]
+    return [SubscriptionRow(r[0], r[1], r[2], r[3], r[4], int(r[5]), int(r[6]), r[7], r[8], bool(r[9])) for r in rows]
 
 
 @dataclass(frozen=True)

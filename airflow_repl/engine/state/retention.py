@@ -12,6 +12,9 @@ What a subscription *holds* (needs kept), by status:
 * any other (``active``, ``reinitialize``): every transaction after ``delivered_xact_seqno``
   (or ``start_xact_seqno``; everything when it has neither).
 
+A paused subscription (``paused``, airflow-repl pause) keeps its status: it holds what it has not
+received and expires by the same rule as any other.
+
 A transaction may be deleted when no subscription holds it and it entered the distribution
 database before the minimum retention; deletion proceeds in commit order from the last position
 cleaned up (``cleanup_state``) and stops at the first transaction that may not be deleted.
@@ -70,6 +73,7 @@ class Expired:
     subscriber: str
     last_sync: datetime | None
     waiting_since: datetime
+    paused: bool = False  # it was paused (airflow-repl pause): reinitialized, it stays paused
 
 
 def hold(conn: psycopg.Connection[Any], publication: str) -> Hold:
@@ -94,10 +98,10 @@ def expire_subscriptions(conn: psycopg.Connection[Any], publication: str, max_re
         "WHERE s.publication = e.publication AND s.subscriber = e.subscriber AND s.status = 'active' "
         "AND coalesce(s.delivered_at, s.initialized_at, '-infinity') < now() - %(max)s "
         "AND e.waiting_since < now() - %(max)s "
-        "RETURNING s.subscriber, e.last_sync, e.waiting_since",
+        "RETURNING s.subscriber, e.last_sync, e.waiting_since, s.paused",
         {"p": publication, "max": max_retention},
     ).fetchall()
-    return sorted((Expired(str(s), last, waiting) for s, last, waiting in rows), key=lambda e: e.subscriber)
+    return sorted((Expired(str(s), last, waiting, bool(p)) for s, last, waiting, p in rows), key=lambda e: e.subscriber)
 
 
 def cleaned_position(conn: psycopg.Connection[Any], publication: str) -> str:
@@ -157,22 +161,27 @@ def delete_transactions(conn: psycopg.Connection[Any], publication: str, first: 
     return deleted, int(row[0]) if row is not None else 0
 
 
-def lock_unexpired(conn: psycopg.Connection[Any], publication: str, subscriber: str) -> None:
+def lock_unexpired(conn: psycopg.Connection[Any], publication: str, subscriber: str) -> bool:
     """Refuse an expired subscription; otherwise hold its row until the transaction ends, so
-    that the cleanup cannot expire it (and delete what it needs) while a batch is delivered."""
+    that the cleanup cannot expire it (and delete what it needs), nor ``pause`` pause it, while
+    a batch is delivered.  Returns whether it is paused."""
     row = conn.execute(
-        "SELECT status FROM airflow_repl.subscriptions WHERE publication = %s AND subscriber = %s FOR SHARE",
+        "SELECT status, paused FROM airflow_repl.subscriptions WHERE publication = %s AND subscriber = %s FOR SHARE",
         (publication, subscriber),
     ).fetchone()
     if row is not None and row[0] == "expired":
-        raise ReplError(expired_message(publication, subscriber))
+        raise ReplError(expired_message(publication, subscriber, bool(row[1])))
+    return row is not None and bool(row[1])
 
 
-def expired_message(publication: str, subscriber: str) -> str:
-    """What an expired subscription's refusal says: its name and the fix."""
+def expired_message(publication: str, subscriber: str, paused: bool = False) -> str:
+    """What an expired subscription's refusal says: its name and the fix (``paused``: it expired
+    while paused, and stays paused once reinitialized)."""
+    why = "it was paused and" if paused else "it was"
+    after = "; it stays paused: resume it then (airflow-repl resume)" if paused else ""
     return (
-        f"the subscription of subscriber {subscriber!r} to publication {publication!r} expired: it was not "
+        f"the subscription of subscriber {subscriber!r} to publication {publication!r} expired: {why} not "
         f"synchronized within the publication's maximum retention, and the commands it missed may be cleaned up; "
         f"reinitialize it: run the Snapshot Agent with reinitialize for it (airflow-repl snapshot -p {publication} "
-        f"--subscriber {subscriber} --reinitialize)"
+        f"--subscriber {subscriber} --reinitialize){after}"
     )
