@@ -214,7 +214,7 @@ class AgentRun:
         connection ends, also when the process dies); held by another agent -> AgentBusy.
         ``of``: take that agent's lock instead (the Cleanup Agent takes the Snapshot Agent's at
         the distributor)."""
-        key = f"airflow_repl.{of or self.agent}.{self.publication}"
+        key = distdb.agent_lock_key(of or self.agent, self.publication)
         row = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()
         conn.commit()
         if row is not None and row[0]:

@@ -8,7 +8,8 @@ run at the publisher with the message that replicates it in commit order),
 procedures at subscribers), ``updating_setup`` (``apply`` for updatable subscriptions: the rules
 checked first, the row versions added at the publisher) and ``update_mode``
 (``airflow-repl set-update-mode``: a failover subscription switched between immediate and
-queued updating).
+queued updating), and ``drop`` (``airflow-repl drop``: an article, a subscription or a
+publication retired, with what the product installed for it, resumable when stopped halfway).
 
 May import: ``errors``, ``model``, ``postgres``, ``articles``, ``codegen`` and ``state``.
 """
