@@ -311,3 +311,36 @@ def test_drop_refuses_unknown_names_and_running_agents_changing_nothing(env, spa
     assert distribution_agent.run_distribution(topo, "p", "sub1")["commands"] == 0
     cycle(topo)
     assert_in_sync(topo)
+
+
+def test_drop_article_killed_before_its_last_step_holds_delivery_until_run_again(env, spark, tmp_path, capsys):
+    env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text); CREATE TABLE other (id int PRIMARY KEY, v text)")
+    env.run(env.pub, "INSERT INTO items SELECT g, 'v' FROM generate_series(1, 20) g")
+    env.run(env.pub, "INSERT INTO other SELECT g, 'v' FROM generate_series(1, 20) g")
+    topo = env.topology(["public.items", "public.other"])
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    path = _topology_file(topo, tmp_path)
+    env.run(env.pub, "UPDATE other SET v = 'pending'; UPDATE items SET v = 'pending'")
+    log_reader_agent.run_log_reader(topo, "p")
+    holder = psycopg.connect(env.dist)  # the distributor's last step waits on the article's row
+    holder.execute("SELECT 1 FROM airflow_repl.articles WHERE name = 'other' FOR UPDATE")
+    proc = _drop_process(path, "article", "--article", "other")
+    try:
+        assert wait_for(lambda: _waiting_on_lock(env.dist), 60)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        holder.rollback()
+        holder.close()
+    assert [p for p in _installed(env, env.sub)["procs"] if "other" in p] == []  # the subscriber's step is done
+    assert env.rows(env.pub, "SELECT tablename FROM pg_publication_tables WHERE pubname = 'airflow_repl_p'") == [
+        ("items",)
+    ]
+    with pytest.raises(ReplError, match="the drop of article 'other' of publication 'p' did not finish: run "):
+        distribution_agent.run_distribution(topo, "p", "sub1")  # not a failed CALL of a dropped procedure
+    assert cli.main(["drop", "article", "-t", path, "-p", "p", "--article", "other"]) == 0
+    capsys.readouterr()
+    remaining = env.topology(["public.items"])
+    assert distribution_agent.run_distribution(remaining, "p", "sub1")["commands"] == 20  # items' only
+    assert_in_sync(remaining)
+    assert env.rows(env.sub, "SELECT count(*) FROM other WHERE v = 'pending'") == [(0,)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 from collections.abc import Generator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -1290,6 +1291,26 @@ def drop_under_way(conn: psycopg.Connection[Any], publication: str, kind: str, n
         (publication, kind, name),
     ).fetchone()
     return row is not None
+
+
+def unfinished_drop(conn: psycopg.Connection[Any], publication: str, subscriber: str) -> str | None:
+    """Why the subscriber's delivery must wait: a drop of an article or of the publication, or of
+    this subscription, started and did not finish (its objects may be half gone); None if not."""
+    if not _deployed(conn, "drops"):
+        return None
+    row = conn.execute(
+        "SELECT kind, name FROM airflow_repl.drops WHERE publication = %s "
+        "AND (kind <> 'subscription' OR name = %s) ORDER BY started_at LIMIT 1",
+        (publication, subscriber),
+    ).fetchone()
+    if row is None:
+        return None
+    kind, name = str(row[0]), str(row[1])
+    option = {"article": " --article ", "subscription": " --subscriber "}.get(kind)
+    command = f"airflow-repl drop {kind} -p {shlex.quote(publication)}" + (option + shlex.quote(name) if option else "")
+    return (
+        f"the drop of {kind} {name!r} of publication {publication!r} did not finish: run '{command}' again to finish it"
+    )
 
 
 def forget_article(conn: psycopg.Connection[Any], publication: str, article: str) -> int:
