@@ -24,6 +24,7 @@ from harness import (
     setup_queued,
     wait_for,
 )
+from psycopg import sql
 
 from airflow_repl import cli
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, queue_reader_agent, snapshot_agent
@@ -304,8 +305,13 @@ def test_drop_refuses_unknown_names_and_running_agents_changing_nothing(env, spa
         busy.execute("SELECT pg_advisory_lock(hashtext(%s))", (distdb.agent_lock_key("distribution", "p"),))
         with pytest.raises(AgentBusy, match="the Distribution Agent is running for publication 'p' at subscriber"):
             drop.drop_subscription(topo, "p", "sub1")
+    with psycopg.connect(env.dist, autocommit=True) as busy:  # a Log Reader reading the slot
+        busy.execute("SELECT pg_advisory_lock(hashtext(%s))", (distdb.agent_lock_key("logreader", "p"),))
+        assert cli.main(["drop", "publication", "-t", path, "-p", "p", "--with-subscriptions"]) == 5
+        assert "the Log Reader Agent is running for publication 'p'" in capsys.readouterr().err
     assert env.rows(env.dist, "SELECT count(*) FROM airflow_repl.drops") == [(0,)]
     assert env.rows(env.dist, "SELECT count(*) FROM airflow_repl.agent_history WHERE agent = 'drop'") == [(0,)]
+    assert env.rows(env.pub, "SELECT count(*) FROM pg_replication_slots WHERE database = current_database()") == [(1,)]
     assert _installed(env, env.sub)["procs"]
     env.run(env.pub, "UPDATE items SET v = 'still flowing'")
     assert distribution_agent.run_distribution(topo, "p", "sub1")["commands"] == 0
@@ -344,3 +350,28 @@ def test_drop_article_killed_before_its_last_step_holds_delivery_until_run_again
     assert distribution_agent.run_distribution(remaining, "p", "sub1")["commands"] == 20  # items' only
     assert_in_sync(remaining)
     assert env.rows(env.sub, "SELECT count(*) FROM other WHERE v = 'pending'") == [(0,)]
+
+
+#: A table name a drop must keep inside its quotes: a line break, quotes, a statement, 63 bytes.
+HOSTILE = 'x"\nDROP TABLE items; -- é' + "z" * 37
+
+
+def test_drop_article_with_a_hostile_name_drops_its_objects_only(env, spark, tmp_path, capsys):
+    assert len(HOSTILE.encode()) == 63
+    env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+    env.run(env.pub, sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, v text)").format(sql.Identifier(HOSTILE)))
+    env.run(env.pub, "INSERT INTO items VALUES (1, 'a')")
+    env.run(env.pub, sql.SQL("INSERT INTO {} VALUES (1, 'a')").format(sql.Identifier(HOSTILE)))
+    topo = env.topology(["public.items", {"table": f"public.{HOSTILE}"}])
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    path = _topology_file(topo, tmp_path)
+    procs = _installed(env, env.sub)["procs"]
+    assert len(procs) == 6
+    assert cli.main(["drop", "article", "-t", path, "-p", "p", "--article", HOSTILE]) == 0
+    capsys.readouterr()
+    assert _installed(env, env.sub)["procs"] == sorted(p for p in procs if p.endswith("_publicitems"))
+    assert env.rows(env.sub, sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(HOSTILE))) == [(1,)]
+    remaining = env.topology(["public.items"])
+    env.run(env.pub, "UPDATE items SET v = 'b'")
+    cycle(remaining)
+    assert_in_sync(remaining)
