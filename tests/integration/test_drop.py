@@ -31,6 +31,7 @@ from airflow_repl.engine.agents import distribution_agent, log_reader_agent, que
 from airflow_repl.engine.errors import AgentBusy, ReplError
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.provisioning import drop
+from airflow_repl.engine.provisioning.schema_change import schema_change
 from airflow_repl.engine.state import distdb
 from airflow_repl.engine.subscriber import in_doubt
 
@@ -375,3 +376,26 @@ def test_drop_article_with_a_hostile_name_drops_its_objects_only(env, spark, tmp
     env.run(env.pub, "UPDATE items SET v = 'b'")
     cycle(remaining)
     assert_in_sync(remaining)
+
+
+def test_drop_article_with_schema_changes_keeps_the_subscription_without_reinitialize(env, spark):
+    """After a delivered schema change the subscriber records the definitions it has; a schema
+    change of the dropped article still undelivered must not count either."""
+    env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text); CREATE TABLE other (id int PRIMARY KEY, v text)")
+    env.run(env.pub, "INSERT INTO items SELECT g, 'v' FROM generate_series(1, 10) g; INSERT INTO other VALUES (1, 'v')")
+    topo = env.topology(["public.items", "public.other"])
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    schema_change(topo, "p", "ALTER TABLE items ADD COLUMN c text")
+    cycle(topo)  # delivered: the subscriber now records the definitions it has
+    assert env.rows(env.sub, "SELECT articles_hash IS NOT NULL FROM airflow_repl.subscription_state") == [(True,)]
+    schema_change(topo, "p", "ALTER TABLE other ADD COLUMN d text")
+    log_reader_agent.run_log_reader(topo, "p")  # stored, not delivered
+
+    drop.drop_article(topo, "p", "other")
+
+    remaining = env.topology(["public.items"])
+    env.run(env.pub, "UPDATE items SET c = 'x' WHERE id <= 3")
+    _, delivered = cycle(remaining)
+    assert delivered["commands"] == 3
+    assert_in_sync(remaining)
+    assert env.rows(env.sub, "SELECT count(*) FROM information_schema.columns WHERE column_name = 'd'") == [(0,)]
