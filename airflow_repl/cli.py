@@ -23,7 +23,7 @@ from airflow_repl.engine.codegen import procedures, tsql_script
 from airflow_repl.engine.errors import INTERNAL_EXIT_CODE, USAGE_EXIT_CODE, DifferencesFound, ReplError
 from airflow_repl.engine.model import topology
 from airflow_repl.engine.postgres import connections
-from airflow_repl.engine.provisioning import deploy, update_mode
+from airflow_repl.engine.provisioning import deploy, drop, update_mode
 from airflow_repl.engine.subscriber import validation
 
 PROG = "airflow-repl"
@@ -178,6 +178,17 @@ def _cmd_apply(args: argparse.Namespace) -> dict[str, Any]:
     topo = _load(args)
     resolved = deploy.apply_topology(topo, [args.publication] if args.publication else None)
     return {name: [a.name for a in arts] for name, arts in resolved.items()}
+
+
+def _cmd_drop(args: argparse.Namespace) -> dict[str, Any]:
+    """Drop an article, a subscription or a publication (docs/operations.md, "Drop"); the names
+    are those deployed, which the topology file may no longer list."""
+    topo = _load(args)
+    if args.what == "article":
+        return drop.drop_article(topo, args.publication, args.article)
+    if args.what == "subscription":
+        return drop.drop_subscription(topo, args.publication, args.subscriber)
+    return drop.drop_publication(topo, args.publication, with_subscriptions=args.with_subscriptions)
 
 
 def _cmd_set_update_mode(args: argparse.Namespace) -> dict[str, Any]:
@@ -409,6 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_agent_commands(sub)
     _add_updating_commands(sub)
     _add_pause_commands(sub)
+    _add_drop_command(sub)
     p = _with_topology(
         sub.add_parser("validate", help="list the rows that differ at subscribers, on Spark (exit 6 on differences)")
     )
@@ -474,6 +486,22 @@ def _with_topology(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--topology", "-t", required=True, help="topology YAML file")
     p.add_argument("--publication", "-p", help="publication (optional when there is only one)")
     return p
+
+
+def _add_drop_command(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``drop article|subscription|publication`` (docs/operations.md)."""
+    p = sub.add_parser("drop", help="drop an article, a subscription or a publication, and what it installed")
+    p.add_argument("what", choices=list(drop.KINDS), help="what to drop")
+    p.add_argument("--topology", "-t", required=True, help="topology YAML file (its servers)")
+    p.add_argument("--publication", "-p", required=True, help="the publication (as deployed)")
+    p.add_argument("--article", help="drop article: the article to drop")
+    p.add_argument("--subscriber", help="drop subscription: the subscriber whose subscription to drop")
+    p.add_argument(
+        "--with-subscriptions",
+        action="store_true",
+        help="drop publication: drop its subscriptions first (refused without it while it has any)",
+    )
+    p.set_defaults(func=_cmd_drop)
 
 
 def _add_updating_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
@@ -630,9 +658,31 @@ def report_error(exc: BaseException, verbose: bool = False) -> int:
     return INTERNAL_EXIT_CODE
 
 
+#: What each ``drop`` needs and refuses, as a usage error's words (None: the options fit).
+_DROP_OPTIONS = {
+    "article": lambda a: (
+        None
+        if a.article and not (a.subscriber or a.with_subscriptions)
+        else "takes --article (and no --subscriber or --with-subscriptions)"
+    ),
+    "subscription": lambda a: (
+        None
+        if a.subscriber and not (a.article or a.with_subscriptions)
+        else "takes --subscriber (and no --article or --with-subscriptions)"
+    ),
+    "publication": lambda a: (
+        None if not (a.article or a.subscriber) else "takes no --article or --subscriber (only --with-subscriptions)"
+    ),
+}
+
+
 def _check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Combinations of options the command line alone rules out are usage errors too (e.g.
     ``--until`` with ``--continuous``): refused before the topology is read."""
+    if args.func is _cmd_drop:
+        wrong = _DROP_OPTIONS[args.what](args)
+        if wrong:
+            parser.error(f"drop {args.what} {wrong}")
     if args.func is not _cmd_agent:
         return
     try:

@@ -39,7 +39,9 @@ def test_status_shows_paused():
     assert status.state(_row()) == "active"
     assert status.state(_row(paused=True)) == "paused"
     assert status.state(_row("pending", paused=True)) == "pending, paused"
-    line = status_table.format_table([status.SubscriptionStatus(_row(paused=True), None, None, None, None)]).splitlines()[1]
+    line = status_table.format_table(
+        [status.SubscriptionStatus(_row(paused=True), None, None, None, None)]
+    ).splitlines()[1]
     assert line.split()[:3] == ["p", "s1", "paused"]
     data = status.SubscriptionStatus(_row(paused=True), None, None, None, None).to_json()
     assert (data["status"], data["paused"], data["warning"]) == ("paused", True, None)

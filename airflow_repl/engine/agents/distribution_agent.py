@@ -727,6 +727,9 @@ def _check_subscription(run: AgentRun, dist: psycopg.Connection, delivery: _Deli
     the last run learnt about spreading here; nothing is changed."""
     run.step = "the subscription check"
     publication, subscriber = delivery.publication, delivery.subscriber
+    unfinished = distdb.unfinished_drop(dist, publication, subscriber)
+    if unfinished is not None:
+        raise ReplError(unfinished)
     retention.lock_unexpired(dist, publication, subscriber)  # an expired subscription is refused
     articles = _definitions_at_watermark(dist, delivery)
     has = subscriber_state.articles_hash(delivery.streams.first, publication)

@@ -43,10 +43,16 @@ def _writer_key(publication: str) -> str:
     return f"airflow_repl.subscriber_writer.{publication}"
 
 
+def agent_lock_key(agent: str, publication: str) -> str:
+    """The key of ``agent``'s session lock for ``publication`` (``airflow-repl drop`` takes the
+    agents' own locks, and tests hold them)."""
+    return f"airflow_repl.{agent}.{publication}"
+
+
 def try_agent_lock(conn: psycopg.Connection[Any], agent: str, publication: str) -> bool:
     """Take ``agent``'s session lock for ``publication`` on ``conn`` (True), unless another
     session holds it (False)."""
-    return _try_session_lock(conn, f"airflow_repl.{agent}.{publication}")
+    return _try_session_lock(conn, agent_lock_key(agent, publication))
 
 
 def try_writer_turn(conn: psycopg.Connection[Any], publication: str) -> bool:

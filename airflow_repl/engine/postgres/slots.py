@@ -20,6 +20,17 @@ def exists(conn: psycopg.Connection[Any], slot: str) -> bool:
     return row is not None
 
 
+def drop(conn: psycopg.Connection[Any], slot: str) -> bool:
+    """Drop the slot where it exists, releasing the WAL it kept; True when dropped.  A slot a
+    session is reading (a running Log Reader) raises ObjectInUse."""
+    row = conn.execute(
+        "SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM pg_catalog.pg_replication_slots "
+        "WHERE slot_name = %s",
+        (slot,),
+    ).fetchone()
+    return row is not None
+
+
 def retained_wal_bytes(conn: psycopg.Connection[Any], slot: str) -> int | None:
     """How much WAL (bytes) the slot keeps at the server: from its ``restart_lsn`` to the current
     write position; None when there is no such slot (0 before it has a restart position)."""

@@ -8,8 +8,10 @@ run at the publisher with the message that replicates it in commit order),
 procedures at subscribers), ``updating_setup`` (``apply`` for updatable subscriptions: the rules
 checked first, the row versions added at the publisher), ``update_mode``
 (``airflow-repl set-update-mode``: a failover subscription switched between immediate and
-queued updating) and ``pausing`` (``airflow-repl pause|resume`` and the topology key ``paused``:
-one subscription paused, which the Distribution Agent skips, and resumed).
+queued updating), ``pausing`` (``airflow-repl pause|resume`` and the topology key ``paused``:
+one subscription paused, which the Distribution Agent skips, and resumed) and ``drop``
+(``airflow-repl drop``: an article, a subscription or a publication retired, with what the
+product installed for it, resumable when stopped halfway).
 
 May import: ``errors``, ``model``, ``postgres``, ``articles``, ``codegen`` and ``state``.
 """

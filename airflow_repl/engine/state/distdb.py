@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 from collections.abc import Generator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -239,6 +240,15 @@ CREATE TABLE IF NOT EXISTS airflow_repl.cleanup_state (
     cleaned_xact_seqno pg_lsn NOT NULL,
     updated_at         timestamptz NOT NULL DEFAULT now()
 );
+-- drops under way (airflow-repl drop): a row exists from the drop's first change to its last, so
+-- a drop that stopped halfway is known, and finished by running it again
+CREATE TABLE IF NOT EXISTS airflow_repl.drops (
+    publication     text NOT NULL,
+    kind            text NOT NULL CHECK (kind IN ('article', 'subscription', 'publication')),
+    name            text NOT NULL,
+    started_at      timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (publication, kind, name)
+);
 """
 
 
@@ -379,8 +389,8 @@ def definitions_at(
     """The article definitions a subscriber that has everything up to ``position`` has: the
     ``current`` ones, except those with a schema change after it (sorted by name)."""
     out = {a.name: a for a in current}
-    if position is not None:
-        out.update(definitions_before(conn, publication, position))
+    if position is not None:  # a dropped article's schema change still stored is not the subscriber's
+        out.update({k: v for k, v in definitions_before(conn, publication, position).items() if k in out})
     return [out[name] for name in sorted(out)]
 
 
@@ -1233,3 +1243,156 @@ def list_conflicts(
         {"p": publication, "s": subscriber, "a": article, "t": since},
     ).fetchall()
     return [dict(zip(CONFLICT_COLUMNS, row, strict=True)) for row in rows]
+
+
+# ---------------------------------------------------------------------- questions of airflow-repl drop
+def publication_deployed(conn: psycopg.Connection[Any], publication: str) -> bool:
+    """Is the publication recorded in the distribution database (False before it has a schema)?"""
+    if not _deployed(conn, "publications"):
+        return False
+    return (
+        conn.execute("SELECT 1 FROM airflow_repl.publications WHERE name = %s", (publication,)).fetchone() is not None
+    )
+
+
+def article_names(conn: psycopg.Connection[Any], publication: str) -> list[str]:
+    """The names of the publication's recorded articles, sorted."""
+    rows = conn.execute(
+        "SELECT name FROM airflow_repl.articles WHERE publication = %s ORDER BY name", (publication,)
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+@dataclass(frozen=True)
+class DeployedSubscription:
+    """A subscription as the distribution database records it (what a drop needs)."""
+
+    subscriber: str
+    update_mode: str
+    status: str
+    articles_hash: str | None
+    delivered: str | None  # delivered_xact_seqno, as text
+
+
+def deployed_subscriptions(conn: psycopg.Connection[Any], publication: str) -> list[DeployedSubscription]:
+    """The publication's recorded subscriptions, by subscriber name."""
+    rows = conn.execute(
+        "SELECT subscriber, update_mode, status, articles_hash, delivered_xact_seqno::text "
+        "FROM airflow_repl.subscriptions WHERE publication = %s ORDER BY subscriber",
+        (publication,),
+    ).fetchall()
+    return [DeployedSubscription(str(s), str(m), str(st), h, d) for s, m, st, h, d in rows]
+
+
+def subscriber_publications(conn: psycopg.Connection[Any], subscriber: str) -> list[str]:
+    """The publications the subscriber has a recorded subscription to."""
+    rows = conn.execute(
+        "SELECT publication FROM airflow_repl.subscriptions WHERE subscriber = %s ORDER BY 1", (subscriber,)
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def begin_drop(conn: psycopg.Connection[Any], publication: str, kind: str, name: str) -> bool:
+    """Record that the drop of ``kind`` ``name`` of the publication is under way (its first
+    change; the caller commits); False when it was already (a drop run again)."""
+    cur = conn.execute(
+        "INSERT INTO airflow_repl.drops (publication, kind, name) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+        (publication, kind, name),
+    )
+    return cur.rowcount > 0
+
+
+def drop_under_way(conn: psycopg.Connection[Any], publication: str, kind: str, name: str) -> bool:
+    """Has a drop of ``kind`` ``name`` of the publication started and not finished?"""
+    if not _deployed(conn, "drops"):
+        return False
+    row = conn.execute(
+        "SELECT 1 FROM airflow_repl.drops WHERE publication = %s AND kind = %s AND name = %s",
+        (publication, kind, name),
+    ).fetchone()
+    return row is not None
+
+
+def unfinished_drop(conn: psycopg.Connection[Any], publication: str, subscriber: str) -> str | None:
+    """Why the subscriber's delivery must wait: a drop of an article or of the publication, or of
+    this subscription, started and did not finish (its objects may be half gone); None if not."""
+    if not _deployed(conn, "drops"):
+        return None
+    row = conn.execute(
+        "SELECT kind, name FROM airflow_repl.drops WHERE publication = %s "
+        "AND (kind <> 'subscription' OR name = %s) ORDER BY started_at LIMIT 1",
+        (publication, subscriber),
+    ).fetchone()
+    if row is None:
+        return None
+    kind, name = str(row[0]), str(row[1])
+    option = {"article": " --article ", "subscription": " --subscriber "}.get(kind)
+    command = f"airflow-repl drop {kind} -p {shlex.quote(publication)}" + (option + shlex.quote(name) if option else "")
+    return (
+        f"the drop of {kind} {name!r} of publication {publication!r} did not finish: run '{command}' again to finish it"
+    )
+
+
+def forget_article(conn: psycopg.Connection[Any], publication: str, article: str) -> int:
+    """The distributor's last step of an article's drop: its stored commands (never delivered
+    now), its registered script, its row and the drop's record; returns the commands deleted
+    (the caller commits, with the subscriptions' new article hashes)."""
+    cur = conn.execute(
+        "DELETE FROM airflow_repl.commands WHERE publication = %s AND article = %s", (publication, article)
+    )
+    conn.execute(
+        "DELETE FROM airflow_repl.custom_scripts WHERE publication = %s AND article = %s", (publication, article)
+    )
+    conn.execute("DELETE FROM airflow_repl.articles WHERE publication = %s AND name = %s", (publication, article))
+    conn.execute(
+        "DELETE FROM airflow_repl.drops WHERE publication = %s AND kind = 'article' AND name = %s",
+        (publication, article),
+    )
+    return cur.rowcount
+
+
+def forget_subscription(conn: psycopg.Connection[Any], publication: str, subscriber: str) -> None:
+    """The distributor's last step of a subscription's drop: its row, errors, conflicts, tracer
+    arrivals and the drop's record (its runs stay in ``agent_history``; the caller commits)."""
+    for table in ("conflicts", "tracer_history", "errors", "subscriptions"):
+        conn.execute(
+            sql.SQL("DELETE FROM airflow_repl.{} WHERE publication = %s AND subscriber = %s").format(
+                sql.Identifier(table)
+            ),
+            (publication, subscriber),
+        )
+    conn.execute(
+        "DELETE FROM airflow_repl.drops WHERE publication = %s AND kind = 'subscription' AND name = %s",
+        (publication, subscriber),
+    )
+
+
+#: The distribution database's tables holding a publication's rows, deleted when it is dropped
+#: (children before parents; ``agent_history`` keeps its runs).
+_PUBLICATION_TABLES = (
+    ("commands", "publication"),
+    ("transactions", "publication"),
+    ("snapshots", "publication"),
+    ("logreader_state", "publication"),
+    ("cleanup_state", "publication"),
+    ("custom_scripts", "publication"),
+    ("tracer_history", "publication"),
+    ("tracer_tokens", "publication"),
+    ("conflicts", "publication"),
+    ("errors", "publication"),
+    ("drops", "publication"),
+    ("publications", "name"),  # articles and subscriptions: ON DELETE CASCADE
+)
+
+
+def forget_publication(conn: psycopg.Connection[Any], publication: str) -> dict[str, int]:
+    """The distributor's last step of a publication's drop: every row of it, and the drop's
+    record; returns the rows deleted per table (the caller commits)."""
+    out: dict[str, int] = {}
+    for table, column in _PUBLICATION_TABLES:
+        cur = conn.execute(
+            sql.SQL("DELETE FROM airflow_repl.{} WHERE {} = %s").format(sql.Identifier(table), sql.Identifier(column)),
+            (publication,),
+        )
+        out[table] = cur.rowcount
+    return out

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from airflow_repl.engine.postgres import advisory_locks
@@ -139,3 +140,44 @@ def unread_schema_changes(conn: psycopg.Connection[Any], publication: str) -> li
         (publication,),
     ).fetchall()
     return [(str(a), str(s)) for a, s in rows]
+
+
+# ---------------------------------------------------------------------- questions of airflow-repl drop
+def forget_subscriber(conn: psycopg.Connection[Any], publication: str, subscriber: str) -> int:
+    """A dropped subscription: the queued transactions of it the publisher took (caller's transaction)."""
+    if conn.execute("SELECT to_regclass('airflow_repl.queue_applied') IS NOT NULL").fetchone() != (True,):
+        return 0
+    cur = conn.execute(
+        "DELETE FROM airflow_repl.queue_applied WHERE publication = %s AND subscriber = %s", (publication, subscriber)
+    )
+    return cur.rowcount
+
+
+def forget_publication(conn: psycopg.Connection[Any], publication: str) -> None:
+    """A dropped publication: its rows in the publisher's ``airflow_repl`` tables (caller's transaction)."""
+    for table in ("queue_applied", "schema_changes"):
+        if conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"airflow_repl.{table}",)).fetchone() == (True,):
+            conn.execute(
+                sql.SQL("DELETE FROM airflow_repl.{} WHERE publication = %s").format(sql.Identifier(table)),
+                (publication,),
+            )
+
+
+def drop_origin(conn: psycopg.Connection[Any], origin: str) -> bool:
+    """Drop the replication origin where it exists (a session using it raises ObjectInUse);
+    True when dropped.  Committed."""
+    with conn.transaction():
+        row = conn.execute(
+            "SELECT pg_catalog.pg_replication_origin_drop(%s) FROM (SELECT 1) x "
+            "WHERE pg_catalog.pg_replication_origin_oid(%s) IS NOT NULL",
+            (origin, origin),
+        ).fetchone()
+    return row is not None
+
+
+def prepared_with_prefix(conn: psycopg.Connection[Any], prefix: str) -> int:
+    """How many transactions prepared at the publisher have a gid starting with ``prefix``."""
+    row = conn.execute(
+        "SELECT count(*) FROM pg_catalog.pg_prepared_xacts WHERE starts_with(gid, %s)", (prefix,)
+    ).fetchone()
+    return int(row[0]) if row else 0

@@ -115,3 +115,47 @@ def forget_gids(
         (publication, gid_prefix, still_prepared, before),
     )
     return cur.rowcount
+
+
+# ---------------------------------------------------------------------- questions of airflow-repl drop
+#: The functions the immediate-updating set-up creates in schema ``airflow_repl``.
+_FUNCTIONS = (
+    "airflow_repl.immediate_begin(text)",
+    "airflow_repl.immediate_reject(text, text, text[], jsonb, text)",
+    "airflow_repl.immediate_capture()",
+    "airflow_repl.immediate_prepare()",
+)
+
+
+def forget_publication(conn: psycopg.Connection[Any], publication: str) -> None:
+    """A dropped immediate subscription: its publisher link and recorded gids (caller's transaction)."""
+    if has_immediate(conn):
+        conn.execute("DELETE FROM airflow_repl.immediate_publisher WHERE publication = %s", (publication,))
+        conn.execute("DELETE FROM airflow_repl.immediate_gids WHERE publication = %s", (publication,))
+
+
+def drop_unused(conn: psycopg.Connection[Any]) -> bool:
+    """Drop the immediate-updating functions, tables and the ``dblink`` extension the set-up
+    created in schema ``airflow_repl`` once no publication links this subscriber to a publisher
+    and no trigger calls them (the last immediate subscription dropped); True when dropped.
+    In the caller's transaction."""
+    if not has_immediate(conn):
+        return False
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM airflow_repl.immediate_publisher) OR EXISTS (SELECT 1 FROM "
+        "pg_catalog.pg_trigger WHERE tgfoid IN (to_regprocedure(%s), to_regprocedure(%s)))",
+        (_FUNCTIONS[2], _FUNCTIONS[3]),
+    ).fetchone()
+    if row is None or row[0]:
+        return False
+    conn.execute(
+        "DROP FUNCTION IF EXISTS " + ", ".join(_FUNCTIONS) + "; "
+        "DROP TABLE IF EXISTS airflow_repl.immediate_publisher, airflow_repl.immediate_gids"
+    )
+    ext = conn.execute(
+        "SELECT n.nspname FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace "
+        "WHERE e.extname = 'dblink'"
+    ).fetchone()
+    if ext is not None and ext[0] == "airflow_repl":  # the set-up's own (created WITH SCHEMA airflow_repl)
+        conn.execute("DROP EXTENSION dblink")
+    return True

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from airflow_repl.engine.errors import AgentBusy, NotInitialized
@@ -397,3 +398,84 @@ def queue_depth(conn: psycopg.Connection[Any], publication: str) -> int:
         "SELECT count(*) FROM airflow_repl.queue_commits WHERE publication = %s", (publication,)
     ).fetchone()
     return int(row[0]) if row else 0
+
+
+# ---------------------------------------------------------------------- questions of airflow-repl drop
+def forget_publication(conn: psycopg.Connection[Any], publication: str) -> None:
+    """A dropped subscription: its watermark, snapshot ledger rows and queued changes (with the
+    queue's taken rows) at the subscriber, in the caller's transaction."""
+    for table in ("subscription_state", "snapshot_files", "queue", "queue_commits", "queue_taken"):
+        if conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"airflow_repl.{table}",)).fetchone() == (True,):
+            conn.execute(
+                sql.SQL("DELETE FROM airflow_repl.{} WHERE publication = %s").format(sql.Identifier(table)),
+                (publication,),
+            )
+
+
+def forget_queued_article(conn: psycopg.Connection[Any], publication: str, article: str) -> int:
+    """A dropped article: its queued changes, and the queued transactions left without any,
+    in the caller's transaction; returns the queued changes deleted."""
+    if not has_queue(conn):
+        return 0
+    cur = conn.execute("DELETE FROM airflow_repl.queue WHERE publication = %s AND article = %s", (publication, article))
+    conn.execute(
+        "DELETE FROM airflow_repl.queue_commits c WHERE c.publication = %s AND NOT EXISTS "
+        "(SELECT 1 FROM airflow_repl.queue q WHERE q.publication = c.publication AND q.xid = c.xid)",
+        (publication,),
+    )
+    if has_taken(conn):
+        conn.execute(
+            "DELETE FROM airflow_repl.queue_taken WHERE publication = %s AND article = %s", (publication, article)
+        )
+    return cur.rowcount
+
+
+def drop_unused_queue(conn: psycopg.Connection[Any]) -> bool:
+    """Drop the queue, its tables, sequence and functions when no table's trigger captures into
+    it any more and it holds nothing (the last queued subscription dropped); True when dropped.
+    In the caller's transaction."""
+    if not has_queue(conn) or _function_in_use(conn, "airflow_repl.queue_capture()"):
+        return False
+    if conn.execute("SELECT EXISTS (SELECT 1 FROM airflow_repl.queue)").fetchone() == (True,):
+        return False
+    conn.execute(
+        "DROP TABLE IF EXISTS airflow_repl.queue, airflow_repl.queue_commits, airflow_repl.queue_taken; "
+        "DROP SEQUENCE IF EXISTS airflow_repl.queue_commit_seq; "
+        "DROP FUNCTION IF EXISTS airflow_repl.queue_capture(), airflow_repl.queue_commit()"
+    )
+    return True
+
+
+def _function_in_use(conn: psycopg.Connection[Any], signature: str) -> bool:
+    """Does a trigger of any table call the function ``signature`` (None: it does not exist)?"""
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger WHERE tgfoid = to_regprocedure(%s))", (signature,)
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def drop_unused_row_version_function(conn: psycopg.Connection[Any]) -> bool:
+    """Drop ``airflow_repl.tran_version()`` (the row-version trigger's function of updatable
+    subscriptions) when no trigger calls it any more; True when dropped (caller's transaction)."""
+    signature = "airflow_repl.tran_version()"
+    row = conn.execute("SELECT to_regprocedure(%s) IS NOT NULL", (signature,)).fetchone()
+    if not (row and row[0]) or _function_in_use(conn, signature):
+        return False
+    conn.execute("DROP FUNCTION airflow_repl.tran_version()")
+    return True
+
+
+def has_state(conn: psycopg.Connection[Any]) -> bool:
+    """Does the subscriber have ``airflow_repl.subscription_state`` (a snapshot was ever loaded)?"""
+    row = conn.execute("SELECT to_regclass('airflow_repl.subscription_state') IS NOT NULL").fetchone()
+    return bool(row and row[0])
+
+
+def table_exists(conn: psycopg.Connection[Any], schema: str, table: str) -> bool:
+    """Does the table ``schema.table`` exist at the subscriber?"""
+    row = conn.execute(
+        "SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname = %s",
+        (schema, table),
+    ).fetchone()
+    return row is not None
