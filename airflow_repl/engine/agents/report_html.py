@@ -38,7 +38,7 @@ p.none{color:#52606d;font-style:italic}
 @dataclass(frozen=True)
 class ReportData:
     """What the page shows: the status of every subscription (``SubscriptionStatus.to_json()``
-    dicts), recent runs (``progress.recent_runs``), conflicts (``distdb.list_conflicts``) and
+    dicts), recent runs (``progress.recent_runs``), conflicts (``dist_conflicts.list_conflicts``) and
     errors (``progress.recent_errors``)."""
 
     title: str
