@@ -11,8 +11,10 @@ from pathlib import Path
 
 import psycopg
 import pytest
+import yaml
 from psycopg import sql
 
+from airflow_repl import cli
 from airflow_repl.engine.errors import TopologyError
 from airflow_repl.engine.state import dist_schema
 
@@ -170,3 +172,26 @@ def test_a_database_newer_than_this_airflow_repl_is_refused_before_anything_chan
         f"the distribution database '{dbname}' has schema version {LATEST + 1}, newer than this airflow-repl"
     )
     assert catalog(env.dist) == before
+
+
+def test_the_command_line_refuses_a_newer_database_in_one_line(env, tmp_path, capsys):
+    env.run(env.pub, "CREATE TABLE items (id integer PRIMARY KEY, v text)")
+    with psycopg.connect(env.dist, autocommit=True) as conn:
+        dist_schema.ensure_schema(conn)
+        conn.execute("INSERT INTO airflow_repl.schema_version (version, name) VALUES (%s, 'later')", (LATEST + 1,))
+    topology = tmp_path / "topology.yaml"
+    topology.write_text(
+        yaml.safe_dump(
+            {
+                **env.servers(),
+                "publications": [{"name": "p", "articles": [{"table": "public.items"}]}],
+                "subscriptions": [{"publication": "p", "subscriber": "sub1"}],
+            }
+        )
+    )
+    code = cli.main(["register-script", "-t", str(topology), "--article", "items", "--python", "posixpath:join"])
+    err = capsys.readouterr().err
+    assert code == TopologyError.exit_code == 2
+    assert err.startswith("airflow-repl: error: the distribution database") and err.count("\n") == 1
+    assert f"has schema version {LATEST + 1}, newer than this airflow-repl knows (up to {LATEST})" in err
+    assert env.rows(env.dist, "SELECT count(*) FROM airflow_repl.custom_scripts") == [(0,)]
