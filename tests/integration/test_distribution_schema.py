@@ -18,7 +18,7 @@ from airflow_repl import cli
 from airflow_repl.engine.errors import TopologyError
 from airflow_repl.engine.state import dist_schema
 
-FROZEN_DDL = (Path(__file__).parents[1] / "unit" / "data" / "distribution_ddl_before_versions.sql").read_text()
+DATA = Path(__file__).parents[1] / "unit" / "data"
 LATEST = len(dist_schema.MIGRATIONS)
 
 #: The schema as the catalog describes it: relations, columns (in order, with types, NOT NULL and
@@ -82,13 +82,21 @@ def contents(conninfo: str) -> dict[str, list[tuple]]:
         }
 
 
-def made_before_versions(conninfo: str, *, marked: bool) -> None:
-    """The distribution schema as the last release without recorded versions made it (its DDL,
-    then its digest as the schema's comment), or, unmarked, as an earlier release left it."""
+def kept(before: dict[str, list[tuple]], after: dict[str, list[tuple]]) -> bool:
+    """Every row of ``before`` is in ``after``, with the same values in the columns it had (a
+    migration adds columns at the end)."""
+    return {t: [r[: len(rows[0])] for r in after[t]] if rows else after[t] for t, rows in before.items()} == before
+
+
+def made_before_versions(conninfo: str, digest: str, *, marked: bool) -> None:
+    """The distribution schema as airflow-repl made it before versions were recorded (the DDL
+    frozen under its digest, then the digest as the schema's comment), or, unmarked, as an
+    earlier release left it."""
     with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(FROZEN_DDL)
+        conn.execute((DATA / f"distribution_ddl_{digest}.sql").read_text())
         if marked:
-            conn.execute(sql.SQL("COMMENT ON SCHEMA airflow_repl IS {}").format(sql.Literal(dist_schema.DIGEST_MARK)))
+            mark = f"airflow-repl distribution schema {digest}"
+            conn.execute(sql.SQL("COMMENT ON SCHEMA airflow_repl IS {}").format(sql.Literal(mark)))
         conn.execute(ROWS)
 
 
@@ -108,17 +116,30 @@ def exclusive_locks_of_ensure_schema(conninfo: str) -> list[str]:
         ]
 
 
-@pytest.mark.parametrize("marked", [True, False], ids=["digest-marked", "earlier release"])
-def test_a_database_made_before_versions_upgrades_in_place_to_a_fresh_ones_schema(env, marked):
-    made_before_versions(env.dist, marked=marked)
+VERSION_TABLE = ["airflow_repl.schema_version", "airflow_repl.schema_version_pkey"]
+
+
+@pytest.mark.parametrize(
+    ("digest", "marked", "locked"),
+    [
+        # with pause and drop: only the version table is made, no lock a running agent would wait for
+        ("2ec133100489f1fd", True, VERSION_TABLE),
+        # before them: the paused column (its table locked once) and the drops table too
+        ("c65c0fe6d55c40f8", True, ["airflow_repl.drops", "airflow_repl.drops_pkey", "airflow_repl.subscriptions"]),
+        # an earlier release's: its DDL runs again, as that release's own did
+        ("c65c0fe6d55c40f8", False, ["airflow_repl.conflicts", "airflow_repl.subscriptions"]),
+    ],
+    ids=["digest-marked with drops", "digest-marked", "earlier release"],
+)
+def test_a_database_made_before_versions_upgrades_in_place_to_a_fresh_ones_schema(env, digest, marked, locked):
+    made_before_versions(env.dist, digest, marked=marked)
     rows = contents(env.dist)
     assert rows["commands"] and rows["conflicts"]
     locks = exclusive_locks_of_ensure_schema(env.dist)
-    if marked:  # only the version table is made: no lock a running agent's table would wait for
-        assert locks == ["airflow_repl.schema_version", "airflow_repl.schema_version_pkey"]
-    else:  # an earlier release's: its DDL ran again, as that release's own did
-        assert "airflow_repl.subscriptions" in locks
-    assert contents(env.dist) == rows
+    assert set(locked) <= set(locks) and set(locks) <= set(locked) | set(VERSION_TABLE) | {
+        f"airflow_repl.{t}" for t in ("publications", "transactions", "errors", "drops", "drops_pkey")
+    }
+    assert kept(rows, contents(env.dist))
     assert env.rows(env.dist, "SELECT max(version) FROM airflow_repl.schema_version") == [(LATEST,)]
 
     with psycopg.connect(env.pub) as fresh:  # an empty database of the same server
@@ -129,9 +150,9 @@ def test_a_database_made_before_versions_upgrades_in_place_to_a_fresh_ones_schem
     ]
 
     recorded = env.rows(env.dist, "SELECT * FROM airflow_repl.schema_version ORDER BY 1")
-    before = catalog(env.dist)
+    before, upgraded = catalog(env.dist), contents(env.dist)
     assert exclusive_locks_of_ensure_schema(env.dist) == []  # the second run: nothing
-    assert catalog(env.dist) == before and contents(env.dist) == rows
+    assert catalog(env.dist) == before and contents(env.dist) == upgraded
     assert env.rows(env.dist, "SELECT * FROM airflow_repl.schema_version ORDER BY 1") == recorded
 
 

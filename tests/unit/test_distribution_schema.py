@@ -13,8 +13,12 @@ from airflow_repl.engine.errors import TopologyError
 from airflow_repl.engine.state import dist_schema
 from airflow_repl.engine.state.dist_schema import MIGRATIONS, Migration
 
-#: The distribution DDL as the last release without recorded versions ran it, frozen.
-FROZEN_DDL = (Path(__file__).parent / "data" / "distribution_ddl_before_versions.sql").read_text()
+#: The distribution DDL as airflow-repl ran it before versions were recorded, frozen, by the digest
+#: it marked the schema with (the first, then with pause and drop).
+DATA = Path(__file__).parent / "data"
+FROZEN = {
+    digest: (DATA / f"distribution_ddl_{digest}.sql").read_text() for digest in ("c65c0fe6d55c40f8", "2ec133100489f1fd")
+}
 
 
 def test_the_migrations_are_numbered_one_two_in_order():
@@ -52,16 +56,25 @@ def test_a_newer_database_is_refused_in_one_line_naming_it():
     assert "'dist\\nx'" in message and "release that upgraded it" in message
 
 
-def test_the_first_eight_migrations_are_the_ddl_the_digest_marked_release_ran():
-    """A fresh database is made as the last release without versions made it, and a database
-    that release marked is recognised (its comment: the digest of that DDL)."""
-    assert "".join(m.sql for m in MIGRATIONS[: dist_schema.DIGEST_MARK_VERSION]) == FROZEN_DDL
-    digest = hashlib.sha256(FROZEN_DDL.encode()).hexdigest()[:16]
-    assert f"airflow-repl distribution schema {digest}" == dist_schema.DIGEST_MARK
+def test_the_migrations_are_the_ddl_each_digest_marked_schema_ran():
+    """A fresh database is made as airflow-repl made it before versions were recorded, and a
+    database it marked is recognised (its comment: the digest of that DDL) at the version whose
+    migrations that DDL was."""
+    first, second = FROZEN["c65c0fe6d55c40f8"], FROZEN["2ec133100489f1fd"]
+    assert "".join(m.sql for m in MIGRATIONS[:8]) == first
+    paused, drops = MIGRATIONS[8].sql, MIGRATIONS[9].sql
+    assert first.replace("-- tracer tokens", paused + "-- tracer tokens", 1) + drops == second
+    for digest, ddl in FROZEN.items():
+        assert hashlib.sha256(ddl.encode()).hexdigest()[:16] == digest
+    assert dist_schema.DIGEST_MARKS == {
+        "airflow-repl distribution schema c65c0fe6d55c40f8": 8,
+        "airflow-repl distribution schema 2ec133100489f1fd": 10,
+    }
 
 
 def test_a_database_made_before_versions_were_recorded_is_at_the_version_its_mark_names():
-    assert dist_schema.version_before_records(dist_schema.DIGEST_MARK) == dist_schema.DIGEST_MARK_VERSION
+    for mark, version in dist_schema.DIGEST_MARKS.items():
+        assert dist_schema.version_before_records(mark) == version
+        assert dist_schema.pending(version, MIGRATIONS, "dist")[0].version == version + 1
     assert dist_schema.version_before_records("airflow-repl distribution schema 0123456789abcdef") == 0
     assert dist_schema.version_before_records(None) == 0
-    assert dist_schema.pending(dist_schema.DIGEST_MARK_VERSION, MIGRATIONS, "dist")[0].version == 9

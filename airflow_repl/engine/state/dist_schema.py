@@ -4,12 +4,11 @@ every statement on the schema asks first (is it there, which database it is).
 
 A database reached the highest version recorded there.  One made before versions were recorded
 (no ``schema_version`` table) is recognised by the comment ``ensure_schema`` left on the schema,
-the digest of the DDL that migrations 1-8 are together (:data:`DIGEST_MARK`): such a database is
-at version 8; any other (an earlier release's, or none) starts from version 0, and migrations
-1-8, written to be idempotent, bring it up to date as that release's DDL did.  Migrations after 8
-run exactly once, in the transaction that records them: a new change to the schema is a new
-migration at the end of the list, never an edit of one already released.
-"""
+the digest of the DDL it ran (:data:`DIGEST_MARKS`), which names the migrations that DDL was;
+any other (an earlier release's, or none) starts from version 0, and migrations 1-10, written to
+be idempotent, bring it up to date as that release's DDL did.  Later migrations run exactly once,
+in the transaction that records them: a new change to the schema is a new migration at the end of
+the list, never an edit of one already released."""
 
 from __future__ import annotations
 
@@ -274,6 +273,28 @@ CREATE TABLE IF NOT EXISTS airflow_repl.cleanup_state (
     ),
     Migration(
         9,
+        "paused subscriptions",
+        """-- a paused subscription (airflow-repl pause, topology key paused): the Distribution Agent skips
+-- it; its status keeps its meaning ('active' ...), so retention holds and expires it as any other
+ALTER TABLE airflow_repl.subscriptions ADD COLUMN IF NOT EXISTS paused boolean NOT NULL DEFAULT false;
+""",
+    ),
+    Migration(
+        10,
+        "drops under way",
+        """-- drops under way (airflow-repl drop): a row exists from the drop's first change to its last, so
+-- a drop that stopped halfway is known, and finished by running it again
+CREATE TABLE IF NOT EXISTS airflow_repl.drops (
+    publication     text NOT NULL,
+    kind            text NOT NULL CHECK (kind IN ('article', 'subscription', 'publication')),
+    name            text NOT NULL,
+    started_at      timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (publication, kind, name)
+);
+""",
+    ),
+    Migration(
+        11,
         "the schema's version recorded in a table of its own (no longer its comment's digest)",
         """
 CREATE TABLE IF NOT EXISTS airflow_repl.schema_version (
@@ -286,11 +307,14 @@ COMMENT ON SCHEMA airflow_repl IS 'airflow-repl distribution schema (its version
     ),
 )
 
-#: The comment :func:`ensure_schema` left on the schema before versions were recorded: the
-#: digest of migrations 1-8's statements together, which a database so marked had run.
-DIGEST_MARK = "airflow-repl distribution schema c65c0fe6d55c40f8"
-#: The version of a database marked with :data:`DIGEST_MARK`.
-DIGEST_MARK_VERSION = 8
+#: The comments :func:`ensure_schema` left on the schema before versions were recorded (the
+#: digest of the DDL it ran) -> the version a database so marked has: migrations 1-8's
+#: statements together, and those with migration 9's inserted before the tracer tokens' and 10's
+#: at the end.
+DIGEST_MARKS = {
+    "airflow-repl distribution schema c65c0fe6d55c40f8": 8,
+    "airflow-repl distribution schema 2ec133100489f1fd": 10,
+}
 
 
 def check_ordered(migrations: tuple[Migration, ...]) -> None:
@@ -316,8 +340,8 @@ def pending(reached: int, migrations: tuple[Migration, ...], dbname: str) -> tup
 
 def version_before_records(comment: str | None) -> int:
     """The version of a distribution schema made before versions were recorded, from the
-    comment on its schema (:data:`DIGEST_MARK`); 0 for an earlier release's, or no schema."""
-    return DIGEST_MARK_VERSION if comment == DIGEST_MARK else 0
+    comment on its schema (:data:`DIGEST_MARKS`); 0 for an earlier release's, or no schema."""
+    return DIGEST_MARKS.get(comment or "", 0)
 
 
 def reached_version(conn: psycopg.Connection[Any]) -> int:
