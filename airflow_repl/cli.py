@@ -248,14 +248,14 @@ def _cmd_validate(args: argparse.Namespace) -> None:
 def _cmd_conflicts(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The conflicts the Queue Reader recorded, oldest first, filtered by the options given."""
     from airflow_repl.engine.agents.distribution_agent import parse_until
-    from airflow_repl.engine.state import distdb
+    from airflow_repl.engine.state import dist_conflicts
 
     since = parse_until(args.since) if args.since else None  # ISO-8601; without an offset, UTC
     topo = _load(args)
     if args.publication:
         topo.publication(args.publication)
     with connections.connect(topo.distributor.require("distributor"), "distributor") as dist:
-        return distdb.list_conflicts(
+        return dist_conflicts.list_conflicts(
             dist, publication=args.publication, subscriber=args.subscriber, article=args.article, since=since
         )
 

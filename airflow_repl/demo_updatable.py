@@ -64,7 +64,7 @@ def _load_updatable_dag(demo: Any, topology: str) -> Any:
 def run(demo: Any, conninfos: dict[str, str]) -> bool:
     """This part of the demo, printed; True when its checks hold."""
     from airflow_repl.engine.postgres import connections
-    from airflow_repl.engine.state import distdb
+    from airflow_repl.engine.state import dist_conflicts
     from airflow_repl.engine.subscriber import validation
     from airflow_repl.hooks.connections import load_topology
 
@@ -90,7 +90,7 @@ def run(demo: Any, conninfos: dict[str, str]) -> bool:
     for name, found in rows.items():
         print(f"  {name:<10} " + "; ".join(f"{i}: {note}" for i, note, _ in found))
     with connections.connect(dist, "distributor") as conn:
-        found_conflicts = distdb.list_conflicts(conn, publication=PUBLICATION)
+        found_conflicts = dist_conflicts.list_conflicts(conn, publication=PUBLICATION)
     for c in found_conflicts:
         print(
             f"  conflict at {c['subscriber']}: {c['kind']} on {c['article']} {c['key']} ({c['policy']}): {c['outcome']}"

@@ -262,14 +262,14 @@ def test_a_read_ahead_is_used_only_after_the_watermark_it_was_read_after(env, sp
     where it was expected to end, or the subscription reinitialized meanwhile), nor for another
     cut of the transactions."""
     from airflow_repl.engine.agents import read_ahead
-    from airflow_repl.engine.state import distdb
+    from airflow_repl.engine.state import dist_transactions
 
     topo = _env(env, spark, {"b_call": {}})
     for i in range(1, 4):
         env.run(env.pub, f"UPDATE b_call SET qty = -1 WHERE id = {i}")
     log_reader_agent.run_log_reader(topo, "p")
     with psycopg.connect(env.dist, autocommit=True) as conn:
-        pending = distdb.pending_transactions(conn, "p", "0/0", 10)
+        pending = dist_transactions.pending_transactions(conn, "p", "0/0", 10)
         ahead = read_ahead.ReadAhead(conn, "p", 10, lambda txns: txns[:2], lambda rows, txns: len(rows))  # type: ignore[arg-type,return-value]
         try:
             ahead.start("0/0")

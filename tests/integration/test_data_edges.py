@@ -37,10 +37,10 @@ from airflow_repl.engine.agents import (
 )
 from airflow_repl.engine.errors import TopologyError
 from airflow_repl.engine.model import naming
-from airflow_repl.engine.postgres import connections, lsn, pgoutput
+from airflow_repl.engine.postgres import connections, copy_escaping, lsn, pgoutput
 from airflow_repl.engine.postgres.quoting import ident
 from airflow_repl.engine.provisioning import deploy
-from airflow_repl.engine.state import distdb
+from airflow_repl.engine.state import dist_encoding, dist_publications, dist_transactions
 from airflow_repl.engine.subscriber import validation
 
 # ---------------------------------------------------------------------- edge values
@@ -643,8 +643,8 @@ def peek_messages(env) -> tuple[list[bytes], dict]:
     """The publication's pgoutput messages waiting in its slot (peeked: the slot does not move),
     as the Log Reader reads them, and its articles by relation."""
     with psycopg.connect(env.dist, autocommit=True) as dist:
-        slot = distdb.slot_name(dist, "p")
-        articles = change_mapping.relation_articles(distdb.load_articles(dist, "p"))
+        slot = dist_publications.slot_name(dist, "p")
+        articles = change_mapping.relation_articles(dist_publications.load_articles(dist, "p"))
     rows = env.rows(
         env.pub,
         "SELECT data FROM pg_catalog.pg_logical_slot_peek_binary_changes(%s, NULL, NULL, 'proto_version', '1', "
@@ -674,7 +674,7 @@ def test_compiled_command_lines_match_the_python_path_on_every_edge_value(world)
         if relmap is None:
             continue
         art = relmap.article
-        field = distdb.copy_field(art.name)
+        field = copy_escaping.copy_field(art.name)
         line = row_line(message, relmap.positions_u16, relmap.keys_u16, art.update_mode == "all", prefix, 9, field)
         commands = change_mapping.row_commands(decoded, relmap)
         if line is None:
@@ -685,7 +685,9 @@ def test_compiled_command_lines_match_the_python_path_on_every_edge_value(world)
             continue
         compiled += 1
         (cmd,) = commands
-        expected = distdb.command_line(prefix, 9, field, cmd.op.value.encode(), distdb.command_data(cmd.to_json()))
+        expected = dist_transactions.command_line(
+            prefix, 9, field, cmd.op.value.encode(), dist_encoding.command_data(cmd.to_json())
+        )
         assert line == expected, f"{cmd.op} of {art.name}"
     assert compiled > declined > 0, (compiled, declined)  # 594 and 260 (pairs of the "all" styles, key changes)
 

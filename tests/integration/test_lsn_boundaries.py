@@ -15,7 +15,7 @@ from harness import WAL_BOUNDARIES, Env
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
 from airflow_repl.engine.postgres.lsn import int_to_lsn, lsn_to_int
-from airflow_repl.engine.state import distdb
+from airflow_repl.engine.state import dist_schema, dist_transactions
 
 # ---------------------------------------------------------------------- no server
 
@@ -25,18 +25,20 @@ def test_batch_query_reads_the_primary_key_index_in_order_without_sorting(env):
     """With a large backlog, the next batch comes straight off the (publication, xact_seqno)
     index: no sort of the pending transactions (the old text ORDER BY sorted all of them)."""
     with psycopg.connect(env.dist) as conn:
-        distdb.ensure_schema(conn)
+        dist_schema.ensure_schema(conn)
         conn.execute(
             "INSERT INTO airflow_repl.transactions (publication, xact_seqno, xid, commit_time, end_lsn, "
             "command_count) SELECT 'p', ('0/0'::pg_lsn + g * 65536), g, now(), '0/0', 1 "
             "FROM generate_series(1, 20000) g"
         )
         conn.execute("ANALYZE airflow_repl.transactions")
-        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + distdb.BATCH_QUERY, ("p", "0/F000000", 100)))
+        plan = "\n".join(
+            r[0] for r in conn.execute("EXPLAIN " + dist_transactions.BATCH_QUERY, ("p", "0/F000000", 100))
+        )
         assert "Index Scan using transactions_pkey" in plan and "Sort" not in plan, plan
-        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + distdb.COMMANDS_QUERY, ("p", "0/1", "0/2")))
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + dist_transactions.COMMANDS_QUERY, ("p", "0/1", "0/2")))
         assert "Sort" not in plan, plan
-        xacts = [r[0] for r in conn.execute(distdb.BATCH_QUERY, ("p", "0/FFE0000", 4))]
+        xacts = [r[0] for r in conn.execute(dist_transactions.BATCH_QUERY, ("p", "0/FFE0000", 4))]
         assert xacts == ["0/FFF0000", "0/10000000", "0/10010000", "0/10020000"]
 
 

@@ -85,28 +85,25 @@ def test_an_agent_starting_next_to_running_ones_takes_no_table_lock_for_a_curren
     """A Queue Reader starting while a Distribution Agent is inside a batch (its transaction holds
     the subscription's row) ran the distribution schema's DDL, whose ALTER TABLEs take ACCESS
     EXCLUSIVE locks even when they change nothing: it waited for that transaction, and could
-    deadlock with it (seen in CI).  A current schema (its mark) now runs nothing; an outdated one
-    is brought up to date and marked."""
-    from airflow_repl.engine.state import distdb
+    deadlock with it (seen in CI).  A current schema (its recorded version) now runs nothing; an
+    outdated one is brought up to date and recorded."""
+    from airflow_repl.engine.state import dist_schema
 
+    latest = len(dist_schema.MIGRATIONS)
     with psycopg.connect(env.dist, autocommit=True) as conn:
-        distdb.ensure_schema(conn)
-        assert env.rows(env.dist, "SELECT obj_description('airflow_repl'::regnamespace, 'pg_namespace')") == [
-            (distdb.SCHEMA_MARK,)
-        ]
+        dist_schema.ensure_schema(conn)
+        assert env.rows(env.dist, "SELECT max(version) FROM airflow_repl.schema_version") == [(latest,)]
         with psycopg.connect(env.dist) as batch:  # a Distribution Agent inside a batch
             batch.execute("SELECT status FROM airflow_repl.subscriptions FOR SHARE")
             conn.execute("SET lock_timeout = '2s'")
-            distdb.ensure_schema(conn, unless_current=True)  # returns at once
+            dist_schema.ensure_schema(conn)  # returns at once
             with pytest.raises(psycopg.errors.LockNotAvailable):
-                distdb.ensure_schema(conn)  # the DDL itself waits for the batch
+                conn.execute(dist_schema.MIGRATIONS[0].sql)  # the DDL itself waits for the batch
             batch.rollback()
-        conn.execute("COMMENT ON SCHEMA airflow_repl IS 'airflow-repl distribution schema (an older version)'")
+        conn.execute("DELETE FROM airflow_repl.schema_version WHERE version >= 5")  # an older version
         conn.execute("ALTER TABLE airflow_repl.subscriptions DROP COLUMN initialized_at")
-        distdb.ensure_schema(conn, unless_current=True)
-    assert env.rows(env.dist, "SELECT obj_description('airflow_repl'::regnamespace, 'pg_namespace')") == [
-        (distdb.SCHEMA_MARK,)
-    ]
+        dist_schema.ensure_schema(conn)
+    assert env.rows(env.dist, "SELECT max(version) FROM airflow_repl.schema_version") == [(latest,)]
     assert env.rows(
         env.dist,
         "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'airflow_repl' "

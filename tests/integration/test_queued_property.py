@@ -19,7 +19,7 @@ from harness import Env
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, queue_reader_agent, snapshot_agent
 from airflow_repl.engine.model.topology import from_dict
 from airflow_repl.engine.postgres.connections import resolve_topology
-from airflow_repl.engine.state import distdb
+from airflow_repl.engine.state import dist_conflicts
 
 ROUNDS = 8
 STEPS = 24  # random steps per round, before its final drain
@@ -116,7 +116,7 @@ def test_random_workloads_and_agent_orders_end_with_three_equal_databases(world,
 def test_the_rounds_met_conflicts_at_the_queue_reader_and_at_delivery(world):
     env, _, _ = world
     with psycopg.connect(env.dist, autocommit=True) as conn:
-        found = distdb.list_conflicts(conn, publication="p")
+        found = dist_conflicts.list_conflicts(conn, publication="p")
     agents = {c["agent"] for c in found}
     assert agents == {"queuereader", "distribution"}, agents
     assert len({c["kind"] for c in found}) >= 4

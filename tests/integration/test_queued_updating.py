@@ -17,7 +17,7 @@ from harness import QUEUED_ROWS, assert_in_sync, item_rows, queue_counts, setup_
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, queue_reader_agent, snapshot_agent
 from airflow_repl.engine.model import naming
-from airflow_repl.engine.state import distdb
+from airflow_repl.engine.state import dist_conflicts, dist_subscriptions
 from airflow_repl.jobs.agent_job import run_agent
 
 
@@ -28,7 +28,7 @@ def cycle(topo, *subscribers):
 
 def conflicts(env):
     with psycopg.connect(env.dist, autocommit=True) as conn:
-        return distdb.list_conflicts(conn, publication="p")
+        return dist_conflicts.list_conflicts(conn, publication="p")
 
 
 # ---------------------------------------------------------------------- the queue and loop prevention
@@ -148,7 +148,7 @@ def test_conflict_is_detected_recorded_and_resolved_by_the_policy(env, spark, ki
     if policy == "sub reinit":
         assert "reinitialize" in found["outcome"] and result["reinitialize"] is True
         with psycopg.connect(env.dist, autocommit=True) as conn:
-            assert distdb.subscription_status(conn, "p", "sub1") == "reinitialize"
+            assert dist_subscriptions.subscription_status(conn, "p", "sub1") == "reinitialize"
         assert item_rows(env.pub, "id = 1") == before_pub  # not applied
         idle = queue_reader_agent.run_queue_reader(topo, "p", "sub1")
         assert idle["transactions"] == 0 and "reinitialization" in idle["message"]

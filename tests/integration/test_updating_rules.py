@@ -12,7 +12,7 @@ import pytest
 from airflow_repl.engine.agents import queue_reader_agent, snapshot_agent
 from airflow_repl.engine.model.topology import from_dict
 from airflow_repl.engine.postgres.connections import resolve_topology
-from airflow_repl.engine.state import distdb
+from airflow_repl.engine.state import dist_conflicts
 from airflow_repl.engine.subscriber import in_doubt
 
 ROWS = 50
@@ -67,7 +67,7 @@ def prepared(env) -> list[str]:
 
 def conflicts(env):
     with psycopg.connect(env.dist, autocommit=True) as conn:
-        return distdb.list_conflicts(conn, publication="p")
+        return dist_conflicts.list_conflicts(conn, publication="p")
 
 
 def set_status(env, status: str):

@@ -18,8 +18,8 @@ from article_builder import text_article
 from airflow_repl.engine.agents import change_mapping
 from airflow_repl.engine.articles.commands import DELETE, INSERT, UPDATE, Command, OpCode
 from airflow_repl.engine.articles.resolved import ResolvedArticle
-from airflow_repl.engine.postgres import pgoutput
-from airflow_repl.engine.state import distdb
+from airflow_repl.engine.postgres import copy_escaping, pgoutput
+from airflow_repl.engine.state import dist_encoding, dist_transactions
 from airflow_repl.engine.subscriber import bulk_apply
 from airflow_repl.engine.subscriber.bulk_apply import NotNetApplicable
 
@@ -199,14 +199,18 @@ def test_command_json_parses_as_the_old_encoders_and_its_copy_line_reads_back():
         cmd = Command(
             rng.choice([INSERT, UPDATE, DELETE]), rng.choice(["a", "é t\\x", "tab\there"]), old, new, rng.random() < 0.3
         )
-        data = distdb.command_data(cmd.to_json())
+        data = dist_encoding.command_data(cmd.to_json())
         assert json.loads(data) == json.loads(OLD_ENCODER.encode(cmd.to_json())) == cmd.to_json()
-        prefix = distdb.copy_field("pub\\lication") + b"\t" + distdb.copy_field("0/1A") + b"\t"
-        line = distdb.command_line(prefix, n + 1, distdb.copy_field(cmd.article), cmd.op.value.encode(), data)
+        prefix = copy_escaping.copy_field("pub\\lication") + b"\t" + copy_escaping.copy_field("0/1A") + b"\t"
+        line = dist_transactions.command_line(
+            prefix, n + 1, copy_escaping.copy_field(cmd.article), cmd.op.value.encode(), data
+        )
         fields = _copy_fields(line)
         assert fields[:5] == ["pub\\lication", "0/1A", str(n + 1), cmd.article, cmd.op.value]
         assert fields[5] is not None and json.loads(fields[5]) == cmd.to_json()
-    assert distdb.copy_field(None) == b"\\N" and distdb.copy_field("a\\b\nc\rd\te") == b"a\\\\b\\nc\\rd\\te"
+    assert (
+        copy_escaping.copy_field(None) == b"\\N" and copy_escaping.copy_field("a\\b\nc\rd\te") == b"a\\\\b\\nc\\rd\\te"
+    )
 
 
 @pytest.mark.parametrize(
@@ -218,8 +222,8 @@ def test_command_json_parses_as_the_old_encoders_and_its_copy_line_reads_back():
 )
 def test_transaction_rows_copy_lines_read_back(at: datetime, origin: str | None, schema_change: bool) -> None:
     rows = {"a": 1, "é t\\x": 2, "tab\there\nnl": 3}
-    line = distdb.transaction_line(
-        distdb.copy_field("pub\\lication"), "1F/A0", 4294967297, at, "20/0", 6, rows, origin, schema_change
+    line = dist_transactions.transaction_line(
+        copy_escaping.copy_field("pub\\lication"), "1F/A0", 4294967297, at, "20/0", 6, rows, origin, schema_change
     )
     fields = _copy_fields(line)
     assert fields[:3] == ["pub\\lication", "1F/A0", "4294967297"]
@@ -231,23 +235,23 @@ def test_transaction_rows_copy_lines_read_back(at: datetime, origin: str | None,
 
 def test_dumps_keeps_what_orjson_would_write_otherwise_to_json():
     schema = {"change": "add column", "before": {"n": 1.5, "big": 2**70, "none": None}, 3: "int key"}
-    data = distdb.command_data(Command(OpCode.SCHEMA, "t", schema=schema).to_json())
+    data = dist_encoding.command_data(Command(OpCode.SCHEMA, "t", schema=schema).to_json())
     assert data == OLD_ENCODER.encode({"s": schema}).encode()  # json's, whole: orjson refuses int keys and 2**70
     for value in ({"x": float("nan")}, [float("inf"), None], {"a": [1, {"b": -float("inf")}]}):
-        assert distdb.dumps(value) == OLD_ENCODER.encode(value)  # NaN/Infinity as json writes them, not null
+        assert dist_encoding.dumps(value) == OLD_ENCODER.encode(value)  # NaN/Infinity as json writes them, not null
     plain = {"a": 1, "é": [None, "😀", 2.5, True]}
-    assert json.loads(distdb.dumps(plain)) == plain and "😀" in distdb.dumps(plain)
+    assert json.loads(dist_encoding.dumps(plain)) == plain and "😀" in dist_encoding.dumps(plain)
 
 
 def test_loads_reads_what_every_version_wrote():
     rng = random.Random(3)
     for _ in range(2000):
         value = {"o": _values(rng), "n": _values(rng), "p": 1}
-        for text in (OLD_ENCODER.encode(value), json.dumps(value, ensure_ascii=False), distdb.dumps(value)):
-            assert distdb.loads(text.encode()) == json.loads(text) == value
-            assert distdb.loads(memoryview(text.encode())) == value
+        for text in (OLD_ENCODER.encode(value), json.dumps(value, ensure_ascii=False), dist_encoding.dumps(value)):
+            assert dist_encoding.loads(text.encode()) == json.loads(text) == value
+            assert dist_encoding.loads(memoryview(text.encode())) == value
     for text in ('{"big": 123456789012345678901234567890}', '{"x": NaN}', "[1.0, -0.0, 1e400]"):
-        assert repr(distdb.loads(text.encode())) == repr(json.loads(text))
+        assert repr(dist_encoding.loads(text.encode())) == repr(json.loads(text))
 
 
 def test_stored_commands_load_as_json_loads_reads_them():
@@ -256,12 +260,12 @@ def test_stored_commands_load_as_json_loads_reads_them():
     for _ in range(2000):
         cmd = Command(UPDATE, "t", _values(rng), _values(rng), rng.random() < 0.5)
         text = json.dumps(cmd.to_json(), ensure_ascii=rng.random() < 0.5, separators=(", ", ": "))
-        assert distdb.load_command(memoryview(text.encode())) == json.loads(text) == cmd.to_json()
+        assert dist_encoding.load_command(memoryview(text.encode())) == json.loads(text) == cmd.to_json()
     schema = {"s": {"change": "x", "before": {"limit": 2**70, "oid": 23, "ratio": 0.1}, "after": {}}}
     text = json.dumps(schema)  # only a schema change's JSON holds numbers: read by json, exactly
-    assert repr(distdb.load_command(memoryview(text.encode()))) == repr(schema)
+    assert repr(dist_encoding.load_command(memoryview(text.encode()))) == repr(schema)
     tricky = {"o": ['"s": 1'], "n": ["s", 'a"s":']}  # "s": inside values: json's, the same
-    assert distdb.load_command(json.dumps(tricky).encode()) == tricky
+    assert dist_encoding.load_command(json.dumps(tricky).encode()) == tricky
 
 
 # ---------------------------------------------------------------------- text[] literals

@@ -19,12 +19,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_repl.engine.agents import change_mapping, command_lines, log_reader_agent
-from airflow_repl.engine.postgres import pgoutput
-from airflow_repl.engine.state import distdb
+from airflow_repl.engine.postgres import copy_escaping, pgoutput
+from airflow_repl.engine.state import dist_encoding, dist_transactions
 
 row_line = command_lines.row_line()
-PREFIX = distdb.copy_field("pub\tlication") + b"\t" + distdb.copy_field("0/A0000D8") + b"\t"
-FIELD = distdb.copy_field("t")
+PREFIX = copy_escaping.copy_field("pub\tlication") + b"\t" + copy_escaping.copy_field("0/A0000D8") + b"\t"
+FIELD = copy_escaping.copy_field("t")
 RELID = 16385
 UNCHANGED = pgoutput.UNCHANGED_TOAST
 
@@ -82,10 +82,10 @@ def python_line(message: bytes, relmap: change_mapping.RelationMap, command_id: 
         if len(cmds) != 1:
             return "pair"
         (cmd,) = cmds
-        data = distdb.command_data(cmd.to_json())
+        data = dist_encoding.command_data(cmd.to_json())
     except Exception:
         return "refused"
-    return distdb.command_line(PREFIX, command_id, FIELD, cmd.op.value.encode(), data)
+    return dist_transactions.command_line(PREFIX, command_id, FIELD, cmd.op.value.encode(), data)
 
 
 def compiled_line(message: bytes, relmap: change_mapping.RelationMap, command_id: int) -> bytes | None:

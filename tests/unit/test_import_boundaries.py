@@ -255,8 +255,8 @@ def test_no_import_crosses_a_line():
         ),
         (
             "airflow_repl.engine.codegen.fake",
-            "from airflow_repl.engine.state import distdb",  # a package of the same layer
-            "imports airflow_repl.engine.state.distdb: codegen may import only articles, errors, model, postgres",
+            "from airflow_repl.engine.state import dist_history",  # a package of the same layer
+            "imports airflow_repl.engine.state.dist_history: codegen may import only articles, errors, model, postgres",
         ),
         (
             "airflow_repl.engine.subscriber.fake",

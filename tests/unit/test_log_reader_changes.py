@@ -224,8 +224,10 @@ def test_transaction_rows_are_written_with_their_commands_every_chunk(monkeypatc
         def end(self) -> None:
             written.append(("end", 0))
 
-    monkeypatch.setattr(log_reader_agent.distdb, "CommandCopy", Copy)
-    monkeypatch.setattr(log_reader_agent.distdb, "copy_transactions", lambda _c, rows: written.append(("T", len(rows))))
+    monkeypatch.setattr(log_reader_agent.dist_transactions, "CommandCopy", Copy)
+    monkeypatch.setattr(
+        log_reader_agent.dist_transactions, "copy_transactions", lambda _c, rows: written.append(("T", len(rows)))
+    )
     writer = log_reader_agent._TxnWriter(None, "p", 3)
     for n in range(7):
         writer.begin(f"0/{n + 1}")

@@ -10,7 +10,7 @@ import pytest
 from airflow_repl.engine.agents.distribution_agent import TableChanges
 from airflow_repl.engine.errors import TopologyError
 from airflow_repl.engine.postgres.addresses import table_address
-from airflow_repl.engine.state.distdb import PendingTransaction
+from airflow_repl.engine.state.dist_transactions import PendingTransaction
 
 
 def test_asset_uri_and_lineage_name_of_a_table_never_carry_user_or_password():

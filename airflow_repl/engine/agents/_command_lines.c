@@ -4,8 +4,8 @@
  * stores its command in airflow_repl.commands.
  *
  * The output is byte for byte what the Python path writes for the same message
- * (pgoutput.decode, change_mapping.row_commands, Command.to_json, distdb.command_data and
- * distdb.command_line); tests/unit/test_command_lines.py compares the two on generated
+ * (pgoutput.decode, change_mapping.row_commands, Command.to_json, dist_encoding.command_data,
+ * dist_transactions.command_line and copy_escaping.copy_field); tests/unit/test_command_lines.py compares the two on generated
  * messages.  Everything else returns None and takes the Python path, which stays the one
  * definition of the behaviour: an UPDATE that becomes a DELETE + INSERT pair, an unchanged
  * TOASTed value the after image cannot take from the before image, binary values, bytes that

@@ -28,7 +28,7 @@ from typing import Any
 from airflow_repl.engine.agents.lifecycle import AgentRun
 from airflow_repl.engine.errors import AgentBusy, ReplError
 from airflow_repl.engine.model.topology import Topology
-from airflow_repl.engine.state import distdb, retention
+from airflow_repl.engine.state import dist_publications, retention
 from airflow_repl.engine.state.retention import Candidate
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ class _Cleanup:
     def check(self) -> None:
         """The publication is deployed (nothing is changed)."""
         self.run.step = "the publication check"
-        distdb.slot_name(self.dist, self.publication)
+        dist_publications.slot_name(self.dist, self.publication)
         self.dist.commit()
 
     def expire(self) -> None:

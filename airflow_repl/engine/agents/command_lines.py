@@ -2,7 +2,7 @@
 straight to the COPY line that stores its command (``_command_lines.c``).
 
 It writes exactly what the Python path writes (``pgoutput.decode``, ``change_mapping.row_commands``,
-``Command.to_json``, ``distdb.command_line``) for the common messages: an INSERT, a DELETE, and an
+``Command.to_json``, ``dist_transactions.command_line``) for the common messages: an INSERT, a DELETE, and an
 UPDATE that stays an UPDATE, of text values.  It declines (None) everything else, which then
 takes the Python path: pairs, unchanged TOASTed values it cannot fill in, binary values, bytes
 that are not UTF-8, malformed messages.  The module is built when the package is installed with

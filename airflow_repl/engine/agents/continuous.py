@@ -35,7 +35,7 @@ from typing import Any
 
 from airflow_repl.engine.agents.lifecycle import AgentRun
 from airflow_repl.engine.errors import ReplError
-from airflow_repl.engine.state import distdb
+from airflow_repl.engine.state import dist_history
 
 log = logging.getLogger(__name__)
 
@@ -245,4 +245,4 @@ class Loop:
             "%s for %s, continuous: %s transactions, %s commands so far", self.run.label, self.run.where(), *counts
         )
         if self.run.dist is not None and self.run.run_id is not None:
-            distdb.record_run_progress(self.run.dist, self.run.run_id, *counts)
+            dist_history.record_run_progress(self.run.dist, self.run.run_id, *counts)

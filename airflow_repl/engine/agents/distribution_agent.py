@@ -24,7 +24,7 @@ never its text, and Python compares them as integers (:func:`lsn.lsn_to_int`).
 This module owns the delivery loop, as small steps: read the next batch after the watermark,
 plan it into streams, apply it, commit it with the watermark, record the progress (and, when
 the fast path failed, replay it).  The parts it drives live elsewhere: the SQL in
-:mod:`~airflow_repl.engine.state.distdb` and :mod:`~airflow_repl.engine.state.subscriber_state`,
+:mod:`~airflow_repl.engine.state.dist_transactions` (and the other ``state.dist_*`` modules) and :mod:`~airflow_repl.engine.state.subscriber_state`,
 planning in :mod:`~airflow_repl.engine.agents.stream_planning`, applying in
 :mod:`~airflow_repl.engine.subscriber.applier` (conflicts in
 :mod:`~airflow_repl.engine.subscriber.conflicts`), the streams' connections and two-phase commit
@@ -55,8 +55,18 @@ from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import SKIPPABLE_ERRORS, Topology
 from airflow_repl.engine.postgres import lsn
 from airflow_repl.engine.provisioning import pausing
-from airflow_repl.engine.state import distdb, progress, retention, subscriber_state
-from airflow_repl.engine.state.distdb import CommandRow, PendingTransaction
+from airflow_repl.engine.state import (
+    dist_conflicts,
+    dist_drops,
+    dist_history,
+    dist_publications,
+    dist_subscriptions,
+    dist_transactions,
+    progress,
+    retention,
+    subscriber_state,
+)
+from airflow_repl.engine.state.dist_transactions import CommandRow, PendingTransaction
 from airflow_repl.engine.subscriber import bulk_apply, in_doubt
 from airflow_repl.engine.subscriber.applier import Applier, ReplayOutcome, apply_parallel, apply_pipelined, replay
 from airflow_repl.engine.subscriber.convergence import QueueGuard, replay_queued
@@ -333,7 +343,7 @@ class _Delivery:
         meanwhile; the next run starts from the new ones), or None."""
         has = subscriber_state.articles_hash(self.streams.first, self.publication)
         self.streams.first.rollback()
-        has = has or distdb.subscription_articles_hash(dist, self.publication, self.subscriber)
+        has = has or dist_subscriptions.subscription_articles_hash(dist, self.publication, self.subscriber)
         dist.commit()
         if has is None or has == definition_hash(list(applier.articles.values())):
             return None
@@ -344,7 +354,9 @@ class _Delivery:
         the record behind the watermark: bring it, and the tracer tokens up to it, there."""
         watermark = subscriber_state.watermark(self.streams.first, self.publication)
         self.streams.first.rollback()
-        if watermark is not None and distdb.catch_up_delivered(dist, self.publication, self.subscriber, watermark):
+        if watermark is not None and dist_subscriptions.catch_up_delivered(
+            dist, self.publication, self.subscriber, watermark
+        ):
             progress.record_arrivals(dist, self.publication, self.subscriber, watermark)
         dist.commit()
 
@@ -356,10 +368,10 @@ class _Delivery:
         if ahead is not None:
             pending = ahead.pending
         else:
-            pending = distdb.pending_transactions(dist, self.publication, watermark, self.settings.size)
+            pending = dist_transactions.pending_transactions(dist, self.publication, watermark, self.settings.size)
         while own := _own_leading(pending, self.own_origin, self.settings.until):
             watermark = self._pass_own(dist, own)
-            pending = distdb.pending_transactions(dist, self.publication, watermark, self.settings.size)
+            pending = dist_transactions.pending_transactions(dist, self.publication, watermark, self.settings.size)
         # neither the cleanup (expiring it) nor airflow-repl pause can change it while the batch is delivered
         self.paused = retention.lock_unexpired(dist, self.publication, self.subscriber)
         txns = [] if self.paused else _cut_batch(pending, self.settings.until, self.settings.threshold, self.own_origin)
@@ -391,7 +403,7 @@ class _Delivery:
         failed (everything is still to roll back: the caller replays it)."""
         if self.settings.bulk and self._net_change(dist, applier, batch):
             return True
-        rows = distdb.batch_commands(dist, self.publication, batch.first, batch.last)
+        rows = dist_transactions.batch_commands(dist, self.publication, batch.first, batch.last)
         try:
             may_spread = self.n > 1 and self.chooser.may_spread()
             started = time.monotonic()
@@ -422,9 +434,9 @@ class _Delivery:
         the same subscriber transaction."""
         rows: Iterable[CommandRow] = ()
         if batch.prepared is None and batch.commands <= bulk_apply.CHUNK_COMMANDS:
-            rows = distdb.batch_commands_list(dist, self.publication, batch.first, batch.last)
+            rows = dist_transactions.batch_commands_list(dist, self.publication, batch.first, batch.last)
         elif batch.prepared is None:
-            rows = distdb.batch_commands(dist, self.publication, batch.first, batch.last)
+            rows = dist_transactions.batch_commands(dist, self.publication, batch.first, batch.last)
         if self.ahead is not None:
             self.ahead.start(batch.last)  # the next batch, read and prepared while this one is applied
         n = chunks = 0
@@ -493,7 +505,7 @@ class _Delivery:
         retention.lock_unexpired(dist, self.publication, self.subscriber)
         self.totals["retries"] += 1
         self._check_watermark_unmoved(batch)
-        rows = distdb.batch_commands(dist, self.publication, batch.first, batch.last)
+        rows = dist_transactions.batch_commands(dist, self.publication, batch.first, batch.last)
         commands = applier.commands(rows, batch.article_rows())
         outcome = replay(self.streams.first, applier, commands, self.settings.skip)
         done = batch.last if outcome.failure is None else outcome.last_good
@@ -508,14 +520,16 @@ class _Delivery:
         table changed and its procedures regenerated in the same subscriber transaction, which
         commits with the watermark and the definitions the subscriber now has.  Never skipped:
         a failure stops delivery here, and re-running delivers it once."""
-        rows = distdb.batch_commands(dist, self.publication, batch.first, batch.last)
+        rows = dist_transactions.batch_commands(dist, self.publication, batch.first, batch.last)
         commands = applier.commands(rows, batch.article_rows())
         outcome = replay(self.streams.first, applier, commands, set())
         if outcome.failure is not None:
             raise outcome.failure
         has = definition_hash(list(applier.articles.values()))
         subscriber_state.set_articles_hash(self.streams.first, self.publication, has)
-        distdb.set_subscription_articles_hash(dist, self.publication, self.subscriber, has)  # with its delivery
+        dist_subscriptions.set_subscription_articles_hash(
+            dist, self.publication, self.subscriber, has
+        )  # with its delivery
         self.totals["schema_changes"] = self.totals.get("schema_changes", 0) + applier.schema_changes
         applier.schema_changes = 0
         self._commit_replayed(dist, run_id, batch, batch.last, outcome)
@@ -527,7 +541,7 @@ class _Delivery:
         subscriber's own changes (:mod:`~airflow_repl.engine.subscriber.convergence`) instead of
         failing on them; commit what it applied, then raise its failure, if any."""
         self._taken(dist, batch, guard)
-        rows = distdb.batch_commands(dist, self.publication, batch.first, batch.last)
+        rows = dist_transactions.batch_commands(dist, self.publication, batch.first, batch.last)
         commands = applier.commands(rows, batch.article_rows())
         outcome = replay_queued(self.streams.first, applier, commands, self.settings.skip, guard)
         done = batch.last if outcome.failure is None else outcome.last_good
@@ -540,7 +554,7 @@ class _Delivery:
         """Where the publisher transactions that took rows of the subscriber's queue are in the
         log (None: not stored yet, so after the batch); forget those the watermark has passed."""
         xids = subscriber_state.taken_xids(self.streams.first, self.publication)
-        stored = distdb.origin_positions(dist, self.publication, self.own_origin, xids) if xids else {}
+        stored = dist_transactions.origin_positions(dist, self.publication, self.own_origin, xids) if xids else {}
         positions = {x: (lsn.lsn_to_int(stored[x]) if x in stored else None) for x in xids}
         guard.taken(positions)
         passed = [x for x, at in positions.items() if at is not None and at <= lsn.lsn_to_int(batch.watermark)]
@@ -565,7 +579,7 @@ class _Delivery:
         subscriber_state.set_watermark(self.streams.first, self.publication, done, applied)
         self.streams.first.commit()
         for skipped in outcome.skipped:
-            distdb.record_error(
+            dist_history.record_error(
                 dist,
                 run_id=run_id,
                 agent=AGENT,
@@ -579,7 +593,7 @@ class _Delivery:
         if outcome.conflicts:
             through = lsn.lsn_to_int(done)
             met = [c for c in outcome.conflicts if lsn.lsn_to_int(c["xact_seqno"]) <= through]
-            distdb.record_delivery_conflicts(dist, self.publication, self.subscriber, met)
+            dist_conflicts.record_delivery_conflicts(dist, self.publication, self.subscriber, met)
             self.totals["conflicts"] += len(met)
         not_applied = {x.xact_seqno for x in outcome.skipped}  # skipped: no table received them
         self._delivered(dist, batch.txns[:applied], outcome.commands, not_applied)
@@ -616,7 +630,7 @@ class _Delivery:
         if self.unrecorded is None:
             return
         last = self.unrecorded
-        distdb.mark_delivered(dist, self.publication, self.subscriber, last)
+        dist_subscriptions.mark_delivered(dist, self.publication, self.subscriber, last)
         progress.record_arrivals(dist, self.publication, self.subscriber, last)  # tracer tokens up to it
         dist.commit()
         self.unrecorded, self.recorded_at = None, time.monotonic()
@@ -670,7 +684,7 @@ def run_distribution(
         lines = progress_lines.Lines(run)  # its interval checked before anything changes
         run.step = "connecting"
         dist = run.connect(topology.distributor.require("distributor"), "distributor")
-        distdb.load_articles(dist, publication)  # deployed at all? (before the subscriber is asked)
+        dist_publications.load_articles(dist, publication)  # deployed at all? (before the subscriber is asked)
         paused = retention.lock_unexpired(dist, publication, subscriber)  # expired: refused
         dist.rollback()
         if paused and opts is None:  # skipped without asking the subscriber; a continuous run idles
@@ -727,22 +741,22 @@ def _check_subscription(run: AgentRun, dist: psycopg.Connection, delivery: _Deli
     the last run learnt about spreading here; nothing is changed."""
     run.step = "the subscription check"
     publication, subscriber = delivery.publication, delivery.subscriber
-    unfinished = distdb.unfinished_drop(dist, publication, subscriber)
+    unfinished = dist_drops.unfinished_drop(dist, publication, subscriber)
     if unfinished is not None:
         raise ReplError(unfinished)
     retention.lock_unexpired(dist, publication, subscriber)  # an expired subscription is refused
     articles = _definitions_at_watermark(dist, delivery)
     has = subscriber_state.articles_hash(delivery.streams.first, publication)
     delivery.streams.first.rollback()
-    has = has or distdb.subscription_articles_hash(dist, publication, subscriber)
+    has = has or dist_subscriptions.subscription_articles_hash(dist, publication, subscriber)
     if has is not None and has != definition_hash(articles):
         raise ReplError(
             f"the articles of publication {publication!r} changed since subscriber {subscriber!r} "
             f"was initialized: run the Snapshot Agent with reinitialize for it"
         )
     if delivery.n > 1:  # start from what the last run learnt about spreading here
-        delivery.chooser.resume(distdb.last_stream_rates(dist, publication, subscriber, delivery.n))
-    scripts = distdb.custom_scripts(dist, publication)
+        delivery.chooser.resume(dist_history.last_stream_rates(dist, publication, subscriber, delivery.n))
+    scripts = dist_publications.custom_scripts(dist, publication)
     dist.commit()
     return Applier({a.name: a for a in articles}, SchemaContext(subscriber, scripts))
 
@@ -751,8 +765,8 @@ def _definitions_at_watermark(dist: psycopg.Connection, delivery: _Delivery) -> 
     """The article definitions the subscriber has: the stored ones, except that an article
     with a schema change still to deliver there has its definition from before that change."""
     watermark = subscriber_state.watermark(delivery.streams.first, delivery.publication)
-    return distdb.definitions_at(
-        dist, delivery.publication, watermark, distdb.load_articles(dist, delivery.publication)
+    return dist_publications.definitions_at(
+        dist, delivery.publication, watermark, dist_publications.load_articles(dist, delivery.publication)
     )
 
 

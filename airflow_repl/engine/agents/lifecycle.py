@@ -45,7 +45,7 @@ A new agent is one module in this package with only its own logic:
    (or :meth:`AgentRun.spark_step` for work done in Spark tasks); register what must be undone
    on failure in ``run.cleanups``; keep the running totals in ``run.counts``;
 3. its questions to the distribution database are functions of
-   :mod:`airflow_repl.engine.state.distdb` (and of ``subscriber_state`` at a subscriber),
+   the ``airflow_repl.engine.state.dist_*`` modules, one per entity (and of ``subscriber_state`` at a subscriber),
    never SQL in the agent;
 4. end with ``return run.succeed(summary)``; raise an :mod:`~airflow_repl.engine.errors`
    class for every failure the operator can act on (the rest is classified here);
@@ -68,7 +68,7 @@ from psycopg import conninfo as pg_conninfo
 from airflow_repl.engine import errors
 from airflow_repl.engine.errors import AgentBusy, ConnectionLost, DeliveryError, ReplError, ServerLost
 from airflow_repl.engine.postgres import advisory_locks, connections
-from airflow_repl.engine.state import distdb
+from airflow_repl.engine.state import dist_history
 
 log = logging.getLogger(__name__)
 
@@ -232,9 +232,9 @@ class AgentRun:
         ``take_over`` False: a run that does no work and holds no lock (a paused subscription's)
         leaves the other rows alone."""
         self.dist = dist
-        self.run_id = distdb.start_run(dist, self.agent, self.publication, self.subscriber)
+        self.run_id = dist_history.start_run(dist, self.agent, self.publication, self.subscriber)
         if take_over:
-            distdb.abandon_stale_runs(dist, self.run_id, self.agent, self.publication, self.subscriber)
+            dist_history.abandon_stale_runs(dist, self.run_id, self.agent, self.publication, self.subscriber)
         return self.run_id
 
     def succeed(
@@ -253,7 +253,7 @@ class AgentRun:
         history row's status (``paused``: a Distribution Agent run that skipped its subscription)."""
         summary.setdefault("seconds", round(time.monotonic() - self.started, 3))
         if self.dist is not None and self.run_id is not None:
-            distdb.finish_run(
+            dist_history.finish_run(
                 self.dist,
                 self.run_id,
                 outcome,
@@ -377,7 +377,7 @@ class AgentRun:
         d = exc if isinstance(exc, DeliveryError) else None
         try:
             self.dist.rollback()
-            distdb.finish_run(
+            dist_history.finish_run(
                 self.dist,
                 self.run_id,
                 "failed",
@@ -386,7 +386,7 @@ class AgentRun:
                 transactions=self.counts.get("transactions", 0),
                 commands=self.counts.get("commands", 0),
             )
-            distdb.record_error(
+            dist_history.record_error(
                 self.dist,
                 run_id=self.run_id,
                 agent=self.agent,

@@ -21,7 +21,7 @@ Owns the reading loop (:func:`run_log_reader`) and the order in which a transact
 are stored (:class:`_TxnWriter`).  Which article a change belongs to and the commands it becomes
 are :mod:`~airflow_repl.engine.agents.change_mapping`'s; the slot's statements are
 :mod:`~airflow_repl.engine.postgres.slots`'; the distribution database's are
-:mod:`~airflow_repl.engine.state.distdb`'s; the run's lifecycle is
+:mod:`~airflow_repl.engine.state.dist_transactions`'s; the run's lifecycle is
 :class:`~airflow_repl.engine.agents.lifecycle.AgentRun`'s.
 """
 
@@ -55,9 +55,9 @@ from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import ConnectionFailed, NotInitialized, ReplError, ServerLost
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import Topology
-from airflow_repl.engine.postgres import connections, lsn, pgoutput, replication_stream, slots
+from airflow_repl.engine.postgres import connections, copy_escaping, lsn, pgoutput, replication_stream, slots
 from airflow_repl.engine.provisioning import deploy
-from airflow_repl.engine.state import distdb, progress, publisher_state
+from airflow_repl.engine.state import dist_encoding, dist_publications, dist_transactions, progress, publisher_state
 from airflow_repl.engine.subscriber import in_doubt
 
 AGENT = "logreader"
@@ -98,16 +98,18 @@ class _TxnWriter:
         self.line = line  # the compiled command lines (command_lines.row_line()), None: the Python path alone
         self.publication = publication
         self.chunk = chunk
-        self.buffer: list[distdb.NewCommandRow] = []  # command rows, across transactions, until the next COPY
-        self.transactions: list[distdb.TransactionRow] = []  # transaction rows of this batch
-        self.publication_field = distdb.copy_field(publication)
-        self.copy: distdb.CommandCopy | None = None  # the open COPY of command lines, if any
+        self.buffer: list[
+            dist_transactions.NewCommandRow
+        ] = []  # command rows, across transactions, until the next COPY
+        self.transactions: list[dist_transactions.TransactionRow] = []  # transaction rows of this batch
+        self.publication_field = copy_escaping.copy_field(publication)
+        self.copy: dist_transactions.CommandCopy | None = None  # the open COPY of command lines, if any
         self.begin(None)
 
     def begin(self, xact_seqno: str | None, xid: int = 0) -> None:
         self.xact, self.xid, self.count = xact_seqno, xid, 0
-        #: the COPY fields every command line of the transaction starts with (distdb.command_line)
-        self.prefix = self.publication_field + b"\t" + distdb.copy_field(xact_seqno) + b"\t"
+        #: the COPY fields every command line of the transaction starts with (dist_transactions.command_line)
+        self.prefix = self.publication_field + b"\t" + copy_escaping.copy_field(xact_seqno) + b"\t"
         self.origin: str | None = None  # the replication origin the transaction came from
         self.schema_change = False  # the transaction holds a schema-change command
         self.tokens: list[progress.TokenMessage] = []  # tracer tokens of the publication the transaction carries
@@ -137,7 +139,7 @@ class _TxnWriter:
         article = relmap.article
         field = _FIELDS.get(article.name)
         if field is None:
-            field = _FIELDS[article.name] = distdb.copy_field(article.name)
+            field = _FIELDS[article.name] = copy_escaping.copy_field(article.name)
         line = self.line(
             message,
             relmap.positions_u16,
@@ -180,23 +182,23 @@ class _TxnWriter:
         self.count += 1
         article = _FIELDS.get(cmd.article)
         if article is None:
-            article = _FIELDS[cmd.article] = distdb.copy_field(cmd.article)
-        data = distdb.command_data(cmd.to_json())
-        self.buffer.append(distdb.command_line(self.prefix, self.count, article, _OPS[cmd.op], data))
+            article = _FIELDS[cmd.article] = copy_escaping.copy_field(cmd.article)
+        data = dist_encoding.command_data(cmd.to_json())
+        self.buffer.append(dist_transactions.command_line(self.prefix, self.count, article, _OPS[cmd.op], data))
         if len(self.buffer) >= self.chunk:
             self.flush()
 
     def _stage(self) -> None:
-        rows: list[distdb.StagedRow] = []
+        rows: list[dist_transactions.StagedRow] = []
         first = not self.staged
         for cmd in self.run_inserts:
             if cmd is not None:
                 self.staged += 1
-                rows.append((self.staged, cmd.article, cmd.op, distdb.dumps(cmd.to_json())))
+                rows.append((self.staged, cmd.article, cmd.op, dist_encoding.dumps(cmd.to_json())))
                 key = hash(_image(cmd.new))
                 self.staged_hashes[key] = self.staged_hashes.get(key, 0) + 1
         self.end_copy()
-        distdb.stage_inserts(self.dist, rows, first)
+        dist_transactions.stage_inserts(self.dist, rows, first)
         self.run_inserts, self.pending = [], {}
 
     def _unstage(self, image: Image) -> bool:
@@ -205,7 +207,7 @@ class _TxnWriter:
         if not self.staged_hashes.get(key):
             return False
         self.end_copy()
-        if not distdb.unstage_insert(self.dist, list(image)):  # only the hash was equal
+        if not dist_transactions.unstage_insert(self.dist, list(image)):  # only the hash was equal
             return False
         self.staged_hashes[key] -= 1
         return True
@@ -214,7 +216,7 @@ class _TxnWriter:
         if self.staged:
             self.flush()
             self.end_copy()
-            self.count += distdb.store_staged(self.dist, self.publication, self.xact, self.count)
+            self.count += dist_transactions.store_staged(self.dist, self.publication, self.xact, self.count)
             self.staged = 0
         for cmd in self.run_inserts:
             if cmd is not None:
@@ -228,7 +230,7 @@ class _TxnWriter:
         self.close_run()
         assert self.xact is not None  # set by begin() at the transaction's start
         self.transactions.append(
-            distdb.transaction_line(
+            dist_transactions.transaction_line(
                 self.publication_field,
                 self.xact,
                 self.xid,
@@ -248,10 +250,12 @@ class _TxnWriter:
         distributor transaction (which holds the whole batch)."""
         self.flush()
         self.end_copy()
-        distdb.copy_transactions(self.dist, self.transactions)
+        dist_transactions.copy_transactions(self.dist, self.transactions)
         self.transactions = []
 
-    def hand_off(self, dist: psycopg.Connection[Any]) -> tuple[distdb.CommandCopy | None, list[distdb.TransactionRow]]:
+    def hand_off(
+        self, dist: psycopg.Connection[Any]
+    ) -> tuple[dist_transactions.CommandCopy | None, list[dist_transactions.TransactionRow]]:
         """The batch's open COPY and its queued transaction rows, for another thread to finish on
         the batch's connection; the next batch is written on ``dist``."""
         self.flush()
@@ -263,7 +267,7 @@ class _TxnWriter:
         """Send the buffered command lines on the open COPY (opened by the first)."""
         if self.buffer:
             if self.copy is None:
-                self.copy = distdb.CommandCopy(self.dist)
+                self.copy = dist_transactions.CommandCopy(self.dist)
             self.copy.write(b"".join(self.buffer))
             self.buffer = []
 
@@ -347,8 +351,8 @@ class _StoredBatch:
     heard: int  # the server's position heard before the batch was stored (confirmed with it)
     publication: str
     conn: psycopg.Connection[Any]
-    copy: distdb.CommandCopy | None
-    transactions: list[distdb.TransactionRow]
+    copy: dist_transactions.CommandCopy | None
+    transactions: list[dist_transactions.TransactionRow]
     definitions: list[ResolvedArticle]
     change_ids: list[int]
 
@@ -357,12 +361,14 @@ class _StoredBatch:
         schema changes made, its tracer tokens and the read position, and commit."""
         if self.copy is not None:
             self.copy.end()
-        distdb.copy_transactions(self.conn, self.transactions)
+        dist_transactions.copy_transactions(self.conn, self.transactions)
         for article in self.definitions:
-            distdb.save_article_definition(self.conn, article)
+            dist_publications.save_article_definition(self.conn, article)
         progress.record_read(self.conn, self.batch.tokens)
         if self.batch.last_commit is not None:
-            distdb.save_read_position(self.conn, self.publication, self.batch.last_commit, lsn.int_to_lsn(self.end_lsn))
+            dist_transactions.save_read_position(
+                self.conn, self.publication, self.batch.last_commit, lsn.int_to_lsn(self.end_lsn)
+            )
         self.conn.commit()
 
 
@@ -376,9 +382,9 @@ class _LogReader:
         self.pub = run.connect(topology.publisher.require("publisher"), "publisher")
         run.step = "the publication check"
         self.articles: dict[tuple[str, str], ResolvedArticle] = relation_articles(
-            distdb.load_articles(self.dist, publication)
+            dist_publications.load_articles(self.dist, publication)
         )
-        self.slot = distdb.slot_name(self.dist, publication)
+        self.slot = dist_publications.slot_name(self.dist, publication)
         self.pg_publication = naming.pg_publication(publication)
         self.pub_conninfo = topology.publisher.require("publisher")
         self.stream: replication_stream.SlotStream | None = None
@@ -411,7 +417,7 @@ class _LogReader:
         """Where the last run stopped, and where this one stops: at what was committed before
         it started (with a live workload it finishes instead of chasing the end of the WAL;
         the next run takes the rest)."""
-        self.read_upto = distdb.last_read_lsn(self.dist, self.publication)
+        self.read_upto = dist_transactions.last_read_lsn(self.dist, self.publication)
         self.dist.commit()
         # batches alternate between two connections of their own: one commits while the next is written
         conninfo = self.topology.distributor.require("distributor")
@@ -493,7 +499,7 @@ class _LogReader:
     def reload_articles(self) -> None:
         """The publication's article definitions as stored now (between rounds of a continuous
         run; the schema changes this run read are stored with their batches)."""
-        self.articles = relation_articles(distdb.load_articles(self.dist, self.publication))
+        self.articles = relation_articles(dist_publications.load_articles(self.dist, self.publication))
         self.dist.commit()
         self.relmaps.clear()  # mapped again, with these definitions, on their next change
         self.full_identity_of_partitions()
@@ -671,7 +677,7 @@ class _LogReader:
         xact = lsn.int_to_lsn(final_lsn)
         if final_lsn <= self.read_upto:
             self.writer.end_copy()  # the distributor is asked
-            batch.skip = distdb.transaction_stored(self.writer.dist, self.publication, xact)
+            batch.skip = dist_transactions.transaction_stored(self.writer.dist, self.publication, xact)
         else:
             batch.skip = False
         self.writer.begin(xact, xid)

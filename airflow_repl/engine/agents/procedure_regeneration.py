@@ -15,7 +15,7 @@ from typing import Any
 from airflow_repl.engine.errors import DeliveryError, TopologyError
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import connections
-from airflow_repl.engine.state import distdb, subscriber_state
+from airflow_repl.engine.state import dist_publications, subscriber_state
 from airflow_repl.engine.subscriber import schema_changes
 
 log = logging.getLogger(__name__)
@@ -52,12 +52,12 @@ def regenerate_procedures(
 
 def _one(topology: Topology, publication: str, subscriber: str, wanted: set[str]) -> list[str]:
     with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
-        stored = distdb.load_articles(dist, publication)
-        scripts = distdb.custom_scripts(dist, publication)
+        stored = dist_publications.load_articles(dist, publication)
+        scripts = dist_publications.custom_scripts(dist, publication)
         conninfo = topology.subscriber_conninfo(subscriber)
         with connections.connect(conninfo, f"subscriber {subscriber!r}") as sub:
             watermark = subscriber_state.watermark(sub, publication)
-            has = distdb.definitions_at(dist, publication, watermark, stored)
+            has = dist_publications.definitions_at(dist, publication, watermark, stored)
             ctx = schema_changes.SchemaContext(subscriber, scripts)
             chosen = [a for a in has if not wanted or a.name in wanted]
             with sub.transaction():

@@ -69,7 +69,14 @@ from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.model.updating import ConflictPolicy
-from airflow_repl.engine.state import distdb, publisher_state, subscriber_state
+from airflow_repl.engine.state import (
+    dist_conflicts,
+    dist_publications,
+    dist_schema,
+    dist_subscriptions,
+    publisher_state,
+    subscriber_state,
+)
 from airflow_repl.engine.state.subscriber_state import QueuedCommand, QueuedTransaction
 from airflow_repl.engine.subscriber import conflicts, in_doubt, row_images
 from airflow_repl.engine.subscriber.conflicts import Action, ConflictKind, Met, PublisherRow, Resolution
@@ -133,9 +140,9 @@ class _QueueReader:
     def check(self) -> str | None:
         """The articles, and the subscription's status in the distribution database."""
         self.run.step = "the subscription check"
-        distdb.ensure_schema(self.dist, unless_current=True)
-        articles = distdb.load_articles(self.dist, self.publication)
-        initialized_with = distdb.subscription_articles_hash(self.dist, self.publication, self.subscriber)
+        dist_schema.ensure_schema(self.dist)
+        articles = dist_publications.load_articles(self.dist, self.publication)
+        initialized_with = dist_subscriptions.subscription_articles_hash(self.dist, self.publication, self.subscriber)
         if initialized_with is not None and initialized_with != definition_hash(articles):
             raise ReplError(
                 f"the articles of publication {self.publication!r} changed since subscriber {self.subscriber!r} "
@@ -144,13 +151,13 @@ class _QueueReader:
             )
         self.tables = {a.name: _Tables(a) for a in articles}
         self.articles_hash = definition_hash(articles)
-        status = distdb.subscription_status(self.dist, self.publication, self.subscriber)
+        status = dist_subscriptions.subscription_status(self.dist, self.publication, self.subscriber)
         self.dist.commit()
         return status
 
     def status(self) -> str | None:
         """The subscription's status in the distribution database now."""
-        status = distdb.subscription_status(self.dist, self.publication, self.subscriber)
+        status = dist_subscriptions.subscription_status(self.dist, self.publication, self.subscriber)
         self.dist.commit()
         return status
 
@@ -158,8 +165,8 @@ class _QueueReader:
         """Between rounds of a continuous run: why it must end because the publication's article
         definitions (or those the subscriber was initialized with) are no longer the ones it
         applies with, or None.  The next run checks them as :meth:`check` does."""
-        stored = definition_hash(distdb.load_articles(self.dist, self.publication))
-        initialized_with = distdb.subscription_articles_hash(self.dist, self.publication, self.subscriber)
+        stored = definition_hash(dist_publications.load_articles(self.dist, self.publication))
+        initialized_with = dist_subscriptions.subscription_articles_hash(self.dist, self.publication, self.subscriber)
         self.dist.commit()
         if stored == self.articles_hash and initialized_with in (None, self.articles_hash):
             return None
@@ -234,11 +241,11 @@ class _QueueReader:
             self.sub.commit()
             return True
         outcome = self._at_publisher(txn, commands)
-        distdb.record_conflicts(
+        dist_conflicts.record_conflicts(
             self.dist, self.publication, self.subscriber, txn.xid, self.policy.value, outcome.conflicts
         )
         if outcome.resolution is Resolution.REINITIALIZE:
-            distdb.mark_reinitialize(self.dist, self.publication, self.subscriber)
+            dist_subscriptions.mark_reinitialize(self.dist, self.publication, self.subscriber)
         self.dist.commit()
         self._count(outcome, len(commands))
         if outcome.resolution is Resolution.REINITIALIZE:

@@ -26,7 +26,7 @@ import psycopg
 from airflow_repl.engine.errors import NotInitialized, ReplError
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import connections, lsn, slots
-from airflow_repl.engine.state import distdb, progress, subscriber_queue
+from airflow_repl.engine.state import dist_publications, progress, subscriber_queue
 from airflow_repl.engine.subscriber import in_doubt
 
 LOG_READER, DISTRIBUTION, QUEUE_READER, RESOLVER = "Log Reader", "Distribution", "Queue Reader", "resolve-in-doubt"
@@ -99,7 +99,7 @@ def check_token_arrived(
 
 
 def _token(dist: psycopg.Connection[Any], publication: str, token_id: int) -> progress.TokenState:
-    distdb.load_articles(dist, publication)  # a publication not deployed -> NotInitialized
+    dist_publications.load_articles(dist, publication)  # a publication not deployed -> NotInitialized
     token = progress.token(dist, publication, token_id)
     if token is None:
         raise NotInitialized(
@@ -139,8 +139,8 @@ def check_quiesced(
             if position is None:
                 return WaitStatus(publication, None, (_unread(publication, token_id),))
         assert position is not None
-        distdb.load_articles(dist, publication)
-        slot = distdb.slot_name(dist, publication)
+        dist_publications.load_articles(dist, publication)
+        slot = dist_publications.slot_name(dist, publication)
         behind = progress.delivery_behind(dist, publication, position)
     with connections.connect(topology.publisher.require("publisher"), "publisher", autocommit=True) as pub:
         lags = _read_lag(pub, publication, slot, position) if token_id is None else []

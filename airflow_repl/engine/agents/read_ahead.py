@@ -24,8 +24,8 @@ from typing import Any
 
 import psycopg
 
-from airflow_repl.engine.state import distdb
-from airflow_repl.engine.state.distdb import CommandRow, PendingTransaction
+from airflow_repl.engine.state import dist_transactions
+from airflow_repl.engine.state.dist_transactions import CommandRow, PendingTransaction
 from airflow_repl.engine.subscriber import bulk_apply
 
 log = logging.getLogger(__name__)
@@ -103,12 +103,12 @@ class ReadAhead:
                 pass
 
     def _read(self, after: str) -> Read:
-        pending = distdb.pending_transactions(self.conn, self.publication, after, self.size)
+        pending = dist_transactions.pending_transactions(self.conn, self.publication, after, self.size)
         batch = self.cut(pending)
         commands = sum(t.command_count for t in batch)
         if not batch or batch[0].schema_change or commands > bulk_apply.CHUNK_COMMANDS:
             return Read(after, pending, batch, None)  # applied otherwise, or chunk by chunk as it is read
-        rows = distdb.batch_commands_list(self.conn, self.publication, batch[0].xact, batch[-1].xact)
+        rows = dist_transactions.batch_commands_list(self.conn, self.publication, batch[0].xact, batch[-1].xact)
         if len(rows) != commands:  # not what the transactions say they hold: the agent reads them itself
             return Read(after, pending, batch, None)
         return Read(after, pending, batch, self.prepare(rows, batch))

@@ -14,7 +14,7 @@ from typing import Any
 from airflow_repl.engine.agents import status
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import connections
-from airflow_repl.engine.state import distdb, progress
+from airflow_repl.engine.state import dist_conflicts, progress
 
 #: How many recent runs, conflicts and errors the page shows.
 RECENT = 50
@@ -23,7 +23,7 @@ RECENT = 50
 @dataclass(frozen=True)
 class ReportData:
     """What the page shows: the status of every subscription (``SubscriptionStatus.to_json()``
-    dicts), recent runs (``progress.recent_runs``), conflicts (``distdb.list_conflicts``) and
+    dicts), recent runs (``progress.recent_runs``), conflicts (``dist_conflicts.list_conflicts``) and
     errors (``progress.recent_errors``)."""
 
     title: str
@@ -39,7 +39,7 @@ def collect(topology: Topology, publication: str | None = None, title: str = "to
     rows = status.subscription_status(topology, publication)  # an unknown publication -> TopologyError
     with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
         runs = progress.recent_runs(dist, publication, RECENT)
-        conflicts = distdb.list_conflicts(dist, publication=publication)[-RECENT:]
+        conflicts = dist_conflicts.list_conflicts(dist, publication=publication)[-RECENT:]
         errors = progress.recent_errors(dist, publication, RECENT)
     name = f"{title}, publication {publication}" if publication else title
     return ReportData(name, datetime.now(timezone.utc), [r.to_json() for r in rows], runs, conflicts, errors)

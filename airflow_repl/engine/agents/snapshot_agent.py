@@ -19,7 +19,7 @@ Owns the order of those steps and the checks that refuse a subscription before a
 changes.  The folder's files and their read and load are
 :mod:`~airflow_repl.engine.agents.snapshot_folder`'s; the slot's statements are
 :mod:`~airflow_repl.engine.postgres.slots`'; the state tables' are
-:mod:`~airflow_repl.engine.state.distdb`'s and ``subscriber_state``'s; the run's lifecycle is
+the distribution database modules' (``state.dist_*``) and ``subscriber_state``'s; the run's lifecycle is
 :class:`~airflow_repl.engine.agents.lifecycle.AgentRun`'s.
 """
 
@@ -47,7 +47,7 @@ from airflow_repl.engine.model.propagation import Operation
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import connections, slots, trigger_switching
 from airflow_repl.engine.provisioning import deploy
-from airflow_repl.engine.state import distdb, subscriber_immediate, subscriber_state
+from airflow_repl.engine.state import dist_publications, dist_subscriptions, subscriber_immediate, subscriber_state
 from airflow_repl.engine.subscriber import in_doubt
 
 AGENT = "snapshot"
@@ -193,7 +193,7 @@ class _SnapshotRun:
 
     def check_slot(self, targets: list[str]) -> bool:
         """Does the publication's slot exist?  A missing one must not have lost changes."""
-        self.slot = distdb.slot_name(self.dist, self.publication)
+        self.slot = dist_publications.slot_name(self.dist, self.publication)
         with self.run.connect(self.pub_conninfo, "publisher", autocommit=True) as pub:
             found = slots.exists(pub, self.slot)
         if not found:
@@ -281,7 +281,7 @@ class _SnapshotRun:
             taken.files,
             taken.needs.objects,
         )
-        distdb.record_snapshot(
+        dist_publications.record_snapshot(
             self.dist, self.publication, taken.snapshot_id, str(taken.folder), taken.consistent_lsn, manifest
         )
         self.dist.commit()
@@ -419,7 +419,7 @@ class _Initialization:
 
     def prepare(self, name: str) -> None:
         """Mark the subscription 'initializing', then (re)create its tables and procedures."""
-        distdb.mark_initializing(self.dist, self.publication, name, self.snapshot_id)
+        dist_subscriptions.mark_initializing(self.dist, self.publication, name, self.snapshot_id)
         self.dist.commit()
         with self.connect(name, self.conninfos[name]) as sub:
             _check_custom_procedures(sub, self.articles, name)  # before anything is dropped
@@ -449,7 +449,7 @@ class _Initialization:
                     self.pub_conninfo,
                 )
                 install_immediate(sub, self.articles, link, enabled=immediate_now)
-        distdb.activate_subscription(
+        dist_subscriptions.activate_subscription(
             self.dist, self.publication, name, manifest["consistent_lsn"], definition_hash(self.articles)
         )
         self.dist.commit()
@@ -473,8 +473,12 @@ class _Initialization:
         whose recorded mode (``set-update-mode``) is immediate."""
         if name not in self.immediate:
             return False
-        state = distdb.subscription_updating(self.dist, self.publication, name)
-        return state is None or state.update_mode not in distdb.FAILOVER_MODES or state.update_mode == "failover"
+        state = dist_subscriptions.subscription_updating(self.dist, self.publication, name)
+        return (
+            state is None
+            or state.update_mode not in dist_subscriptions.FAILOVER_MODES
+            or state.update_mode == "failover"
+        )
 
 
 def install_queue(sub: psycopg.Connection[Any], articles: list[ResolvedArticle], *, enabled: bool = True) -> None:
@@ -535,11 +539,11 @@ def _pending_subscribers(
     changes delivered to it) are not the publication's must be reinitialized."""
     if reinitialize:
         return names
-    active = distdb.active_subscriptions(dist, publication)
+    active = dist_subscriptions.active_subscriptions(dist, publication)
 
     def has(name: str) -> str:
-        position = distdb.delivered_position(dist, publication, name)
-        return definition_hash(distdb.definitions_at(dist, publication, position, articles))
+        position = dist_subscriptions.delivered_position(dist, publication, name)
+        return definition_hash(dist_publications.definitions_at(dist, publication, position, articles))
 
     changed = sorted(n for n, h in active.items() if n in names and h is not None and h != has(n))
     if changed:
@@ -555,7 +559,7 @@ def _check_slot_loss(
 ) -> None:
     """A missing slot for a publication that was already being read means changes were lost
     (the slot was dropped or invalidated): only reinitializing every subscription repairs that."""
-    was_read = distdb.publication_was_read(dist, publication)
+    was_read = dist_publications.publication_was_read(dist, publication)
     dist.commit()
     everyone = {s.subscriber for s in topology.subscriptions_of(publication)}
     if was_read and not everyone <= set(targets):
@@ -580,7 +584,7 @@ def _precheck_custom_procedures(
         articles = deploy.resolve_publication(pub_conn, topology.publication(publication))
     if not any(prop.method == "proc" and prop.custom for a in articles for prop in a.propagation.values()):
         return
-    active = set() if reinitialize else set(distdb.active_subscriptions(dist, publication))
+    active = set() if reinitialize else set(dist_subscriptions.active_subscriptions(dist, publication))
     dist.commit()
     for name in names:
         if name not in active:

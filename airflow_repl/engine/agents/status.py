@@ -17,7 +17,7 @@ from typing import Any
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import connections
 from airflow_repl.engine.provisioning import pausing
-from airflow_repl.engine.state import distdb, progress
+from airflow_repl.engine.state import dist_schema, progress
 
 #: A run with one of these outcomes makes ``status`` exit non-zero.
 FAILED_RUNS = frozenset({"failed"})
@@ -111,7 +111,7 @@ def subscription_status(topology: Topology, publication: str | None = None) -> l
     if publication is not None:
         topology.publication(publication)  # an unknown publication -> TopologyError
     with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
-        distdb.require_deployed(dist)
+        dist_schema.require_deployed(dist)
         result = []
         now = datetime.now(timezone.utc)
         for row in progress.subscription_rows(dist, publication):

@@ -28,7 +28,7 @@ from airflow_repl.engine.errors import NotInitialized
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import connections, slots
-from airflow_repl.engine.state import distdb, progress
+from airflow_repl.engine.state import dist_publications, progress
 
 
 def post_tracer_token(topology: Topology, publication: str) -> int:
@@ -51,8 +51,8 @@ def post_tracer_token(topology: Topology, publication: str) -> int:
 
 def _check_slot(dist: psycopg.Connection[Any], pub: psycopg.Connection[Any], publication: str) -> None:
     """The publication is deployed and has its slot (else no Log Reader would ever read the token)."""
-    distdb.load_articles(dist, publication)
-    slot = distdb.slot_name(dist, publication)
+    dist_publications.load_articles(dist, publication)
+    slot = dist_publications.slot_name(dist, publication)
     dist.rollback()
     found = slots.exists(pub, slot)
     pub.rollback()
@@ -114,7 +114,7 @@ def tracer_history(topology: Topology, publication: str, token_id: int | None = 
     distributor->subscriber and total latency (None: pending)."""
     topology.publication(publication)
     with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
-        distdb.load_articles(dist, publication)
+        dist_publications.load_articles(dist, publication)
         if token_id is not None and progress.token(dist, publication, token_id) is None:
             raise NotInitialized(f"publication {publication!r} has no tracer token {token_id}: see 'tracer history'")
         rows = progress.history(dist, publication, token_id)

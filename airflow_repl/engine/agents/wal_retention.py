@@ -20,7 +20,7 @@ import psycopg
 from airflow_repl.engine.errors import NotInitialized, ReplError
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import connections, slots
-from airflow_repl.engine.state import distdb
+from airflow_repl.engine.state import dist_publications
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def measure(topology: Topology, publication: str, limit_mb: int | None = None) -
     publication's ``max_slot_wal_mb``).  Changes nothing."""
     limit = wal_limit(topology, publication, limit_mb)
     with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
-        slot = distdb.slot_name(dist, publication)
+        slot = dist_publications.slot_name(dist, publication)
     with connections.connect(topology.publisher.require("publisher"), "publisher") as pub:
         return measure_slot(pub, publication, slot, limit)
 

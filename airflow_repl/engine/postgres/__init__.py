@@ -6,8 +6,9 @@ columns (``catalog``), WAL positions (``lsn``), the pgoutput protocol decoder (`
 logical replication slots with their exported snapshots (``slots``), a slot's changes over the
 streaming replication protocol (``replication_stream``), where a table lives as Airflow asset
 URIs and OpenLineage datasets name it (``addresses``), a query's rows as Arrow record batches
-inside an exported snapshot (``arrow_reads``, with ADBC's driver), Arrow record batches as
-``COPY ... FROM STDIN`` text (``copy_text``), every advisory lock the product takes, one
+inside an exported snapshot (``arrow_reads``, with ADBC's driver), COPY's text format: a field's
+escapes (``copy_escaping``) and Arrow record batches as ``COPY ... FROM STDIN`` text
+(``copy_text``), every advisory lock the product takes, one
 function each (``advisory_locks``), and the statement that switches a table's triggers on or off
 (``trigger_switching``).
 

@@ -22,8 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-#: COPY text's escapes, backslash first (the others add backslashes).
-_ESCAPES = (("\\", "\\\\"), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t"))
+from airflow_repl.engine.postgres.copy_escaping import ESCAPES
 
 
 def copy_text(batch: Any) -> memoryview:
@@ -44,7 +43,7 @@ def _column_text(col: Any) -> Any:
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
         text = col.cast(pa.large_string())
         if _has_any(text, _SPECIAL):  # most text has none: four passes over it saved
-            for raw, escaped in _ESCAPES:
+            for raw, escaped in ESCAPES:
                 text = pc.replace_substring(text, raw, escaped)
     elif pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
         text = _hex(col.cast(pa.large_binary()))
@@ -79,8 +78,8 @@ def _has_any(text: Any, needles: tuple[bytes, ...]) -> bool:
     return any(needle in data for needle in needles)
 
 
-#: The bytes :data:`_ESCAPES` replace (each is one byte in UTF-8).
-_SPECIAL = tuple(raw.encode() for raw, _ in _ESCAPES)
+#: The bytes :data:`ESCAPES` replace (each is one byte in UTF-8).
+_SPECIAL = tuple(raw.encode() for raw, _ in ESCAPES)
 
 
 def _constant(text: str) -> Any:

@@ -17,7 +17,7 @@ from airflow_repl.engine.errors import TopologyError
 from airflow_repl.engine.model.ddl import SCRIPT_PLACEHOLDERS as TEMPLATE_KEYS
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import connections
-from airflow_repl.engine.state import distdb
+from airflow_repl.engine.state import dist_publications, dist_schema
 
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_]+)\s*\}\}")
 _PYTHON = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -54,18 +54,18 @@ def register_script(topology: Topology, publication: str, article: str, kind: st
         raise TopologyError(f"publication {publication!r} has no article {article!r}")
     check_script(kind, body, where=f"script of article {article!r}")
     with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
-        distdb.ensure_schema(dist, unless_current=True)
+        dist_schema.ensure_schema(dist)
         with dist.transaction():
-            distdb.save_custom_script(dist, publication, article, kind, body)
+            dist_publications.save_custom_script(dist, publication, article, kind, body)
     return {"publication": publication, "article": article, "kind": kind}
 
 
 def unregister_script(topology: Topology, publication: str, article: str) -> dict[str, Any]:
     topology.publication(publication)
     with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
-        distdb.ensure_schema(dist, unless_current=True)
+        dist_schema.ensure_schema(dist)
         with dist.transaction():
-            found = distdb.drop_custom_script(dist, publication, article)
+            found = dist_publications.drop_custom_script(dist, publication, article)
     if not found:
         raise TopologyError(f"article {article!r} of publication {publication!r} has no registered script")
     return {"publication": publication, "article": article, "dropped": True}

@@ -18,7 +18,7 @@ from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import Publication, Topology
 from airflow_repl.engine.postgres import catalog, connections, raw_sql
 from airflow_repl.engine.provisioning import updating_setup
-from airflow_repl.engine.state import distdb, publisher_state
+from airflow_repl.engine.state import dist_publications, dist_schema, dist_subscriptions, publisher_state
 
 log = logging.getLogger(__name__)
 
@@ -240,8 +240,8 @@ def apply_topology(topology: Topology, publications: list[str] | None = None) ->
     check_reachable(topology)
     names = publications or list(topology.publications)
     with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
-        distdb.check_encoding(dist)  # before the publisher is changed
-        updating_setup.refuse_turning_off(topology, distdb.recorded_updating_options(dist, names))
+        dist_schema.check_encoding(dist)  # before the publisher is changed
+        updating_setup.refuse_turning_off(topology, dist_publications.recorded_updating_options(dist, names))
         dist.rollback()
     with connections.connect(topology.publisher.require("publisher"), "publisher") as pub_conn:
         dbname = pub_conn.info.dbname
@@ -250,7 +250,7 @@ def apply_topology(topology: Topology, publications: list[str] | None = None) ->
         pub_conn.rollback()
         resolved = _prepare_publications(pub_conn, topology, names)
     with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
-        distdb.ensure_schema(dist)
+        dist_schema.ensure_schema(dist)
         with dist.transaction():
             for name in names:
                 _save_publication(dist, topology, name, dbname, resolved[name])
@@ -293,7 +293,7 @@ def _save_publication(
 ) -> None:
     """The publication, its options, articles and subscriptions in the distribution database."""
     publication = topology.publication(name)
-    distdb.save_publication(
+    dist_publications.save_publication(
         dist,
         name,
         naming.pg_publication(name),
@@ -302,8 +302,8 @@ def _save_publication(
         updating_setup.updating_options(publication),
     )
     for sub in topology.subscriptions_of(name):
-        distdb.save_subscription(dist, name, sub.subscriber, sub.options(), str(sub.update_mode))
-        if sub.paused is not None and distdb.set_paused(dist, name, sub.subscriber, sub.paused):
+        dist_subscriptions.save_subscription(dist, name, sub.subscriber, sub.options(), str(sub.update_mode))
+        if sub.paused is not None and dist_subscriptions.set_paused(dist, name, sub.subscriber, sub.paused):
             log.info("subscription %r/%r %s (topology key paused)", name, sub.subscriber, _PAUSED[sub.paused])
 
 

@@ -39,7 +39,16 @@ from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.propagation import OPERATIONS
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import advisory_locks, connections, slots
-from airflow_repl.engine.state import distdb, publisher_state, subscriber_immediate, subscriber_state
+from airflow_repl.engine.state import (
+    dist_drops,
+    dist_history,
+    dist_publications,
+    dist_schema,
+    dist_subscriptions,
+    publisher_state,
+    subscriber_immediate,
+    subscriber_state,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,14 +84,14 @@ class _Drop:
     def check_deployed(self) -> None:
         """The publication is recorded in the distribution database (one line naming it if not);
         the distribution schema is brought to this version (its ``drops`` table)."""
-        if not distdb.publication_deployed(self.dist, self.publication):
+        if not dist_publications.publication_deployed(self.dist, self.publication):
             self.dist.rollback()
             raise ReplError(
                 f"publication {self.publication!r} does not exist in the distribution database: nothing to drop "
                 f"(check the name and the topology file's distributor)"
             )
         self.dist.rollback()
-        distdb.ensure_schema(self.dist, unless_current=True)
+        dist_schema.ensure_schema(self.dist)
 
     def subscriber_conninfo(self, subscriber: str) -> str:
         if subscriber not in self.topology.subscribers:
@@ -108,8 +117,8 @@ class _Drop:
     # ------------------------------------------------------------------ record
     def begin(self, subscriber: str | None = None) -> None:
         """The drop's history row, then its record in ``airflow_repl.drops`` (committed)."""
-        self.run_id = distdb.start_run(self.dist, "drop", self.publication, subscriber)
-        again = not distdb.begin_drop(self.dist, self.publication, self.kind, self.name)
+        self.run_id = dist_history.start_run(self.dist, "drop", self.publication, subscriber)
+        again = not dist_drops.begin_drop(self.dist, self.publication, self.kind, self.name)
         self.dist.commit()
         if again:
             log.info("finishing the drop of %s %r of publication %r", self.kind, self.name, self.publication)
@@ -118,7 +127,7 @@ class _Drop:
         summary = {"dropped": self.kind, "name": self.name, "publication": self.publication, **summary}
         summary["seconds"] = round(time.monotonic() - self.started, 3)
         if self.run_id is not None:
-            distdb.finish_run(
+            dist_history.finish_run(
                 self.dist, self.run_id, "succeeded", message=f"dropped {self.kind} {self.name!r}", details=summary
             )
         log.info("dropped %s %r of publication %r", self.kind, self.name, self.publication)
@@ -129,8 +138,8 @@ class _Drop:
         try:
             self.dist.rollback()
             assert self.run_id is not None
-            distdb.finish_run(self.dist, self.run_id, "failed", message=message)
-            distdb.record_error(
+            dist_history.finish_run(self.dist, self.run_id, "failed", message=message)
+            dist_history.record_error(
                 self.dist,
                 run_id=self.run_id,
                 agent="drop",
@@ -162,7 +171,7 @@ def drop_article(topology: Topology, publication: str, article: str) -> dict[str
     with _Drop(topology, publication, "article", article) as drop:
         drop.check_deployed()
         dist = drop.dist
-        names = distdb.article_names(dist, publication)
+        names = dist_publications.article_names(dist, publication)
         if article not in names:
             raise ReplError(
                 f"article {article!r} does not exist in publication {publication!r} (its articles: "
@@ -173,10 +182,10 @@ def drop_article(topology: Topology, publication: str, article: str) -> dict[str
                 f"article {article!r} is the only article of publication {publication!r}: drop the publication "
                 f"instead (airflow-repl drop publication -p {publication})"
             )
-        before = distdb.load_articles(dist, publication)
+        before = dist_publications.load_articles(dist, publication)
         after = [a for a in before if a.name != article]
         art = next(a for a in before if a.name == article)
-        subs = distdb.deployed_subscriptions(dist, publication)
+        subs = dist_subscriptions.deployed_subscriptions(dist, publication)
         dist.rollback()
         conninfos = {s.subscriber: drop.subscriber_conninfo(s.subscriber) for s in subs}
         drop.lock_distributor()
@@ -188,11 +197,11 @@ def drop_article(topology: Topology, publication: str, article: str) -> dict[str
         positions: dict[str, str | None] = {}
         for name, sub in drop.subs.items():
             positions[name] = _drop_article_at(sub, dist, publication, art, before, after)
-        discarded = distdb.forget_article(dist, publication, article)
+        discarded = dist_drops.forget_article(dist, publication, article)
         for s in subs:
             new = _rehash(dist, publication, s.articles_hash, positions.get(s.subscriber), before, after)
             if new is not None:
-                distdb.set_subscription_articles_hash(dist, publication, s.subscriber, new)
+                dist_subscriptions.set_subscription_articles_hash(dist, publication, s.subscriber, new)
         dist.commit()
         return drop.succeed(
             {"unpublished_tables": unpublished, "subscribers": sorted(drop.subs), "discarded_commands": discarded}
@@ -271,9 +280,11 @@ def _rehash(
     """The hash of the article definitions a subscription has once the article is dropped, when
     ``stored`` is the hash of those it has now (at ``position``); None to leave it (no hash kept,
     already rewritten by an earlier run, or a subscription that must be reinitialized anyway)."""
-    if stored is None or stored != definition_hash(distdb.definitions_at(dist, publication, position, before)):
+    if stored is None or stored != definition_hash(
+        dist_publications.definitions_at(dist, publication, position, before)
+    ):
         return None
-    return definition_hash(distdb.definitions_at(dist, publication, position, after))
+    return definition_hash(dist_publications.definitions_at(dist, publication, position, after))
 
 
 # ---------------------------------------------------------------------- subscription
@@ -293,14 +304,14 @@ def drop_subscription(topology: Topology, publication: str, subscriber: str) -> 
 
 def _drop_subscription(drop: _Drop, topology: Topology, publication: str, subscriber: str) -> dict[str, Any]:
     dist = drop.dist
-    known = {s.subscriber for s in distdb.deployed_subscriptions(dist, publication)}
+    known = {s.subscriber for s in dist_subscriptions.deployed_subscriptions(dist, publication)}
     if subscriber not in known:
         raise ReplError(
             f"subscriber {subscriber!r} has no subscription to publication {publication!r} (its subscribers: "
             f"{', '.join(repr(n) for n in sorted(known)) or 'none'}): nothing to drop"
         )
-    articles = distdb.load_articles(dist, publication)
-    others = [p for p in distdb.subscriber_publications(dist, subscriber) if p != publication]
+    articles = dist_publications.load_articles(dist, publication)
+    others = [p for p in dist_subscriptions.subscriber_publications(dist, subscriber) if p != publication]
     dist.rollback()
     conninfo = drop.subscriber_conninfo(subscriber)
     pub_conninfo = topology.publisher.require("publisher")
@@ -320,7 +331,7 @@ def _drop_subscription(drop: _Drop, topology: Topology, publication: str, subscr
         with pub.transaction():
             taken = publisher_state.forget_subscriber(pub, publication, subscriber)
         origin = not others and publisher_state.drop_origin(pub, naming.queue_origin(subscriber))
-    distdb.forget_subscription(dist, publication, subscriber)
+    dist_drops.forget_subscription(dist, publication, subscriber)
     dist.commit()
     return {
         "subscriber": subscriber,
@@ -361,7 +372,7 @@ def drop_publication(topology: Topology, publication: str, *, with_subscriptions
     with _Drop(topology, publication, "publication", publication) as drop:
         drop.check_deployed()
         dist = drop.dist
-        subscriptions = [s.subscriber for s in distdb.deployed_subscriptions(dist, publication)]
+        subscriptions = [s.subscriber for s in dist_subscriptions.deployed_subscriptions(dist, publication)]
         dist.rollback()
         if subscriptions and not with_subscriptions:
             raise ReplError(
@@ -376,7 +387,7 @@ def drop_publication(topology: Topology, publication: str, *, with_subscriptions
     with _Drop(topology, publication, "publication", publication) as drop:
         drop.check_deployed()
         dist = drop.dist
-        slot = distdb.slot_name(dist, publication)
+        slot = dist_publications.slot_name(dist, publication)
         dist.rollback()
         drop.lock_distributor()
         drop.begin()
@@ -394,7 +405,7 @@ def drop_publication(topology: Topology, publication: str, *, with_subscriptions
                     f"the replication slot {slot!r} of publication {publication!r} is in use by another session (a Log "
                     f"Reader Agent outside this distributor's locks?): stop it, then run the drop again"
                 ) from None
-        deleted = distdb.forget_publication(dist, publication)
+        deleted = dist_drops.forget_publication(dist, publication)
         dist.commit()
         return drop.succeed(
             {

@@ -30,7 +30,7 @@ from typing import Any
 from airflow_repl.engine.errors import NotInitialized, TopologyError
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import connections
-from airflow_repl.engine.state import distdb
+from airflow_repl.engine.state import dist_schema, dist_subscriptions
 
 log = logging.getLogger(__name__)
 
@@ -79,13 +79,13 @@ def _require(topology: Topology, publication: str, subscriber: str) -> None:
 def _set(topology: Topology, publication: str, subscriber: str, paused: bool) -> dict[str, Any]:
     _require(topology, publication, subscriber)
     with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
-        distdb.ensure_schema(dist, unless_current=True)
-        if distdb.subscription_paused(dist, publication, subscriber) is None:
+        dist_schema.ensure_schema(dist)
+        if dist_subscriptions.subscription_paused(dist, publication, subscriber) is None:
             raise NotInitialized(
                 f"the distribution database does not record the subscription of subscriber {subscriber!r} to "
                 f"publication {publication!r}: run 'airflow-repl apply' with the topology first"
             )
-        changed = distdb.set_paused(dist, publication, subscriber, paused)
+        changed = dist_subscriptions.set_paused(dist, publication, subscriber, paused)
         dist.commit()
     name = f"the subscription of subscriber {subscriber!r} to publication {publication!r}"
     if paused:

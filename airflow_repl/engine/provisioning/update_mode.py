@@ -32,7 +32,7 @@ from airflow_repl.engine.errors import NotInitialized, ReplError, TopologyError
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.model.updating import UpdateMode
 from airflow_repl.engine.postgres import connections, trigger_switching
-from airflow_repl.engine.state import distdb, subscriber_queue
+from airflow_repl.engine.state import dist_history, dist_publications, dist_schema, dist_subscriptions, subscriber_queue
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +55,13 @@ def set_update_mode(topology: Topology, publication: str, subscriber: str, mode:
             f"updating: set update_mode 'failover' or 'queued failover' in the topology and apply it"
         )
     with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
-        distdb.ensure_schema(dist, unless_current=True)
+        dist_schema.ensure_schema(dist)
         current = _recorded_mode(dist, publication, subscriber)
         if current is not target:
             if target is UpdateMode.FAILOVER:
                 _check_queue_drained(dist, topology, publication, subscriber)
             _switch_triggers(dist, topology, publication, subscriber, immediate=target is UpdateMode.FAILOVER)
-            distdb.set_update_mode(dist, publication, subscriber, str(target))
+            dist_subscriptions.set_update_mode(dist, publication, subscriber, str(target))
             dist.commit()
             log.info("subscription %s/%s: update mode %s -> %s", publication, subscriber, current, target)
     return {
@@ -82,8 +82,8 @@ def _target(mode: str) -> UpdateMode:
 
 def _recorded_mode(dist: psycopg.Connection[Any], publication: str, subscriber: str) -> UpdateMode:
     """The subscription's current mode as recorded by ``apply`` or the last switch."""
-    state = distdb.subscription_updating(dist, publication, subscriber)
-    if state is None or state.update_mode not in distdb.FAILOVER_MODES:
+    state = dist_subscriptions.subscription_updating(dist, publication, subscriber)
+    if state is None or state.update_mode not in dist_subscriptions.FAILOVER_MODES:
         raise NotInitialized(
             f"the distribution database does not record subscription of {subscriber!r} to publication "
             f"{publication!r} as a failover subscription: run 'airflow-repl apply' with the topology first"
@@ -93,13 +93,13 @@ def _recorded_mode(dist: psycopg.Connection[Any], publication: str, subscriber: 
 
 def _check_queue_drained(dist: psycopg.Connection[Any], topology: Topology, publication: str, subscriber: str) -> None:
     """queued -> immediate: initialized, the Queue Reader has run since, and nothing is queued."""
-    state = distdb.subscription_updating(dist, publication, subscriber)
+    state = dist_subscriptions.subscription_updating(dist, publication, subscriber)
     if state is None or state.status != "active" or state.initialized_at is None:
         raise NotInitialized(
             f"subscription of {subscriber!r} to publication {publication!r} is not initialized: run the Snapshot "
             f"Agent for it, then the Queue Reader Agent, before switching it to immediate updating"
         )
-    if not distdb.agent_succeeded_since(dist, QUEUE_READER, publication, subscriber, state.initialized_at):
+    if not dist_history.agent_succeeded_since(dist, QUEUE_READER, publication, subscriber, state.initialized_at):
         raise NotInitialized(
             f"the Queue Reader Agent has not run successfully for subscriber {subscriber!r} of publication "
             f"{publication!r} since it was initialized ({state.initialized_at:%Y-%m-%d %H:%M:%S %Z}): run "
@@ -122,7 +122,7 @@ def _switch_triggers(
 ) -> None:
     """Enable the triggers of the new mode and disable the others on every article table at the
     subscriber (one transaction, committed here); to immediate, the queue must still be empty."""
-    articles = distdb.load_articles(dist, publication)
+    articles = dist_publications.load_articles(dist, publication)
     dist.rollback()
     conninfo = topology.subscriber_conninfo(subscriber)
     on, off = (_IMMEDIATE, _QUEUE) if immediate else (_QUEUE, _IMMEDIATE)

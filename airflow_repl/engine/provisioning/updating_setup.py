@@ -27,7 +27,7 @@ from airflow_repl.engine.model.topology import Publication, Topology
 from airflow_repl.engine.model.updating import ROW_VERSION_COLUMN
 from airflow_repl.engine.postgres import catalog
 from airflow_repl.engine.postgres.quoting import qualified
-from airflow_repl.engine.state.distdb import UpdatingOptions
+from airflow_repl.engine.state.dist_publications import UpdatingOptions
 
 log = logging.getLogger(__name__)
 

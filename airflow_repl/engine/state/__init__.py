@@ -2,16 +2,23 @@
 ``airflow_repl`` schema at each subscriber (the watermark of the last applied transaction and
 the ledger of loaded snapshot files).
 
-Owns: ``distdb`` (the distribution database's schema and every statement on its tables but
-those of ``progress`` and ``retention``), ``subscriber_state`` (the subscriber's ``airflow_repl``
-schema and every statement on it, the queue of queued updating among them),
-``subscriber_queue`` (the questions ``set-update-mode`` asks about a queued subscriber's queue),
+Owns: the distribution database, by entity: ``dist_schema`` (its schema as versioned
+migrations, recorded in ``airflow_repl.schema_version``, and whether it is deployed),
+``dist_publications`` (publications, their articles and updating options, custom scripts,
+snapshots), ``dist_subscriptions`` (subscriptions: options, update mode, status, delivery),
+``dist_transactions`` (the replicated transactions and commands: the Log Reader's writes, the
+Distribution Agent's reads), ``dist_history`` (agent runs and their errors), ``dist_conflicts``
+(the conflicts of queued updating), ``dist_drops`` (drops under way, and each drop's last step
+at the distributor) and ``dist_encoding`` (their JSON, written and read);
+``subscriber_state`` (the subscriber's ``airflow_repl`` schema and every statement on it, the
+queue of queued updating among them) and ``subscriber_queue`` (the queue's counts) and
 ``publisher_state`` (the Queue Reader's ``queue_applied`` and replication origin at the
-publisher), ``subscriber_immediate`` (an immediate subscriber's publisher link and
+publisher) and ``subscriber_immediate`` (an immediate subscriber's publisher link and
 prepared-transaction record), ``progress`` (the statements on the tracer tokens' tables, whose
-DDL is distdb's, and how far each subscription is behind a position, its status at a glance,
-its backlog, and the recent runs and errors the report shows) and ``retention`` (what the
-cleanup agent may delete, and expiring subscriptions); one function per question an agent asks.
+DDL is ``dist_schema``'s, and how far each subscription is behind a position, its status at a
+glance, its backlog, and the recent runs and errors the report shows) and ``retention`` (what
+the cleanup agent may delete, and expiring subscriptions); one function per question an agent
+asks.
 
 May import: ``errors``, ``model``, ``postgres`` and ``articles``.
 """

@@ -1,6 +1,6 @@
 """Tracer tokens and delivery progress at the distribution database: the statements on
 ``airflow_repl.tracer_tokens`` and ``airflow_repl.tracer_history`` (their DDL is in
-:data:`~airflow_repl.engine.state.distdb.DISTRIBUTION_DDL`), and the questions the quiescing
+:data:`~airflow_repl.engine.state.dist_schema.MIGRATIONS`), and the questions the quiescing
 checks ask about how far each subscription is behind a position.
 
 A tracer token (SQL Server's MStracer_tokens / MStracer_history) is a row of

@@ -1,7 +1,7 @@
 """Retention in the distribution database: which stored transactions every subscription still
 needs, expiring subscriptions idle past the maximum retention, and deleting what no
 subscription needs (SQL Server's distribution clean-up).  The tables are
-:mod:`~airflow_repl.engine.state.distdb`'s (``cleanup_state`` is in its DDL).
+:mod:`~airflow_repl.engine.state.dist_schema`'s (``cleanup_state`` is in its migrations).
 
 What a subscription *holds* (needs kept), by status:
 

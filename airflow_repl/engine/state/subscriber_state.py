@@ -15,8 +15,8 @@ under ``session_replication_role = replica`` (the Distribution Agent's, the snap
 the Queue Reader's compensating writes), so only the subscriber's own changes are queued.
 
 Owns: the subscriber's ``airflow_repl`` schema (:data:`SUBSCRIBER_DDL`) and one function per
-question an agent asks of these tables; the distribution database's are in
-:mod:`~airflow_repl.engine.state.distdb`.
+question an agent asks of these tables; the distribution database's are in the ``dist_*``
+modules of :mod:`~airflow_repl.engine.state`.
 """
 
 from __future__ import annotations

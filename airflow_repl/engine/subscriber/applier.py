@@ -28,7 +28,7 @@ from airflow_repl.engine.articles.commands import DELETE, INSERT, SCHEMA, TRUNCA
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import DeliveryError
 from airflow_repl.engine.postgres import raw_sql
-from airflow_repl.engine.state.distdb import CommandRow
+from airflow_repl.engine.state.dist_transactions import CommandRow
 from airflow_repl.engine.subscriber import conflicts, schema_changes, statements
 
 #: A pipeline is synchronised every so many commands, so that the server's replies (and a

@@ -47,7 +47,7 @@ class FailedCommand:
 @dataclass(frozen=True)
 class Skipped:
     """A transaction skipped for a skippable error; the fields are those of its row in
-    ``airflow_repl.errors`` (:func:`~airflow_repl.engine.state.distdb.record_error`)."""
+    ``airflow_repl.errors`` (:func:`~airflow_repl.engine.state.dist_history.record_error`)."""
 
     xact_seqno: str
     command_id: int

@@ -46,7 +46,7 @@ from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import NotInitialized, ReplError
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import catalog, connections, raw_sql
-from airflow_repl.engine.state import distdb
+from airflow_repl.engine.state import dist_publications
 
 #: Ranges of the key-hash space per article (a power of two is not required).
 RANGES = 1024
@@ -315,7 +315,7 @@ def validate(
         )
     if articles is None:
         with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
-            articles = distdb.load_articles(dist, publication)
+            articles = dist_publications.load_articles(dist, publication)
     pub_ci = topology.publisher.require("publisher")
     subs = {name: topology.subscriber_conninfo(name) for name in subscribers}
     sides = [("", pub_ci), *subs.items()]

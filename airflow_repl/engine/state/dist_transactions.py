@@ -1,0 +1,261 @@
+"""The replicated transactions and their commands in the distribution database: the Log
+Reader's writes (COPY lines, the staged INSERTs of a run of key updates, its read position) and
+the Distribution Agent's reads (the next transactions after a watermark and their commands, in
+commit order)."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from airflow_repl.engine.postgres import lsn
+from airflow_repl.engine.postgres.copy_escaping import copy_field
+from airflow_repl.engine.state.dist_encoding import CommandLoader, JsonLoader, dumps, dumps_bytes, read_json_with
+
+#: A row written to ``airflow_repl.commands`` by the Log Reader, as one line of COPY's text
+#: format (:func:`command_line`): publication, xact_seqno, command_id, article, op, data (JSON).
+NewCommandRow = bytes
+
+
+#: A row of ``airflow_repl.transactions`` written by the Log Reader, as one line of COPY's text
+#: format (:func:`transaction_line`): publication, xact_seqno, xid, commit_time, end_lsn,
+#: command_count, article_rows (JSON), origin (the replication origin it came from, or NULL),
+#: schema_change (it holds a schema-change command).
+TransactionRow = bytes
+
+
+#: A staged INSERT of the Log Reader: seq, article, op, data (JSON text).
+StagedRow = tuple[int, str, str, str]
+
+
+def command_line(prefix: bytes, command_id: int, article: bytes, op: bytes, data: bytes) -> bytes:
+    """One row of ``airflow_repl.commands`` as a line of COPY's text format: ``prefix`` is the
+    publication's and the xact_seqno's fields with their tabs (:func:`copy_field`), ``article``
+    a COPY field, ``data`` compact JSON (:func:`dumps_bytes`: its only backslashes are escapes,
+    doubled here; it holds no newline, carriage return or tab)."""
+    return b"%b%d\t%b\t%b\t%b\n" % (prefix, command_id, article, op, data.replace(b"\\", b"\\\\"))
+
+
+#: The Log Reader's staging table of the INSERTs of a long run of key updates (see
+#: ``log_reader_agent._TxnWriter``): temporary, emptied at each commit.
+_STAGED = "airflow_repl_staged"
+
+
+def last_read_lsn(conn: psycopg.Connection[Any], publication: str) -> int:
+    """The commit LSN of the last transaction the Log Reader stored, as a number (0: none)."""
+    row = conn.execute(
+        "SELECT read_xact_seqno::text FROM airflow_repl.logreader_state WHERE publication = %s", (publication,)
+    ).fetchone()
+    return lsn.lsn_to_int(row[0]) if row is not None and row[0] else 0
+
+
+def transaction_stored(conn: psycopg.Connection[Any], publication: str, xact_seqno: str) -> bool:
+    """Is the transaction that commits at ``xact_seqno`` stored already?"""
+    row = conn.execute(
+        "SELECT 1 FROM airflow_repl.transactions WHERE publication = %s AND xact_seqno = %s",
+        (publication, xact_seqno),
+    ).fetchone()
+    return row is not None
+
+
+class CommandCopy:
+    """One COPY of command rows (publication, xact_seqno, command_id, article, op, data), each a
+    line of COPY's text format (:func:`command_line`), kept open while the lines come: the server
+    stores what it has received while the caller makes the next lines.  End it (:meth:`end`)
+    before the connection runs anything else; :meth:`abort` ends it with an error (nothing of it
+    is stored)."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._stack = ExitStack()
+        cur = self._stack.enter_context(conn.cursor())
+        self._copy = self._stack.enter_context(
+            cur.copy("COPY airflow_repl.commands (publication, xact_seqno, command_id, article, op, data) FROM STDIN")
+        )
+
+    def write(self, lines: bytes) -> None:
+        self._copy.write(lines)
+
+    def end(self) -> None:
+        """Send the end of the data and wait until the server has stored it all."""
+        self._stack.close()
+
+    def abort(self, error: BaseException) -> None:
+        """End the COPY with ``error`` (the server discards it); a failure to do so is not raised
+        over the error that ends the run."""
+        try:
+            self._stack.__exit__(type(error), error, error.__traceback__)
+        except Exception:
+            pass
+
+
+def copy_transactions(conn: psycopg.Connection[Any], lines: list[TransactionRow]) -> None:
+    """COPY transaction rows (:func:`transaction_line`); their commands first, in the same
+    distributor transaction."""
+    if lines:
+        with (
+            conn.cursor() as cur,
+            cur.copy(
+                "COPY airflow_repl.transactions (publication, xact_seqno, xid, commit_time, end_lsn, command_count, "
+                "article_rows, origin, schema_change) FROM STDIN"
+            ) as copy,
+        ):
+            copy.write(b"".join(lines))
+
+
+def transaction_line(
+    publication: bytes,
+    xact_seqno: str,
+    xid: int,
+    commit_time: datetime,
+    end_lsn: str,
+    command_count: int,
+    article_rows: dict[str, int],
+    origin: str | None,
+    schema_change: bool,
+) -> TransactionRow:
+    """One row of ``airflow_repl.transactions`` as a line of COPY's text format: ``publication``
+    a COPY field (:func:`copy_field`), the positions pg_lsn text (nothing to escape), the commit
+    time ISO 8601 text with its offset, the article rows compact JSON (:func:`dumps_bytes`: its
+    only backslashes are escapes, doubled here; it holds no newline, carriage return or tab)."""
+    return b"%b\t%b\t%d\t%b\t%b\t%d\t%b\t%b\t%b\n" % (
+        publication,
+        xact_seqno.encode(),
+        xid,
+        commit_time.isoformat().encode(),
+        end_lsn.encode(),
+        command_count,
+        dumps_bytes(article_rows).replace(b"\\", b"\\\\"),
+        copy_field(origin),
+        b"t" if schema_change else b"f",
+    )
+
+
+def stage_inserts(conn: psycopg.Connection[Any], rows: list[StagedRow], first: bool) -> None:
+    """COPY (seq, article, op, data) rows into the staging table (created by the ``first``
+    call of a transaction)."""
+    if first:
+        conn.execute(
+            f"CREATE TEMP TABLE IF NOT EXISTS {_STAGED} "
+            "(seq bigint, article text, op text, data jsonb) ON COMMIT DELETE ROWS"
+        )
+    with conn.cursor() as cur, cur.copy(f"COPY {_STAGED} (seq, article, op, data) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
+
+
+def unstage_insert(conn: psycopg.Connection[Any], image: list[Any]) -> bool:
+    """Drop the last staged INSERT whose after image is ``image``; False when there is none."""
+    cur = conn.execute(
+        f"DELETE FROM {_STAGED} WHERE seq = (SELECT max(seq) FROM {_STAGED} WHERE data -> 'n' = %s::jsonb)",
+        (dumps(image),),
+    )
+    return cur.rowcount > 0
+
+
+def store_staged(conn: psycopg.Connection[Any], publication: str, xact_seqno: str | None, after: int) -> int:
+    """Move the staged INSERTs, in staging order, into the transaction's commands, numbered
+    from ``after`` + 1; returns how many."""
+    cur = conn.execute(
+        "INSERT INTO airflow_repl.commands (publication, xact_seqno, command_id, article, op, data) "
+        f"SELECT %s, %s, %s + row_number() OVER (ORDER BY seq), article, op, data FROM {_STAGED}",
+        (publication, xact_seqno, after),
+    )
+    conn.execute(f"TRUNCATE {_STAGED}")
+    return cur.rowcount
+
+
+def save_read_position(conn: psycopg.Connection[Any], publication: str, xact_seqno: str, end_lsn: str) -> None:
+    """The Log Reader stored every transaction up to ``xact_seqno`` (committed by the caller,
+    with them)."""
+    conn.execute(
+        "INSERT INTO airflow_repl.logreader_state (publication, read_xact_seqno, read_end_lsn) "
+        "VALUES (%s, %s, %s) ON CONFLICT (publication) DO UPDATE SET "
+        "read_xact_seqno = excluded.read_xact_seqno, read_end_lsn = excluded.read_end_lsn, "
+        "updated_at = now()",
+        (publication, xact_seqno, end_lsn),
+    )
+
+
+#: SQL: the next transactions after a watermark.  Orders and compares the pg_lsn column of the
+#: table (qualified: a bare ``xact_seqno`` would bind to the text output column and sort as
+#: text), so the primary key's index returns them in order, with no sort of the backlog.
+BATCH_QUERY = (
+    "SELECT t.xact_seqno::text AS xact, t.command_count, t.article_rows, t.commit_time, t.origin, t.schema_change "
+    "FROM airflow_repl.transactions AS t "
+    "WHERE t.publication = %s AND t.xact_seqno > %s::pg_lsn ORDER BY t.xact_seqno LIMIT %s"
+)
+
+
+#: SQL: the commands of the transactions first..last, in commit order.
+COMMANDS_QUERY = (
+    "SELECT c.xact_seqno::text AS xact, c.command_id, c.article, c.op, c.data "
+    "FROM airflow_repl.commands AS c "
+    "WHERE c.publication = %s AND c.xact_seqno BETWEEN %s::pg_lsn AND %s::pg_lsn "
+    "ORDER BY c.xact_seqno, c.command_id"
+)
+
+
+#: A stored command as the Distribution Agent reads it: (xact_seqno, command_id, article, op, data).
+CommandRow = tuple[str, int, str, str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class PendingTransaction:
+    """A replicated transaction waiting for delivery (a row of ``airflow_repl.transactions``)."""
+
+    xact: str  # its xact_seqno, as text
+    command_count: int
+    article_rows: dict[str, int]  # article -> rows the transaction changed
+    commit_time: datetime
+    origin: str | None = None  # the replication origin it came from (a Queue Reader's), if any
+    schema_change: bool = False  # it holds a schema-change command
+
+
+def pending_transactions(
+    conn: psycopg.Connection, publication: str, after: str, limit: int
+) -> list[PendingTransaction]:
+    """Up to ``limit`` transactions of the publication after xact_seqno ``after``, in commit
+    (LSN) order (:data:`BATCH_QUERY`)."""
+    with conn.cursor() as cur:
+        read_json_with(cur, JsonLoader)
+        rows = cur.execute(BATCH_QUERY, (publication, after, limit)).fetchall()
+    return [
+        PendingTransaction(xact, count, article_rows or {}, commit_time, origin, bool(ddl))
+        for xact, count, article_rows, commit_time, origin, ddl in rows
+    ]
+
+
+def batch_commands(
+    conn: psycopg.Connection, publication: str, first: str, last: str
+) -> Generator[CommandRow, None, None]:
+    """The commands of the transactions ``first``..``last`` in commit order, read through a
+    server-side cursor as they are consumed (:data:`COMMANDS_QUERY`); close the generator to
+    close the cursor early."""
+    with conn.cursor(name="airflow_repl_cmds") as cur:
+        read_json_with(cur, CommandLoader)
+        cur.itersize = 2000
+        cur.execute(COMMANDS_QUERY, (publication, first, last))
+        yield from cur
+
+
+def batch_commands_list(conn: psycopg.Connection, publication: str, first: str, last: str) -> list[CommandRow]:
+    """The commands of :func:`batch_commands`, read in one round trip (a caller that holds the
+    whole batch in memory anyway)."""
+    with conn.cursor() as cur:
+        read_json_with(cur, CommandLoader)
+        return cur.execute(COMMANDS_QUERY, (publication, first, last)).fetchall()
+
+
+def origin_positions(conn: psycopg.Connection, publication: str, origin: str, xids: list[int]) -> dict[int, str]:
+    """xid -> xact_seqno of the stored transactions of replication origin ``origin`` with those ids."""
+    rows = conn.execute(
+        "SELECT xid, xact_seqno::text FROM airflow_repl.transactions WHERE publication = %s AND origin = %s "
+        "AND xid = ANY(%s)",
+        (publication, origin, xids),
+    ).fetchall()
+    return {int(x): str(s) for x, s in rows}
