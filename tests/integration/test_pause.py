@@ -299,6 +299,15 @@ def test_a_paused_subscription_expires_by_the_same_rule_status_warns_first_and_r
 def test_pausing_during_a_delivery_stops_it_between_batches_and_resume_delivers_the_rest_once(env, spark):
     topo = setup_items(env, spark, ROWS)
     count_applied_rows(env)
+    # each applied row takes 10 ms more at the subscriber, so that the 400 transactions take 4 s
+    # at least and the pause always comes while they are delivered, however busy the machine
+    env.run(
+        env.sub,
+        """CREATE FUNCTION slow_apply() RETURNS trigger LANGUAGE plpgsql AS
+               $$BEGIN PERFORM pg_sleep(0.01); RETURN NULL; END$$;
+           CREATE TRIGGER slow_apply AFTER UPDATE ON items FOR EACH ROW EXECUTE FUNCTION slow_apply();
+           ALTER TABLE items ENABLE ALWAYS TRIGGER slow_apply;""",
+    )
     with psycopg.connect(env.pub, autocommit=True) as conn:
         for i in range(400):  # 400 transactions of one row each
             conn.execute("UPDATE items SET v = %s WHERE id = %s", (f"w{i}", i % ROWS + 1))
