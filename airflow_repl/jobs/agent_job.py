@@ -39,7 +39,13 @@ from airflow_repl.engine.agents import (
     log_reader_agent,
     queue_reader_agent,
 )
-from airflow_repl.engine.errors import INTERNAL_EXIT_CODE, DifferencesFound, ReplError
+from airflow_repl.engine.errors import (
+    INTERNAL_EXIT_CODE,
+    DifferencesFound,
+    ReplError,
+    SubscribersFailed,
+    failure_line,
+)
 from airflow_repl.engine.model.topology import Topology, from_dict
 from airflow_repl.engine.postgres import connections
 from airflow_repl.engine.subscriber import validation
@@ -113,7 +119,7 @@ def _logreader(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any]
 
 def _distribution(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any], SparkSession | None]:
     """Every named subscription (all by default); several are delivered in parallel, one Spark
-    task each."""
+    task each, each to its own end (see :func:`_each_on_its_own`)."""
     topo, publication = req.topology, req.publication
     names = req.subscribers or [s.subscriber for s in topo.subscriptions_of(publication)]
     for name in names:
@@ -122,11 +128,7 @@ def _distribution(req: Request, spark: SparkSession | None) -> tuple[dict[str, A
         results = [_deliver(topo, publication, n, req.until, req.continuous) for n in names]
     else:
         spark, results = _deliver_in_parallel(req, names, spark)
-    return {
-        "subscriptions": results,
-        "transactions": sum(r["transactions"] for r in results),
-        "commands": sum(r["commands"] for r in results),
-    }, spark
+    return _per_subscriber(results, ("transactions", "commands"), spark), spark
 
 
 def _deliver(
@@ -140,8 +142,8 @@ def _deliver_one(
     spec: dict[str, Any], publication: str, subscriber: str, until: str | None, continuous: dict[str, Any] | None
 ) -> dict[str, Any]:
     """Executor side: one subscription's delivery (several run in parallel as Spark tasks),
-    with the executor that ran it."""
-    return {**_deliver(from_dict(spec), publication, subscriber, until, continuous), "executor": executor_id()}
+    with the executor that ran it; its failure is its outcome."""
+    return _on_its_own(subscriber, lambda: _deliver(from_dict(spec), publication, subscriber, until, continuous))
 
 
 def _deliver_in_parallel(
@@ -158,7 +160,7 @@ def _deliver_in_parallel(
 
 def _queuereader(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any], SparkSession | None]:
     """Every named subscription (by default the publication's queued updating ones); several
-    subscribers' queues are read in parallel, one Spark task each."""
+    subscribers' queues are read in parallel, one Spark task each, each to its own end."""
     topo, publication = req.topology, req.publication
     names = req.subscribers or [s.subscriber for s in topo.subscriptions_of(publication) if s.update_mode.queued]
     for name in names:
@@ -167,12 +169,7 @@ def _queuereader(req: Request, spark: SparkSession | None) -> tuple[dict[str, An
         results = [_read_queue(topo, publication, n, req.continuous) for n in names]
     else:
         spark, results = _read_queues_in_parallel(req, names, spark)
-    return {
-        "subscriptions": results,
-        "transactions": sum(r["transactions"] for r in results),
-        "commands": sum(r["commands"] for r in results),
-        "conflicts": sum(r["conflicts"] for r in results),
-    }, spark
+    return _per_subscriber(results, ("transactions", "commands", "conflicts"), spark), spark
 
 
 def _read_queue(topo: Topology, publication: str, subscriber: str, continuous: dict[str, Any] | None) -> dict[str, Any]:
@@ -184,8 +181,8 @@ def _read_queue_one(
     spec: dict[str, Any], publication: str, subscriber: str, continuous: dict[str, Any] | None
 ) -> dict[str, Any]:
     """Executor side: one subscriber's queue (several run in parallel as Spark tasks), with the
-    executor that ran it."""
-    return {**_read_queue(from_dict(spec), publication, subscriber, continuous), "executor": executor_id()}
+    executor that ran it; its failure is its outcome."""
+    return _on_its_own(subscriber, lambda: _read_queue(from_dict(spec), publication, subscriber, continuous))
 
 
 def _read_queues_in_parallel(
@@ -199,6 +196,33 @@ def _read_queues_in_parallel(
         spark, continuous, f"reading of the queues of publication {publication!r} at", names, "Queue Reader"
     )
     return spark, _map_on_spark(spark, lambda n: _read_queue_one(spec, publication, n, continuous), names)
+
+
+def _on_its_own(subscriber: str, work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Executor side: one subscriber's work, whose failure is returned as its outcome
+    (:func:`failure`: class, exit code, one-line message) instead of raised.  A task that raises
+    makes Spark retry it and then abort the job, cancelling the other subscribers' tasks midway
+    and printing the Python and Java stacks: each subscriber's work ends on its own instead (its
+    run, when it began, has recorded the failure in its history and error rows)."""
+    try:
+        return {**work(), "status": "succeeded", "executor": executor_id()}
+    except Exception as exc:
+        return {"subscriber": subscriber, **failure(exc), "executor": executor_id()}
+
+
+def _per_subscriber(
+    results: list[dict[str, Any]], counted: tuple[str, ...], spark: SparkSession | None
+) -> dict[str, Any]:
+    """The run's summary from each subscriber's (the counts add up the ones that succeeded);
+    :class:`SubscribersFailed`, carrying it, when any failed."""
+    done = [r for r in results if r.get("status") != "failed"]
+    summary = {"subscriptions": results, **{key: sum(r[key] for r in done) for key in counted}}
+    failures = [r for r in results if r.get("status") == "failed"]
+    if failures:
+        if spark is not None:
+            summary["spark_application_id"] = spark.sparkContext.applicationId
+        raise SubscribersFailed(summary, failures)
+    return summary
 
 
 def _refuse_too_few_slots(
@@ -247,8 +271,20 @@ def _validate(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any],
         active = session[0] = session[0] or spark_session(f"airflow-repl-validate-{publication}")
         return _map_on_spark(active, f, tasks) if tasks else []
 
-    report = validation.validate(topo, publication, names, on_spark, **(req.validation or {}))
-    return {"publication": publication, "match": validation.matches(report), "subscribers": report}, session[0]
+    failed: dict[str, ReplError] = {}  # with several subscribers, each one's failure is its own
+    collect = failed if len(names) > 1 else None
+    report = validation.validate(topo, publication, names, on_spark, **(req.validation or {}), failures=collect)
+    summary = {"publication": publication, "match": validation.matches(report) and not failed, "subscribers": report}
+    if failed:  # the ones that could not be validated, and the ones that differ: a line each
+        differing = [
+            {**failure(DifferencesFound(validation.differences_line(publication, {name: rows}))), "subscriber": name}
+            for name, rows in report.items()
+            if not validation.matches({name: rows})
+        ]
+        failures = [{"subscriber": name, **failure(exc)} for name, exc in failed.items()] + differing
+        summary["failures"] = failures
+        raise SubscribersFailed(summary, failures)
+    return summary, session[0]
 
 
 #: The agents, by the name the CLI, the operators and spark-submit use.  A new agent is one
@@ -295,13 +331,16 @@ def failure(exc: BaseException) -> dict[str, Any]:
     """The result-file outcome of a failed run (one line of message, no password)."""
     exc = lifecycle.as_engine_error(exc) if isinstance(exc, Exception) else exc
     if isinstance(exc, ReplError):
-        return {
+        outcome = {
             "status": "failed",
             "error_class": type(exc).__name__,
             "exit_code": exc.exit_code,
             "retryable": exc.retryable,
             "message": connections.redact(str(exc)),
         }
+        if isinstance(exc, SubscribersFailed):  # each failed subscriber's outcome, and the others' summaries
+            outcome |= {"failures": exc.failures, "summary": exc.summary}
+        return outcome
     detail = connections.redact(" ".join(str(exc).split())) or "no message"
     return {
         "status": "failed",
@@ -311,6 +350,13 @@ def failure(exc: BaseException) -> dict[str, Any]:
         "message": f"internal error ({type(exc).__name__}): {detail}; this is a bug, please report it",
         "traceback": connections.redact("".join(traceback.format_exception(exc))),
     }
+
+
+def error_lines(outcome: dict[str, Any]) -> list[str]:
+    """A failed outcome's lines: one per failed subscriber of a run over several, else its message."""
+    if outcome.get("failures"):
+        return [connections.redact(failure_line(f)) for f in outcome["failures"]]
+    return [outcome["message"]]
 
 
 def write_result(path: str, outcome: dict[str, Any]) -> None:
@@ -377,7 +423,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         outcome = failure(exc)
         code = outcome["exit_code"]
-        print(f"airflow-repl: error: {outcome['message']}", file=sys.stderr)
+        if not args.result:  # with a result file, the operator reports the failure, once
+            for line in error_lines(outcome):
+                print(f"airflow-repl: error: {line}", file=sys.stderr)
     if args.result:
         try:
             write_result(args.result, outcome)

@@ -483,8 +483,9 @@ def test_bad_runtime_input_is_one_line_and_changes_nothing(case: Case, env, spar
 
 
 def test_a_failure_inside_a_spark_task_is_the_agents_own_line(env2, spark, tmp_path, capsys):
-    """With several subscribers, deliveries run as Spark tasks: a subscription's failure comes
-    back wrapped in a Java exception, and is still reported as the agent's one line and exit code."""
+    """With several subscribers, deliveries run as Spark tasks: each subscription's failure comes
+    back as its outcome and is reported as the agent's one line, naming the subscriber, with its
+    exit code."""
     env2.run(env2.pub, "CREATE TABLE orders (id int PRIMARY KEY, v text)")
     doc = {
         "publisher": to_uri(env2.pub),
@@ -501,5 +502,11 @@ def test_a_failure_inside_a_spark_task_is_the_agents_own_line(env2, spark, tmp_p
     before = {name: database_state(ci) for name, ci in [("dist", env2.dist), *env2.subs.items()]}
     assert cli.main(["distribution", "-t", str(path)]) == 3
     out, err = capsys.readouterr()
-    assert_one_error_line(err, out, "has no snapshot of publication 'p'")
+    lines = [line for line in err.splitlines() if line.startswith("airflow-repl: error:")]
+    assert "Traceback" not in err + out
+    assert lines == [
+        f"airflow-repl: error: subscriber '{name}': subscriber '{name}' has no snapshot of publication 'p': run the "
+        "Snapshot Agent to initialize the subscription"
+        for name in env2.subs
+    ]
     assert {name: database_state(ci) for name, ci in [("dist", env2.dist), *env2.subs.items()]} == before

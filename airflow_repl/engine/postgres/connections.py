@@ -11,6 +11,7 @@ Connection strings carry passwords, so they are never logged: use :func:`describ
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +25,17 @@ from airflow_repl.engine.errors import ConnectionFailed, TopologyError
 from airflow_repl.engine.model.topology import Topology, is_uri
 
 Resolver = Callable[[str], str]
+
+
+def _echo_of_an_earlier_error(record: logging.LogRecord) -> bool:
+    """psycopg's warning that ending a pipeline failed after a statement in it had failed: the
+    statement's own error, which the caller reports, says it all (kept at DEBUG level)."""
+    return not record.getMessage().startswith("error ignored terminating") or logging.getLogger("psycopg").isEnabledFor(
+        logging.DEBUG
+    )
+
+
+logging.getLogger("psycopg").addFilter(_echo_of_an_earlier_error)
 
 
 #: libpq parameters the agents set themselves: an Airflow connection's extra may not set them.
