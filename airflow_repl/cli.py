@@ -502,7 +502,9 @@ def _add_updating_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
     p.add_argument("--subscriber", help="one subscriber (default: every immediate subscriber of the publication)")
     p.add_argument(
-        "--follow", action="store_true", help="keep resolving: at each subscriber commit, and every interval"
+        "--follow",
+        action="store_true",
+        help="keep resolving: at each subscriber commit, and every interval, until SIGTERM or Ctrl-C",
     )
     p.add_argument(
         "--interval", type=POSITIVE_FLOAT, default=60.0, help="seconds between two rounds with --follow (default 60)"

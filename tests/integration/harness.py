@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import psycopg
@@ -120,3 +123,44 @@ class Env:
 WAL_BOUNDARIES = ("0/10000000", "1/10000000", "10/0")
 #: A cluster of the wal_cluster fixture starts this far below its boundary.
 WAL_HEADROOM = 4 << 20
+
+
+def signal_and_time(proc: subprocess.Popen, signum: int, timeout: float = 60) -> tuple[float, str, str]:
+    """Send ``signum`` to ``proc`` and wait for it to end: (seconds from the signal to its end,
+    its standard output, its standard error)."""
+    sent = time.monotonic()
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=timeout)
+    return time.monotonic() - sent, out, err
+
+
+def wait_until(condition, timeout: float = 60, what: str = "the condition") -> None:
+    """Poll ``condition()`` until it holds (an assertion error naming ``what`` after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def signal_while_restarting(
+    proc: subprocess.Popen, sandbox: Sandbox, cluster: str, signum: int
+) -> tuple[float, str, str]:
+    """Restart ``cluster`` and, while it restarts, send ``signum`` to ``proc``: as
+    :func:`signal_and_time`."""
+    restart = threading.Thread(target=sandbox.restart_cluster, args=(cluster, "fast"))
+    restart.start()
+    try:
+        time.sleep(0.3)
+        assert proc.poll() is None, proc.communicate()
+        return signal_and_time(proc, signum)
+    finally:
+        restart.join()
+
+
+def lock_waits(conninfo: str) -> int:
+    """How many sessions of the database wait for a lock."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        ).fetchone()
+    return int(row[0]) if row else 0

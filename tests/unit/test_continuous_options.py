@@ -95,10 +95,13 @@ def test_an_idle_continuous_loop_wakes_when_its_stream_brings_work():
     stream), not after the whole poll interval; without work it sleeps the interval."""
 
     class Run:
-        label, dist, run_id, step = "Log Reader Agent", None, None, ""
+        label, dist, run_id, step, loop = "Log Reader Agent", None, None, "", None
 
         def where(self) -> str:
             return "publication 'p'"
+
+        def connections(self) -> list:
+            return []
 
     calls: list[float] = []
 
@@ -110,7 +113,7 @@ def test_an_idle_continuous_loop_wakes_when_its_stream_brings_work():
     started = time.monotonic()
     assert loop.idle(False, wake=wake)
     assert time.monotonic() - started < 5 and len(calls) == 3  # woken at the third look, not after 30 s
-    assert all(0 < s <= continuous._SLICE for s in calls)  # waits in slices: SIGTERM ends it promptly
+    assert all(0 < s <= continuous.SLICE for s in calls)  # waits in slices: SIGTERM ends it promptly
     quiet = continuous.Loop(continuous.Continuous(poll_interval=0.5, max_run_seconds=60), Run(), {})
     started = time.monotonic()
     assert quiet.idle(False, wake=lambda s: time.sleep(s) or False)

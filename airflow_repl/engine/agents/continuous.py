@@ -1,17 +1,22 @@
-"""Continuous mode: an agent's ordinary loop, repeated until a maximum run time or SIGTERM.
+"""Continuous mode: an agent's ordinary loop, repeated until a maximum run time, SIGTERM or SIGINT.
 
 A continuous run is one agent run (one lock, one ``agent_history`` row) whose loop does not end
 when nothing is pending: it sleeps ``poll_interval`` seconds and looks again.  It ends cleanly,
 with the ordinary success summary, when ``max_run_seconds`` have passed (so that Airflow can start
-the next run), when the process receives SIGTERM (how Airflow stops a task) or, in a spark-submit
-driver, when its parent process goes away (Airflow's ``on_kill`` kills spark-submit): the batch
-being applied is finished and committed first, and no new one is started.  The agents' guarantees are
-untouched: this module only decides whether the loop takes another turn, between batches, where
-everything is committed.
+the next run), when the process receives SIGTERM (how Airflow stops a task) or SIGINT (Ctrl-C) or,
+in a spark-submit driver, when its parent process goes away (Airflow's ``on_kill`` kills
+spark-submit).  After a signal it ends within one ``poll_interval``, whatever it waits on: its
+sleeps and waits are cut into slices; a batch being applied is finished and committed first if it
+can be within half an interval, else its statement (a lock wait, a long statement) is cancelled
+(:mod:`~airflow_repl.engine.postgres.stop_signals`), the batch rolled back, and the run recorded
+as succeeded up to its last committed batch (:class:`~airflow_repl.engine.agents.lifecycle.Stopped`;
+the next run delivers the rest).  The agents' guarantees are untouched: this module only decides
+whether the loop takes another turn, between batches, where everything is committed.
 
 A continuous run ends its summary with ``continuous``: the options, the rounds that found
-nothing pending, and ``ended_by`` (``max_run_seconds``, ``SIGTERM``, ``parent process gone`` or
-the agent's own reason, :attr:`Loop.check`).
+nothing pending, and ``ended_by`` (``max_run_seconds``, ``SIGTERM``, ``SIGINT``, ``parent process
+gone`` or the agent's own reason, :attr:`Loop.check`); a run whose batch in flight was rolled back
+at the stop says so in ``rolled_back``.
 
 Owns the options (:func:`options`, checked: one clear line for a bad value; their command-line
 form, :func:`add_arguments`, and which agents take them, :func:`check_request`), the clock and the
@@ -25,16 +30,14 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import FrameType
 from typing import Any
 
 from airflow_repl.engine.agents.lifecycle import AgentRun
 from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.postgres.stop_signals import SLICE, StopSignals
 from airflow_repl.engine.state import distdb
 
 log = logging.getLogger(__name__)
@@ -44,7 +47,6 @@ POLL_INTERVAL = 1.0
 MAX_RUN_SECONDS = 3600.0
 #: At most one progress log line and history update this often (seconds).
 PROGRESS_EVERY = 5.0
-_SLICE = 0.2  # a sleep is cut into slices this long, so that SIGTERM ends it promptly
 #: The parent process a continuous run watches (see stop_when_orphaned); empty: none.
 _watched_parent: list[int] = []
 
@@ -123,7 +125,9 @@ def check_request(agent: str, until: str | None, given: dict[str, Any] | None) -
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``--continuous``, ``--poll-interval`` and ``--max-run-seconds`` (the CLI's and the job's)."""
-    parser.add_argument("--continuous", action="store_true", help="keep running until --max-run-seconds or SIGTERM")
+    parser.add_argument(
+        "--continuous", action="store_true", help="keep running until --max-run-seconds, SIGTERM or Ctrl-C"
+    )
     parser.add_argument("--poll-interval", type=float, help="seconds between looks when idle (continuous; default 1)")
     parser.add_argument("--max-run-seconds", type=float, help="end a continuous run after this (default 3600)")
 
@@ -146,15 +150,15 @@ def from_arguments(args: argparse.Namespace) -> dict[str, Any] | None:
 class Loop:
     """Whether an agent's loop takes another turn.  An ordinary run (``opts`` None) never
     waits: :meth:`idle` ends it.  A continuous run sleeps when idle and ends at its maximum run
-    time or on SIGTERM (handled while the loop is entered, in the main thread only)."""
+    time or on SIGTERM or SIGINT (handled while the loop is entered, in the main thread only)."""
 
     def __init__(self, opts: Continuous | None, run: AgentRun, totals: dict[str, Any]) -> None:
         self.opts, self.run, self.totals = opts, run, totals
         self.started = time.monotonic()
         self.ended_by: str | None = None
         self.rounds = 0
-        self._signalled = False
-        self._previous: Any = None
+        #: SIGTERM and SIGINT: a flag; a statement still running half an interval later is cancelled
+        self.stop = StopSignals(run.connections, opts.poll_interval / 2 if opts is not None else None)
         self._reported = (0, 0)
         self._last_report = self._last_check = self.started
         #: the agent's own reason to end (None: go on), asked when idle and at most every
@@ -162,17 +166,18 @@ class Loop:
         self.check: Callable[[], str | None] | None = None
 
     def __enter__(self) -> Loop:
-        if self.opts is not None and threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        if self.opts is not None:
+            self.stop.__enter__()
+            self.run.loop = self  # a statement cancelled by the stop ends the run cleanly (AgentRun)
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
-            self._previous = None
+    def __exit__(self, *exc: Any) -> None:
+        if self.opts is not None:
+            self.stop.__exit__(*exc)
 
-    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        self._signalled = True  # only a flag: the loop stops at its next turn, between batches
+    def stopped_by(self) -> str | None:
+        """The signal that stopped the run (None: none came)."""
+        return self.stop.received
 
     def go_on(self) -> bool:
         """After a batch (everything committed): another turn, unless the run must end."""
@@ -206,14 +211,14 @@ class Loop:
                 "poll_interval": self.opts.poll_interval,
                 "max_run_seconds": self.opts.max_run_seconds,
                 "rounds": self.rounds,
-                "ended_by": self.ended_by or "max_run_seconds",
+                "ended_by": self.ended_by or self.stop.received or "max_run_seconds",
             }
         return totals
 
     def _should_end(self, check: bool) -> bool:
         assert self.opts is not None
-        if self._signalled:
-            self.ended_by = "SIGTERM"
+        if self.stop.received is not None:
+            self.ended_by = self.stop.received
         elif _orphaned():
             self.ended_by = "parent process gone"
         elif time.monotonic() - self.started >= self.opts.max_run_seconds:
@@ -226,10 +231,10 @@ class Loop:
     def _sleep(self, seconds: float, wake: Callable[[float], bool] | None = None) -> None:
         assert self.opts is not None
         until = min(time.monotonic() + seconds, self.started + self.opts.max_run_seconds)
-        while not self._signalled and not _orphaned() and (left := until - time.monotonic()) > 0:
+        while self.stop.received is None and not _orphaned() and (left := until - time.monotonic()) > 0:
             if wake is None:
-                time.sleep(min(left, _SLICE))
-            elif wake(min(left, _SLICE)):
+                time.sleep(min(left, SLICE))
+            elif wake(min(left, SLICE)):
                 return
 
     def _report(self) -> None:

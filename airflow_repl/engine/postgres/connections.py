@@ -194,10 +194,15 @@ def with_session_settings(conninfo: str) -> str:
     return pg_conninfo.make_conninfo(conninfo, options=f"{options} {pinned}".strip())
 
 
-def connect(conninfo: str, role: str, *, autocommit: bool = False, **kwargs: Any) -> psycopg.Connection:
-    """Connect, turning an unreachable server into an error that names it and the fix."""
+def connect(
+    conninfo: str, role: str, *, autocommit: bool = False, connect_timeout: int = 10, **kwargs: Any
+) -> psycopg.Connection:
+    """Connect, turning an unreachable server into an error that names it and the fix
+    (``connect_timeout``: seconds, at least 2, as libpq counts them)."""
     try:
-        return psycopg.connect(with_session_settings(conninfo), autocommit=autocommit, connect_timeout=10, **kwargs)
+        return psycopg.connect(
+            with_session_settings(conninfo), autocommit=autocommit, connect_timeout=connect_timeout, **kwargs
+        )
     except psycopg.OperationalError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise connect_failed(role, conninfo, first) from None
