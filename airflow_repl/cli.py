@@ -663,8 +663,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    if not args.verbose:  # Spark's own output (log4j, progress bar, Java stacks) and py4j's notes only with -v
-        session.quiet_jvm_console()
+    session.quiet_jvm_console(not args.verbose)  # Spark's own output (log4j, Java stacks) only with -v
+    if not args.verbose:  # and py4j's notes
         logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         result = args.func(args)

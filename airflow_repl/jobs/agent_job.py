@@ -11,7 +11,12 @@ outcome as JSON, in every case:
 * ``{"status": "failed", "error_class", "exit_code", "retryable", "message"}``, and the job
   exits with the error class's exit code (see :mod:`airflow_repl.engine.errors`).  The
   operators turn a non-retryable failure into ``AirflowFailException`` and a retryable one
-  (lost connection, busy agent, lock timeout) into an ordinary, retried task failure.
+  (lost connection, busy agent, lock timeout) into an ordinary, retried task failure.  A run
+  over several subscribers in which some failed (:class:`~airflow_repl.engine.errors.SubscribersFailed`)
+  adds ``failures`` (each failed subscriber's outcome) and ``summary`` (every subscriber's).
+
+Without ``--result`` the job prints a failure's lines on stderr (one per failed subscriber);
+with it, the operator reports them, once.
 
 Owns the job's side of every agent: :data:`AGENTS`, the table from an agent's name to its
 entry (which starts a SparkSession only when the agent needs one), :func:`run_agent` (the one

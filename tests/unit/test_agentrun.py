@@ -174,3 +174,18 @@ def test_an_internal_error_of_one_subscriber_shows_its_traceback_only_with_verbo
     assert err.count("\n") == 1 and err.startswith("airflow-repl: error: subscriber 's1': internal error (KeyError)")
     assert report_error(exc, verbose=True) == 1
     assert "Traceback" in capsys.readouterr().err
+
+
+def test_the_cli_keeps_sparks_own_output_off_the_console_unless_verbose(tmp_path, capsys):
+    from airflow_repl.cli import main
+    from airflow_repl.jobs import session
+
+    missing = str(tmp_path / "missing.yaml")
+    try:
+        assert main(["-v", "apply", "-t", missing]) == 2
+        assert session._jvm_console == [True]
+        assert main(["apply", "-t", missing]) == 2
+        assert session._jvm_console == [False]  # a local session's JVM then writes nowhere
+    finally:
+        session.quiet_jvm_console(False)
+    capsys.readouterr()

@@ -4,8 +4,10 @@ Owns: connections and their session settings (``connections``), identifier and l
 quoting (``quoting``), raw ``$n`` statements (``raw_sql``), catalog reads of tables, keys and
 columns (``catalog``), WAL positions (``lsn``), the pgoutput protocol decoder (``pgoutput``) and
 logical replication slots with their exported snapshots (``slots``), and where a table lives as
-Airflow asset URIs and OpenLineage datasets name it (``addresses``), and a query's rows as
-Arrow record batches inside an exported snapshot (``arrow_reads``, with ADBC's driver).
+Airflow asset URIs and OpenLineage datasets name it (``addresses``), a query's rows as
+Arrow record batches inside an exported snapshot (``arrow_reads``, with ADBC's driver), and
+SIGTERM and SIGINT as a stop that cuts a long-running loop's waits and statements short
+(``stop_signals``).
 
 May import: :mod:`airflow_repl.engine.errors`, :mod:`airflow_repl.engine.model`, psycopg and
 ADBC's PostgreSQL driver.
