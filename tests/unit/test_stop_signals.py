@@ -67,3 +67,11 @@ def test_cancelled_statements_are_recognised_through_the_errors_raised_from_them
         assert cancelled(wrapped)
     assert not cancelled(psycopg.errors.AdminShutdown("terminating connection"))
     assert not cancelled(DeliveryError("row not found", sqlstate="RP598"))
+
+
+def test_another_reason_to_stop_is_taken_as_a_signal_by_the_watchdog():
+    gone = threading.Event()
+    with StopSignals(cancel_after=0, also=lambda: "parent process gone" if gone.is_set() else None) as stop:
+        assert stop.wait(0.3) is False
+        gone.set()
+        assert stop.wait(5) is True and stop.received == "parent process gone"

@@ -47,6 +47,8 @@ POLL_INTERVAL = 1.0
 MAX_RUN_SECONDS = 3600.0
 #: At most one progress log line and history update this often (seconds).
 PROGRESS_EVERY = 5.0
+#: How a run ends when its parent process went away (see stop_when_orphaned).
+_PARENT_GONE = "parent process gone"
 #: The parent process a continuous run watches (see stop_when_orphaned); empty: none.
 _watched_parent: list[int] = []
 
@@ -157,8 +159,12 @@ class Loop:
         self.started = time.monotonic()
         self.ended_by: str | None = None
         self.rounds = 0
-        #: SIGTERM and SIGINT: a flag; a statement still running half an interval later is cancelled
-        self.stop = StopSignals(run.connections, opts.poll_interval / 2 if opts is not None else None)
+        #: SIGTERM, SIGINT and a parent gone: a flag; a statement still running half an interval later is cancelled
+        self.stop = StopSignals(
+            run.connections,
+            opts.poll_interval / 2 if opts is not None else None,
+            lambda: _PARENT_GONE if _orphaned() else None,
+        )
         self._reported = (0, 0)
         self._last_report = self._last_check = self.started
         #: the agent's own reason to end (None: go on), asked when idle and at most every
@@ -220,7 +226,7 @@ class Loop:
         if self.stop.received is not None:
             self.ended_by = self.stop.received
         elif _orphaned():
-            self.ended_by = "parent process gone"
+            self.ended_by = _PARENT_GONE
         elif time.monotonic() - self.started >= self.opts.max_run_seconds:
             self.ended_by = "max_run_seconds"
         elif check and self.check is not None:

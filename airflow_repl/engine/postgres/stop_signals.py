@@ -41,14 +41,16 @@ QUERY_CANCELED = "57014"
 class StopSignals:
     """SIGINT and SIGTERM as a flag while entered (see the module's documentation).
     ``watched``: the connections whose statements are cancelled ``cancel_after`` seconds after
-    the signal (None: never)."""
+    the signal (None: never); ``also``: another reason to stop, asked by the watchdog every
+    slice (e.g. the parent process gone), taken as a signal."""
 
     def __init__(
         self,
         watched: Callable[[], Iterable[psycopg.Connection[Any]]] = tuple,
         cancel_after: float | None = None,
+        also: Callable[[], str | None] | None = None,
     ) -> None:
-        self.watched, self.cancel_after = watched, cancel_after
+        self.watched, self.cancel_after, self.also = watched, cancel_after, also
         #: the signal that came (``SIGINT``, ``SIGTERM``) or the reason given to :meth:`request`
         self.received: str | None = None
         self._at: float | None = None
@@ -104,6 +106,8 @@ class StopSignals:
         stop on, every slice, until the block ends."""
         assert self.cancel_after is not None
         while not self._ended.wait(SLICE / 4):
+            if self.received is None and self.also is not None and (why := self.also()) is not None:
+                self.request(why)
             if self._at is None or time.monotonic() - self._at < self.cancel_after:
                 continue
             for conn in list(self.watched()):
