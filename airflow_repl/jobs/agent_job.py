@@ -32,7 +32,8 @@ import logging
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -144,11 +145,17 @@ def _deliver(
 
 
 def _deliver_one(
-    spec: dict[str, Any], publication: str, subscriber: str, until: str | None, continuous: dict[str, Any] | None
+    spec: dict[str, Any],
+    publication: str,
+    subscriber: str,
+    until: str | None,
+    continuous: dict[str, Any] | None,
+    driver: tuple[str, str] | None,
 ) -> dict[str, Any]:
     """Executor side: one subscription's delivery (several run in parallel as Spark tasks),
     with the executor that ran it; its failure is its outcome."""
-    return _on_its_own(subscriber, lambda: _deliver(from_dict(spec), publication, subscriber, until, continuous))
+    work = lambda: _deliver(from_dict(spec), publication, subscriber, until, continuous)  # noqa: E731
+    return _on_its_own(subscriber, work, driver)
 
 
 def _deliver_in_parallel(
@@ -160,7 +167,10 @@ def _deliver_in_parallel(
     spec, publication, until = req.topology.to_dict(with_secrets=True), req.publication, req.until
     continuous = req.continuous
     _refuse_too_few_slots(spark, continuous, f"delivery of publication {publication!r} to", names, "Distribution")
-    return spark, _map_on_spark(spark, lambda n: _deliver_one(spec, publication, n, until, continuous), names)
+    with _driver_stop(req) as driver:
+        return spark, _map_on_spark(
+            spark, lambda n: _deliver_one(spec, publication, n, until, continuous, driver), names
+        )
 
 
 def _queuereader(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any], SparkSession | None]:
@@ -183,11 +193,15 @@ def _read_queue(topo: Topology, publication: str, subscriber: str, continuous: d
 
 
 def _read_queue_one(
-    spec: dict[str, Any], publication: str, subscriber: str, continuous: dict[str, Any] | None
+    spec: dict[str, Any],
+    publication: str,
+    subscriber: str,
+    continuous: dict[str, Any] | None,
+    driver: tuple[str, str] | None,
 ) -> dict[str, Any]:
     """Executor side: one subscriber's queue (several run in parallel as Spark tasks), with the
     executor that ran it; its failure is its outcome."""
-    return _on_its_own(subscriber, lambda: _read_queue(from_dict(spec), publication, subscriber, continuous))
+    return _on_its_own(subscriber, lambda: _read_queue(from_dict(spec), publication, subscriber, continuous), driver)
 
 
 def _read_queues_in_parallel(
@@ -200,19 +214,38 @@ def _read_queues_in_parallel(
     _refuse_too_few_slots(
         spark, continuous, f"reading of the queues of publication {publication!r} at", names, "Queue Reader"
     )
-    return spark, _map_on_spark(spark, lambda n: _read_queue_one(spec, publication, n, continuous), names)
+    with _driver_stop(req) as driver:
+        return spark, _map_on_spark(spark, lambda n: _read_queue_one(spec, publication, n, continuous, driver), names)
 
 
-def _on_its_own(subscriber: str, work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def _on_its_own(
+    subscriber: str, work: Callable[[], dict[str, Any]], driver: tuple[str, str] | None = None
+) -> dict[str, Any]:
     """Executor side: one subscriber's work, whose failure is returned as its outcome
     (:func:`failure`: class, exit code, one-line message) instead of raised.  A task that raises
     makes Spark retry it and then abort the job, cancelling the other subscribers' tasks midway
     and printing the Python and Java stacks: each subscriber's work ends on its own instead (its
-    run, when it began, has recorded the failure in its history and error rows)."""
+    run, when it began, has recorded the failure in its history and error rows).  ``driver``: a
+    continuous run ends when the driver stops (:class:`~airflow_repl.engine.agents.continuous.DriverStop`)."""
+    continuous_mode.stop_with_driver(driver)
     try:
         return {**work(), "status": "succeeded", "executor": executor_id()}
     except Exception as exc:
         return {"subscriber": subscriber, **failure(exc), "executor": executor_id()}
+    finally:
+        continuous_mode.stop_with_driver(None)
+
+
+@contextmanager
+def _driver_stop(req: Request) -> Iterator[tuple[str, str] | None]:
+    """For continuous runs in Spark tasks: what each task watches to end when the driver stops
+    (SIGTERM, SIGINT, or its end); None for other runs."""
+    if not (req.continuous and req.continuous.get("continuous")):
+        yield None
+        return
+    distributor = req.topology.distributor.require("distributor")
+    with continuous_mode.DriverStop(distributor) as stop:
+        yield distributor, stop.key
 
 
 def _per_subscriber(

@@ -6,6 +6,7 @@ SIGTERM, and a restart resumes with nothing lost or doubled.  No timing goal is 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import signal
 import subprocess
@@ -18,9 +19,9 @@ from typing import Any
 import psycopg
 import pytest
 from harness import lock_waits, signal_and_time, signal_while_restarting, wait_until
-from test_agents import RUNNER, _spec_file, assert_in_sync, count_applied_rows, snapshotted_items
+from test_agents import RUNNER, _spec_file, assert_in_sync, count_applied_rows, make_items, snapshotted_items
 
-from airflow_repl.engine.agents import distribution_agent, log_reader_agent
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
 from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.model.topology import from_dict
 from airflow_repl.engine.provisioning.schema_change import schema_change
@@ -298,3 +299,35 @@ def test_a_signal_ends_a_continuous_run_within_its_interval_whatever_it_waits_on
         if proc.returncode:
             assert len([line for line in err.splitlines() if line.startswith("airflow-repl: error:")]) == 1, err
     assert_in_sync(topo)
+
+
+def test_a_signal_to_the_driver_ends_the_continuous_runs_of_its_spark_tasks(env2, spark, tmp_path):
+    """Two subscribers, each a Spark task of the command line's application running a continuous
+    delivery: SIGTERM to the command ends both runs cleanly (recorded as succeeded), and the
+    command prints both summaries and exits 0."""
+    interval = 2.0
+    make_items(env2, 50)
+    topo = env2.topology(["public.items"])
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    path = tmp_path / "topology.yaml"
+    doc = {
+        **env2.servers(),
+        "publications": [{"name": "p", "articles": ["public.items"]}],
+        "subscriptions": [{"publication": "p", "subscriber": name} for name in env2.subs],
+    }
+    path.write_text(json.dumps(doc))
+    argv = [sys.executable, "-m", "airflow_repl.cli", "distribution", "-t", str(path), "--continuous"]
+    argv += ["--poll-interval", str(interval), "--max-run-seconds", "300"]
+    environ = {k: v for k, v in os.environ.items() if k != "AIRFLOW_REPL_SPARK_MASTER"}
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ)
+    running = "SELECT count(*) FROM airflow_repl.agent_history WHERE agent = 'distribution' AND status = 'running'"
+    wait_until(lambda: env2.rows(env2.dist, running) == [(2,)] or proc.poll() is not None, 120, "both runs")
+    assert proc.poll() is None, proc.communicate()
+    took, out, err = signal_and_time(proc, signal.SIGTERM)
+    print(f"SIGTERM to the driver of two continuous Spark tasks: ended {took:.2f} s later")
+    assert proc.returncode == 0 and "Traceback" not in out + err, err
+    summary = json.loads(out)
+    assert [s["continuous"]["ended_by"] for s in summary["subscriptions"]] == ["driver stopped"] * 2
+    assert took < interval + 5
+    statuses = "SELECT status FROM airflow_repl.agent_history WHERE agent = 'distribution' ORDER BY run_id"
+    assert env2.rows(env2.dist, statuses) == [("succeeded",), ("succeeded",)]

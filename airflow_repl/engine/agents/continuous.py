@@ -30,13 +30,18 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
+
 from airflow_repl.engine.agents.lifecycle import AgentRun
 from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.postgres import connections
 from airflow_repl.engine.postgres.stop_signals import SLICE, StopSignals
 from airflow_repl.engine.state import distdb
 
@@ -62,6 +67,83 @@ def stop_when_orphaned() -> None:
 
 def _orphaned() -> bool:
     return bool(_watched_parent) and os.getppid() != _watched_parent[0]
+
+
+#: How a run in a Spark task ends when the application's driver stops (see DriverStop).
+_DRIVER_STOPPED = "driver stopped"
+#: The driver a continuous run in a Spark task watches: (the distributor's conninfo, the key of
+#: the driver's lock); empty: none.
+_watched_driver: list[tuple[str, str]] = []
+#: When the watched driver was last looked at, and whether it was found stopped.
+_driver_seen: list[Any] = [0.0, False]
+#: The driver is looked at this often (seconds): a connection to the distributor each time.
+DRIVER_CHECK_EVERY = 0.5
+
+
+class DriverStop:
+    """The driver's side of continuous runs in Spark tasks (several subscribers): while they run
+    it holds a lock at the distributor (an advisory lock on a key of its own).  SIGTERM or SIGINT
+    in the driver releases it, and so does the driver's end, however it ends (its connection
+    closes); each task's run (:func:`stop_with_driver`) then ends as on a signal within about a
+    second, with ``ended_by: "driver stopped"``, and the driver collects their summaries."""
+
+    def __init__(self, distributor: str) -> None:
+        self.distributor, self.key = distributor, f"airflow_repl.driver.{uuid.uuid4().hex}"
+        self.stop = StopSignals()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._done = threading.Event()
+        self._watch = threading.Thread(target=self._release_on_stop, name="driver-stop", daemon=True)
+
+    def __enter__(self) -> DriverStop:
+        self._conn = connections.connect(self.distributor, "distributor", autocommit=True)
+        self._conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (self.key,))
+        self.stop.__enter__()
+        self._watch.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._done.set()
+        self._watch.join(5)
+        self.stop.__exit__(*exc)
+        if self._conn is not None:
+            self._conn.close()
+
+    def _release_on_stop(self) -> None:
+        while not self._done.wait(SLICE):
+            if self.stop.stopped() and self._conn is not None:
+                log.info("%s: stopping the continuous runs of the Spark tasks", self.stop.received)
+                self._conn.close()  # the lock goes with the session
+                return
+
+
+def stop_with_driver(watched: tuple[str, str] | None) -> None:
+    """Executor side: this task's continuous run ends when the driver's :class:`DriverStop`
+    lock (the distributor's conninfo and the key) is gone (None: watch no driver)."""
+    _watched_driver[:] = [watched] if watched is not None else []
+    _driver_seen[:] = [0.0, False]
+
+
+def _driver_stopped() -> bool:
+    """Whether the watched driver released its lock (looked at every DRIVER_CHECK_EVERY seconds;
+    a distributor that cannot be reached says nothing: the run finds out by itself)."""
+    if not _watched_driver or _driver_seen[1] or time.monotonic() - _driver_seen[0] < DRIVER_CHECK_EVERY:
+        return bool(_driver_seen[1])
+    _driver_seen[0] = time.monotonic()
+    conninfo, key = _watched_driver[0]
+    try:
+        with connections.connect(conninfo, "distributor", autocommit=True, connect_timeout=2) as conn:
+            row = conn.execute("SELECT pg_try_advisory_lock_shared(hashtext(%s))", (key,)).fetchone()
+    except (ReplError, psycopg.Error):
+        return False
+    _driver_seen[1] = bool(row and row[0])  # taken: the driver's lock is gone
+    return bool(_driver_seen[1])
+
+
+def _why_stop() -> str | None:
+    """A reason to stop besides a signal: the parent process or the Spark driver gone."""
+    if _orphaned():
+        return _PARENT_GONE
+    return _DRIVER_STOPPED if _driver_stopped() else None
 
 
 @dataclass(frozen=True)
@@ -159,12 +241,8 @@ class Loop:
         self.started = time.monotonic()
         self.ended_by: str | None = None
         self.rounds = 0
-        #: SIGTERM, SIGINT and a parent gone: a flag; a statement still running half an interval later is cancelled
-        self.stop = StopSignals(
-            run.connections,
-            opts.poll_interval / 2 if opts is not None else None,
-            lambda: _PARENT_GONE if _orphaned() else None,
-        )
+        #: SIGTERM, SIGINT, a parent or driver gone: a flag; a statement still running half an interval later is cancelled
+        self.stop = StopSignals(run.connections, opts.poll_interval / 2 if opts is not None else None, _why_stop)
         self._reported = (0, 0)
         self._last_report = self._last_check = self.started
         #: the agent's own reason to end (None: go on), asked when idle and at most every
