@@ -20,11 +20,19 @@ from airflow_repl import __version__
 from airflow_repl.engine.agents import continuous as continuous_mode
 from airflow_repl.engine.agents.lifecycle import as_engine_error
 from airflow_repl.engine.codegen import procedures, tsql_script
-from airflow_repl.engine.errors import INTERNAL_EXIT_CODE, USAGE_EXIT_CODE, DifferencesFound, ReplError
+from airflow_repl.engine.errors import (
+    INTERNAL_EXIT_CODE,
+    USAGE_EXIT_CODE,
+    DifferencesFound,
+    ReplError,
+    SubscribersFailed,
+    failure_line,
+)
 from airflow_repl.engine.model import topology
 from airflow_repl.engine.postgres import connections
 from airflow_repl.engine.provisioning import deploy, drop, update_mode
 from airflow_repl.engine.subscriber import validation
+from airflow_repl.jobs import session
 
 PROG = "airflow-repl"
 
@@ -59,6 +67,9 @@ exit codes:
   6    validate found differences between the publisher and a subscriber
   64   usage error: unknown option, missing argument or bad option value
   130  interrupted (Ctrl-C)
+  When some of several subscribers fail (each a Spark task), the others go on;
+  each failed one is a line naming it, and the exit code is the lowest non-zero
+  one among them (so 5 only when a retry can fix every one).
   See docs/errors.md for every message."""
 
 ISO_EXAMPLE = "2026-11-23T13:00:00+00:00"
@@ -163,15 +174,19 @@ def _cmd_agent(args: argparse.Namespace) -> dict[str, Any]:
     publication = _publication(topo, args.publication)
     if args.subscriber:
         _subscribers(topo, publication, args.subscriber)
-    return run_agent(
-        args.command,
-        topo,
-        publication,
-        subscribers=args.subscriber,
-        until=until,
-        reinitialize=getattr(args, "reinitialize", False),
-        continuous=continuous,
-    )
+    try:
+        return run_agent(
+            args.command,
+            topo,
+            publication,
+            subscribers=args.subscriber,
+            until=until,
+            reinitialize=getattr(args, "reinitialize", False),
+            continuous=continuous,
+        )
+    except SubscribersFailed as exc:  # every subscriber's summary first, then a line per failure
+        _print_result(exc.summary)
+        raise
 
 
 def _cmd_apply(args: argparse.Namespace) -> dict[str, Any]:
@@ -232,17 +247,25 @@ def _cmd_validate(args: argparse.Namespace) -> None:
     pub = _publication(topo, args.publication)
     subs = _subscribers(topo, pub, args.subscriber)
     options = {"max_keys": args.max_keys, **({"ranges": args.ranges} if args.ranges else {})}
-    result = run_agent("validate", topo, pub, subscribers=subs, validation=options)
-    if args.output == "json":
-        print(json.dumps(result, indent=2, default=str))
-    else:
-        print(
-            "\n\n".join(
-                f"subscriber {s}:\n{validation.format_report(rows)}" for s, rows in result["subscribers"].items()
-            )
-        )
+    try:
+        result = run_agent("validate", topo, pub, subscribers=subs, validation=options)
+    except SubscribersFailed as exc:  # the others' report first, then a line per subscriber
+        _print_validation(exc.summary, args.output)
+        raise
+    _print_validation(result, args.output)
     if not result["match"]:
         raise DifferencesFound(f"{validation.differences_line(pub, result['subscribers'])} (see the report above)")
+
+
+def _print_validation(result: dict[str, Any], output: str) -> None:
+    """``validate``'s report: JSON, or a text report per subscriber validated."""
+    if output == "json":
+        _print_result(result)
+        return
+    print(
+        "\n\n".join(f"subscriber {s}:\n{validation.format_report(rows)}" for s, rows in result["subscribers"].items()),
+        flush=True,
+    )
 
 
 def _cmd_conflicts(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -517,7 +540,9 @@ def _add_updating_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
     p.add_argument("--subscriber", help="one subscriber (default: every immediate subscriber of the publication)")
     p.add_argument(
-        "--follow", action="store_true", help="keep resolving: at each subscriber commit, and every interval"
+        "--follow",
+        action="store_true",
+        help="keep resolving: at each subscriber commit, and every interval, until SIGTERM or Ctrl-C",
     )
     p.add_argument(
         "--interval", type=POSITIVE_FLOAT, default=60.0, help="seconds between two rounds with --follow (default 60)"
@@ -640,6 +665,14 @@ def report_error(exc: BaseException, verbose: bool = False) -> int:
     """Print one line for ``exc`` on stderr and return its exit code (1 for a bug, with the
     traceback only when ``verbose``)."""
     exc = as_engine_error(exc) if isinstance(exc, Exception) else exc
+    if isinstance(exc, SubscribersFailed):  # a line per failed subscriber (the others succeeded)
+        for failed in exc.failures:
+            rest = connections.redact(str(failed.get("message") or "")).strip().splitlines()[1:]
+            if verbose:  # a server log tail, an internal error's traceback: shown only when asked for
+                print(str(failed.get("traceback") or "") + "\n".join(rest), file=sys.stderr)
+            more = f" ({len(rest)} more line(s) with -v)" if rest and not verbose else ""
+            print(f"{PROG}: error: {connections.redact(failure_line(failed))}{more}", file=sys.stderr)
+        return exc.exit_code
     if isinstance(exc, ReplError):
         lines = connections.redact(str(exc)).strip().splitlines() or [type(exc).__name__]
         if verbose and len(lines) > 1:  # e.g. a server log tail: shown only when asked for
@@ -701,6 +734,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    session.quiet_jvm_console(not args.verbose)  # Spark's own output (log4j, Java stacks) only with -v
+    if not args.verbose:  # and py4j's notes
+        logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         result = args.func(args)
     except KeyboardInterrupt:
@@ -711,9 +747,14 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as exc:
         return report_error(exc, args.verbose)
-    if result is not None:
-        print(json.dumps(result, indent=2, default=str))
+    _print_result(result)
     return 0
+
+
+def _print_result(result: Any) -> None:
+    """A command's result, if any, as JSON on standard output."""
+    if result is not None:
+        print(json.dumps(result, indent=2, default=str), flush=True)
 
 
 if __name__ == "__main__":

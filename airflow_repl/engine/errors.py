@@ -15,12 +15,20 @@ ConnectionLost               5      yes        a server went away during a run
 ServerLost                   5      yes        the same, found by a task that names the server
 AgentBusy                    5      yes        another agent of the same kind is running
 DifferencesFound             6      no         ``validate`` found rows that differ
+SubscribersFailed            1-6    (some)     a run over several subscribers in which some
+                                               failed: the most serious of their codes
 (anything else)              1      no         an internal error: a bug to report
 ===========================  =====  =========  ==============================================
+
+The most serious of several exit codes (:func:`most_serious`) is the lowest non-zero one: an
+internal error (1) before bad input (2), before not initialized (3), before a delivery error (4),
+before the retryable failures (5), before differences found (6).  A run is thus retryable (5)
+only when a retry can fix every subscriber that failed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 #: SQLSTATE raised by generated update/delete procedures when no row matched the key
@@ -103,3 +111,29 @@ class DifferencesFound(ReplError):
     """``validate`` compared a publication with its subscribers and found differences."""
 
     exit_code = 6
+
+
+def most_serious(codes: Iterable[int]) -> int:
+    """The most serious of exit codes: the lowest non-zero one (0 when there is none; see the
+    module's documentation)."""
+    return min((c for c in codes if c), default=0)
+
+
+class SubscribersFailed(ReplError):
+    """A run over several subscribers (each a Spark task) in which some failed while the others
+    went on to the end.  ``failures``: each failed subscriber's outcome (``subscriber``,
+    ``error_class``, ``exit_code``, ``retryable``, ``message``); ``summary``: the run's result,
+    every subscriber's entry included.  The exit code is the most serious of theirs, and the
+    run is retryable only when every failure is; the message has one line per failure."""
+
+    def __init__(self, summary: dict[str, Any], failures: list[dict[str, Any]]) -> None:
+        self.summary, self.failures = summary, failures
+        self.exit_code = most_serious(int(f["exit_code"]) for f in failures)
+        self.retryable = all(f.get("retryable") for f in failures)
+        super().__init__("\n".join(failure_line(f) for f in failures))
+
+
+def failure_line(failure: dict[str, Any]) -> str:
+    """One failed subscriber's line: ``subscriber 's2': <the first line of its message>``."""
+    message = str(failure.get("message") or failure.get("error_class") or "failed").strip()
+    return f"subscriber {failure['subscriber']!r}: {message.splitlines()[0]}"

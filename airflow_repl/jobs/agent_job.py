@@ -11,7 +11,12 @@ outcome as JSON, in every case:
 * ``{"status": "failed", "error_class", "exit_code", "retryable", "message"}``, and the job
   exits with the error class's exit code (see :mod:`airflow_repl.engine.errors`).  The
   operators turn a non-retryable failure into ``AirflowFailException`` and a retryable one
-  (lost connection, busy agent, lock timeout) into an ordinary, retried task failure.
+  (lost connection, busy agent, lock timeout) into an ordinary, retried task failure.  A run
+  over several subscribers in which some failed (:class:`~airflow_repl.engine.errors.SubscribersFailed`)
+  adds ``failures`` (each failed subscriber's outcome) and ``summary`` (every subscriber's).
+
+Without ``--result`` the job prints a failure's lines on stderr (one per failed subscriber);
+with it, the operator reports them, once.
 
 Owns the job's side of every agent: :data:`AGENTS`, the table from an agent's name to its
 entry (which starts a SparkSession only when the agent needs one), :func:`run_agent` (the one
@@ -27,7 +32,8 @@ import logging
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -39,7 +45,13 @@ from airflow_repl.engine.agents import (
     log_reader_agent,
     queue_reader_agent,
 )
-from airflow_repl.engine.errors import INTERNAL_EXIT_CODE, DifferencesFound, ReplError
+from airflow_repl.engine.errors import (
+    INTERNAL_EXIT_CODE,
+    DifferencesFound,
+    ReplError,
+    SubscribersFailed,
+    failure_line,
+)
 from airflow_repl.engine.model.topology import Topology, from_dict
 from airflow_repl.engine.postgres import connections
 from airflow_repl.engine.subscriber import validation
@@ -113,7 +125,7 @@ def _logreader(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any]
 
 def _distribution(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any], SparkSession | None]:
     """Every named subscription (all by default); several are delivered in parallel, one Spark
-    task each."""
+    task each, each to its own end (see :func:`_each_on_its_own`)."""
     topo, publication = req.topology, req.publication
     names = req.subscribers or [s.subscriber for s in topo.subscriptions_of(publication)]
     for name in names:
@@ -122,13 +134,7 @@ def _distribution(req: Request, spark: SparkSession | None) -> tuple[dict[str, A
         results = [_deliver(topo, publication, n, req.until, req.continuous) for n in names]
     else:
         spark, results = _deliver_in_parallel(req, names, spark)
-    paused = [r["subscriber"] for r in results if r.get("paused")]  # skipped: paused (airflow-repl resume)
-    return {
-        "subscriptions": results,
-        "transactions": sum(r["transactions"] for r in results),
-        "commands": sum(r["commands"] for r in results),
-        **({"paused": paused} if paused else {}),
-    }, spark
+    return _per_subscriber(results, ("transactions", "commands"), spark), spark
 
 
 def _deliver(
@@ -139,11 +145,17 @@ def _deliver(
 
 
 def _deliver_one(
-    spec: dict[str, Any], publication: str, subscriber: str, until: str | None, continuous: dict[str, Any] | None
+    spec: dict[str, Any],
+    publication: str,
+    subscriber: str,
+    until: str | None,
+    continuous: dict[str, Any] | None,
+    driver: tuple[str, str] | None,
 ) -> dict[str, Any]:
     """Executor side: one subscription's delivery (several run in parallel as Spark tasks),
-    with the executor that ran it."""
-    return {**_deliver(from_dict(spec), publication, subscriber, until, continuous), "executor": executor_id()}
+    with the executor that ran it; its failure is its outcome."""
+    work = lambda: _deliver(from_dict(spec), publication, subscriber, until, continuous)  # noqa: E731
+    return _on_its_own(subscriber, work, driver)
 
 
 def _deliver_in_parallel(
@@ -155,12 +167,15 @@ def _deliver_in_parallel(
     spec, publication, until = req.topology.to_dict(with_secrets=True), req.publication, req.until
     continuous = req.continuous
     _refuse_too_few_slots(spark, continuous, f"delivery of publication {publication!r} to", names, "Distribution")
-    return spark, _map_on_spark(spark, lambda n: _deliver_one(spec, publication, n, until, continuous), names)
+    with _driver_stop(req) as driver:
+        return spark, _map_on_spark(
+            spark, lambda n: _deliver_one(spec, publication, n, until, continuous, driver), names
+        )
 
 
 def _queuereader(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any], SparkSession | None]:
     """Every named subscription (by default the publication's queued updating ones); several
-    subscribers' queues are read in parallel, one Spark task each."""
+    subscribers' queues are read in parallel, one Spark task each, each to its own end."""
     topo, publication = req.topology, req.publication
     names = req.subscribers or [s.subscriber for s in topo.subscriptions_of(publication) if s.update_mode.queued]
     for name in names:
@@ -169,12 +184,7 @@ def _queuereader(req: Request, spark: SparkSession | None) -> tuple[dict[str, An
         results = [_read_queue(topo, publication, n, req.continuous) for n in names]
     else:
         spark, results = _read_queues_in_parallel(req, names, spark)
-    return {
-        "subscriptions": results,
-        "transactions": sum(r["transactions"] for r in results),
-        "commands": sum(r["commands"] for r in results),
-        "conflicts": sum(r["conflicts"] for r in results),
-    }, spark
+    return _per_subscriber(results, ("transactions", "commands", "conflicts"), spark), spark
 
 
 def _read_queue(topo: Topology, publication: str, subscriber: str, continuous: dict[str, Any] | None) -> dict[str, Any]:
@@ -183,11 +193,15 @@ def _read_queue(topo: Topology, publication: str, subscriber: str, continuous: d
 
 
 def _read_queue_one(
-    spec: dict[str, Any], publication: str, subscriber: str, continuous: dict[str, Any] | None
+    spec: dict[str, Any],
+    publication: str,
+    subscriber: str,
+    continuous: dict[str, Any] | None,
+    driver: tuple[str, str] | None,
 ) -> dict[str, Any]:
     """Executor side: one subscriber's queue (several run in parallel as Spark tasks), with the
-    executor that ran it."""
-    return {**_read_queue(from_dict(spec), publication, subscriber, continuous), "executor": executor_id()}
+    executor that ran it; its failure is its outcome."""
+    return _on_its_own(subscriber, lambda: _read_queue(from_dict(spec), publication, subscriber, continuous), driver)
 
 
 def _read_queues_in_parallel(
@@ -200,7 +214,56 @@ def _read_queues_in_parallel(
     _refuse_too_few_slots(
         spark, continuous, f"reading of the queues of publication {publication!r} at", names, "Queue Reader"
     )
-    return spark, _map_on_spark(spark, lambda n: _read_queue_one(spec, publication, n, continuous), names)
+    with _driver_stop(req) as driver:
+        return spark, _map_on_spark(spark, lambda n: _read_queue_one(spec, publication, n, continuous, driver), names)
+
+
+def _on_its_own(
+    subscriber: str, work: Callable[[], dict[str, Any]], driver: tuple[str, str] | None = None
+) -> dict[str, Any]:
+    """Executor side: one subscriber's work, whose failure is returned as its outcome
+    (:func:`failure`: class, exit code, one-line message) instead of raised.  A task that raises
+    makes Spark retry it and then abort the job, cancelling the other subscribers' tasks midway
+    and printing the Python and Java stacks: each subscriber's work ends on its own instead (its
+    run, when it began, has recorded the failure in its history and error rows).  ``driver``: a
+    continuous run ends when the driver stops (:class:`~airflow_repl.engine.agents.continuous.DriverStop`)."""
+    continuous_mode.stop_with_driver(driver)
+    try:
+        return {**work(), "status": "succeeded", "executor": executor_id()}
+    except Exception as exc:
+        return {"subscriber": subscriber, **failure(exc), "executor": executor_id()}
+    finally:
+        continuous_mode.stop_with_driver(None)
+
+
+@contextmanager
+def _driver_stop(req: Request) -> Iterator[tuple[str, str] | None]:
+    """For continuous runs in Spark tasks: what each task watches to end when the driver stops
+    (SIGTERM, SIGINT, or its end); None for other runs."""
+    if not (req.continuous and req.continuous.get("continuous")):
+        yield None
+        return
+    distributor = req.topology.distributor.require("distributor")
+    with continuous_mode.DriverStop(distributor) as stop:
+        yield distributor, stop.key
+
+
+def _per_subscriber(
+    results: list[dict[str, Any]], counted: tuple[str, ...], spark: SparkSession | None
+) -> dict[str, Any]:
+    """The run's summary from each subscriber's (the counts add up the ones that succeeded);
+    :class:`SubscribersFailed`, carrying it, when any failed."""
+    done = [r for r in results if r.get("status") != "failed"]
+    summary = {"subscriptions": results, **{key: sum(r[key] for r in done) for key in counted}}
+    paused = [r["subscriber"] for r in done if r.get("paused")]  # skipped: paused (airflow-repl resume)
+    if paused:
+        summary["paused"] = paused
+    failures = [r for r in results if r.get("status") == "failed"]
+    if failures:
+        if spark is not None:
+            summary["spark_application_id"] = spark.sparkContext.applicationId
+        raise SubscribersFailed(summary, failures)
+    return summary
 
 
 def _refuse_too_few_slots(
@@ -249,8 +312,20 @@ def _validate(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any],
         active = session[0] = session[0] or spark_session(f"airflow-repl-validate-{publication}")
         return _map_on_spark(active, f, tasks) if tasks else []
 
-    report = validation.validate(topo, publication, names, on_spark, **(req.validation or {}))
-    return {"publication": publication, "match": validation.matches(report), "subscribers": report}, session[0]
+    failed: dict[str, ReplError] = {}  # with several subscribers, each one's failure is its own
+    collect = failed if len(names) > 1 else None
+    report = validation.validate(topo, publication, names, on_spark, **(req.validation or {}), failures=collect)
+    summary = {"publication": publication, "match": validation.matches(report) and not failed, "subscribers": report}
+    if failed:  # the ones that could not be validated, and the ones that differ: a line each
+        differing = [
+            {**failure(DifferencesFound(validation.differences_line(publication, {name: rows}))), "subscriber": name}
+            for name, rows in report.items()
+            if not validation.matches({name: rows})
+        ]
+        failures = [{"subscriber": name, **failure(exc)} for name, exc in failed.items()] + differing
+        summary["failures"] = failures
+        raise SubscribersFailed(summary, failures)
+    return summary, session[0]
 
 
 #: The agents, by the name the CLI, the operators and spark-submit use.  A new agent is one
@@ -297,13 +372,16 @@ def failure(exc: BaseException) -> dict[str, Any]:
     """The result-file outcome of a failed run (one line of message, no password)."""
     exc = lifecycle.as_engine_error(exc) if isinstance(exc, Exception) else exc
     if isinstance(exc, ReplError):
-        return {
+        outcome = {
             "status": "failed",
             "error_class": type(exc).__name__,
             "exit_code": exc.exit_code,
             "retryable": exc.retryable,
             "message": connections.redact(str(exc)),
         }
+        if isinstance(exc, SubscribersFailed):  # each failed subscriber's outcome, and the others' summaries
+            outcome |= {"failures": exc.failures, "summary": exc.summary}
+        return outcome
     detail = connections.redact(" ".join(str(exc).split())) or "no message"
     return {
         "status": "failed",
@@ -313,6 +391,13 @@ def failure(exc: BaseException) -> dict[str, Any]:
         "message": f"internal error ({type(exc).__name__}): {detail}; this is a bug, please report it",
         "traceback": connections.redact("".join(traceback.format_exception(exc))),
     }
+
+
+def error_lines(outcome: dict[str, Any]) -> list[str]:
+    """A failed outcome's lines: one per failed subscriber of a run over several, else its message."""
+    if outcome.get("failures"):
+        return [connections.redact(failure_line(f)) for f in outcome["failures"]]
+    return [outcome["message"]]
 
 
 def write_result(path: str, outcome: dict[str, Any]) -> None:
@@ -379,7 +464,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         outcome = failure(exc)
         code = outcome["exit_code"]
-        print(f"airflow-repl: error: {outcome['message']}", file=sys.stderr)
+        if not args.result:  # with a result file, the operator reports the failure, once
+            for line in error_lines(outcome):
+                print(f"airflow-repl: error: {line}", file=sys.stderr)
     if args.result:
         try:
             write_result(args.result, outcome)

@@ -24,6 +24,18 @@ DEFAULT_DRIVER_MEMORY = "512m"
 ARCHIVE_WAIT_SECONDS = 60
 
 
+#: Whether the JVM of a local session started by this process writes its console output (Spark's
+#: log4j lines, its progress bar, the Python workers' stderr) to the console (the CLI's -v) or
+#: nowhere (the CLI otherwise: the agents' own lines and errors say what happened).
+_jvm_console = [True]
+
+
+def quiet_jvm_console(quiet: bool = True) -> None:
+    """Keep (or stop keeping) the console of local sessions started later free of Spark's own
+    output; the CLI calls it unless -v."""
+    _jvm_console[0] = not quiet
+
+
 def default_master() -> str:
     """$AIRFLOW_REPL_SPARK_MASTER, else ``local[2]``."""
     return os.environ.get("AIRFLOW_REPL_SPARK_MASTER", DEFAULT_MASTER)
@@ -54,21 +66,41 @@ def spark_session(app_name: str, master: str | None = None):
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    builder = SparkSession.builder.appName(app_name)
+    options = {"spark.app.name": app_name, "spark.sql.shuffle.partitions": "4"}
     archive = None
     if not under_spark_submit():
-        builder = (
-            builder.master(master or default_master())
-            .config("spark.ui.enabled", "false")
-            .config("spark.driver.memory", os.environ.get("AIRFLOW_REPL_SPARK_DRIVER_MEMORY", DEFAULT_DRIVER_MEMORY))
-        )
+        options |= {
+            "spark.master": master or default_master(),
+            "spark.ui.enabled": "false",
+            "spark.driver.memory": os.environ.get("AIRFLOW_REPL_SPARK_DRIVER_MEMORY", DEFAULT_DRIVER_MEMORY),
+            "spark.ui.showConsoleProgress": "false",  # the agents log their own progress
+        }
         archive = class_archive.plan()  # the driver JVM starts from the class archive, or writes it
         if archive is not None:
-            builder = builder.config("spark.driver.extraJavaOptions", archive.options)
-    started = builder.config("spark.sql.shuffle.partitions", "4").getOrCreate()
+            options["spark.driver.extraJavaOptions"] = archive.options
+        if not _jvm_console[0]:
+            _launch_quiet_jvm(options)
+    builder = SparkSession.builder
+    for key, value in options.items():
+        builder = builder.config(key, value)
+    started = builder.getOrCreate()
     if archive is not None and archive.pending is not None:
         atexit.register(_keep_archive, archive)
     return started
+
+
+def _launch_quiet_jvm(options: dict[str, str]) -> None:
+    """Start the JVM a local session's SparkContext then uses (as PySpark would, with the same
+    settings) with its standard output and error going nowhere: Spark's log4j lines, its
+    progress bar, the Python workers' stderr and any Java stack stay off the console."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:  # already started (and kept for the process's life)
+        return
+    conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
+    gateway = launch_gateway(conf, popen_kwargs={"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL})
+    SparkContext._gateway, SparkContext._jvm = gateway, gateway.jvm
 
 
 def _keep_archive(archive: class_archive.Plan) -> None:

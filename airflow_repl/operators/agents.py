@@ -22,7 +22,7 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_repl.engine.agents import continuous as continuous_mode
-from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.errors import ReplError, failure_line
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres.addresses import TableAddress
 from airflow_repl.hooks.replication import ReplicationHook
@@ -57,17 +57,39 @@ def read_outcome(result: Path, agent: str, submit_error: Exception | None = None
     if outcome.get("status") != "failed":
         outcome.pop("status", None)
         return outcome
-    if outcome.get("traceback") and log is not None:
-        log.info("traceback of the internal error, for the bug report:\n%s", outcome["traceback"])
+    if log is not None:
+        for failed in [outcome, *outcome.get("failures", [])]:
+            if failed.get("traceback"):
+                log.info("traceback of the internal error, for the bug report:\n%s", failed["traceback"])
+        if outcome.get("summary"):  # some subscribers failed: what the others did (the reasons follow, once)
+            log.info("%s agent summary: %s", agent, _without_reasons(outcome["summary"]))
     raise task_failure(agent, outcome)
 
 
+def _without_reasons(summary: dict) -> dict:
+    """A summary whose failed subscribers' entries keep only their name, class and exit code."""
+    kept = ("subscriber", "status", "error_class", "exit_code")
+    shown = {k: v for k, v in summary.items() if k != "failures"}
+    if isinstance(summary.get("subscriptions"), list):
+        shown["subscriptions"] = [
+            {k: v for k, v in s.items() if k in kept} if s.get("status") == "failed" else s
+            for s in summary["subscriptions"]
+        ]
+    return shown
+
+
 def task_failure(agent: str, outcome: dict) -> AirflowException:
-    """The Airflow exception for a failed outcome: retried only when a retry can fix it."""
-    message = (
-        f"{agent} agent failed ({outcome.get('error_class')}, exit code {outcome.get('exit_code')}): "
-        f"{outcome.get('message')}"
-    )
+    """The Airflow exception for a failed outcome: retried only when a retry can fix it.  A run
+    in which some subscribers failed says which, a line each."""
+    failures = outcome.get("failures")
+    if failures:
+        message = f"{agent} agent failed at {len(failures)} subscriber(s) (exit code {outcome.get('exit_code')}):\n"
+        message += "\n".join(failure_line(f) for f in failures)
+    else:
+        message = (
+            f"{agent} agent failed ({outcome.get('error_class')}, exit code {outcome.get('exit_code')}): "
+            f"{outcome.get('message')}"
+        )
     if outcome.get("retryable"):
         return AirflowException(f"{message} [retryable]")
     return AirflowFailException(message)
@@ -122,6 +144,7 @@ class _AgentOperator(SparkSubmitOperator):
             "spark.pyspark.python": sys.executable,
             "spark.pyspark.driver.python": sys.executable,
             "spark.log.level": self.spark_log_level,
+            "spark.ui.showConsoleProgress": "false",  # a progress bar has no place in a task log
             **(self.conf or {}),
         }
 

@@ -56,6 +56,13 @@ def env2(sandbox, tmp_path):
     e.drop()
 
 
+@pytest.fixture
+def env3(sandbox, tmp_path):
+    e = Env(sandbox, tmp_path, n_subscribers=3)
+    yield e
+    e.drop()
+
+
 @pytest.fixture(scope="session")
 def wal_cluster(sandbox):
     """Factory ``wal_cluster(boundary, room=2 MB) -> cluster name``: a sandbox cluster (1 MB WAL

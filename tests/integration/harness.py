@@ -12,9 +12,11 @@ folder before anything imports Airflow.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
+import subprocess
 import tempfile
 import threading
 import time
@@ -393,3 +395,89 @@ def drop_native_subscription(native_conninfo: str, name: str) -> None:
     with psycopg.connect(native_conninfo, autocommit=True) as sub:
         if sub.execute("SELECT 1 FROM pg_subscription WHERE subname = %s", (name,)).fetchone():
             sub.execute(sql.SQL("DROP SUBSCRIPTION {}").format(sql.Identifier(name)))
+
+
+def signal_and_time(proc: subprocess.Popen, signum: int, timeout: float = 60) -> tuple[float, str, str]:
+    """Send ``signum`` to ``proc`` and wait for it to end: (seconds from the signal to its end,
+    its standard output, its standard error)."""
+    sent = time.monotonic()
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=timeout)
+    return time.monotonic() - sent, out, err
+
+
+def wait_until(condition, timeout: float = 60, what: str = "the condition") -> None:
+    """Poll ``condition()`` until it holds (an assertion error naming ``what`` after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def signal_while_restarting(
+    proc: subprocess.Popen, sandbox: Sandbox, cluster: str, signum: int
+) -> tuple[float, str, str]:
+    """Restart ``cluster`` and, while it restarts, send ``signum`` to ``proc``: as
+    :func:`signal_and_time`."""
+    restart = threading.Thread(target=sandbox.restart_cluster, args=(cluster, "fast"))
+    restart.start()
+    try:
+        time.sleep(0.3)
+        assert proc.poll() is None, proc.communicate()
+        return signal_and_time(proc, signum)
+    finally:
+        restart.join()
+
+
+def lock_waits(conninfo: str) -> int:
+    """How many sessions of the database wait for a lock."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+# ---------------------------------------------------------------------- servers' state, ports
+def database_state(conninfo: str) -> dict[str, str]:
+    """A digest of every row of every table outside the system schemas, plus the publications,
+    replication slots and prepared transactions of the database: equal digests, same state."""
+    out: dict[str, str] = {}
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        tables = conn.execute(
+            "SELECT table_schema, table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE' "
+            "AND table_schema NOT IN ('pg_catalog', 'information_schema') AND table_schema NOT LIKE 'pg_temp%' "
+            "ORDER BY 1, 2"
+        ).fetchall()
+        for schema, table in tables:
+            rows = conn.execute(sql.SQL("SELECT t::text FROM {} t").format(sql.Identifier(schema, table))).fetchall()
+            out[f"table {schema}.{table}"] = hashlib.md5("\n".join(sorted(r[0] for r in rows)).encode()).hexdigest()
+        out["publications"] = repr(
+            conn.execute(
+                "SELECT p.pubname, array(SELECT tablename FROM pg_publication_tables t WHERE t.pubname = p.pubname "
+                "ORDER BY 1) FROM pg_publication p ORDER BY 1"
+            ).fetchall()
+        )
+        out["slots"] = repr(
+            conn.execute(
+                "SELECT slot_name, temporary FROM pg_replication_slots WHERE database = current_database() ORDER BY 1"
+            ).fetchall()
+        )
+        out["prepared"] = repr(
+            conn.execute("SELECT gid FROM pg_prepared_xacts WHERE database = current_database() ORDER BY 1").fetchall()
+        )
+        out["functions"] = repr(
+            conn.execute(
+                "SELECT n.nspname, p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+                "WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2"
+            ).fetchall()
+        )
+    return out
+
+
+def unused_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

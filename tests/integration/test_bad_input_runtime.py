@@ -10,7 +10,6 @@ included), publisher publications, replication slots and prepared transactions.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import subprocess
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from pathlib import Path
 import psycopg
 import pytest
 import yaml
-from psycopg import sql
+from harness import database_state, unused_port
 from psycopg.conninfo import conninfo_to_dict
 
 from airflow_repl import cli
@@ -28,42 +27,6 @@ from airflow_repl.engine.postgres.connections import to_uri
 
 
 # ---------------------------------------------------------------------- shared helpers
-def database_state(conninfo: str) -> dict[str, str]:
-    """A digest of every row of every table outside the system schemas, plus the publications,
-    replication slots and prepared transactions of the database: equal digests, same state."""
-    out: dict[str, str] = {}
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        tables = conn.execute(
-            "SELECT table_schema, table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE' "
-            "AND table_schema NOT IN ('pg_catalog', 'information_schema') AND table_schema NOT LIKE 'pg_temp%' "
-            "ORDER BY 1, 2"
-        ).fetchall()
-        for schema, table in tables:
-            rows = conn.execute(sql.SQL("SELECT t::text FROM {} t").format(sql.Identifier(schema, table))).fetchall()
-            out[f"table {schema}.{table}"] = hashlib.md5("\n".join(sorted(r[0] for r in rows)).encode()).hexdigest()
-        out["publications"] = repr(
-            conn.execute(
-                "SELECT p.pubname, array(SELECT tablename FROM pg_publication_tables t WHERE t.pubname = p.pubname "
-                "ORDER BY 1) FROM pg_publication p ORDER BY 1"
-            ).fetchall()
-        )
-        out["slots"] = repr(
-            conn.execute(
-                "SELECT slot_name, temporary FROM pg_replication_slots WHERE database = current_database() ORDER BY 1"
-            ).fetchall()
-        )
-        out["prepared"] = repr(
-            conn.execute("SELECT gid FROM pg_prepared_xacts WHERE database = current_database() ORDER BY 1").fetchall()
-        )
-        out["functions"] = repr(
-            conn.execute(
-                "SELECT n.nspname, p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-                "WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2"
-            ).fetchall()
-        )
-    return out
-
-
 def world_state(env) -> dict[str, dict[str, str]]:
     """The state of the test's publisher, distribution and subscriber databases."""
     return {
@@ -126,14 +89,6 @@ class World:
         return to_uri(psycopg.conninfo.make_conninfo(**params))
 
 
-def _closed_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def _held_lock(conninfo: str, key: str):
     with psycopg.connect(conninfo, autocommit=True) as other:  # what a running agent holds
@@ -155,7 +110,7 @@ class Case:
 def _unreachable(role: str, command: str) -> Callable[[World], list[str]]:
     def arrange(w: World) -> list[str]:
         base = w.env.sub if role == "subscriber" else w.env.pub
-        w.with_endpoint(role, w.uri_with(base, port=str(_closed_port())))
+        w.with_endpoint(role, w.uri_with(base, port=str(unused_port())))
         return [command, "-t", w.topology]
 
     return arrange
@@ -483,8 +438,9 @@ def test_bad_runtime_input_is_one_line_and_changes_nothing(case: Case, env, spar
 
 
 def test_a_failure_inside_a_spark_task_is_the_agents_own_line(env2, spark, tmp_path, capsys):
-    """With several subscribers, deliveries run as Spark tasks: a subscription's failure comes
-    back wrapped in a Java exception, and is still reported as the agent's one line and exit code."""
+    """With several subscribers, deliveries run as Spark tasks: each subscription's failure comes
+    back as its outcome and is reported as the agent's one line, naming the subscriber, with its
+    exit code."""
     env2.run(env2.pub, "CREATE TABLE orders (id int PRIMARY KEY, v text)")
     doc = {
         "publisher": to_uri(env2.pub),
@@ -501,5 +457,11 @@ def test_a_failure_inside_a_spark_task_is_the_agents_own_line(env2, spark, tmp_p
     before = {name: database_state(ci) for name, ci in [("dist", env2.dist), *env2.subs.items()]}
     assert cli.main(["distribution", "-t", str(path)]) == 3
     out, err = capsys.readouterr()
-    assert_one_error_line(err, out, "has no snapshot of publication 'p'")
+    lines = [line for line in err.splitlines() if line.startswith("airflow-repl: error:")]
+    assert "Traceback" not in err + out
+    assert lines == [
+        f"airflow-repl: error: subscriber '{name}': subscriber '{name}' has no snapshot of publication 'p': run the "
+        "Snapshot Agent to initialize the subscription"
+        for name in env2.subs
+    ]
     assert {name: database_state(ci) for name, ci in [("dist", env2.dist), *env2.subs.items()]} == before

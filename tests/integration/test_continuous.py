@@ -6,6 +6,7 @@ SIGTERM, and a restart resumes with nothing lost or doubled.  No timing goal is 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import signal
 import subprocess
@@ -20,12 +21,17 @@ from harness import (
     AgentThread,
     assert_in_sync,
     count_applied_rows,
+    lock_waits,
+    make_items,
+    signal_and_time,
+    signal_while_restarting,
     snapshotted_items,
     spec_file,
     wait_for,
+    wait_until,
 )
 
-from airflow_repl.engine.agents import distribution_agent, log_reader_agent
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
 from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.model.topology import from_dict
 from airflow_repl.engine.provisioning.schema_change import schema_change
@@ -226,3 +232,88 @@ def test_continuous_runs_for_more_subscribers_than_task_slots_are_refused(spark,
     )
     with pytest.raises(ReplError, match=f"{says}, and the application has 2 task slots"):
         run_agent(agent, topo, "p", subscribers=list(subscribers), spark=spark, continuous={"continuous": True})
+
+
+@pytest.mark.parametrize(("waits_on", "signum"), [("a lock", signal.SIGTERM), ("a restarted server", signal.SIGINT)])
+def test_a_signal_ends_a_continuous_run_within_its_interval_whatever_it_waits_on(
+    waits_on, signum, env, spark, sandbox, tmp_path
+):
+    """The command line's continuous Distribution Agent, poll interval 2 s, signalled while it waits
+    on a row lock at the subscriber (its batch's statement is cancelled, the batch rolled back: the
+    run is recorded as succeeded up to there, and the next run delivers the batch), or while the
+    distributor's server restarts: it ends within the interval, without a traceback."""
+    interval = 2.0
+    topo = snapshotted_items(env, spark, 100)
+    path = tmp_path / "topology.yaml"
+    doc = {
+        **env.servers(),
+        "publications": [{"name": "p", "articles": ["public.items"]}],
+        "subscriptions": [{"publication": "p", "subscriber": "sub1"}],
+    }
+    path.write_text(json.dumps(doc))
+    argv = [sys.executable, "-m", "airflow_repl.cli", "distribution", "-t", str(path), "--continuous"]
+    argv += ["--poll-interval", str(interval), "--max-run-seconds", "300"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    history = "SELECT status FROM airflow_repl.agent_history WHERE agent = 'distribution' ORDER BY run_id DESC LIMIT 1"
+    wait_until(lambda: env.rows(env.dist, history) == [("running",)] or proc.poll() is not None, what="the run")
+    if waits_on == "a lock":
+        with psycopg.connect(env.sub) as holder:
+            holder.execute("SELECT * FROM items WHERE id = 1 FOR UPDATE")  # an application holds the row
+            env.run(env.pub, "UPDATE items SET payload = 'blocked' WHERE id = 1")
+            assert log_reader_agent.run_log_reader(topo, "p")["transactions"] == 1
+            wait_until(lambda: lock_waits(env.sub) == 1 or proc.poll() is not None, what="the lock wait")
+            assert proc.poll() is None, proc.communicate()
+            took, out, err = signal_and_time(proc, signum)
+            holder.rollback()
+    else:
+        took, out, err = signal_while_restarting(proc, sandbox, env.publisher_cluster, signum)
+    print(
+        f"{signal.Signals(signum).name} while waiting on {waits_on}: ended {took:.2f} s later (exit {proc.returncode})"
+    )
+    assert took < interval + 1.5, f"ended {took:.1f} s after the signal:\n{err}"
+    assert "Traceback" not in out + err
+    if waits_on == "a lock":
+        assert proc.returncode == 0, err
+        (summary,) = json.loads(out)["subscriptions"]
+        assert summary["continuous"]["ended_by"] == signal.Signals(signum).name
+        assert "rolled_back" in summary["continuous"] and summary["transactions"] == 0
+        assert env.rows(env.dist, history) == [("succeeded",)]
+        assert distribution_agent.run_distribution(topo, "p", "sub1")["transactions"] == 1  # the batch, delivered
+        assert env.rows(env.sub, "SELECT payload FROM items WHERE id = 1") == [("blocked",)]
+    else:  # the distributor went away with the run: one line, retryable; or it ended before
+        assert proc.returncode in (0, 5), err
+        if proc.returncode:
+            assert len([line for line in err.splitlines() if line.startswith("airflow-repl: error:")]) == 1, err
+    assert_in_sync(topo)
+
+
+def test_a_signal_to_the_driver_ends_the_continuous_runs_of_its_spark_tasks(env2, spark, tmp_path):
+    """Two subscribers, each a Spark task of the command line's application running a continuous
+    delivery: SIGTERM to the command ends both runs cleanly (recorded as succeeded), and the
+    command prints both summaries and exits 0."""
+    interval = 2.0
+    make_items(env2, 50)
+    topo = env2.topology(["public.items"])
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    path = tmp_path / "topology.yaml"
+    doc = {
+        **env2.servers(),
+        "publications": [{"name": "p", "articles": ["public.items"]}],
+        "subscriptions": [{"publication": "p", "subscriber": name} for name in env2.subs],
+    }
+    path.write_text(json.dumps(doc))
+    argv = [sys.executable, "-m", "airflow_repl.cli", "distribution", "-t", str(path), "--continuous"]
+    argv += ["--poll-interval", str(interval), "--max-run-seconds", "300"]
+    environ = {k: v for k, v in os.environ.items() if k != "AIRFLOW_REPL_SPARK_MASTER"}
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ)
+    running = "SELECT count(*) FROM airflow_repl.agent_history WHERE agent = 'distribution' AND status = 'running'"
+    wait_until(lambda: env2.rows(env2.dist, running) == [(2,)] or proc.poll() is not None, 120, "both runs")
+    assert proc.poll() is None, proc.communicate()
+    took, out, err = signal_and_time(proc, signal.SIGTERM)
+    print(f"SIGTERM to the driver of two continuous Spark tasks: ended {took:.2f} s later")
+    assert proc.returncode == 0 and "Traceback" not in out + err, err
+    summary = json.loads(out)
+    assert [s["continuous"]["ended_by"] for s in summary["subscriptions"]] == ["driver stopped"] * 2
+    assert took < interval + 5
+    statuses = "SELECT status FROM airflow_repl.agent_history WHERE agent = 'distribution' ORDER BY run_id"
+    assert env2.rows(env2.dist, statuses) == [("succeeded",), ("succeeded",)]

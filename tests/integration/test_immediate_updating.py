@@ -17,7 +17,7 @@ import time
 
 import psycopg
 import pytest
-from harness import assert_in_sync, setup_immediate
+from harness import assert_in_sync, lock_waits, setup_immediate, signal_and_time, signal_while_restarting, wait_until
 
 from airflow_repl import cli
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, queue_reader_agent, snapshot_agent
@@ -332,6 +332,52 @@ def test_follow_commits_at_once_when_the_subscriber_commits(env, spark, tmp_path
     assert cli.main(["resolve-in-doubt", "-t", str(path)]) == 0
     assert json.loads(capsys.readouterr().out)["sub1"]["committed"] == 1
     assert rows(env.pub, "id = 12")[12][0] == "by the cli"
+
+
+@pytest.mark.parametrize(("waits_on", "signum"), [("a restarted server", signal.SIGTERM), ("a lock", signal.SIGINT)])
+def test_follow_survives_a_restart_and_a_signal_ends_it_within_its_interval(
+    waits_on, signum, env, spark, sandbox, tmp_path
+):
+    """``resolve-in-doubt --follow`` (interval 2 s) through the command line: after the publisher
+    restarts it connects again and resolves what the subscriber commits; SIGTERM while the
+    publisher restarts once more, or SIGINT while a round waits on a lock at the subscriber, ends
+    it within the interval with its totals."""
+    interval = 2.0
+    topo = setup_immediate(env, spark)
+    path = tmp_path / "t.yaml"
+    path.write_text(
+        json.dumps(
+            topo.to_dict(with_secrets=False)
+            | {"publisher": to_uri(env.pub), "distributor": to_uri(env.dist), "subscribers": {"sub1": to_uri(env.sub)}}
+        )
+    )
+    argv = [sys.executable, "-m", "airflow_repl.cli", "resolve-in-doubt", "-t", str(path), "--subscriber", "sub1"]
+    argv += ["--follow", "--interval", str(interval)]
+    if waits_on == "a lock":
+        with psycopg.connect(env.sub) as holder:  # every round forgets finished gids there: it waits for the lock
+            holder.execute("LOCK TABLE airflow_repl.immediate_gids IN ACCESS EXCLUSIVE MODE")
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            wait_until(lambda: lock_waits(env.sub) == 1 or proc.poll() is not None, what="the lock wait")
+            assert proc.poll() is None, proc.communicate()
+            took, out, err = signal_and_time(proc, signum)
+            holder.rollback()
+    else:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        listening = "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %%'"
+        wait_until(lambda: env.rows(env.sub, listening)[0][0] == 1 or proc.poll() is not None, what="LISTEN")
+        sandbox.restart_cluster(env.publisher_cluster, "fast")
+        env.run(env.sub, "UPDATE items SET v = 'after a restart' WHERE id = 11")  # prepared at the publisher
+        wait_until(lambda: prepared(env) == [] or proc.poll() is not None, 30, "the resolver to commit it")
+        assert rows(env.pub, "id = 11")[11][0] == "after a restart"
+        took, out, err = signal_while_restarting(proc, sandbox, env.publisher_cluster, signum)
+    print(f"{signal.Signals(signum).name} while waiting on {waits_on}: ended {took:.2f} s later")
+    assert took < interval + 1.5, f"ended {took:.1f} s after the signal:\n{err}"
+    assert proc.returncode == 0 and "Traceback" not in out + err, err
+    totals = json.loads(out)["sub1"]
+    assert totals["ended_by"] == signal.Signals(signum).name
+    if waits_on == "a restarted server":
+        assert totals["committed"] == 1 and totals["reconnects"] >= 1
+        assert "resolver of subscriber sub1:" in err and "trying again every interval" in err
 
 
 def test_row_versions_chain_within_a_transaction_and_across_sessions(env, spark):

@@ -70,7 +70,42 @@ def test_not_initialized_fails_the_task_without_retry(env, tmp_path, spark_conn,
         op.execute({})
     output = _task_output(capfd)
     assert "Traceback" not in output
-    assert "airflow-repl: error: subscriber 'sub1' has no snapshot" in output
+    assert "has no snapshot" not in output  # the reason is the task's error, once: not also in the job's output
+
+
+def test_a_broken_subscriber_fails_the_task_once_and_the_others_are_delivered(env2, spark, tmp_path, spark_conn, capfd):
+    """Two subscribers, each a Spark task of the job: sub2's table is gone.  sub1 is delivered;
+    the task fails (not retried) with one line naming sub2, which appears once in the task's log
+    and error together; no Python or Java stack."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_repl.operators.agents import DistributionAgentOperator
+
+    env = env2
+    env.run(env.pub, "CREATE TABLE orders (id int PRIMARY KEY, v text); INSERT INTO orders VALUES (1, 'a')")
+    topo = _topology(
+        env,
+        tmp_path,
+        subscribers={name: to_uri(ci) for name, ci in env.subs.items()},
+        subscriptions=[{"publication": "p", "subscriber": name} for name in env.subs],
+    )
+    assert cli.main(["snapshot", "-t", topo]) == 0
+    env.run(env.pub, "UPDATE orders SET v = 'b'")
+    assert cli.main(["logreader", "-t", topo]) == 0
+    env.run(env.subs["sub2"], "DROP TABLE orders")
+    capfd.readouterr()
+    op = DistributionAgentOperator(task_id="deliver", topology=topo, publication="p", conn_id=spark_conn)
+    with pytest.raises(AirflowFailException) as info:
+        op.execute({})
+    message = str(info.value)
+    assert message.startswith("distribution agent failed at 1 subscriber(s) (exit code 4):\n"), message
+    line = message.splitlines()[1]
+    assert line.startswith("subscriber 'sub2': cannot apply update") and 'relation "public.orders"' in line
+    output = _task_output(capfd)
+    for noise in ("Traceback", "at java.", "PythonException", "TaskSetManager"):
+        assert noise not in output, output
+    assert (output + message).count('relation "public.orders" does not exist') == 1, output
+    assert env.rows(env.subs["sub1"], "SELECT v FROM orders") == [("b",)]
 
 
 def test_an_unreachable_server_fails_the_task_for_a_retry(env, tmp_path, spark_conn, capfd):

@@ -39,13 +39,6 @@ CLUSTER_CONF = {
 }
 
 
-@pytest.fixture
-def env3(sandbox, tmp_path):
-    e = Env(sandbox, tmp_path, n_subscribers=3)
-    yield e
-    e.drop()
-
-
 def _topology_file(env: Env) -> str:
     doc = {
         **env.servers(),

@@ -9,9 +9,19 @@ import pytest
 from airflow_repl.cli import report_error
 from airflow_repl.engine.agents import lifecycle
 from airflow_repl.engine.agents.distribution_agent import parse_until
-from airflow_repl.engine.errors import AgentBusy, ConnectionLost, NotInitialized, ReplError
+from airflow_repl.engine.errors import (
+    AgentBusy,
+    ConnectionFailed,
+    ConnectionLost,
+    DeliveryError,
+    DifferencesFound,
+    NotInitialized,
+    ReplError,
+    SubscribersFailed,
+    most_serious,
+)
 from airflow_repl.engine.postgres.connections import redact
-from airflow_repl.jobs.agent_job import AGENTS, failure
+from airflow_repl.jobs.agent_job import AGENTS, error_lines, failure
 
 
 @pytest.mark.parametrize(
@@ -105,3 +115,77 @@ def test_until_is_checked_and_defaults_to_utc():
 
 def test_the_agents_are_a_table():
     assert list(AGENTS) == ["snapshot", "logreader", "distribution", "queuereader", "validate"]
+
+
+@pytest.mark.parametrize(
+    "codes, most",
+    [
+        ([0, 0], 0),
+        ([0, 5], 5),
+        ([5, 4], 4),  # a delivery error is not fixed by a retry: the run is not retried
+        ([6, 5], 5),  # a subscriber that could not be compared matters more than one that differs
+        ([6, 3, 2], 2),
+        ([5, 1, 4], 1),  # a bug always shows
+    ],
+)
+def test_the_most_serious_exit_code_is_the_lowest_non_zero_one(codes, most):
+    assert most_serious(codes) == most
+
+
+def _failed(subscriber: str, exc: Exception) -> dict:
+    return {"subscriber": subscriber, **failure(exc)}
+
+
+def test_subscribers_failed_is_a_line_per_failure_with_the_most_serious_code(capsys):
+    lost = _failed("s3", ConnectionFailed("cannot connect to the subscriber 's3' at u@h:1/d: refused"))
+    exc = SubscribersFailed(
+        {"subscriptions": []},
+        [_failed("s2", DeliveryError("cannot apply update (command 1): relation missing.\nDETAIL: x")), lost],
+    )
+    assert (exc.exit_code, exc.retryable) == (4, False)
+    assert str(exc).splitlines() == [
+        "subscriber 's2': cannot apply update (command 1): relation missing.",
+        "subscriber 's3': cannot connect to the subscriber 's3' at u@h:1/d: refused",
+    ]
+    assert report_error(exc) == 4
+    assert capsys.readouterr().err.splitlines() == [
+        "airflow-repl: error: subscriber 's2': cannot apply update (command 1): relation missing. (1 more line(s) with -v)",
+        "airflow-repl: error: subscriber 's3': cannot connect to the subscriber 's3' at u@h:1/d: refused",
+    ]
+    only_retryable = SubscribersFailed({}, [lost, _failed("s4", AgentBusy("another agent"))])
+    assert (only_retryable.exit_code, only_retryable.retryable) == (5, True)
+    outcome = failure(exc)  # the result file: the outcome of each, and a line each for the job's stderr
+    assert outcome["error_class"] == "SubscribersFailed" and outcome["exit_code"] == 4
+    assert [f["subscriber"] for f in outcome["failures"]] == ["s2", "s3"] and outcome["summary"] == {
+        "subscriptions": []
+    }
+    assert error_lines(outcome) == str(exc).splitlines()
+    differs = SubscribersFailed({}, [_failed("s1", DifferencesFound("differ")), lost])
+    assert differs.exit_code == 5
+
+
+def test_an_internal_error_of_one_subscriber_shows_its_traceback_only_with_verbose(capsys):
+    try:
+        {}["missing"]
+    except KeyError as bug:
+        exc = SubscribersFailed({}, [_failed("s1", bug)])
+    assert report_error(exc) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("airflow-repl: error: subscriber 's1': internal error (KeyError)")
+    assert report_error(exc, verbose=True) == 1
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_the_cli_keeps_sparks_own_output_off_the_console_unless_verbose(tmp_path, capsys):
+    from airflow_repl.cli import main
+    from airflow_repl.jobs import session
+
+    missing = str(tmp_path / "missing.yaml")
+    try:
+        assert main(["-v", "apply", "-t", missing]) == 2
+        assert session._jvm_console == [True]
+        assert main(["apply", "-t", missing]) == 2
+        assert session._jvm_console == [False]  # a local session's JVM then writes nowhere
+    finally:
+        session.quiet_jvm_console(False)
+    capsys.readouterr()

@@ -71,11 +71,13 @@ def test_the_job_refuses_continuous_with_until_and_writes_the_failure(tmp_path, 
     spec.write_text(json.dumps(SPEC))
     argv = ["distribution", "--spec", str(spec), "--result", str(result), "--publication", "p", "--continuous"]
     assert agent_job.main([*argv, "--until", UNTIL]) == ReplError.exit_code
-    assert "cannot be combined" in _one_error_line(capsys)
+    assert capsys.readouterr().err == ""  # with a result file the operator reports it, once
     outcome = json.loads(result.read_text())
     assert outcome["status"] == "failed" and outcome["error_class"] == "ReplError"
+    assert "cannot be combined" in outcome["message"]
     spec.write_text(json.dumps(SPEC))
-    assert agent_job.main([*argv, "--poll-interval", "-0.5"]) == ReplError.exit_code
+    without_result = [a for a in argv if a not in ("--result", str(result))]
+    assert agent_job.main([*without_result, "--poll-interval", "-0.5"]) == ReplError.exit_code
     assert "poll_interval (--poll-interval) -0.5 is not a positive number" in _one_error_line(capsys)
 
 
@@ -93,10 +95,13 @@ def test_an_idle_continuous_loop_wakes_when_its_stream_brings_work():
     stream), not after the whole poll interval; without work it sleeps the interval."""
 
     class Run:
-        label, dist, run_id, step = "Log Reader Agent", None, None, ""
+        label, dist, run_id, step, loop = "Log Reader Agent", None, None, "", None
 
         def where(self) -> str:
             return "publication 'p'"
+
+        def connections(self) -> list:
+            return []
 
     calls: list[float] = []
 
@@ -108,7 +113,7 @@ def test_an_idle_continuous_loop_wakes_when_its_stream_brings_work():
     started = time.monotonic()
     assert loop.idle(False, wake=wake)
     assert time.monotonic() - started < 5 and len(calls) == 3  # woken at the third look, not after 30 s
-    assert all(0 < s <= continuous._SLICE for s in calls)  # waits in slices: SIGTERM ends it promptly
+    assert all(0 < s <= continuous.SLICE for s in calls)  # waits in slices: SIGTERM ends it promptly
     quiet = continuous.Loop(continuous.Continuous(poll_interval=0.5, max_run_seconds=60), Run(), {})
     started = time.monotonic()
     assert quiet.idle(False, wake=lambda s: time.sleep(s) or False)

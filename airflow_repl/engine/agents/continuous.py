@@ -1,17 +1,22 @@
-"""Continuous mode: an agent's ordinary loop, repeated until a maximum run time or SIGTERM.
+"""Continuous mode: an agent's ordinary loop, repeated until a maximum run time, SIGTERM or SIGINT.
 
 A continuous run is one agent run (one lock, one ``agent_history`` row) whose loop does not end
 when nothing is pending: it sleeps ``poll_interval`` seconds and looks again.  It ends cleanly,
 with the ordinary success summary, when ``max_run_seconds`` have passed (so that Airflow can start
-the next run), when the process receives SIGTERM (how Airflow stops a task) or, in a spark-submit
-driver, when its parent process goes away (Airflow's ``on_kill`` kills spark-submit): the batch
-being applied is finished and committed first, and no new one is started.  The agents' guarantees are
-untouched: this module only decides whether the loop takes another turn, between batches, where
-everything is committed.
+the next run), when the process receives SIGTERM (how Airflow stops a task) or SIGINT (Ctrl-C) or,
+in a spark-submit driver, when its parent process goes away (Airflow's ``on_kill`` kills
+spark-submit).  After a signal it ends within one ``poll_interval``, whatever it waits on: its
+sleeps and waits are cut into slices; a batch being applied is finished and committed first if it
+can be within half an interval, else its statement (a lock wait, a long statement) is cancelled
+(:mod:`~airflow_repl.engine.postgres.stop_signals`), the batch rolled back, and the run recorded
+as succeeded up to its last committed batch (:class:`~airflow_repl.engine.agents.lifecycle.Stopped`;
+the next run delivers the rest).  The agents' guarantees are untouched: this module only decides
+whether the loop takes another turn, between batches, where everything is committed.
 
 A continuous run ends its summary with ``continuous``: the options, the rounds that found
-nothing pending, and ``ended_by`` (``max_run_seconds``, ``SIGTERM``, ``parent process gone`` or
-the agent's own reason, :attr:`Loop.check`).
+nothing pending, and ``ended_by`` (``max_run_seconds``, ``SIGTERM``, ``SIGINT``, ``parent process
+gone`` or the agent's own reason, :attr:`Loop.check`); a run whose batch in flight was rolled back
+at the stop says so in ``rolled_back``.
 
 Owns the options (:func:`options`, checked: one clear line for a bad value; their command-line
 form, :func:`add_arguments`, and which agents take them, :func:`check_request`), the clock and the
@@ -25,16 +30,19 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import FrameType
 from typing import Any
+
+import psycopg
 
 from airflow_repl.engine.agents.lifecycle import AgentRun
 from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.postgres import connections
+from airflow_repl.engine.postgres.stop_signals import SLICE, StopSignals
 from airflow_repl.engine.state import dist_history
 
 log = logging.getLogger(__name__)
@@ -44,7 +52,8 @@ POLL_INTERVAL = 1.0
 MAX_RUN_SECONDS = 3600.0
 #: At most one progress log line and history update this often (seconds).
 PROGRESS_EVERY = 5.0
-_SLICE = 0.2  # a sleep is cut into slices this long, so that SIGTERM ends it promptly
+#: How a run ends when its parent process went away (see stop_when_orphaned).
+_PARENT_GONE = "parent process gone"
 #: The parent process a continuous run watches (see stop_when_orphaned); empty: none.
 _watched_parent: list[int] = []
 
@@ -58,6 +67,83 @@ def stop_when_orphaned() -> None:
 
 def _orphaned() -> bool:
     return bool(_watched_parent) and os.getppid() != _watched_parent[0]
+
+
+#: How a run in a Spark task ends when the application's driver stops (see DriverStop).
+_DRIVER_STOPPED = "driver stopped"
+#: The driver a continuous run in a Spark task watches: (the distributor's conninfo, the key of
+#: the driver's lock); empty: none.
+_watched_driver: list[tuple[str, str]] = []
+#: When the watched driver was last looked at, and whether it was found stopped.
+_driver_seen: list[Any] = [0.0, False]
+#: The driver is looked at this often (seconds): a connection to the distributor each time.
+DRIVER_CHECK_EVERY = 0.5
+
+
+class DriverStop:
+    """The driver's side of continuous runs in Spark tasks (several subscribers): while they run
+    it holds a lock at the distributor (an advisory lock on a key of its own).  SIGTERM or SIGINT
+    in the driver releases it, and so does the driver's end, however it ends (its connection
+    closes); each task's run (:func:`stop_with_driver`) then ends as on a signal within about a
+    second, with ``ended_by: "driver stopped"``, and the driver collects their summaries."""
+
+    def __init__(self, distributor: str) -> None:
+        self.distributor, self.key = distributor, f"airflow_repl.driver.{uuid.uuid4().hex}"
+        self.stop = StopSignals()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._done = threading.Event()
+        self._watch = threading.Thread(target=self._release_on_stop, name="driver-stop", daemon=True)
+
+    def __enter__(self) -> DriverStop:
+        self._conn = connections.connect(self.distributor, "distributor", autocommit=True)
+        self._conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (self.key,))
+        self.stop.__enter__()
+        self._watch.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._done.set()
+        self._watch.join(5)
+        self.stop.__exit__(*exc)
+        if self._conn is not None:
+            self._conn.close()
+
+    def _release_on_stop(self) -> None:
+        while not self._done.wait(SLICE):
+            if self.stop.stopped() and self._conn is not None:
+                log.info("%s: stopping the continuous runs of the Spark tasks", self.stop.received)
+                self._conn.close()  # the lock goes with the session
+                return
+
+
+def stop_with_driver(watched: tuple[str, str] | None) -> None:
+    """Executor side: this task's continuous run ends when the driver's :class:`DriverStop`
+    lock (the distributor's conninfo and the key) is gone (None: watch no driver)."""
+    _watched_driver[:] = [watched] if watched is not None else []
+    _driver_seen[:] = [0.0, False]
+
+
+def _driver_stopped() -> bool:
+    """Whether the watched driver released its lock (looked at every DRIVER_CHECK_EVERY seconds;
+    a distributor that cannot be reached says nothing: the run finds out by itself)."""
+    if not _watched_driver or _driver_seen[1] or time.monotonic() - _driver_seen[0] < DRIVER_CHECK_EVERY:
+        return bool(_driver_seen[1])
+    _driver_seen[0] = time.monotonic()
+    conninfo, key = _watched_driver[0]
+    try:
+        with connections.connect(conninfo, "distributor", autocommit=True, connect_timeout=2) as conn:
+            row = conn.execute("SELECT pg_try_advisory_lock_shared(hashtext(%s))", (key,)).fetchone()
+    except (ReplError, psycopg.Error):
+        return False
+    _driver_seen[1] = bool(row and row[0])  # taken: the driver's lock is gone
+    return bool(_driver_seen[1])
+
+
+def _why_stop() -> str | None:
+    """A reason to stop besides a signal: the parent process or the Spark driver gone."""
+    if _orphaned():
+        return _PARENT_GONE
+    return _DRIVER_STOPPED if _driver_stopped() else None
 
 
 @dataclass(frozen=True)
@@ -123,7 +209,9 @@ def check_request(agent: str, until: str | None, given: dict[str, Any] | None) -
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``--continuous``, ``--poll-interval`` and ``--max-run-seconds`` (the CLI's and the job's)."""
-    parser.add_argument("--continuous", action="store_true", help="keep running until --max-run-seconds or SIGTERM")
+    parser.add_argument(
+        "--continuous", action="store_true", help="keep running until --max-run-seconds, SIGTERM or Ctrl-C"
+    )
     parser.add_argument("--poll-interval", type=float, help="seconds between looks when idle (continuous; default 1)")
     parser.add_argument("--max-run-seconds", type=float, help="end a continuous run after this (default 3600)")
 
@@ -146,15 +234,15 @@ def from_arguments(args: argparse.Namespace) -> dict[str, Any] | None:
 class Loop:
     """Whether an agent's loop takes another turn.  An ordinary run (``opts`` None) never
     waits: :meth:`idle` ends it.  A continuous run sleeps when idle and ends at its maximum run
-    time or on SIGTERM (handled while the loop is entered, in the main thread only)."""
+    time or on SIGTERM or SIGINT (handled while the loop is entered, in the main thread only)."""
 
     def __init__(self, opts: Continuous | None, run: AgentRun, totals: dict[str, Any]) -> None:
         self.opts, self.run, self.totals = opts, run, totals
         self.started = time.monotonic()
         self.ended_by: str | None = None
         self.rounds = 0
-        self._signalled = False
-        self._previous: Any = None
+        #: SIGTERM, SIGINT, a parent or driver gone: a flag; a statement still running half an interval later is cancelled
+        self.stop = StopSignals(run.connections, opts.poll_interval / 2 if opts is not None else None, _why_stop)
         self._reported = (0, 0)
         self._last_report = self._last_check = self.started
         #: the agent's own reason to end (None: go on), asked when idle and at most every
@@ -162,17 +250,18 @@ class Loop:
         self.check: Callable[[], str | None] | None = None
 
     def __enter__(self) -> Loop:
-        if self.opts is not None and threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        if self.opts is not None:
+            self.stop.__enter__()
+            self.run.loop = self  # a statement cancelled by the stop ends the run cleanly (AgentRun)
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
-            self._previous = None
+    def __exit__(self, *exc: Any) -> None:
+        if self.opts is not None:
+            self.stop.__exit__(*exc)
 
-    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        self._signalled = True  # only a flag: the loop stops at its next turn, between batches
+    def stopped_by(self) -> str | None:
+        """The signal that stopped the run (None: none came)."""
+        return self.stop.received
 
     def go_on(self) -> bool:
         """After a batch (everything committed): another turn, unless the run must end."""
@@ -206,16 +295,16 @@ class Loop:
                 "poll_interval": self.opts.poll_interval,
                 "max_run_seconds": self.opts.max_run_seconds,
                 "rounds": self.rounds,
-                "ended_by": self.ended_by or "max_run_seconds",
+                "ended_by": self.ended_by or self.stop.received or "max_run_seconds",
             }
         return totals
 
     def _should_end(self, check: bool) -> bool:
         assert self.opts is not None
-        if self._signalled:
-            self.ended_by = "SIGTERM"
+        if self.stop.received is not None:
+            self.ended_by = self.stop.received
         elif _orphaned():
-            self.ended_by = "parent process gone"
+            self.ended_by = _PARENT_GONE
         elif time.monotonic() - self.started >= self.opts.max_run_seconds:
             self.ended_by = "max_run_seconds"
         elif check and self.check is not None:
@@ -226,10 +315,10 @@ class Loop:
     def _sleep(self, seconds: float, wake: Callable[[float], bool] | None = None) -> None:
         assert self.opts is not None
         until = min(time.monotonic() + seconds, self.started + self.opts.max_run_seconds)
-        while not self._signalled and not _orphaned() and (left := until - time.monotonic()) > 0:
+        while self.stop.received is None and not _orphaned() and (left := until - time.monotonic()) > 0:
             if wake is None:
-                time.sleep(min(left, _SLICE))
-            elif wake(min(left, _SLICE)):
+                time.sleep(min(left, SLICE))
+            elif wake(min(left, SLICE)):
                 return
 
     def _report(self) -> None:

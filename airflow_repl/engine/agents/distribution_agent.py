@@ -47,7 +47,7 @@ import psycopg
 
 from airflow_repl.engine.agents import continuous as continuous_mode
 from airflow_repl.engine.agents import gc_pause, progress_lines, read_ahead, stream_planning, subscriber_writer
-from airflow_repl.engine.agents.lifecycle import AgentRun
+from airflow_repl.engine.agents.lifecycle import AgentRun, ends_when_stopped
 from airflow_repl.engine.articles.commands import Command
 from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
 from airflow_repl.engine.errors import ReplError
@@ -657,6 +657,7 @@ def _prepare(applier: Applier, rows: list[CommandRow], txns: list[PendingTransac
 
 
 # ---------------------------------------------------------------------- the run
+@ends_when_stopped
 def run_distribution(
     topology: Topology,
     publication: str,

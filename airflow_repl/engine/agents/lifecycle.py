@@ -55,12 +55,13 @@ A new agent is one module in this package with only its own logic:
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, ParamSpec, Protocol
 
 import psycopg
 from psycopg import conninfo as pg_conninfo
@@ -68,9 +69,11 @@ from psycopg import conninfo as pg_conninfo
 from airflow_repl.engine import errors
 from airflow_repl.engine.errors import AgentBusy, ConnectionLost, DeliveryError, ReplError, ServerLost
 from airflow_repl.engine.postgres import advisory_locks, connections
+from airflow_repl.engine.postgres.stop_signals import cancelled
 from airflow_repl.engine.state import dist_history
 
 log = logging.getLogger(__name__)
+_P = ParamSpec("_P")
 
 #: The agents' names for the operator, by the name they are run and recorded under.
 LABELS = {
@@ -100,6 +103,37 @@ def host_port(conninfo: str) -> str:
     except psycopg.ProgrammingError:
         return "?"
     return f"{params.get('host', 'localhost')}:{params.get('port', '5432')}"
+
+
+class Stopped(Exception):
+    """A continuous run stopped by SIGTERM or SIGINT while a statement was still running: the
+    statement was cancelled, what it was part of rolled back, and the run recorded as succeeded
+    up to its last committed batch.  Not an error: the agent returns ``summary``."""
+
+    def __init__(self, summary: dict[str, Any]) -> None:
+        super().__init__(f"stopped by {summary.get('continuous', {}).get('ended_by')}")
+        self.summary = summary
+
+
+def ends_when_stopped(run_agent: Callable[_P, dict[str, Any]]) -> Callable[_P, dict[str, Any]]:
+    """An agent's ``run_*`` function that returns the summary of a run :class:`Stopped` midway."""
+
+    @functools.wraps(run_agent)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> dict[str, Any]:
+        try:
+            return run_agent(*args, **kwargs)
+        except Stopped as stopped:
+            return stopped.summary
+
+    return run
+
+
+class StoppingLoop(Protocol):
+    """What a run asks of its continuous loop (:class:`~airflow_repl.engine.agents.continuous.Loop`)."""
+
+    def stopped_by(self) -> str | None: ...
+
+    def summary(self, totals: dict[str, Any]) -> dict[str, Any]: ...
 
 
 class _Lost(ConnectionLost):
@@ -173,6 +207,8 @@ class AgentRun:
         self.cleanups: list[Callable[[], None]] = []
         self._servers: list[_Server] = []
         self._done = False
+        #: a continuous run's loop, once entered (it says whether a signal stopped the run)
+        self.loop: StoppingLoop | None = None
 
     # ------------------------------------------------------------------ progress
     @property
@@ -197,6 +233,10 @@ class AgentRun:
         conn = connections.connect(conninfo, role, **kwargs)
         self.track(conn, role, conninfo)
         return conn
+
+    def connections(self) -> list[psycopg.Connection[Any]]:
+        """The connections the run watches (the statements a stop cancels)."""
+        return [server.conn for server in self._servers]
 
     def track(self, conn: psycopg.Connection[Any], role: str, conninfo: str) -> None:
         """Watch a connection opened elsewhere: if it breaks, failures name its server, and it
@@ -275,6 +315,9 @@ class AgentRun:
         try:
             if exc is not None and not self._done and isinstance(exc, Exception):
                 self._run_cleanups()
+                stopped = self._stopped(exc)
+                if stopped is not None:
+                    raise stopped from None
                 translated = self._translate(exc)
                 if isinstance(translated, _Lost):
                     translated = self._lost_outcome(translated)
@@ -286,6 +329,21 @@ class AgentRun:
         finally:
             self._close_all()
         return False
+
+    def _stopped(self, exc: Exception) -> Stopped | None:
+        """A statement cancelled because a signal stopped the continuous run: its work is rolled
+        back and the run recorded as succeeded up to there (None: ``exc`` is a failure)."""
+        if self.loop is None or self.loop.stopped_by() is None or not cancelled(exc):
+            return None
+        summary = self.loop.summary(dict(self.counts))
+        summary["continuous"]["rolled_back"] = f"the work in flight at the stop ({self.step}); the next run does it"
+        try:
+            if self.dist is not None and not self.dist.closed:
+                self.dist.rollback()
+            return Stopped(self.succeed(summary))
+        except psycopg.Error as err:  # the distributor went away too: a failure like any other
+            log.debug("could not record the stopped %s run: %r", self.label, err)
+            return None
 
     def _lost_outcome(self, lost: _Lost) -> ConnectionLost:
         """The lost-connection message says what became of the run's history row."""

@@ -49,7 +49,7 @@ from airflow_repl.engine.agents.change_mapping import (
     truncate_command,
     truncated_articles,
 )
-from airflow_repl.engine.agents.lifecycle import AgentRun, first_line, host_port
+from airflow_repl.engine.agents.lifecycle import AgentRun, ends_when_stopped, first_line, host_port
 from airflow_repl.engine.articles.commands import SCHEMA, Command, OpCode
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import ConnectionFailed, NotInitialized, ReplError, ServerLost
@@ -784,6 +784,7 @@ class _LogReader:
         self.stream.confirm(self.heard)
 
 
+@ends_when_stopped
 def run_log_reader(
     topology: Topology,
     publication: str,

@@ -63,7 +63,7 @@ import psycopg
 
 from airflow_repl.engine.agents import continuous as continuous_mode
 from airflow_repl.engine.agents import subscriber_writer
-from airflow_repl.engine.agents.lifecycle import AgentRun
+from airflow_repl.engine.agents.lifecycle import AgentRun, ends_when_stopped
 from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
 from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.model import naming
@@ -418,6 +418,7 @@ class _Rejected(Exception):
 
 
 # ---------------------------------------------------------------------- the run
+@ends_when_stopped
 def run_queue_reader(
     topology: Topology,
     publication: str,

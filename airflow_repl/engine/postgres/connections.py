@@ -11,6 +11,7 @@ Connection strings carry passwords, so they are never logged: use :func:`describ
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +25,17 @@ from airflow_repl.engine.errors import ConnectionFailed, TopologyError
 from airflow_repl.engine.model.topology import Topology, is_uri
 
 Resolver = Callable[[str], str]
+
+
+def _echo_of_an_earlier_error(record: logging.LogRecord) -> bool:
+    """psycopg's warning that ending a pipeline failed after a statement in it had failed: the
+    statement's own error, which the caller reports, says it all (kept at DEBUG level)."""
+    return not record.getMessage().startswith("error ignored terminating") or logging.getLogger("psycopg").isEnabledFor(
+        logging.DEBUG
+    )
+
+
+logging.getLogger("psycopg").addFilter(_echo_of_an_earlier_error)
 
 
 #: libpq parameters the agents set themselves: an Airflow connection's extra may not set them.
@@ -182,10 +194,15 @@ def with_session_settings(conninfo: str) -> str:
     return pg_conninfo.make_conninfo(conninfo, options=f"{options} {pinned}".strip())
 
 
-def connect(conninfo: str, role: str, *, autocommit: bool = False, **kwargs: Any) -> psycopg.Connection:
-    """Connect, turning an unreachable server into an error that names it and the fix."""
+def connect(
+    conninfo: str, role: str, *, autocommit: bool = False, connect_timeout: int = 10, **kwargs: Any
+) -> psycopg.Connection:
+    """Connect, turning an unreachable server into an error that names it and the fix
+    (``connect_timeout``: seconds, at least 2, as libpq counts them)."""
     try:
-        return psycopg.connect(with_session_settings(conninfo), autocommit=autocommit, connect_timeout=10, **kwargs)
+        return psycopg.connect(
+            with_session_settings(conninfo), autocommit=autocommit, connect_timeout=connect_timeout, **kwargs
+        )
     except psycopg.OperationalError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise connect_failed(role, conninfo, first) from None

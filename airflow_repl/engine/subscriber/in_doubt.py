@@ -23,6 +23,8 @@ subscriber session's next transaction also commits its predecessor's, first thin
 from __future__ import annotations
 
 import logging
+import math
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -33,6 +35,7 @@ from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import connections
+from airflow_repl.engine.postgres.stop_signals import StopSignals
 from airflow_repl.engine.state import subscriber_immediate
 
 log = logging.getLogger(__name__)
@@ -140,23 +143,114 @@ def _decide(sub: psycopg.Connection[Any], gid: str, prefix: str) -> str:
 
 def follow(
     topology: Topology, publication: str, subscriber: str, *, interval: float = 60.0, rounds: int | None = None
-) -> dict[str, int]:
+) -> dict[str, Any]:
     """Resolve continuously: at once when the subscriber notifies a commit, and every
-    ``interval`` seconds anyway (``rounds`` rounds, or until interrupted).  Returns the totals."""
+    ``interval`` seconds anyway (``rounds`` rounds, or until SIGINT or SIGTERM).  A server that
+    cannot be reached or goes away (a restart) is logged, and the round tried again every
+    ``interval`` seconds.  After a signal it ends within one interval, whatever it waits on: a
+    notification, the next try, a statement (cancelled).  Returns the totals, with ``ended_by``
+    (``rounds``, ``SIGINT`` or ``SIGTERM``) and ``reconnects``.  A server that cannot be reached
+    at the start is an error (a wrong connection, not an outage)."""
     topology.subscription(publication, subscriber)
-    totals = {"committed": 0, "rolled_back": 0, "in_progress": 0, "forgotten": 0, "rounds": 0}
-    publisher, conninfo = topology.publisher.require("publisher"), topology.subscriber_conninfo(subscriber)
-    with (
-        connections.connect(publisher, "publisher", autocommit=True) as pub,
-        connections.connect(conninfo, f"subscriber {subscriber!r}", autocommit=True) as sub,
-        connections.connect(conninfo, f"subscriber {subscriber!r}", autocommit=True) as listener,
-    ):
-        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
-        while True:
-            for key, value in resolve(pub, sub, publication, subscriber).items():
-                totals[key] = totals.get(key, 0) + value
-            totals["rounds"] += 1
-            if rounds is not None and totals["rounds"] >= rounds:
-                return totals
-            for _ in listener.notifies(timeout=interval, stop_after=1):
-                pass
+    totals: dict[str, Any] = {
+        "committed": 0,
+        "rolled_back": 0,
+        "in_progress": 0,
+        "forgotten": 0,
+        "rounds": 0,
+        "reconnects": 0,
+    }
+    servers = _FollowedServers(topology, publication, subscriber, interval)
+    with servers, StopSignals(servers.open, cancel_after=0) as stop:
+        while not stop.stopped():
+            try:
+                pub, sub, listener = servers.connected()
+                for key, value in resolve(pub, sub, publication, subscriber).items():
+                    totals[key] += value
+                totals["rounds"] += 1
+                if rounds is not None and totals["rounds"] >= rounds:
+                    totals["ended_by"] = "rounds"
+                    return totals
+                stop.wait(interval, _notified(listener))
+            except (ReplError, psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                if stop.stopped():  # the statement the stop cancelled, or a server gone meanwhile
+                    break
+                if not servers.ever_connected:  # a wrong connection, not an outage: one clear error
+                    raise
+                totals["reconnects"] += servers.lost(exc)
+                stop.wait(interval)
+    totals["ended_by"] = stop.received
+    return totals
+
+
+def _notified(listener: psycopg.Connection[Any]) -> Callable[[float], bool]:
+    """Waits up to the seconds given for a notification on ``listener``; whether one came."""
+    return lambda seconds: any(True for _ in listener.notifies(timeout=seconds, stop_after=1))
+
+
+class _FollowedServers:
+    """The resolver's three connections (publisher, subscriber, and the subscriber's listener),
+    opened again after a server went away."""
+
+    def __init__(self, topology: Topology, publication: str, subscriber: str, interval: float) -> None:
+        self.subscriber = subscriber
+        self.publisher = topology.publisher.require("publisher")
+        self.conninfo = topology.subscriber_conninfo(subscriber)
+        #: a try to connect lasts at most about an interval (libpq: whole seconds, at least 2)
+        self.timeout = max(2, min(10, math.ceil(interval)))
+        self.conns: tuple[psycopg.Connection[Any], ...] = ()
+        self.ever_connected = False
+        self._outage = False
+
+    def __enter__(self) -> _FollowedServers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def open(self) -> tuple[psycopg.Connection[Any], ...]:
+        return self.conns
+
+    def connected(self) -> tuple[psycopg.Connection[Any], psycopg.Connection[Any], psycopg.Connection[Any]]:
+        """The three connections, opened (and LISTENing) if they are not."""
+        if len(self.conns) != 3 or any(c.closed or c.broken for c in self.conns):
+            self.close()
+            role = f"subscriber {self.subscriber!r}"
+            conns = [connections.connect(self.publisher, "publisher", autocommit=True, connect_timeout=self.timeout)]
+            try:
+                for _ in range(2):
+                    conns.append(
+                        connections.connect(self.conninfo, role, autocommit=True, connect_timeout=self.timeout)
+                    )
+                conns[2].execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+            except BaseException:
+                for conn in conns:
+                    conn.close()
+                raise
+            self.conns, self.ever_connected = tuple(conns), True
+            if self._outage:
+                log.warning("resolver of subscriber %s: connected again", self.subscriber)
+                self._outage = False
+        pub, sub, listener = self.conns
+        return pub, sub, listener
+
+    def lost(self, exc: BaseException) -> int:
+        """A server could not be reached or went away: logged (once per outage), the connections
+        closed for the next try.  Returns 1 when this starts an outage."""
+        self.close()
+        if self._outage:
+            log.debug("resolver of subscriber %s: still cannot reach a server: %s", self.subscriber, exc)
+            return 0
+        self._outage = True
+        text = str(exc).strip()
+        log.warning(
+            "resolver of subscriber %s: %s; trying again every interval",
+            self.subscriber,
+            text.splitlines()[0] if text else type(exc).__name__,
+        )
+        return 1
+
+    def close(self) -> None:
+        for conn in self.conns:
+            conn.close()
+        self.conns = ()

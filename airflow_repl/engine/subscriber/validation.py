@@ -42,8 +42,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from airflow_repl.engine import errors
 from airflow_repl.engine.articles.resolved import ResolvedArticle
-from airflow_repl.engine.errors import NotInitialized, ReplError
+from airflow_repl.engine.errors import ConnectionLost, NotInitialized, ReplError
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import catalog, connections, raw_sql
 from airflow_repl.engine.state import dist_publications
@@ -200,18 +201,22 @@ def use_snapshot(conn: psycopg.Connection[Any], snapshot: str | None) -> None:
 
 
 @contextmanager
-def exported_snapshots(sides: list[tuple[str, str]]) -> Iterator[dict[str, str]]:
+def exported_snapshots(sides: list[tuple[str, str]], failed: _Failed | None = None) -> Iterator[dict[str, str]]:
     """side -> the id of a snapshot of that server, exported by a read-only repeatable-read
-    transaction that stays open until the block ends (tasks may take it meanwhile)."""
+    transaction that stays open until the block ends (tasks may take it meanwhile); a side whose
+    export fails is left out and given to ``failed`` (raised without it)."""
     with ExitStack() as stack:
         ids: dict[str, str] = {}
         for side, conninfo in sides:
-            conn = stack.enter_context(connections.connect(conninfo, f"subscriber {side!r}" if side else "publisher"))
-            conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-            conn.read_only = True
-            row = conn.execute("SELECT pg_export_snapshot()").fetchone()
-            assert row is not None
-            ids[side] = str(row[0])
+            with _Failed(None).of(side) if failed is None else failed.of(side):
+                conn = stack.enter_context(
+                    connections.connect(conninfo, f"subscriber {side!r}" if side else "publisher")
+                )
+                conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+                conn.read_only = True
+                row = conn.execute("SELECT pg_export_snapshot()").fetchone()
+                assert row is not None
+                ids[side] = str(row[0])
         yield ids
 
 
@@ -304,10 +309,14 @@ def validate(
     ranges: int = RANGES,
     max_keys: int = MAX_KEYS,
     articles: list[ResolvedArticle] | None = None,
+    failures: dict[str, ReplError] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """subscriber -> one report line per article (see :func:`article_row`), with the counts of
     missing, extra and different rows and the first ``max_keys`` differing keys filled in.
-    Bad input (undeployed publication, uninitialized subscriber) is refused before any task runs."""
+    Bad input (undeployed publication, uninitialized subscriber) is refused before any task runs.
+    ``failures``: a subscriber that cannot be validated (not initialized, unreachable, lost) is
+    put there with its error and left out of the report while the others are validated (without
+    it, its error is raised); the publisher's failure is raised in any case."""
     if not 1 <= ranges <= MAX_RANGES or max_keys < 0:
         raise ReplError(
             f"validation of publication {publication!r} needs ranges from 1 to {MAX_RANGES} and max_keys >= 0 "
@@ -316,11 +325,17 @@ def validate(
     if articles is None:
         with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
             articles = dist_publications.load_articles(dist, publication)
+    failed = _Failed(failures)
     pub_ci = topology.publisher.require("publisher")
-    subs = {name: topology.subscriber_conninfo(name) for name in subscribers}
-    sides = [("", pub_ci), *subs.items()]
-    chunks = {side: _table_blocks(ci, side, articles) for side, ci in sides}  # checks the tables exist
-    with exported_snapshots(sides) as snapshots:
+    chunks = {"": _table_blocks(pub_ci, "", articles)}
+    for name in subscribers:  # checks the tables exist
+        with failed.of(name):
+            chunks[name] = _table_blocks(topology.subscriber_conninfo(name), name, articles)
+    subs = {name: topology.subscriber_conninfo(name) for name in subscribers if name in chunks}
+    if not subs:  # none left to compare (each one's error is in failures)
+        return {}
+    with exported_snapshots([("", pub_ci), *subs.items()], failed) as snapshots:
+        sides = [("", pub_ci), *((name, ci) for name, ci in subs.items() if name in snapshots)]
         tasks = [
             {**_sums_task(art, side, ci, ranges, chunk), "snapshot": snapshots[side]}
             for side, ci in sides
@@ -328,13 +343,72 @@ def validate(
             for chunk in block_chunks(chunks[side][art.name], BLOCKS_PER_TASK, MAX_CHUNKS)
         ]
         sums: dict[tuple[str, str], Sums] = {(side, a.name): {} for side, _ in sides for a in articles}
-        for task, part in zip(tasks, map_tasks(range_sums, tasks), strict=True):
-            add_sums(sums[task["side"], task["name"]], part)
+        for task, part in zip(tasks, failed.mapped(map_tasks, range_sums, tasks), strict=True):
+            if failed.took(task["side"], part):
+                add_sums(sums[task["side"], task["name"]], part["result"])
         report = {
-            name: [article_row(a.name, sums["", a.name], sums[name, a.name], ranges) for a in articles] for name in subs
+            name: [article_row(a.name, sums["", a.name], sums[name, a.name], ranges) for a in articles]
+            for name, _ in sides[1:]
+            if name not in failed.errors
         }
-        _fill_differences(report, articles, sums, (pub_ci, subs), snapshots, (ranges, max_keys), map_tasks)
-    return report
+        _fill_differences(report, articles, sums, (pub_ci, subs), snapshots, (ranges, max_keys), map_tasks, failed)
+    return {name: rows for name, rows in report.items() if name not in failed.errors}
+
+
+class _Failed:
+    """The subscribers that could not be validated, each with its error (raised at once when the
+    caller collects none, or when the side is the publisher's)."""
+
+    def __init__(self, collected: dict[str, ReplError] | None) -> None:
+        self.collected = collected
+        self.errors: dict[str, ReplError] = collected if collected is not None else {}
+
+    def add(self, side: str, error: ReplError) -> None:
+        if not side or self.collected is None:
+            raise error
+        self.errors.setdefault(side, error)
+
+    @contextmanager
+    def of(self, side: str) -> Iterator[None]:
+        """Errors of the block are ``side``'s."""
+        try:
+            yield
+        except (ReplError, psycopg.Error) as exc:
+            self.add(side, as_error(exc, f"subscriber {side!r}" if side else "publisher"))
+
+    def mapped(self, map_tasks: MapTasks, f: Callable[[Task], Any], tasks: list[Task]) -> list[dict[str, Any]]:
+        """``f`` over ``tasks``, each task's error returned as data (:func:`task_outcome`): a task
+        that raises would abort every other on Spark."""
+        return map_tasks(lambda task: task_outcome(f, task), tasks) if tasks else []
+
+    def took(self, side: str, outcome: dict[str, Any]) -> bool:
+        """Whether a task of ``side`` succeeded (its error recorded otherwise)."""
+        if "error" in outcome:
+            cls = getattr(errors, outcome["error"], ReplError)
+            self.add(side, cls(outcome["message"]))
+        return "error" not in outcome and side not in self.errors
+
+
+def as_error(exc: BaseException, role: str) -> ReplError:
+    """An error of validation at a server as the engine's own: a lost connection is
+    ConnectionLost (retryable); an engine error stays itself."""
+    if isinstance(exc, ReplError):
+        return exc
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+        return ConnectionLost(f"lost connection to the {role} during validation ({first}); run it again")
+    return ReplError(f"validation at the {role} failed: {first}")
+
+
+def task_outcome(f: Callable[[Task], Any], task: Task) -> dict[str, Any]:
+    """Executor side: ``{"result": f(task)}``, or the error it raised as ``error`` (its class's
+    name) and ``message``."""
+    try:
+        return {"result": f(task)}
+    except (ReplError, psycopg.Error) as exc:
+        error = as_error(exc, task.get("role") or f"subscriber {task['name']!r}")
+        return {"error": type(error).__name__, "message": str(error)}
 
 
 def _sums_task(art: ResolvedArticle, side: str, conninfo: str, ranges: int, chunk: list[int | None]) -> Task:
@@ -360,12 +434,14 @@ def _fill_differences(
     snapshots: dict[str, str],
     limits: tuple[int, int],
     map_tasks: MapTasks,
+    failed: _Failed,
 ) -> None:
     """Pass 2: the rows of the differing ranges of every article and subscriber that differ
     (``servers``: the publisher's and the subscribers' conninfos; ``limits``: ranges, max_keys),
     each side in its snapshot of pass 1."""
     (pub_ci, subs), (ranges, max_keys) = servers, limits
-    targets, tasks = [], []
+    targets: list[dict[str, Any]] = []
+    tasks: list[Task] = []
     for name, rows in report.items():
         for art, row in zip(articles, rows, strict=True):
             if row["match"]:
@@ -385,8 +461,9 @@ def _fill_differences(
                     "subscriber_snapshot": snapshots[name],
                 }
             )
-    for row, found in zip(targets, map_tasks(range_rows, tasks) if tasks else [], strict=True):
-        row.update(found)
+    for row, task, found in zip(targets, tasks, failed.mapped(map_tasks, range_rows, tasks), strict=True):
+        if failed.took(task["name"], found):
+            row.update(found["result"])
 
 
 def _table_blocks(conninfo: str, side: str, articles: list[ResolvedArticle]) -> dict[str, int]:
