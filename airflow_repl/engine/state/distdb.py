@@ -1396,3 +1396,24 @@ def forget_publication(conn: psycopg.Connection[Any], publication: str) -> dict[
         )
         out[table] = cur.rowcount
     return out
+
+
+# ---------------------------------------------------------------------- questions of airflow-repl plan
+# (one block, so that it moves as one when this module is split by entity)
+def deployed_publications(conn: psycopg.Connection[Any]) -> list[str]:
+    """The names of the publications the distribution database records, sorted ([] before it
+    has a schema)."""
+    if not _deployed(conn, "publications"):
+        return []
+    return [str(r[0]) for r in conn.execute("SELECT name FROM airflow_repl.publications ORDER BY name")]
+
+
+def subscription_settings(
+    conn: psycopg.Connection[Any], publication: str
+) -> dict[str, tuple[dict[str, Any], str, bool]]:
+    """subscriber -> (options, update mode, paused) of the publication's recorded subscriptions."""
+    rows = conn.execute(
+        "SELECT subscriber, options, update_mode, paused FROM airflow_repl.subscriptions WHERE publication = %s",
+        (publication,),
+    ).fetchall()
+    return {str(s): (dict(o or {}), str(m), bool(p)) for s, o, m, p in rows}
