@@ -196,3 +196,30 @@ def test_apply_operator_in_a_dag_run_fails_on_a_drop_and_succeeds_with_allow_dro
     assert installed_objects(env2, env2.subs["sub2"])["procs"] == []
     plan = ti.xcom_pull(task_ids="apply")
     assert [(a["kind"], a["object"], a["name"]) for a in plan["actions"]] == [("drop", "subscription", "sub2")]
+
+
+def test_a_publication_removed_from_the_file_is_dropped_only_with_allow_drop(env, tmp_path, capsys):
+    env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY); CREATE TABLE other (id int PRIMARY KEY)")
+    path = tmp_path / "topology.yaml"
+    data = {
+        **env.servers(),
+        "publications": [{"name": "p", "articles": ["public.items"]}, {"name": "q_gone", "articles": ["public.other"]}],
+        "subscriptions": [{"publication": "p", "subscriber": "sub1"}, {"publication": "q_gone", "subscriber": "sub1"}],
+    }
+    path.write_text(yaml.safe_dump(data))
+    assert cli.main(["apply", "-t", str(path)]) == 0
+    capsys.readouterr()
+    del data["publications"][1], data["subscriptions"][1]
+    path.write_text(yaml.safe_dump(data))
+    assert _plan(capsys, str(path)) == [("drop", "publication", "q_gone")]
+    assert cli.main(["apply", "-t", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "drop publication 'q_gone': not in the topology file" in err
+    assert "with its subscriptions ('sub1')" in err
+    assert env.rows(env.pub, "SELECT count(*) FROM pg_publication") == [(2,)]
+    assert cli.main(["apply", "-t", str(path), "--allow-drop"]) == 0
+    capsys.readouterr()
+    assert env.rows(env.pub, "SELECT pubname FROM pg_publication") == [("airflow_repl_p",)]
+    assert env.rows(env.dist, "SELECT name FROM airflow_repl.publications") == [("p",)]
+    assert env.rows(env.dist, "SELECT publication FROM airflow_repl.subscriptions") == [("p",)]
+    assert _plan(capsys, str(path)) == []
