@@ -50,6 +50,7 @@ def get_provider_info() -> dict:
                     "airflow_repl.operators.agents",
                     "airflow_repl.operators.retention",
                     "airflow_repl.operators.schema",
+                    "airflow_repl.operators.topology",
                     "airflow_repl.operators.tracer",
                     "airflow_repl.operators.validation",
                 ],

@@ -30,7 +30,7 @@ from airflow_repl.engine.errors import (
 )
 from airflow_repl.engine.model import topology
 from airflow_repl.engine.postgres import connections
-from airflow_repl.engine.provisioning import deploy, drop, update_mode
+from airflow_repl.engine.provisioning import deploy, drop, plan, update_mode
 from airflow_repl.engine.subscriber import validation
 from airflow_repl.jobs import session
 
@@ -190,9 +190,16 @@ def _cmd_agent(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_apply(args: argparse.Namespace) -> dict[str, Any]:
+    """Carry out the plan (docs/operations.md, "Plan and apply"); the plan carried out is the summary."""
     topo = _load(args)
-    resolved = deploy.apply_topology(topo, [args.publication] if args.publication else None)
-    return {name: [a.name for a in arts] for name, arts in resolved.items()}
+    return plan.apply(topo, [args.publication] if args.publication else None, allow_drop=args.allow_drop).to_dict()
+
+
+def _cmd_plan(args: argparse.Namespace) -> None:
+    """What apply would do, from the servers, changing nothing."""
+    topo = _load(args)
+    the_plan = plan.plan(topo, [args.publication] if args.publication else None)
+    print(the_plan.to_json() if args.output == "json" else the_plan.format_table())
 
 
 def _cmd_drop(args: argparse.Namespace) -> dict[str, Any]:
@@ -439,7 +446,18 @@ def build_parser() -> argparse.ArgumentParser:
         "-v", "--verbose", action="store_true", help="debug logging; an error's extra lines and tracebacks too"
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    _with_topology(sub.add_parser("apply", help="validate and deploy the topology")).set_defaults(func=_cmd_apply)
+    p = _with_topology(sub.add_parser("apply", help="validate and deploy the topology: carry out its plan"))
+    p.add_argument(
+        "--allow-drop",
+        action="store_true",
+        help="drop what the topology file no longer lists (publications, articles, subscriptions); refused without it",
+    )
+    p.set_defaults(func=_cmd_apply)
+    p = _with_topology(
+        sub.add_parser("plan", help="list what apply would create, alter, drop or need reinitialized; changes nothing")
+    )
+    p.add_argument("--output", "-o", choices=["table", "json"], default="table", help="one line per action, or JSON")
+    p.set_defaults(func=_cmd_plan)
     _add_agent_commands(sub)
     _add_updating_commands(sub)
     _add_pause_commands(sub)

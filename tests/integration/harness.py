@@ -481,3 +481,38 @@ def unused_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def installed_objects(env, conninfo) -> dict:
+    """What the product installed at a subscriber: procedures, triggers, its airflow_repl tables' rows."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        procs = [r[0] for r in conn.execute("SELECT proname FROM pg_proc WHERE proname LIKE 'sp\\_MS%' ORDER BY 1")]
+        triggers = [
+            r[0]
+            for r in conn.execute(
+                "SELECT tgname FROM pg_trigger WHERE NOT tgisinternal AND tgname LIKE 'airflow\\_repl%' ORDER BY 1"
+            )
+        ]
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT relname FROM pg_class WHERE relnamespace = to_regnamespace('airflow_repl') AND relkind = 'r' "
+                "ORDER BY 1"
+            )
+        ]
+        functions = [
+            r[0]
+            for r in conn.execute("SELECT proname FROM pg_proc WHERE pronamespace = to_regnamespace('airflow_repl')")
+        ]
+        state = conn.execute("SELECT count(*) FROM airflow_repl.subscription_state").fetchone()[0]
+        files = conn.execute("SELECT count(*) FROM airflow_repl.snapshot_files").fetchone()[0]
+        dblink = conn.execute("SELECT count(*) FROM pg_extension WHERE extname = 'dblink'").fetchone()[0]
+    return {
+        "procs": procs,
+        "triggers": triggers,
+        "tables": tables,
+        "functions": sorted(functions),
+        "watermarks": state,
+        "ledger": files,
+        "dblink": dblink,
+    }

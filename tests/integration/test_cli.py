@@ -25,7 +25,12 @@ def test_cli_runs_every_agent_and_validates(env, spark, tmp_path, capsys):
     )
     topo = orders_topology_file(env, tmp_path)
     assert cli.main(["apply", "-t", topo]) == 0
-    assert json.loads(capsys.readouterr().out) == {"p": ["orders"]}
+    actions = json.loads(capsys.readouterr().out)["actions"]
+    assert [(a["kind"], a["object"], a["name"]) for a in actions] == [
+        ("create", "publication", "p"),
+        ("create", "article", "orders"),
+        ("create", "subscription", "sub1"),
+    ]
     assert cli.main(["snapshot", "-t", topo]) == 0
     snap = json.loads(capsys.readouterr().out)
     assert snap["rows"] == 100 and snap["folder"].startswith(str(tmp_path / "snaps"))

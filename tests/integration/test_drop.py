@@ -18,6 +18,7 @@ import yaml
 from harness import (
     assert_in_sync,
     cycle,
+    installed_objects,
     items_topology_file,
     setup_immediate,
     setup_items,
@@ -44,41 +45,6 @@ def _topology_file(topo, tmp_path) -> str:
     return str(path)
 
 
-def _installed(env, conninfo) -> dict:
-    """What the product installed at a subscriber: procedures, triggers, its airflow_repl tables' rows."""
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        procs = [r[0] for r in conn.execute("SELECT proname FROM pg_proc WHERE proname LIKE 'sp\\_MS%' ORDER BY 1")]
-        triggers = [
-            r[0]
-            for r in conn.execute(
-                "SELECT tgname FROM pg_trigger WHERE NOT tgisinternal AND tgname LIKE 'airflow\\_repl%' ORDER BY 1"
-            )
-        ]
-        tables = [
-            r[0]
-            for r in conn.execute(
-                "SELECT relname FROM pg_class WHERE relnamespace = to_regnamespace('airflow_repl') AND relkind = 'r' "
-                "ORDER BY 1"
-            )
-        ]
-        functions = [
-            r[0]
-            for r in conn.execute("SELECT proname FROM pg_proc WHERE pronamespace = to_regnamespace('airflow_repl')")
-        ]
-        state = conn.execute("SELECT count(*) FROM airflow_repl.subscription_state").fetchone()[0]
-        files = conn.execute("SELECT count(*) FROM airflow_repl.snapshot_files").fetchone()[0]
-        dblink = conn.execute("SELECT count(*) FROM pg_extension WHERE extname = 'dblink'").fetchone()[0]
-    return {
-        "procs": procs,
-        "triggers": triggers,
-        "tables": tables,
-        "functions": sorted(functions),
-        "watermarks": state,
-        "ledger": files,
-        "dblink": dblink,
-    }
-
-
 def _dist_rows(env, publication="p") -> dict:
     with psycopg.connect(env.dist, autocommit=True) as conn:
         return {
@@ -99,12 +65,12 @@ def test_drop_subscription_of_queued_publication_removes_what_it_installed_and_t
     origin = naming.queue_origin("sub1")
     assert env2.rows(env2.pub, "SELECT count(*) FROM pg_replication_origin WHERE roname = %s", (origin,)) == [(1,)]
     env2.run(env2.subs["sub1"], "UPDATE items SET v = 'still queued' WHERE id = 2")  # given up by the drop
-    before = _installed(env2, env2.subs["sub1"])
+    before = installed_objects(env2, env2.subs["sub1"])
     assert before["procs"] and "airflow_repl_queue" in before["triggers"] and "queue" in before["tables"]
 
     result = drop.drop_subscription(topo, "p", "sub1")
 
-    after = _installed(env2, env2.subs["sub1"])
+    after = installed_objects(env2, env2.subs["sub1"])
     assert (after["procs"], after["triggers"], after["watermarks"], after["ledger"]) == ([], [], 0, 0)
     assert not {"queue", "queue_commits", "queue_taken"} & set(after["tables"])
     assert not {"queue_capture", "queue_commit", "tran_version"} & set(after["functions"])
@@ -114,7 +80,7 @@ def test_drop_subscription_of_queued_publication_removes_what_it_installed_and_t
     assert env2.rows(env2.dist, "SELECT subscriber FROM airflow_repl.subscriptions") == [("sub2",)]
     assert env2.rows(env2.subs["sub1"], "SELECT count(*) FROM items") == [(50,)]  # the table and its rows stay
     # sub2 is untouched: its procedures, queue trigger and queue, and it keeps flowing both ways
-    assert _installed(env2, env2.subs["sub2"])["triggers"] == before["triggers"]
+    assert installed_objects(env2, env2.subs["sub2"])["triggers"] == before["triggers"]
     env2.run(env2.pub, "UPDATE items SET n = n + 1 WHERE id <= 10")
     env2.run(env2.subs["sub2"], "UPDATE items SET v = 'at sub2' WHERE id = 20")
     assert queue_reader_agent.run_queue_reader(topo, "p", "sub2")["transactions"] == 1
@@ -133,13 +99,13 @@ def test_drop_subscription_of_immediate_publication_removes_triggers_functions_a
     assert env2.rows(env2.dist, "SELECT count(*) FROM airflow_repl.drops") == [(0,)]
     assert in_doubt.resolve_in_doubt(topo, "p")["sub1"]["committed"] == 1
     assert env2.rows(env2.pub, "SELECT v FROM items WHERE id = 1") == [("immediate",)]
-    before = _installed(env2, env2.subs["sub1"])
+    before = installed_objects(env2, env2.subs["sub1"])
     assert "airflow_repl_two_phase" in before["triggers"] and before["dblink"] == 1
     assert "immediate_publisher" in before["tables"]
 
     drop.drop_subscription(topo, "p", "sub1")
 
-    after = _installed(env2, env2.subs["sub1"])
+    after = installed_objects(env2, env2.subs["sub1"])
     assert (after["procs"], after["triggers"], after["watermarks"], after["dblink"]) == ([], [], 0, 0)
     assert not {"immediate_publisher", "immediate_gids"} & set(after["tables"])
     assert not [f for f in after["functions"] if f.startswith("immediate_")]
@@ -170,7 +136,7 @@ def test_drop_publication_refuses_with_subscriptions_then_drops_them_its_slot_an
     assert env.rows(env.pub, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (slot,)) == [(0,)]
     assert env.rows(env.pub, "SELECT count(*) FROM pg_publication WHERE pubname = 'airflow_repl_p'") == [(0,)]
     assert set(_dist_rows(env).values()) == {0}
-    assert _installed(env, env.sub)["procs"] == [] and env.rows(env.sub, "SELECT count(*) FROM items") == [(10,)]
+    assert installed_objects(env, env.sub)["procs"] == [] and env.rows(env.sub, "SELECT count(*) FROM items") == [(10,)]
     assert env.rows(env.dist, "SELECT status FROM airflow_repl.agent_history WHERE agent = 'drop' ORDER BY run_id") == [
         ("succeeded",),
         ("succeeded",),
@@ -224,7 +190,7 @@ def test_drop_article_while_the_publisher_writes_keeps_the_others_flowing_withou
     assert env.rows(env.sub, "SELECT v FROM other WHERE id = 1") == [("v",)]  # its pending change was discarded
     assert env.rows(env.sub, "SELECT count(*) FROM other WHERE v = 'after'") == [(0,)]  # nothing after the drop
     assert env.rows(env.sub, "SELECT count(*) FROM other") == [(100,)]  # the table stays
-    assert [p for p in _installed(env, env.sub)["procs"] if "other" in p] == []
+    assert [p for p in installed_objects(env, env.sub)["procs"] if "other" in p] == []
     assert env.rows(env.dist, "SELECT count(*) FROM airflow_repl.commands WHERE article = 'other'") == [(0,)]
     assert env.rows(env.pub, "SELECT tablename FROM pg_publication_tables WHERE pubname = 'airflow_repl_p'") == [
         ("items",)
@@ -272,12 +238,12 @@ def test_drop_subscription_killed_while_waiting_is_finished_by_running_it_again(
     assert proc.returncode == -signal.SIGKILL
     assert env2.rows(env2.dist, "SELECT kind, name FROM airflow_repl.drops") == [("subscription", "sub1")]
     assert env2.rows(env2.dist, "SELECT count(*) FROM airflow_repl.subscriptions WHERE subscriber = 'sub1'") == [(1,)]
-    done = _installed(env2, env2.subs["sub1"])
+    done = installed_objects(env2, env2.subs["sub1"])
     assert (done["watermarks"] == 0) is (where == "distributor")  # the subscriber's step committed only there
     again = _drop_process(path, "subscription", "--subscriber", "sub1")
     _, err = again.communicate(timeout=120)
     assert again.returncode == 0, err
-    after = _installed(env2, env2.subs["sub1"])
+    after = installed_objects(env2, env2.subs["sub1"])
     assert (after["procs"], after["triggers"], after["watermarks"]) == ([], [], 0) and "queue" not in after["tables"]
     assert env2.rows(env2.dist, "SELECT count(*) FROM airflow_repl.drops") == [(0,)]
     assert env2.rows(env2.dist, "SELECT subscriber FROM airflow_repl.subscriptions") == [("sub2",)]
@@ -313,7 +279,7 @@ def test_drop_refuses_unknown_names_and_running_agents_changing_nothing(env, spa
     assert env.rows(env.dist, "SELECT count(*) FROM airflow_repl.drops") == [(0,)]
     assert env.rows(env.dist, "SELECT count(*) FROM airflow_repl.agent_history WHERE agent = 'drop'") == [(0,)]
     assert env.rows(env.pub, "SELECT count(*) FROM pg_replication_slots WHERE database = current_database()") == [(1,)]
-    assert _installed(env, env.sub)["procs"]
+    assert installed_objects(env, env.sub)["procs"]
     env.run(env.pub, "UPDATE items SET v = 'still flowing'")
     assert distribution_agent.run_distribution(topo, "p", "sub1")["commands"] == 0
     cycle(topo)
@@ -339,7 +305,7 @@ def test_drop_article_killed_before_its_last_step_holds_delivery_until_run_again
     finally:
         holder.rollback()
         holder.close()
-    assert [p for p in _installed(env, env.sub)["procs"] if "other" in p] == []  # the subscriber's step is done
+    assert [p for p in installed_objects(env, env.sub)["procs"] if "other" in p] == []  # the subscriber's step is done
     assert env.rows(env.pub, "SELECT tablename FROM pg_publication_tables WHERE pubname = 'airflow_repl_p'") == [
         ("items",)
     ]
@@ -366,11 +332,11 @@ def test_drop_article_with_a_hostile_name_drops_its_objects_only(env, spark, tmp
     topo = env.topology(["public.items", {"table": f"public.{HOSTILE}"}])
     snapshot_agent.run_snapshot(topo, "p", spark)
     path = _topology_file(topo, tmp_path)
-    procs = _installed(env, env.sub)["procs"]
+    procs = installed_objects(env, env.sub)["procs"]
     assert len(procs) == 6
     assert cli.main(["drop", "article", "-t", path, "-p", "p", "--article", HOSTILE]) == 0
     capsys.readouterr()
-    assert _installed(env, env.sub)["procs"] == sorted(p for p in procs if p.endswith("_publicitems"))
+    assert installed_objects(env, env.sub)["procs"] == sorted(p for p in procs if p.endswith("_publicitems"))
     assert env.rows(env.sub, sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(HOSTILE))) == [(1,)]
     remaining = env.topology(["public.items"])
     env.run(env.pub, "UPDATE items SET v = 'b'")

@@ -1,6 +1,7 @@
-"""``airflow-repl apply``: turning a topology into servers ready to replicate.
+"""``airflow-repl plan`` and ``apply``: turning a topology into servers ready to replicate.
 
-Owns: ``deploy`` (checks every server is reachable, resolves articles against the publisher's
+Owns: ``plan`` (``airflow-repl plan`` and ``apply``: what applying changes, computed from the
+servers without changing them, then carried out, drops only when allowed), ``deploy`` (checks every server is reachable, resolves articles against the publisher's
 catalog, creates the publication and slot, and records publications and subscriptions in the
 distribution database), ``schema_change`` (``airflow-repl schema-change``: one checked ALTER TABLE
 run at the publisher with the message that replicates it in commit order),

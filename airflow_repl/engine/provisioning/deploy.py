@@ -198,6 +198,34 @@ def _check_row_filter(pub_conn: psycopg.Connection, art: ResolvedArticle, row_fi
         ) from None
 
 
+def deparse_row_filters(
+    pub_conn: psycopg.Connection, publication: Publication, articles: list[ResolvedArticle]
+) -> None:
+    """Set each article's row filter to the form PostgreSQL would store for the topology's
+    (what :func:`prepare_publisher` records), changing nothing: each filter is checked as
+    apply checks it, then put on a probe publication in a transaction that is always rolled back."""
+    filters = {a.name: a.row_filter for a in publication.articles}
+    with pub_conn.transaction():
+        pub_conn.execute("SET LOCAL standard_conforming_strings = on")  # the quoting check_predicate assumes
+        for art in articles:
+            row_filter = filters[art.name]
+            _check_row_filter(pub_conn, art, row_filter)
+            if row_filter is None:
+                art.row_filter = None
+                continue
+            probe = sql.Identifier(naming.ROW_FILTER_PROBE)
+            pub_conn.execute(
+                sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WHERE ({}) WITH ({})").format(
+                    probe, sql.Identifier(art.table.schema, art.table.name), sql.SQL(row_filter), PUBLICATION_OPTIONS
+                )
+            )
+            art.row_filter = _stored_row_filters(pub_conn, naming.ROW_FILTER_PROBE).get(
+                (art.table.schema, art.table.name)
+            )
+            pub_conn.execute(sql.SQL("DROP PUBLICATION {}").format(probe))
+        raise psycopg.Rollback()  # nothing of the probe is kept
+
+
 def _publish(pub_conn: psycopg.Connection, publication: Publication, pgpub: str, tables: sql.Composed) -> None:
     """CREATE the PostgreSQL publication, or set its options and tables when it exists."""
     exists = pub_conn.execute("SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = %s", (pgpub,)).fetchone()

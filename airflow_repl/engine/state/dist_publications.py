@@ -215,3 +215,12 @@ def article_names(conn: psycopg.Connection[Any], publication: str) -> list[str]:
         "SELECT name FROM airflow_repl.articles WHERE publication = %s ORDER BY name", (publication,)
     ).fetchall()
     return [str(r[0]) for r in rows]
+
+
+# ---------------------------------------------------------------------- what airflow-repl plan compares
+def deployed_publications(conn: psycopg.Connection[Any]) -> list[str]:
+    """The names of the publications the distribution database records, sorted ([] before it
+    has a schema)."""
+    if not deployed(conn, "publications"):
+        return []
+    return [str(r[0]) for r in conn.execute("SELECT name FROM airflow_repl.publications ORDER BY name")]

@@ -216,3 +216,15 @@ def subscriber_publications(conn: psycopg.Connection[Any], subscriber: str) -> l
         "SELECT publication FROM airflow_repl.subscriptions WHERE subscriber = %s ORDER BY 1", (subscriber,)
     ).fetchall()
     return [str(r[0]) for r in rows]
+
+
+# ---------------------------------------------------------------------- what airflow-repl plan compares
+def subscription_settings(
+    conn: psycopg.Connection[Any], publication: str
+) -> dict[str, tuple[dict[str, Any], str, bool]]:
+    """subscriber -> (options, update mode, paused) of the publication's recorded subscriptions."""
+    rows = conn.execute(
+        "SELECT subscriber, options, update_mode, paused FROM airflow_repl.subscriptions WHERE publication = %s",
+        (publication,),
+    ).fetchall()
+    return {str(s): (dict(o or {}), str(m), bool(p)) for s, o, m, p in rows}
