@@ -17,6 +17,10 @@ AgentBusy                    5      yes        another agent of the same kind is
 DifferencesFound             6      no         ``validate`` found rows that differ
 (anything else)              1      no         an internal error: a bug to report
 ===========================  =====  =========  ==============================================
+
+An agent run that ends with one of these records its history row with the class's ``outcome``:
+``blocked`` for a refusal the operator must act on (the message names the fix), ``failed`` for an
+error (a delivery that failed, a server that cannot be reached, anything unexpected).
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ class ReplError(Exception):
 
     exit_code = 2
     retryable = False
+    #: the history row's status of an agent run that ends with this error
+    outcome = "blocked"
 
 
 class TopologyError(ReplError):
@@ -55,6 +61,7 @@ class DeliveryError(ReplError):
     """The Distribution Agent could not apply a command at a subscriber."""
 
     exit_code = 4
+    outcome = "failed"
 
     def __init__(
         self,
@@ -79,6 +86,7 @@ class ConnectionFailed(ReplError):
 
     exit_code = 5
     retryable = True
+    outcome = "failed"
 
 
 class ConnectionLost(ReplError):
@@ -86,6 +94,7 @@ class ConnectionLost(ReplError):
 
     exit_code = 5
     retryable = True
+    outcome = "failed"
 
 
 class ServerLost(ConnectionLost):
@@ -97,6 +106,7 @@ class AgentBusy(ReplError):
 
     exit_code = 5
     retryable = True
+    outcome = "failed"
 
 
 class DifferencesFound(ReplError):

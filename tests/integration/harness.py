@@ -15,6 +15,8 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
+import subprocess
 import tempfile
 import threading
 import time
@@ -393,3 +395,20 @@ def drop_native_subscription(native_conninfo: str, name: str) -> None:
     with psycopg.connect(native_conninfo, autocommit=True) as sub:
         if sub.execute("SELECT 1 FROM pg_subscription WHERE subname = %s", (name,)).fetchone():
             sub.execute(sql.SQL("DROP SUBSCRIPTION {}").format(sql.Identifier(name)))
+
+
+#: Headless chromium, for the tests that render the HTML report (None: not installed).
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def chromium(*args: str) -> str:
+    """Run headless chromium (as root it needs --no-sandbox); its standard output."""
+    assert CHROMIUM
+    done = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return done.stdout

@@ -50,8 +50,10 @@ def test_a_cut_error_is_marked_and_a_running_run_shows_no_dash():
 
 def test_which_run_counts_as_failed_is_the_engines_one_rule(monkeypatch):
     rows = [_status("s1", "abandoned")]
-    assert status.problems(rows, None) == [] and "<b>0</b>subscriptions whose last run failed" in _page(rows)
+    assert status.problems(rows, None) == [] and "<b>0</b>subscriptions whose last run failed or was blocked" in _page(
+        rows
+    )
     monkeypatch.setattr(status, "FAILED_RUNS", frozenset({"failed", "abandoned"}))
     assert status.problems(rows, None) == ["'s1' of publication 'p': the Distribution Agent's last run failed (boom)"]
     page = _page(rows)
-    assert "<b>1</b>subscriptions whose last run failed" in page and "<td class='bad'>abandoned " in page
+    assert "<b>1</b>subscriptions whose last run failed or was blocked" in page and "<td class='bad'>abandoned " in page

@@ -19,8 +19,9 @@ from airflow_repl.engine.postgres import connections
 from airflow_repl.engine.provisioning import pausing
 from airflow_repl.engine.state import distdb, progress
 
-#: A run with one of these outcomes makes ``status`` exit non-zero.
-FAILED_RUNS = frozenset({"failed"})
+#: A run with one of these outcomes makes ``status`` exit non-zero (``blocked``: a run refused
+#: before it did its work, its message naming the fix).
+FAILED_RUNS = frozenset({"failed", "blocked"})
 #: ``status`` warns of a subscription's expiry once this share of the maximum retention has
 #: passed without delivery while a transaction waits for it.
 EXPIRY_WARNING_SHARE = 0.8
@@ -137,8 +138,9 @@ def problems(rows: list[SubscriptionStatus], max_pending: int | None) -> list[st
         name = f"{r.sub.subscriber!r} of publication {r.sub.publication!r}"
         for agent, run in (("Distribution Agent", r.distribution), ("Log Reader", r.logreader)):
             if run is not None and run_failed(run.status):
+                how = "was blocked" if run.status == "blocked" else "failed"
                 found.append(
-                    f"{name}: the {agent}'s last run failed ({' '.join((run.message or 'no message').split())})"
+                    f"{name}: the {agent}'s last run {how} ({' '.join((run.message or 'no message').split())})"
                 )
         if max_pending is not None and r.sub.backlog_transactions > max_pending:
             found.append(
