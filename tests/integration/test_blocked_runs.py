@@ -16,7 +16,9 @@ from harness import CHROMIUM, chromium, make_items, resolved_topology, to_uri
 from airflow_repl import cli
 from airflow_repl.engine.agents import distribution_agent, snapshot_agent
 from airflow_repl.engine.errors import ConnectionFailed, NotInitialized, ReplError
+from airflow_repl.presentation.status_rows import COLUMNS
 
+RUN, ERROR = COLUMNS.index("distribution"), COLUMNS.index("last error")
 REINITIALIZE = "airflow-repl snapshot -p p --subscriber sub1 --reinitialize"
 
 
@@ -99,8 +101,8 @@ def test_changed_articles_leave_a_blocked_run_that_status_and_the_report_show(en
     row = re.search(r"<tr><td>p</td><td>sub1</td>.*?</tr>", dom)
     assert row, dom
     cells = re.findall(r"<td( class=\"\w+\")?>(.*?)</td>", row[0])
-    assert cells[7][0] == ' class="bad"' and cells[7][1].startswith("blocked ")  # the run, in red
-    assert cells[9][0] == ' class="bad"' and REINITIALIZE in cells[9][1]  # the reason and its fix
+    assert cells[RUN][0] == ' class="bad"' and cells[RUN][1].startswith("blocked ")  # the run, in red
+    assert cells[ERROR][0] == ' class="bad"' and REINITIALIZE in cells[ERROR][1]  # the reason and its fix
     assert "<b>1</b>subscriptions whose last run failed or was blocked" in dom
 
 

@@ -22,6 +22,7 @@ from airflow_repl.engine.agents import (
     snapshot_folder,
 )
 from airflow_repl.engine.errors import NotInitialized, ReplError
+from airflow_repl.presentation.status_rows import COLUMNS
 
 LOGGER = "airflow_repl.engine.agents.progress_lines"
 
@@ -124,8 +125,10 @@ def test_report_renders_in_a_headless_browser(env2, spark, tmp_path, capsys):
     sub2_row = re.search(r"<tr><td>p</td><td>sub2</td>.*?</tr>", dom)
     assert sub2_row, dom
     cells = re.findall(r"<td[^>]*>(.*?)</td>", sub2_row[0])
-    assert cells[3:5] == ["5", "20"] and cells[7].startswith("failed")  # backlog; the failed delivery
-    assert "does not exist" in cells[9]  # its last error
+    assert cells[3:5] == ["5", "20"] and cells[COLUMNS.index("distribution")].startswith(
+        "failed"
+    )  # backlog; the failed delivery
+    assert "does not exist" in cells[COLUMNS.index("last error")]  # its last error
     assert "Conflicts (1)" in dom and "update/update" in dom
     assert re.search(r"<rect class=\"q\"[^>]*width=\"[1-9]", dom)  # a backlog bar drawn
 
