@@ -310,6 +310,9 @@ def _cmd_status(args: argparse.Namespace) -> None:
 
     topo = _load(args)
     rows = status.subscription_status(topo, args.publication)
+    if args.check:
+        _check_status(topo, rows)
+        return
     if args.output == "json":
         print(json.dumps([r.to_json() for r in rows], indent=2))
     else:
@@ -317,6 +320,33 @@ def _cmd_status(args: argparse.Namespace) -> None:
     found = status.problems(rows, args.max_pending)
     if found:
         raise ReplError("; ".join(found))
+
+
+def _check_status(topo: Any, rows: list[Any]) -> None:
+    """``status --check``: one line per breach (or one OK line); exit 0, 1 (warning), 2 (critical)."""
+    from datetime import datetime, timezone
+
+    from airflow_repl.engine.agents import health
+    from airflow_repl.engine.errors import HealthCheckFailed
+
+    if not rows:
+        raise ReplError(
+            "status --check found no subscription to check in the distribution database: apply the topology "
+            "and run the Snapshot Agent first, or name a publication that has subscriptions (-p)"
+        )
+    now = datetime.now(timezone.utc)
+    found = []
+    for row in rows:
+        pub = topo.publications.get(row.sub.publication)
+        limits = topo.thresholds(row.sub.publication, row.sub.subscriber)
+        found += health.breaches(row, limits, pub.max_retention_hours if pub is not None else None, now)
+    for breach in found:
+        print(" ".join(breach.line.split()))
+    code = health.level(found)
+    if code == health.OK:
+        print(f"OK: {len(rows)} subscription(s) within their thresholds")
+        return
+    raise HealthCheckFailed(f"status --check: {health.LEVELS[code]}, {len(found)} breach(es)", code)
 
 
 def _cmd_report(args: argparse.Namespace) -> dict[str, Any]:
@@ -455,6 +485,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", choices=["table", "json"], default="table", help="a text table or JSON")
     p.add_argument(
         "--max-pending", type=_number(int, 0, True), help="exit 2 when a backlog is above this many transactions"
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="compare each subscription with its thresholds (docs/monitoring.md): one line per breach; "
+        "exit 0 ok, 1 warning, 2 critical",
     )
     p.set_defaults(func=_cmd_status)
     p = _with_topology(

@@ -15,6 +15,7 @@ ConnectionLost               5      yes        a server went away during a run
 ServerLost                   5      yes        the same, found by a task that names the server
 AgentBusy                    5      yes        another agent of the same kind is running
 DifferencesFound             6      no         ``validate`` found rows that differ
+HealthCheckFailed            1, 2   no         ``status --check``: a warning (1), a critical breach (2)
 (anything else)              1      no         an internal error: a bug to report
 ===========================  =====  =========  ==============================================
 
@@ -113,3 +114,11 @@ class DifferencesFound(ReplError):
     """``validate`` compared a publication with its subscribers and found differences."""
 
     exit_code = 6
+
+
+class HealthCheckFailed(ReplError):
+    """``status --check`` found a threshold reached: exit 1 for a warning, 2 for a critical one."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

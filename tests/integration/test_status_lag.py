@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
+import yaml
 from harness import items_topology_file, setup_items
 
 from airflow_repl import cli
@@ -47,3 +49,29 @@ def test_lag_grows_while_the_distribution_agent_does_not_run_and_is_0_after(env,
     assert cli.main(["status", "-t", topo_file]) == 0
     header, row = capsys.readouterr().out.splitlines()[:2]
     assert "lag s" in header and row.split()[COLUMNS.index("lag s")] == "0"
+
+
+def test_status_check_warns_at_a_threshold_and_is_ok_once_delivered(env, spark, tmp_path, capsys):
+    topo = setup_items(env, spark, 10)
+    path = tmp_path / "thresholds.yaml"
+    data = yaml.safe_load(Path(items_topology_file(env, tmp_path)).read_text())
+    data["publications"][0].update(warn_pending_commands=2, critical_latency_seconds=3600)
+    data["publications"].append({"name": "q", "articles": ["public.items"]})  # no subscription
+    path.write_text(yaml.safe_dump(data))
+    env.run(env.pub, "UPDATE items SET v = 'x' WHERE id <= 2")  # 2 commands
+    log_reader_agent.run_log_reader(topo, "p")
+    capsys.readouterr()
+    assert cli.main(["status", "-t", str(path), "--check"]) == 1
+    out = capsys.readouterr()
+    assert out.out.splitlines() == [
+        "WARNING: subscriber 'sub1' of publication 'p': 2 commands pending, at or above warn_pending_commands 2"
+    ]
+    assert out.err.strip() == "airflow-repl: error: status --check: WARNING, 1 breach(es)"
+
+    distribution_agent.run_distribution(topo, "p", "sub1")
+    assert cli.main(["status", "-t", str(path), "--check"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["OK: 1 subscription(s) within their thresholds"]
+
+    assert cli.main(["status", "-t", str(path), "-p", "q", "--check"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "found no subscription to check" in err[0]
