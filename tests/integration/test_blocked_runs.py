@@ -14,7 +14,7 @@ import yaml
 from harness import CHROMIUM, chromium, make_items, resolved_topology, to_uri
 
 from airflow_repl import cli
-from airflow_repl.engine.agents import distribution_agent, snapshot_agent
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
 from airflow_repl.engine.errors import ConnectionFailed, NotInitialized, ReplError
 from airflow_repl.presentation.status_rows import COLUMNS
 
@@ -143,3 +143,23 @@ def test_an_unreachable_subscriber_leaves_a_failed_run(env, spark, tmp_path, cap
         distribution_agent.run_distribution(gone, "p", "sub1")
     message, err = _shown(env, tmp_path, capsys, "failed")
     assert "cannot connect to the subscriber 'sub1'" in message and "the Distribution Agent's last run failed" in err
+
+
+def test_a_lost_slot_leaves_a_blocked_log_reader_run(env, spark, tmp_path, capsys):
+    make_items(env, 5)
+    topo = env.topology(["public.items"])
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    env.run(
+        env.pub,
+        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = current_database()",
+    )
+    with pytest.raises(NotInitialized, match="slot"):
+        log_reader_agent.run_log_reader(topo, "p")
+    status, message = env.rows(
+        env.dist,
+        "SELECT status, message FROM airflow_repl.agent_history WHERE agent = 'logreader' ORDER BY run_id DESC LIMIT 1",
+    )[0]
+    assert status == "blocked" and "reinitialize" in message
+    code, record, err, table = _status(_file(env, tmp_path, ["public.items"]), capsys)
+    assert code == ReplError.exit_code and "the Log Reader's last run was blocked" in err
+    assert record["last_runs"]["logreader"]["status"] == "blocked" and re.search(r"\bblocked 20\d\d-", table)
