@@ -382,8 +382,9 @@ class AgentRun:
         """A run stopped before :meth:`begin` (a check refused it, a subscriber could not be
         reached): a history row of its own with the error's outcome (``blocked``: a refusal the
         operator must act on, its message naming the fix; ``failed``: an error) and an error row,
-        so that ``status`` shows it.  Nothing when the distributor was not reached, or when
-        another agent holds the lock (that run's own row tells)."""
+        so that ``status`` shows it.  Nothing when the distributor was not reached, when the
+        publication is not deployed there, or when another agent holds the lock (that run's own
+        row tells)."""
         if isinstance(exc, AgentBusy):
             return
         dist = next(
@@ -394,7 +395,11 @@ class AgentRun:
             return
         try:
             dist.rollback()
+            distdb.load_articles(dist, self.publication)  # not deployed: no row for what does not exist
             self.dist, self.run_id = dist, distdb.start_run(dist, self.agent, self.publication, self.subscriber)
+        except errors.NotInitialized:
+            dist.rollback()
+            return
         except psycopg.Error as err:
             log.debug("could not record the refused %s run: %r", self.label, err)
             return
