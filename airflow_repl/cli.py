@@ -340,6 +340,9 @@ def _cmd_status(args: argparse.Namespace) -> None:
 
     topo = _load(args)
     rows = status.subscription_status(topo, args.publication)
+    if args.check:
+        _check_status(topo, rows)
+        return
     if args.output == "json":
         print(json.dumps([r.to_json() for r in rows], indent=2))
     else:
@@ -347,6 +350,33 @@ def _cmd_status(args: argparse.Namespace) -> None:
     found = status.problems(rows, args.max_pending)
     if found:
         raise ReplError("; ".join(found))
+
+
+def _check_status(topo: Any, rows: list[Any]) -> None:
+    """``status --check``: one line per breach (or one OK line); exit 0, 1 (warning), 2 (critical)."""
+    from datetime import datetime, timezone
+
+    from airflow_repl.engine.agents import health
+    from airflow_repl.engine.errors import HealthCheckFailed
+
+    if not rows:
+        raise ReplError(
+            "status --check found no subscription to check in the distribution database: apply the topology "
+            "and run the Snapshot Agent first, or name a publication that has subscriptions (-p)"
+        )
+    now = datetime.now(timezone.utc)
+    found = []
+    for row in rows:
+        pub = topo.publications.get(row.sub.publication)
+        limits = topo.thresholds(row.sub.publication, row.sub.subscriber)
+        found += health.breaches(row, limits, pub.max_retention_hours if pub is not None else None, now)
+    for breach in found:
+        print(" ".join(breach.line.split()))
+    code = health.level(found)
+    if code == health.OK:
+        print(f"OK: {len(rows)} subscription(s) within their thresholds")
+        return
+    raise HealthCheckFailed(f"status --check: {health.LEVELS[code]}, {len(found)} breach(es)", code)
 
 
 def _cmd_report(args: argparse.Namespace) -> dict[str, Any]:
@@ -446,18 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-v", "--verbose", action="store_true", help="debug logging; an error's extra lines and tracebacks too"
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    p = _with_topology(sub.add_parser("apply", help="validate and deploy the topology: carry out its plan"))
-    p.add_argument(
-        "--allow-drop",
-        action="store_true",
-        help="drop what the topology file no longer lists (publications, articles, subscriptions); refused without it",
-    )
-    p.set_defaults(func=_cmd_apply)
-    p = _with_topology(
-        sub.add_parser("plan", help="list what apply would create, alter, drop or need reinitialized; changes nothing")
-    )
-    p.add_argument("--output", "-o", choices=["table", "json"], default="table", help="one line per action, or JSON")
-    p.set_defaults(func=_cmd_plan)
+    _add_topology_commands(sub)
     _add_agent_commands(sub)
     _add_updating_commands(sub)
     _add_pause_commands(sub)
@@ -490,19 +509,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_conflicts)
     _add_tracer_command(sub)
-    p = _with_topology(
-        sub.add_parser("status", help="backlog, watermark, last runs, errors and expiry per subscription")
-    )
-    p.add_argument("--output", "-o", choices=["table", "json"], default="table", help="a text table or JSON")
-    p.add_argument(
-        "--max-pending", type=_number(int, 0, True), help="exit 2 when a backlog is above this many transactions"
-    )
-    p.set_defaults(func=_cmd_status)
-    p = _with_topology(
-        sub.add_parser("report", help="write one self-contained HTML page: status, backlog and throughput, errors")
-    )
-    p.add_argument("--output", "-o", required=True, help="the HTML file to write, e.g. report.html")
-    p.set_defaults(func=_cmd_report)
+    _add_monitoring_commands(sub)
     _add_retention_commands(sub)
     p = _with_topology(sub.add_parser("script-procs", help="print the generated procedures"))
     p.add_argument(
@@ -517,6 +524,45 @@ def build_parser() -> argparse.ArgumentParser:
     for choice in sub._choices_actions:  # each command's --help starts with what it does
         sub.choices[choice.dest].description = f"{choice.help[0].upper()}{choice.help[1:]}." if choice.help else None
     return parser
+
+
+def _add_topology_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``apply`` and ``plan`` (docs/operations.md)."""
+    p = _with_topology(sub.add_parser("apply", help="validate and deploy the topology: carry out its plan"))
+    p.add_argument(
+        "--allow-drop",
+        action="store_true",
+        help="drop what the topology file no longer lists (publications, articles, subscriptions); refused without it",
+    )
+    p.set_defaults(func=_cmd_apply)
+    p = _with_topology(
+        sub.add_parser("plan", help="list what apply would create, alter, drop or need reinitialized; changes nothing")
+    )
+    p.add_argument("--output", "-o", choices=["table", "json"], default="table", help="one line per action, or JSON")
+    p.set_defaults(func=_cmd_plan)
+
+
+def _add_monitoring_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``status`` and ``report`` (docs/status.md, docs/report.md)."""
+    p = _with_topology(
+        sub.add_parser("status", help="backlog, watermark, last runs, errors and expiry per subscription")
+    )
+    p.add_argument("--output", "-o", choices=["table", "json"], default="table", help="a text table or JSON")
+    p.add_argument(
+        "--max-pending", type=_number(int, 0, True), help="exit 2 when a backlog is above this many transactions"
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="compare each subscription with its thresholds (docs/monitoring.md): one line per breach; "
+        "exit 0 ok, 1 warning, 2 critical",
+    )
+    p.set_defaults(func=_cmd_status)
+    p = _with_topology(
+        sub.add_parser("report", help="write one self-contained HTML page: status, backlog and throughput, errors")
+    )
+    p.add_argument("--output", "-o", required=True, help="the HTML file to write, e.g. report.html")
+    p.set_defaults(func=_cmd_report)
 
 
 _SUBSCRIBERS_HELP = "only this subscriber (repeatable; default: every subscriber of the publication)"

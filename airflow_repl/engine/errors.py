@@ -17,6 +17,7 @@ AgentBusy                    5      yes        another agent of the same kind is
 DifferencesFound             6      no         ``validate`` found rows that differ
 SubscribersFailed            1-6    (some)     a run over several subscribers in which some
                                                failed: the most serious of their codes
+HealthCheckFailed            1, 2   no         ``status --check``: a warning (1), a critical breach (2)
 (anything else)              1      no         an internal error: a bug to report
 ===========================  =====  =========  ==============================================
 
@@ -24,6 +25,10 @@ The most serious of several exit codes (:func:`most_serious`) is the lowest non-
 internal error (1) before bad input (2), before not initialized (3), before a delivery error (4),
 before the retryable failures (5), before differences found (6).  A run is thus retryable (5)
 only when a retry can fix every subscriber that failed.
+
+An agent run that ends with one of these records its history row with the class's ``outcome``:
+``blocked`` for a refusal the operator must act on (the message names the fix), ``failed`` for an
+error (a delivery that failed, a server that cannot be reached, anything unexpected).
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ class ReplError(Exception):
 
     exit_code = 2
     retryable = False
+    #: the history row's status of an agent run that ends with this error
+    outcome = "blocked"
 
 
 class TopologyError(ReplError):
@@ -63,6 +70,7 @@ class DeliveryError(ReplError):
     """The Distribution Agent could not apply a command at a subscriber."""
 
     exit_code = 4
+    outcome = "failed"
 
     def __init__(
         self,
@@ -87,6 +95,7 @@ class ConnectionFailed(ReplError):
 
     exit_code = 5
     retryable = True
+    outcome = "failed"
 
 
 class ConnectionLost(ReplError):
@@ -94,6 +103,7 @@ class ConnectionLost(ReplError):
 
     exit_code = 5
     retryable = True
+    outcome = "failed"
 
 
 class ServerLost(ConnectionLost):
@@ -105,6 +115,7 @@ class AgentBusy(ReplError):
 
     exit_code = 5
     retryable = True
+    outcome = "failed"
 
 
 class DifferencesFound(ReplError):
@@ -137,3 +148,11 @@ def failure_line(failure: dict[str, Any]) -> str:
     """One failed subscriber's line: ``subscriber 's2': <the first line of its message>``."""
     message = str(failure.get("message") or failure.get("error_class") or "failed").strip()
     return f"subscriber {failure['subscriber']!r}: {message.splitlines()[0]}"
+
+
+class HealthCheckFailed(ReplError):
+    """``status --check`` found a threshold reached: exit 1 for a warning, 2 for a critical one."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

@@ -108,7 +108,7 @@ def render(data: ReportData) -> str:
     cards = [
         ("subscriptions", len(rows), False),
         ("pending transactions", sum(row.pending_transactions for row in rows), False),
-        ("subscriptions whose last run failed", failed, failed > 0),
+        ("subscriptions whose last run failed or was blocked", failed, failed > 0),
         ("conflicts", len(data.conflicts), False),
         ("errors", len(data.errors), len(data.errors) > 0),
     ]

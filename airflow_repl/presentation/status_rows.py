@@ -26,6 +26,7 @@ COLUMNS = (
     "status",
     "pending tx",
     "pending cmds",
+    "lag s",
     "delivered",
     "commit time",
     "distribution",
@@ -85,6 +86,7 @@ class StatusRow:
     error: str | None
     expires_at: datetime | None
     warning: str | None = None  # its expiry nears
+    lag_seconds: float | None = None  # age of its oldest undelivered transaction (0: caught up)
 
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> StatusRow:
@@ -105,6 +107,7 @@ class StatusRow:
             (error["message"] or "") if error else None,
             _datetime(record.get("expires_at")),
             record.get("warning"),
+            (record.get("lag") or {}).get("seconds"),
         )
 
     @property
@@ -134,6 +137,7 @@ class StatusRow:
             Cell(self.status, _STATUS_STATES.get(self.status, "bad")),
             Cell(str(self.pending_transactions), "n"),
             Cell(str(self.pending_commands), "n"),
+            Cell("-" if self.lag_seconds is None else f"{round(self.lag_seconds, 1):g}", "n"),
             Cell(self.delivered or "-"),
             Cell(at(self.commit_time)),
             run_cell(self.distribution),

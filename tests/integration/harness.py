@@ -16,6 +16,7 @@ import hashlib
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -516,3 +517,20 @@ def installed_objects(env, conninfo) -> dict:
         "ledger": files,
         "dblink": dblink,
     }
+
+
+#: Headless chromium, for the tests that render the HTML report (None: not installed).
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def chromium(*args: str) -> str:
+    """Run headless chromium (as root it needs --no-sandbox); its standard output."""
+    assert CHROMIUM
+    done = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return done.stdout

@@ -1,8 +1,9 @@
 """Runtime bad input through the command line, against real servers: options, connections,
 states, folders and servers.  Every case must give exactly one ``airflow-repl: error:`` line
 naming the object at fault, the exit code of its error class, no traceback, no password, and
-change nothing: subscriber rows, distribution-database rows (agent history and errors
-included), publisher publications, replication slots and prepared transactions.
+change nothing: subscriber rows, distribution-database rows, publisher publications,
+replication slots and prepared transactions; an agent run refused once it reached the distributor
+records itself only (a ``blocked`` or ``failed`` history row and an error row, with the line).
 
 (Topology-file cases live in the topology tests; stream limits in the LSN/streams tests.)
 """
@@ -25,8 +26,39 @@ from psycopg.conninfo import conninfo_to_dict
 from airflow_repl import cli
 from airflow_repl.engine.postgres.connections import to_uri
 
-
 # ---------------------------------------------------------------------- shared helpers
+#: The tables where a refused agent run records itself (:func:`without_run_records`).
+RUN_RECORDS = ("table airflow_repl.agent_history", "table airflow_repl.errors")
+
+
+def without_run_records(state: dict[str, str]) -> dict[str, str]:
+    """A database's state without the history and error tables."""
+    return {k: v for k, v in state.items() if k not in RUN_RECORDS}
+
+
+def assert_recorded_only_as_refused(dist: str, line: str | None, history_before: int) -> None:
+    """Any history row a refused run added is finished, ``blocked`` or ``failed``, with the line
+    (None: with any message)."""
+    if not last_run_id(dist):
+        return  # no history table, or no row in it
+    rows = env_rows(dist, "SELECT status, message FROM airflow_repl.agent_history WHERE run_id > %s", history_before)
+    for status, message in rows:
+        assert status in ("blocked", "failed"), rows
+        assert line is None or message == line.removeprefix("airflow-repl: error: "), rows
+
+
+def env_rows(conninfo: str, sql: str, after: int) -> list[tuple]:
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        return conn.execute(sql, (after,)).fetchall()
+
+
+def last_run_id(conninfo: str) -> int:
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        if conn.execute("SELECT to_regclass('airflow_repl.agent_history')").fetchone()[0] is None:
+            return 0
+        return int(conn.execute("SELECT coalesce(max(run_id), 0) FROM airflow_repl.agent_history").fetchone()[0])
+
+
 def world_state(env) -> dict[str, dict[str, str]]:
     """The state of the test's publisher, distribution and subscriber databases."""
     return {
@@ -421,6 +453,7 @@ def test_bad_runtime_input_is_one_line_and_changes_nothing(case: Case, env, spar
         argv = case.arrange(w)
         capsys.readouterr()
         before = world_state(env)
+        history_before = last_run_id(env.dist)
         snaps_before = sorted(p.name for p in (tmp_path / "snaps").rglob("*")) if (tmp_path / "snaps").exists() else []
         with case.context(w):
             code = w.cli(*argv)
@@ -429,7 +462,12 @@ def test_bad_runtime_input_is_one_line_and_changes_nothing(case: Case, env, spar
         line = assert_one_error_line(err, out, *case.fragments)
         for secret in w.secrets:
             assert secret not in err + out, f"a password appears in the output: {line}"
-        assert world_state(env) == before
+        after = world_state(env)
+        assert {**after, "distributor": without_run_records(after["distributor"])} == {
+            **before,
+            "distributor": without_run_records(before["distributor"]),
+        }
+        assert_recorded_only_as_refused(env.dist, line, history_before)
         snaps_after = sorted(p.name for p in (tmp_path / "snaps").rglob("*")) if (tmp_path / "snaps").exists() else []
         assert snaps_after == snaps_before
     finally:
@@ -454,7 +492,8 @@ def test_a_failure_inside_a_spark_task_is_the_agents_own_line(env2, spark, tmp_p
     path.write_text(yaml.safe_dump(doc))
     assert cli.main(["apply", "-t", str(path)]) == 0
     capsys.readouterr()
-    before = {name: database_state(ci) for name, ci in [("dist", env2.dist), *env2.subs.items()]}
+    before = {name: without_run_records(database_state(ci)) for name, ci in [("dist", env2.dist), *env2.subs.items()]}
+    history_before = last_run_id(env2.dist)
     assert cli.main(["distribution", "-t", str(path)]) == 3
     out, err = capsys.readouterr()
     lines = [line for line in err.splitlines() if line.startswith("airflow-repl: error:")]
@@ -464,4 +503,6 @@ def test_a_failure_inside_a_spark_task_is_the_agents_own_line(env2, spark, tmp_p
         "Snapshot Agent to initialize the subscription"
         for name in env2.subs
     ]
-    assert {name: database_state(ci) for name, ci in [("dist", env2.dist), *env2.subs.items()]} == before
+    after = {name: without_run_records(database_state(ci)) for name, ci in [("dist", env2.dist), *env2.subs.items()]}
+    assert after == before
+    assert_recorded_only_as_refused(env2.dist, None, history_before)

@@ -7,12 +7,10 @@ from __future__ import annotations
 import json
 import logging
 import re
-import shutil
-import subprocess
 
 import pytest
 import yaml
-from harness import orders_topology_file, setup_queued
+from harness import CHROMIUM, chromium, orders_topology_file, setup_queued
 
 from airflow_repl import cli
 from airflow_repl.engine.agents import (
@@ -24,6 +22,7 @@ from airflow_repl.engine.agents import (
     snapshot_folder,
 )
 from airflow_repl.engine.errors import NotInitialized, ReplError
+from airflow_repl.presentation.status_rows import COLUMNS
 
 LOGGER = "airflow_repl.engine.agents.progress_lines"
 
@@ -83,22 +82,6 @@ def test_a_bad_progress_interval_is_refused_before_the_run(env, monkeypatch):
 
 
 # ---------------------------------------------------------------------- the HTML report
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-def _chromium(*args: str) -> str:
-    """Run headless chromium (as root it needs --no-sandbox); its standard output."""
-    assert CHROMIUM
-    done = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    return done.stdout
-
-
 def _queued_topology_file(env, tmp_path) -> str:
     path = tmp_path / "topology.yaml"
     publication = {"name": "p", "articles": ["public.items"], "allow_queued_tran": True}
@@ -137,18 +120,20 @@ def test_report_renders_in_a_headless_browser(env2, spark, tmp_path, capsys):
 
     text = page.read_text()
     assert not re.search(r"""(src|href)\s*=\s*['"]?(https?:)?//""", text) and "<script" not in text  # no network
-    dom = _chromium("--dump-dom", page.as_uri())
+    dom = chromium("--dump-dom", page.as_uri())
     assert "<svg" in dom and "Backlog now" in dom and "Throughput of recent runs" in dom
     sub2_row = re.search(r"<tr><td>p</td><td>sub2</td>.*?</tr>", dom)
     assert sub2_row, dom
     cells = re.findall(r"<td[^>]*>(.*?)</td>", sub2_row[0])
-    assert cells[3:5] == ["5", "20"] and cells[7].startswith("failed")  # backlog; the failed delivery
-    assert "does not exist" in cells[9]  # its last error
+    assert cells[3:5] == ["5", "20"] and cells[COLUMNS.index("distribution")].startswith(
+        "failed"
+    )  # backlog; the failed delivery
+    assert "does not exist" in cells[COLUMNS.index("last error")]  # its last error
     assert "Conflicts (1)" in dom and "update/update" in dom
     assert re.search(r"<rect class=\"q\"[^>]*width=\"[1-9]", dom)  # a backlog bar drawn
 
     shot = tmp_path / "report.png"
-    _chromium(f"--screenshot={shot}", "--window-size=1400,1500", page.as_uri())
+    chromium(f"--screenshot={shot}", "--window-size=1400,1500", page.as_uri())
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
 
 

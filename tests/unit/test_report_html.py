@@ -129,7 +129,9 @@ def test_the_page_is_self_contained_and_escapes_every_value():
 
 def test_the_page_shows_status_backlog_throughput_conflicts_and_errors():
     page = render(_data())
-    assert "<b>7</b>pending transactions" in page and "<b>1</b>subscriptions whose last run failed" in page
+    assert (
+        "<b>7</b>pending transactions" in page and "<b>1</b>subscriptions whose last run failed or was blocked" in page
+    )
     assert "Conflicts (1)" in page and "update/update" in page and "Errors (1)" in page
     assert "7 tx" in page and "10 tx" in page  # backlog now, backlog at a run's start
     assert "500 /s" in page and "20 /s" in page  # 1000 rows in 2 s, 40 commands in 2 s

@@ -42,3 +42,23 @@ def test_problems_name_the_subscription_and_the_reason():
         "'s2' of publication 'p': 5 transactions pending, above --max-pending 3",
     ]
     assert status.problems(rows[1:], None) == []
+
+
+def _pending(state: str, oldest: datetime | None) -> SubscriptionRow:
+    return SubscriptionRow(
+        "p", "s1", state, "0/10", T0, 1 if oldest else 0, 1 if oldest else 0, T0, oldest, False, oldest
+    )
+
+
+def test_lag_is_the_age_of_the_oldest_undelivered_transaction():
+    assert status.lag_seconds(_pending("active", T0), T0 + timedelta(seconds=90.25)) == 90.25
+    assert status.lag_seconds(_pending("active", None), T0) == 0.0  # caught up
+    assert status.lag_seconds(_pending("active", T0), T0 - timedelta(seconds=2)) == 0.0  # the publisher's clock ahead
+    assert status.lag_seconds(_pending("expired", None), T0) is None  # nothing to measure
+
+
+def test_lag_in_the_json_and_the_table():
+    row = status.SubscriptionStatus(_pending("active", T0), None, None, None, None, lag_seconds=12.345)
+    assert row.to_json()["lag"] == {"seconds": 12.345, "oldest_pending_commit_time": T0.isoformat(), "tracer": None}
+    header, line = status_table.format_table([row]).splitlines()
+    assert header.split()[7:9] == ["lag", "s"] and line.split()[5] == "12.3"

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from airflow_repl.engine.agents import status
 from airflow_repl.engine.state.progress import LastRun, SubscriptionRow
 from airflow_repl.presentation import report_html, status_table
-from airflow_repl.presentation.status_rows import StatusRow
+from airflow_repl.presentation.status_rows import COLUMNS, StatusRow
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 LONG = "cannot apply update on article 'orders' (public.orders) key (id)=(1): the row was not found"
@@ -45,13 +45,20 @@ def test_a_cut_error_is_marked_and_a_running_run_shows_no_dash():
     line = status_table.format_table([_status("s1", "running", LONG, finished=False)]).splitlines()[1]
     assert "(public.orders) key…" in line and LONG not in line
     assert re.search(r"\brunning {2,}never\b", line)
-    assert StatusRow.from_json(_status("s1", "running", finished=False).to_json()).cells(str, 60)[7].text == "running"
+    assert (
+        StatusRow.from_json(_status("s1", "running", finished=False).to_json())
+        .cells(str, 60)[COLUMNS.index("distribution")]
+        .text
+        == "running"
+    )
 
 
 def test_which_run_counts_as_failed_is_the_engines_one_rule(monkeypatch):
     rows = [_status("s1", "abandoned")]
-    assert status.problems(rows, None) == [] and "<b>0</b>subscriptions whose last run failed" in _page(rows)
+    assert status.problems(rows, None) == [] and "<b>0</b>subscriptions whose last run failed or was blocked" in _page(
+        rows
+    )
     monkeypatch.setattr(status, "FAILED_RUNS", frozenset({"failed", "abandoned"}))
     assert status.problems(rows, None) == ["'s1' of publication 'p': the Distribution Agent's last run failed (boom)"]
     page = _page(rows)
-    assert "<b>1</b>subscriptions whose last run failed" in page and "<td class='bad'>abandoned " in page
+    assert "<b>1</b>subscriptions whose last run failed or was blocked" in page and "<td class='bad'>abandoned " in page

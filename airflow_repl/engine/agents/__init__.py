@@ -12,7 +12,8 @@ straight to the COPY line that stores its command), ``distribution_agent`` (with
 publisher, conflicts resolved by the publication's policy), ``cleanup_agent`` (retention:
 delivered commands deleted, idle subscriptions expired), ``tracer`` (posting tracer tokens,
 their latency history), ``status`` (each subscription's backlog, watermark, last runs, last
-error and expiry, and which run counts as failed: ``airflow-repl status``), ``progress_lines``
+error, lag and expiry, and which run counts as failed: ``airflow-repl status``), ``health``
+(each subscription against its monitoring thresholds: ``status --check``), ``progress_lines``
 (the INFO progress lines of long runs, at most every ``AIRFLOW_REPL_PROGRESS_INTERVAL``
 seconds), ``report`` (the data of ``airflow-repl report``; :mod:`airflow_repl.presentation`
 draws it, and the status table, outside the engine), ``quiescing`` (the checks of the quiescing

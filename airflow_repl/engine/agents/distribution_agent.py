@@ -753,7 +753,8 @@ def _check_subscription(run: AgentRun, dist: psycopg.Connection, delivery: _Deli
     if has is not None and has != definition_hash(articles):
         raise ReplError(
             f"the articles of publication {publication!r} changed since subscriber {subscriber!r} "
-            f"was initialized: run the Snapshot Agent with reinitialize for it"
+            f"was initialized: run the Snapshot Agent with reinitialize for it "
+            f"({retention.reinitialize_command(publication, subscriber)})"
         )
     if delivery.n > 1:  # start from what the last run learnt about spreading here
         delivery.chooser.resume(dist_history.last_stream_rates(dist, publication, subscriber, delivery.n))

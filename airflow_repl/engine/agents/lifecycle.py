@@ -29,6 +29,12 @@ agent's cleanups, closes every connection the run opened and re-raises, translat
 * an error raised inside a Spark task (which reaches the driver wrapped in a Java exception
   carrying the Python traceback) becomes the engine error it was, or ConnectionLost.
 
+A run that stops before :meth:`AgentRun.begin` (a check refused it: articles changed, expired,
+not initialized, an unfinished drop; or a subscriber could not be reached) gets a history row
+too, ``blocked`` for a refusal whose message names the fix and ``failed`` for an error (the
+error class's ``outcome``), with an error row, as long as the distributor was reached: nothing
+blocked is invisible to ``status``.  Another agent holding the lock (AgentBusy) leaves no row.
+
 Everything else is re-raised as it is.  Messages never carry a password: servers are named
 by role and host:port only.
 
@@ -70,7 +76,7 @@ from airflow_repl.engine import errors
 from airflow_repl.engine.errors import AgentBusy, ConnectionLost, DeliveryError, ReplError, ServerLost
 from airflow_repl.engine.postgres import advisory_locks, connections
 from airflow_repl.engine.postgres.stop_signals import cancelled
-from airflow_repl.engine.state import dist_history
+from airflow_repl.engine.state import dist_history, dist_publications
 
 log = logging.getLogger(__name__)
 _P = ParamSpec("_P")
@@ -321,6 +327,8 @@ class AgentRun:
                 translated = self._translate(exc)
                 if isinstance(translated, _Lost):
                     translated = self._lost_outcome(translated)
+                elif self.run_id is None:
+                    self._record_refusal(translated)
                 else:
                     self._record_failure(translated)
                 if translated is not exc:
@@ -428,8 +436,35 @@ class AgentRun:
                 return _Lost(f"lost a connection in a Spark task during {self.step} ({pg.group(2).strip()})")
         return exc
 
-    def _record_failure(self, exc: Exception) -> bool:
-        """History row 'failed' and an error row; False when the distributor cannot be written."""
+    def _record_refusal(self, exc: Exception) -> None:
+        """A run stopped before :meth:`begin` (a check refused it, a subscriber could not be
+        reached): a history row of its own with the error's outcome (``blocked``: a refusal the
+        operator must act on, its message naming the fix; ``failed``: an error) and an error row,
+        so that ``status`` shows it.  Nothing when the distributor was not reached, when the
+        publication is not deployed there, or when another agent holds the lock (that run's own
+        row tells)."""
+        if isinstance(exc, AgentBusy):
+            return
+        dist = next(
+            (s.conn for s in self._servers if s.role == "distributor" and not s.conn.closed and not s.conn.broken),
+            None,
+        )
+        if dist is None:
+            return
+        try:
+            dist.rollback()
+            dist_publications.load_articles(dist, self.publication)  # not deployed: no row for what does not exist
+            self.dist, self.run_id = dist, dist_history.start_run(dist, self.agent, self.publication, self.subscriber)
+        except errors.NotInitialized:
+            dist.rollback()
+            return
+        except psycopg.Error as err:
+            log.debug("could not record the refused %s run: %r", self.label, err)
+            return
+        self._record_failure(exc, outcome_of(exc))
+
+    def _record_failure(self, exc: Exception, outcome: str = "failed") -> bool:
+        """History row ``outcome`` and an error row; False when the distributor cannot be written."""
         if self.dist is None or self.run_id is None or self.dist.closed or self.dist.broken:
             return False
         d = exc if isinstance(exc, DeliveryError) else None
@@ -438,7 +473,7 @@ class AgentRun:
             dist_history.finish_run(
                 self.dist,
                 self.run_id,
-                "failed",
+                outcome,
                 message=str(exc),
                 details=self.details,
                 transactions=self.counts.get("transactions", 0),
@@ -468,6 +503,12 @@ class AgentRun:
                 server.conn.close()
             except Exception:
                 pass
+
+
+def outcome_of(exc: Exception) -> str:
+    """The history row's status of a run stopped by ``exc``: the engine error's own
+    (``blocked`` or ``failed``, :mod:`airflow_repl.engine.errors`), ``failed`` for anything else."""
+    return exc.outcome if isinstance(exc, ReplError) else "failed"
 
 
 def _count(summary: dict[str, Any], key: str) -> int:

@@ -1,5 +1,6 @@
 """Status at a glance (``airflow-repl status``): per subscription, its state at the
-distributor (``paused`` for a paused active one), backlog, delivered watermark, the last run of
+distributor (``paused`` for a paused active one), backlog, lag in seconds (and the latest tracer
+token's latency per hop), delivered watermark, the last run of
 the agents that serve it, its last error and when it would expire under the publication's
 maximum retention, with a warning once most of that retention has passed.
 
@@ -14,13 +15,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from airflow_repl.engine.agents import tracer
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import connections
 from airflow_repl.engine.provisioning import pausing
 from airflow_repl.engine.state import dist_schema, progress
 
-#: A run with one of these outcomes makes ``status`` exit non-zero.
-FAILED_RUNS = frozenset({"failed"})
+#: A run with one of these outcomes makes ``status`` exit non-zero (``blocked``: a run refused
+#: before it did its work, its message naming the fix).
+FAILED_RUNS = frozenset({"failed", "blocked"})
 #: ``status`` warns of a subscription's expiry once this share of the maximum retention has
 #: passed without delivery while a transaction waits for it.
 EXPIRY_WARNING_SHARE = 0.8
@@ -42,6 +45,8 @@ class SubscriptionStatus:
     last_error: tuple[datetime, str] | None
     expires_at: datetime | None  # None: nothing waits for it, or it expired already
     warning: str | None = None  # its expiry nears (:func:`expiry_warning`)
+    lag_seconds: float | None = None  # :func:`lag_seconds`, when the status was read
+    tracer: progress.HistoryRow | None = None  # the latest tracer token that reached the subscriber
 
     def to_json(self) -> dict[str, Any]:
         s = self.sub
@@ -52,6 +57,11 @@ class SubscriptionStatus:
             "paused": s.paused,
             "backlog": {"transactions": s.backlog_transactions, "commands": s.backlog_commands},
             "delivered": {"xact_seqno": s.delivered_xact_seqno, "commit_time": _iso(s.delivered_commit_time)},
+            "lag": {
+                "seconds": self.lag_seconds,
+                "oldest_pending_commit_time": _iso(s.oldest_pending_commit),
+                "tracer": tracer.latency(self.tracer).to_json() if self.tracer is not None else None,
+            },
             "last_runs": {"distribution": _run(self.distribution), "logreader": _run(self.logreader)},
             "last_error": {"at": _iso(self.last_error[0]), "message": self.last_error[1]} if self.last_error else None,
             "expires_at": _iso(self.expires_at),
@@ -75,6 +85,15 @@ def _run(run: progress.LastRun | None) -> dict[str, Any] | None:
     if run is None:
         return None
     return {"status": run.status, "finished_at": _iso(run.finished_at), "message": run.message}
+
+
+def lag_seconds(row: progress.SubscriptionRow, now: datetime) -> float | None:
+    """The subscription's lag: the age, at ``now``, of the oldest transaction stored for it and
+    not delivered yet (its commit time at the publisher); 0 when it is caught up; None when it
+    has no backlog to measure (expired, or not initialized yet)."""
+    if row.oldest_pending_commit is not None:
+        return round(max((now - row.oldest_pending_commit).total_seconds(), 0.0), 3)
+    return 0.0 if row.status == "active" else None
 
 
 def expires_at(row: progress.SubscriptionRow, max_retention_hours: float) -> datetime | None:
@@ -114,9 +133,13 @@ def subscription_status(topology: Topology, publication: str | None = None) -> l
         dist_schema.require_deployed(dist)
         result = []
         now = datetime.now(timezone.utc)
+        tokens: dict[str, list[progress.HistoryRow]] = {}
         for row in progress.subscription_rows(dist, publication):
             pub = topology.publications.get(row.publication)
             expiry = expires_at(row, pub.max_retention_hours) if pub is not None else None
+            if row.publication not in tokens:
+                tokens[row.publication] = progress.history(dist, row.publication)
+            arrived = [t for t in tokens[row.publication] if t.subscriber == row.subscriber and t.subscriber_at]
             result.append(
                 SubscriptionStatus(
                     row,
@@ -125,6 +148,8 @@ def subscription_status(topology: Topology, publication: str | None = None) -> l
                     progress.last_error(dist, row.publication, row.subscriber),
                     expiry,
                     expiry_warning(row, expiry, pub.max_retention_hours, now) if pub is not None else None,
+                    lag_seconds(row, now),
+                    arrived[-1] if arrived else None,
                 )
             )
         return result
@@ -137,8 +162,9 @@ def problems(rows: list[SubscriptionStatus], max_pending: int | None) -> list[st
         name = f"{r.sub.subscriber!r} of publication {r.sub.publication!r}"
         for agent, run in (("Distribution Agent", r.distribution), ("Log Reader", r.logreader)):
             if run is not None and run_failed(run.status):
+                how = "was blocked" if run.status == "blocked" else "failed"
                 found.append(
-                    f"{name}: the {agent}'s last run failed ({' '.join((run.message or 'no message').split())})"
+                    f"{name}: the {agent}'s last run {how} ({' '.join((run.message or 'no message').split())})"
                 )
         if max_pending is not None and r.sub.backlog_transactions > max_pending:
             found.append(

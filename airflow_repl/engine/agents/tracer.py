@@ -118,19 +118,21 @@ def tracer_history(topology: Topology, publication: str, token_id: int | None = 
         if token_id is not None and progress.token(dist, publication, token_id) is None:
             raise NotInitialized(f"publication {publication!r} has no tracer token {token_id}: see 'tracer history'")
         rows = progress.history(dist, publication, token_id)
-    return [
-        Latency(
-            r.token_id,
-            r.subscriber,
-            r.posted_at,
-            r.distributor_at,
-            r.subscriber_at,
-            _seconds(r.posted_at, r.distributor_at),
-            _seconds(r.distributor_at, r.subscriber_at),
-            _seconds(r.posted_at, r.subscriber_at),
-        )
-        for r in rows
-    ]
+    return [latency(r) for r in rows]
+
+
+def latency(row: progress.HistoryRow) -> Latency:
+    """A token at one subscriber, with its seconds per hop."""
+    return Latency(
+        row.token_id,
+        row.subscriber,
+        row.posted_at,
+        row.distributor_at,
+        row.subscriber_at,
+        _seconds(row.posted_at, row.distributor_at),
+        _seconds(row.distributor_at, row.subscriber_at),
+        _seconds(row.posted_at, row.subscriber_at),
+    )
 
 
 def format_history(rows: list[Latency]) -> str:

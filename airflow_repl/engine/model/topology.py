@@ -383,8 +383,36 @@ class Article(_Model):
         }
 
 
+# ---------------------------------------------------------------------- monitoring thresholds
+#: The monitoring thresholds (docs/monitoring.md), keys of a publication and, overriding it, of
+#: a subscription; ``airflow-repl status --check`` compares each subscription with them.
+THRESHOLD_KEYS = (
+    "warn_latency_seconds",
+    "critical_latency_seconds",
+    "warn_pending_commands",
+    "warn_expiration_percent",
+)
+
+
+class _Thresholds(_Model):
+    """The monitoring thresholds (None: not checked)."""
+
+    #: lag (age of the oldest undelivered transaction) at or above which ``status --check`` warns
+    warn_latency_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    #: the same lag at or above which it is critical
+    critical_latency_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    #: undelivered commands at or above which it warns
+    warn_pending_commands: Annotated[int, Field(ge=0)] | None = None
+    #: share of ``max_retention_hours`` passed towards expiry (percent) at or above which it warns
+    warn_expiration_percent: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] | None = None
+
+    def thresholds(self) -> dict[str, float | int]:
+        """The thresholds set here (only those)."""
+        return {k: getattr(self, k) for k in THRESHOLD_KEYS if getattr(self, k) is not None}
+
+
 # ---------------------------------------------------------------------- publications
-class Publication(_Model):
+class Publication(_Thresholds):
     name: PublicationName
     articles: Annotated[list[Article], Field(min_length=1)]
     #: Default of the articles' option of the same name.
@@ -488,7 +516,7 @@ class Publication(_Model):
 
 
 # ---------------------------------------------------------------------- subscriptions
-class Subscription(_Model):
+class Subscription(_Thresholds):
     publication: str
     subscriber: str
     #: Distribution Agent: transactions per subscriber commit (SQL Server's CommitBatchSize).
@@ -525,7 +553,7 @@ class Subscription(_Model):
     def options(self) -> dict[str, Any]:
         """The Distribution Agent's options (everything but the two names, the update mode and
         ``paused``, which the distribution database records in columns of their own)."""
-        return self.model_dump(exclude={"publication", "subscriber", "update_mode", "paused"})
+        return self.model_dump(exclude={"publication", "subscriber", "update_mode", "paused", *THRESHOLD_KEYS})
 
 
 # ---------------------------------------------------------------------- the whole file
@@ -670,6 +698,16 @@ class Topology:
             if sub.publication == publication and sub.subscriber == subscriber:
                 return sub
         raise TopologyError(f"no subscription of subscriber {subscriber!r} to publication {publication!r}")
+
+    def thresholds(self, publication: str, subscriber: str) -> dict[str, float | int]:
+        """The monitoring thresholds of a subscription: its own keys over its publication's
+        (only the publication's when the file has no such subscription)."""
+        pub = self.publications.get(publication)
+        found = dict(pub.thresholds()) if pub is not None else {}
+        for sub in self.subscriptions:
+            if sub.publication == publication and sub.subscriber == subscriber:
+                found.update(sub.thresholds())
+        return found
 
     def subscriber_conninfo(self, name: str) -> str:
         return self.subscribers[name].require(f"subscriber {name}")

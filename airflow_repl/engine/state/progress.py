@@ -171,7 +171,7 @@ def delivery_behind(conn: psycopg.Connection[Any], publication: str, position: s
 _STATUS = """
 SELECT s.publication, s.subscriber, s.status, s.delivered_xact_seqno::text, d.commit_time,
        count(t.xact_seqno), coalesce(sum(t.command_count), 0), coalesce(s.delivered_at, s.initialized_at),
-       min(t.entry_time), s.paused
+       min(t.entry_time), s.paused, min(t.commit_time)
 FROM airflow_repl.subscriptions AS s
 LEFT JOIN airflow_repl.transactions AS d ON d.publication = s.publication AND d.xact_seqno = s.delivered_xact_seqno
 LEFT JOIN airflow_repl.transactions AS t ON t.publication = s.publication AND s.status <> 'expired'
@@ -211,12 +211,15 @@ class SubscriptionRow:
     last_sync: datetime | None
     waiting_since: datetime | None
     paused: bool = False  # airflow-repl pause (the status keeps its meaning)
+    oldest_pending_commit: datetime | None = None  # commit time of the oldest undelivered transaction
 
 
 def subscription_rows(conn: psycopg.Connection[Any], publication: str | None) -> list[SubscriptionRow]:
     """Every subscription of ``publication`` (all publications: None), by publication and subscriber."""
     rows = conn.execute(_STATUS, {"p": publication}).fetchall()
-    return [SubscriptionRow(r[0], r[1], r[2], r[3], r[4], int(r[5]), int(r[6]), r[7], r[8], bool(r[9])) for r in rows]
+    return [
+        SubscriptionRow(r[0], r[1], r[2], r[3], r[4], int(r[5]), int(r[6]), r[7], r[8], bool(r[9]), r[10]) for r in rows
+    ]
 
 
 @dataclass(frozen=True)

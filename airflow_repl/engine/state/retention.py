@@ -25,6 +25,7 @@ id.  Every function leaves the transaction to its caller.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -182,6 +183,11 @@ def expired_message(publication: str, subscriber: str, paused: bool = False) -> 
     return (
         f"the subscription of subscriber {subscriber!r} to publication {publication!r} expired: {why} not "
         f"synchronized within the publication's maximum retention, and the commands it missed may be cleaned up; "
-        f"reinitialize it: run the Snapshot Agent with reinitialize for it (airflow-repl snapshot -p {publication} "
-        f"--subscriber {subscriber} --reinitialize){after}"
+        f"reinitialize it: run the Snapshot Agent with reinitialize for it ({reinitialize_command(publication, subscriber)})"
+        f"{after}"
     )
+
+
+def reinitialize_command(publication: str, subscriber: str) -> str:
+    """The command line that reinitializes the subscription (names quoted for a POSIX shell)."""
+    return f"airflow-repl snapshot -p {shlex.quote(publication)} --subscriber {shlex.quote(subscriber)} --reinitialize"
