@@ -5,7 +5,8 @@ quoting (``quoting``), raw ``$n`` statements (``raw_sql``), catalog reads of tab
 columns (``catalog``), WAL positions (``lsn``), the pgoutput protocol decoder (``pgoutput``) and
 logical replication slots with their exported snapshots (``slots``), and where a table lives as
 Airflow asset URIs and OpenLineage datasets name it (``addresses``), and a query's rows as
-Arrow record batches inside an exported snapshot (``arrow_reads``, with ADBC's driver).
+Arrow record batches inside an exported snapshot (``arrow_reads``, with ADBC's driver), and JSON
+values whose numbers stay exact through Python (``json_values``).
 
 May import: :mod:`airflow_repl.engine.errors`, :mod:`airflow_repl.engine.model`, psycopg and
 ADBC's PostgreSQL driver.

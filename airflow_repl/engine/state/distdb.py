@@ -25,7 +25,7 @@ from psycopg.types.json import Jsonb
 
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import NotInitialized, TopologyError
-from airflow_repl.engine.postgres import lsn
+from airflow_repl.engine.postgres import json_values, lsn
 
 SCHEMA = "airflow_repl"
 
@@ -1127,10 +1127,10 @@ def record_conflicts(
                 publication,
                 subscriber,
                 c["article"],
-                Jsonb(c["key"]),
+                json_values.jsonb(c["key"]),
                 c["kind"],
-                Jsonb(c["publisher_row"]) if c["publisher_row"] is not None else None,
-                Jsonb(c["subscriber_row"]) if c["subscriber_row"] is not None else None,
+                json_values.jsonb(c["publisher_row"]) if c["publisher_row"] is not None else None,
+                json_values.jsonb(c["subscriber_row"]) if c["subscriber_row"] is not None else None,
                 policy,
                 c["outcome"],
                 xid,
@@ -1154,10 +1154,10 @@ def record_delivery_conflicts(
                 publication,
                 subscriber,
                 c["article"],
-                Jsonb(c["key"]),
+                json_values.jsonb(c["key"]),
                 c["kind"],
-                Jsonb(c["publisher_row"]) if c["publisher_row"] is not None else None,
-                Jsonb(c["subscriber_row"]) if c["subscriber_row"] is not None else None,
+                json_values.jsonb(c["publisher_row"]) if c["publisher_row"] is not None else None,
+                json_values.jsonb(c["subscriber_row"]) if c["subscriber_row"] is not None else None,
                 c["policy"],
                 c["outcome"],
                 c["xact_seqno"],

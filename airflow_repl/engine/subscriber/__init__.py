@@ -4,7 +4,8 @@ subscriber's tables with the publisher's.
 Owns: ``statements`` (one prepared statement per article and operation, with the row-not-found
 check), ``applier`` (the apply backend: pipelined, over several streams at once, or replayed
 command by command), ``conflicts`` (what a failed command means: skip its transaction or stop; and the queued
-updating conflict rules), ``row_images`` (rows written and read as JSON images),
+updating conflict rules), ``superseded`` (the publisher's commands an updatable subscriber's own
+later changes supersede), ``row_images`` (rows written and read as JSON images),
 ``streams`` (the connections of one delivery, their two-phase commit and its recovery),
 ``in_doubt`` (the resolver of immediate updating's transactions prepared at the publisher) and
 ``validation`` (order- and encoding-independent checksums, differing keys) and
