@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,7 +84,15 @@ class Outcome:
     killed: bool
 
 
-def run_agent(agent: str, spec: str, kwargs: dict, kill_after: float | None = None) -> Outcome:
+def run_agent(
+    agent: str,
+    spec: str,
+    kwargs: dict,
+    kill_after: float | None = None,
+    kill_when: Callable[[], bool] | None = None,
+) -> Outcome:
+    """Run an agent in its own process; SIGKILL it after ``kill_after`` seconds, or as soon as
+    ``kill_when()`` (asked every 50 ms) says so, unless it ended first."""
     proc = subprocess.Popen(
         [sys.executable, RUNNER, agent, spec, json.dumps(kwargs)],
         stdout=subprocess.PIPE,
@@ -97,6 +106,12 @@ def run_agent(agent: str, spec: str, kwargs: dict, kill_after: float | None = No
         except subprocess.TimeoutExpired:
             os.kill(proc.pid, signal.SIGKILL)
             killed = True
+    while kill_when is not None and proc.poll() is None:
+        if kill_when():
+            os.kill(proc.pid, signal.SIGKILL)
+            killed = True
+            break
+        time.sleep(0.05)
     out, err = proc.communicate(timeout=300)
     return Outcome(agent, proc.returncode, out, err, killed)
 

@@ -83,13 +83,18 @@ def _step(env: Env, topo, policy: str, rng: random.Random) -> None:
         distribution_agent.run_distribution(topo, "p", sub)
 
 
-def _drain(topo) -> None:
-    """Queue readers, Log Reader, Distribution Agents, until a whole pass moves nothing (a
-    resolution can send changes on: compensation is local, a won conflict comes back)."""
+def _drain(topo, queued=SUBSCRIBERS, delivered=SUBSCRIBERS, options: dict | None = None) -> None:
+    """Queue readers (of the ``queued`` subscribers), Log Reader, Distribution Agents (to the
+    ``delivered`` ones, with their ``options``), until a whole pass moves nothing (a resolution
+    can send changes on: compensation is local, a won conflict comes back).  The Log Reader
+    resolves the immediate subscribers' transactions in doubt first."""
     for _ in range(6):
-        moved = sum(queue_reader_agent.run_queue_reader(topo, "p", s)["transactions"] for s in SUBSCRIBERS)
+        moved = sum(queue_reader_agent.run_queue_reader(topo, "p", s)["transactions"] for s in queued)
         moved += log_reader_agent.run_log_reader(topo, "p")["transactions"]
-        moved += sum(distribution_agent.run_distribution(topo, "p", s)["transactions"] for s in SUBSCRIBERS)
+        moved += sum(
+            distribution_agent.run_distribution(topo, "p", s, **(options or {}).get(s, {}))["transactions"]
+            for s in delivered
+        )
         if not moved:
             return
     raise AssertionError("the agents did not settle after six passes")
