@@ -556,3 +556,13 @@ def test_an_immediate_insert_committed_while_the_batch_is_applied_supersedes_it(
     assert {i: r[0] for i, r in rows(sub1, "id IN (50, 51)").items()} == {50: "sub", 51: "sub"}
     cycle(topo, "sub1", "sub2")
     assert rows(sub1) == rows(env2.subs["sub2"]) == rows(env2.pub)
+
+
+def test_a_publisher_truncate_older_than_an_immediate_insert_keeps_that_row(env2, spark):
+    topo = setup_immediate(env2, spark, {"sub1": "sync tran", "sub2": "read only"})
+    env2.run(env2.pub, "TRUNCATE items")
+    env2.run(env2.subs["sub1"], "INSERT INTO items (id, v, n) VALUES (50, 'sub', 0)")  # the publisher has no 50
+    in_doubt.resolve_in_doubt(topo, "p")
+    cycle(topo, "sub1", "sub2")
+    assert rows(env2.subs["sub1"]) == rows(env2.subs["sub2"]) == rows(env2.pub)
+    assert list(rows(env2.pub)) == [50]

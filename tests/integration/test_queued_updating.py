@@ -304,6 +304,21 @@ def test_the_publishers_older_change_converges_at_the_subscriber_and_is_recorded
     assert_in_sync(topo)
 
 
+@pytest.mark.parametrize("policy", ["pub wins", "sub wins"])
+def test_a_publisher_truncate_keeps_the_rows_with_a_queued_change(env, spark, policy):
+    topo = setup_queued(env, spark, policy)
+    env.run(env.pub, "TRUNCATE items")
+    env.run(env.sub, "INSERT INTO items (id, v, n) VALUES (1000, 'sub', 0)")  # queued
+    env.run(env.sub, "UPDATE items SET v = 'sub' WHERE id = 1")  # queued: a row the publisher no longer has
+    cycle(topo, "sub1")  # the truncate first: the queued rows stay
+    assert set(rows(env.sub)) == {1, 1000}
+    queue_reader_agent.run_queue_reader(topo, "p", "sub1")
+    cycle(topo, "sub1")
+    assert rows(env.sub) == rows(env.pub)
+    assert set(rows(env.pub)) == ({1000} if policy == "pub wins" else {1, 1000})  # update/delete: the policy decides
+    assert_in_sync(topo)
+
+
 @pytest.mark.parametrize(("policy", "winner"), [("pub wins", "one"), ("sub wins", "two")])
 def test_two_subscribers_updating_one_row_end_equal_everywhere(env2, spark, policy, winner):
     topo = setup_queued(env2, spark, policy)

@@ -10,6 +10,7 @@ from article_builder import text_article
 from airflow_repl.engine.articles.commands import DELETE, INSERT, TRUNCATE, UPDATE, Command
 from airflow_repl.engine.model.updating import ConflictPolicy
 from airflow_repl.engine.postgres.lsn import lsn_to_int
+from airflow_repl.engine.subscriber import statements
 from airflow_repl.engine.subscriber.superseded import Superseding, Taken
 
 ART = text_article()
@@ -63,12 +64,23 @@ def test_a_key_update_superseded_at_one_key_keeps_its_other_side():
     assert [left.command_id for left in sup.left] == [1, 2, 3]
 
 
-def test_other_articles_and_truncates_pass_untouched_and_nothing_is_left_out_without_keys():
+def test_a_truncate_keeps_the_remembered_rows_and_other_articles_pass_untouched():
     sup = superseding({"50": None})
     other = ("0/100", 1, Command(INSERT, "u", new=["50"]))
     truncate = ("0/100", 2, Command(TRUNCATE, "t"))
-    assert [c for _, c, _ in sup.filter([other, truncate], ARTICLES)] == [1, 2]
-    assert list(superseding({}).filter([other], ARTICLES)) == [other]
+    out = list(sup.filter([other, truncate], ARTICLES))
+    assert out[0] == other and (out[1][1], out[1][2].op, out[1][2].keep_own) == (2, TRUNCATE, True)
+    assert list(superseding({}).filter([other, truncate], ARTICLES)) == [other, truncate]
+
+
+def test_a_truncate_that_keeps_rows_deletes_all_but_the_subscribers_own():
+    immediate = statements.truncate_keeping_own(ART, queued=False)
+    text = immediate.query.as_string(None)
+    assert text.startswith('DELETE FROM "public"."t" AS t WHERE NOT EXISTS (SELECT 1 FROM airflow_repl.queue_taken k')
+    assert "k.key = pg_catalog.jsonb_build_object('id', t.\"id\")" in text and "airflow_repl.queue q" not in text
+    queued = statements.truncate_keeping_own(ART, queued=True).query.as_string(None)
+    assert "(q.old @> pg_catalog.jsonb_build_object('id', t.\"id\")" in queued
+    assert immediate.params_of(Command(TRUNCATE, "t")) == ["p", "t"]
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,8 @@ command and is based on its row):
   passes over it): the subscriber's row is kept too.  It met no conflict there, so the
   publisher's commands of the row before it net to nothing (an insert and a delete of the key
   the subscriber inserted, say), and applying them would lose the subscriber's row;
+* a TRUNCATE deletes every row but those two kinds
+  (:func:`~airflow_repl.engine.subscriber.statements.truncate_keeping_own`);
 * otherwise a command that meets a missing row or a duplicate key converges: an update of a
   missing row, or an insert or update meeting an existing key, writes the publisher's row (an
   upsert of the after image, the old key's row deleted when the key changed); a delete of a
@@ -45,7 +47,7 @@ from airflow_repl.engine.articles.commands import INSERT, TRUNCATE, Command, Val
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.model.updating import ConflictPolicy
 from airflow_repl.engine.postgres import lsn
-from airflow_repl.engine.subscriber import conflicts, row_images
+from airflow_repl.engine.subscriber import conflicts, row_images, statements
 from airflow_repl.engine.subscriber.applier import Applier, Located, ReplayOutcome, replay
 from airflow_repl.engine.subscriber.conflicts import Convergence, DeliveryConflict
 from airflow_repl.engine.subscriber.superseded import IMMEDIATE, Taken
@@ -194,7 +196,10 @@ def deliver(
     """Apply one command at the queued subscriber, converging as the module says: (whether the
     command counts as applied, the conflict's record or None)."""
     art = applier.articles.get(cmd.article)
-    if art is None or cmd.op == TRUNCATE or applier.stmt(cmd) is None:
+    if art is not None and cmd.op == TRUNCATE:  # the rows with a queued or a later taken change stay
+        statements.truncate_keeping_own(art, queued=True).execute(cur, cmd)
+        return True, None
+    if art is None or applier.stmt(cmd) is None:
         return applier.execute(cur, cmd), None
     kind = _apply(cur, applier, cmd)
     own = [(key, why) for key in _keys(art, cmd) if (why := guard.kept(art, key, xact)) is not None]

@@ -44,7 +44,7 @@ from typing import Any
 
 import psycopg
 
-from airflow_repl.engine.articles.commands import DELETE, INSERT, UPDATE, Command, Values
+from airflow_repl.engine.articles.commands import DELETE, INSERT, TRUNCATE, UPDATE, Command, Values
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.model.updating import ConflictPolicy
 from airflow_repl.engine.postgres import lsn
@@ -151,10 +151,15 @@ class Superseding:
     def filter(self, located: Iterable[Located], articles: dict[str, ResolvedArticle]) -> Iterator[Located]:
         """The commands without those superseded (remembered in :attr:`left`).  A key update
         superseded at one of its keys only keeps its other side: the row leaves the old key
-        (a delete) or arrives at the new one (an insert)."""
+        (a delete) or arrives at the new one (an insert).  A TRUNCATE of an article with
+        remembered keys deletes every row but those (not recorded one by one)."""
         at_of: tuple[str, int] = ("", 0)
         for xact, cid, cmd in located:
             art = articles.get(cmd.article)
+            if art is not None and cmd.op == TRUNCATE and self.keys.get(cmd.article):
+                # every remembered key is later than the batch: the rows there stay
+                yield xact, cid, Command(TRUNCATE, cmd.article, keep_own=True)
+                continue
             if art is None or cmd.article not in self.keys or cmd.op not in (INSERT, UPDATE, DELETE):
                 yield xact, cid, cmd
                 continue
