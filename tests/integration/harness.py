@@ -17,10 +17,14 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +32,7 @@ import psycopg
 import yaml
 from psycopg import sql
 
-from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent, queue_reader_agent, snapshot_agent
 from airflow_repl.engine.model import topology as topology_mod
 from airflow_repl.engine.postgres.connections import resolve_topology, to_uri
 from airflow_repl.engine.subscriber import validation
@@ -266,25 +270,26 @@ def setup_queued(env, spark, policy: str = "pub wins", **sub_options):
     return topo
 
 
-def immediate_topology(env, modes: dict[str, str]):
+def immediate_topology(env, modes: dict[str, str], **options):
     data = {
         **env.servers(),
         "publications": [
             {"name": "p", "articles": ["public.items"], "allow_sync_tran": True, "allow_queued_tran": True}
         ],
         "subscriptions": [
-            {"publication": "p", "subscriber": name, "update_mode": mode} for name, mode in modes.items()
+            {"publication": "p", "subscriber": name, "update_mode": mode, **options} for name, mode in modes.items()
         ],
     }
     return resolved_topology(data)
 
 
-def setup_immediate(env, spark, modes: dict[str, str] | None = None):
+def setup_immediate(env, spark, modes: dict[str, str] | None = None, **options):
     """``items`` (IMMEDIATE_ROWS rows) published with immediate (and queued) updating and
-    snapshotted to every subscriber, each in its mode of ``modes`` (default: sync tran)."""
+    snapshotted to every subscriber, each in its mode of ``modes`` (default: sync tran), with the
+    subscription ``options``."""
     env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text, n int NOT NULL DEFAULT 0)")
     env.run(env.pub, "INSERT INTO items (id, v) SELECT g, 'v' || g FROM generate_series(1, %s) g", (IMMEDIATE_ROWS,))
-    topo = immediate_topology(env, modes or dict.fromkeys(env.subs, "sync tran"))
+    topo = immediate_topology(env, modes or dict.fromkeys(env.subs, "sync tran"), **options)
     snapshot_agent.run_snapshot(topo, "p", spark)
     return topo
 
@@ -534,3 +539,62 @@ def chromium(*args: str) -> str:
         check=True,
     )
     return done.stdout
+
+
+# ---------------------------------------------------------------------- agents in processes, draining
+@dataclass
+class Outcome:
+    agent: str
+    code: int
+    out: str
+    err: str
+    killed: bool
+
+
+def run_agent_process(
+    agent: str,
+    spec: str,
+    kwargs: dict,
+    kill_after: float | None = None,
+    kill_when: Callable[[], bool] | None = None,
+) -> Outcome:
+    """Run an agent in its own process; SIGKILL it after ``kill_after`` seconds, or as soon as
+    ``kill_when()`` (asked every 50 ms) says so, unless it ended first."""
+    proc = subprocess.Popen(
+        [sys.executable, AGENT_RUNNER, agent, spec, json.dumps(kwargs)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    killed = False
+    if kill_after is not None:
+        try:
+            proc.wait(timeout=kill_after)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            killed = True
+    while kill_when is not None and proc.poll() is None:
+        if kill_when():
+            os.kill(proc.pid, signal.SIGKILL)
+            killed = True
+            break
+        time.sleep(0.05)
+    out, err = proc.communicate(timeout=300)
+    return Outcome(agent, proc.returncode, out, err, killed)
+
+
+def drain(topo, queued=("sub1", "sub2"), delivered=("sub1", "sub2"), options: dict | None = None) -> None:
+    """Queue readers (of the ``queued`` subscribers), Log Reader, Distribution Agents (to the
+    ``delivered`` ones, with their ``options``), until a whole pass moves nothing (a resolution
+    can send changes on: compensation is local, a won conflict comes back).  The Log Reader
+    resolves the immediate subscribers' transactions in doubt first."""
+    for _ in range(6):
+        moved = sum(queue_reader_agent.run_queue_reader(topo, "p", s)["transactions"] for s in queued)
+        moved += log_reader_agent.run_log_reader(topo, "p")["transactions"]
+        moved += sum(
+            distribution_agent.run_distribution(topo, "p", s, **(options or {}).get(s, {}))["transactions"]
+            for s in delivered
+        )
+        if not moved:
+            return
+    raise AssertionError("the agents did not settle after six passes")

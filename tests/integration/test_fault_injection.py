@@ -18,16 +18,14 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 
 import psycopg
 import pytest
-from harness import AGENT_RUNNER, count_applied_rows
+from harness import AGENT_RUNNER, Outcome, count_applied_rows, run_agent_process
 
 from airflow_repl.engine.agents import snapshot_agent
 
@@ -72,33 +70,6 @@ class Workload(threading.Thread):
                 time.sleep(0.2)
 
 
-@dataclass
-class Outcome:
-    agent: str
-    code: int
-    out: str
-    err: str
-    killed: bool
-
-
-def run_agent(agent: str, spec: str, kwargs: dict, kill_after: float | None = None) -> Outcome:
-    proc = subprocess.Popen(
-        [sys.executable, AGENT_RUNNER, agent, spec, json.dumps(kwargs)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    killed = False
-    if kill_after is not None:
-        try:
-            proc.wait(timeout=kill_after)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            killed = True
-    out, err = proc.communicate(timeout=300)
-    return Outcome(agent, proc.returncode, out, err, killed)
-
-
 class Crasher(threading.Thread):
     """Restarts the publisher's or the subscriber's cluster with ``-m immediate`` (a crash) at
     random moments."""
@@ -132,7 +103,7 @@ def _run_to_the_end(agent: str, spec: str, kwargs: dict, outcomes: list[Outcome]
     """Run an agent until it succeeds (retryable failures, e.g. a server still recovering,
     are retried the way Airflow would)."""
     for _ in range(20):
-        outcome = run_agent(agent, spec, kwargs)
+        outcome = run_agent_process(agent, spec, kwargs)
         outcomes.append(outcome)
         if outcome.code == 0:
             return outcome
@@ -202,7 +173,7 @@ def test_agents_killed_and_servers_crashed_at_random_lose_and_double_nothing(str
                 crossed = _cross(env)
             agent = rng.choice(["logreader", "distribution"])
             kill_after = rng.uniform(0.05, 1.2) if rng.random() < 0.6 else None
-            outcomes.append(run_agent(agent, str(spec), kwargs[agent], kill_after))
+            outcomes.append(run_agent_process(agent, str(spec), kwargs[agent], kill_after))
     finally:
         crasher.stop_event.set()
         crasher.join()
@@ -297,7 +268,7 @@ def test_a_server_going_away_mid_run_is_one_line_and_the_run_is_recorded(role, b
         env.run(env.pub, "UPDATE items SET grp = grp + 1 WHERE id %% 40 = %s", (i,))
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(topo.to_dict(with_secrets=True)))
-    assert run_agent("logreader", str(spec), {}).code == 0
+    assert run_agent_process("logreader", str(spec), {}).code == 0
     target = env.sub if role == "subscriber" else env.dist
     proc = subprocess.Popen(
         [sys.executable, AGENT_RUNNER, "distribution", str(spec)],
@@ -332,7 +303,7 @@ def test_a_server_going_away_mid_run_is_one_line_and_the_run_is_recorded(role, b
     else:
         assert lines[0].endswith("the next run will record this run as abandoned; run it again")
         assert status == "running"
-    assert run_agent("distribution", str(spec), {}).code == 0
+    assert run_agent_process("distribution", str(spec), {}).code == 0
     statuses = [
         r[0]
         for r in env.rows(

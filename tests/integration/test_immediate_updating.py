@@ -17,7 +17,16 @@ import time
 
 import psycopg
 import pytest
-from harness import assert_in_sync, lock_waits, setup_immediate, signal_and_time, signal_while_restarting, wait_until
+from harness import (
+    IMMEDIATE_ROWS,
+    Env,
+    assert_in_sync,
+    lock_waits,
+    setup_immediate,
+    signal_and_time,
+    signal_while_restarting,
+    wait_until,
+)
 
 from airflow_repl import cli
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, queue_reader_agent, snapshot_agent
@@ -26,6 +35,8 @@ from airflow_repl.engine.model import naming
 from airflow_repl.engine.postgres.connections import to_uri
 from airflow_repl.engine.provisioning import update_mode
 from airflow_repl.engine.subscriber import in_doubt
+
+ROWS = IMMEDIATE_ROWS
 
 
 def rows(conninfo, where="true"):
@@ -403,3 +414,183 @@ def test_row_versions_chain_within_a_transaction_and_across_sessions(env, spark)
     assert rows(env.pub) == rows(env.sub) and prepared(env) == []
     assert rows(env.pub, "id = 15")[15][0] == "first then second" and 14 not in rows(env.pub)
     assert rows(env.pub, "id = 2000")[2000][:2] == ("updated", 5)
+
+
+# ---------------------------------------------------------------------- an immediate change older history has not reached
+#: sub1 and sub2 immediate, sub3 queued, sub4 read only: every update mode on one publication
+MIXED = {"sub1": "sync tran", "sub2": "sync tran", "sub3": "queued tran", "sub4": "read only"}
+
+
+def immediate_conflicts(env, subscriber="sub1"):
+    """(kind, key, xact_seqno) of the Distribution Agent's conflicts at ``subscriber``."""
+    return env.rows(
+        env.dist,
+        "SELECT kind, key, xact_seqno::text FROM airflow_repl.conflicts WHERE subscriber = %s AND agent = 'distribution' "
+        "ORDER BY xact_seqno, command_id",
+        (subscriber,),
+    )
+
+
+def drain(topo, subscribers=("sub1", "sub2", "sub3", "sub4"), **options):
+    """Resolve, read and deliver until nothing moves (a queued change goes through the Queue Reader)."""
+    for _ in range(4):
+        in_doubt.resolve_in_doubt(topo, "p")
+        moved = queue_reader_agent.run_queue_reader(topo, "p", "sub3")["transactions"]
+        moved += log_reader_agent.run_log_reader(topo, "p")["transactions"]
+        for s in subscribers:
+            moved += distribution_agent.run_distribution(topo, "p", s, **options)["transactions"]
+        if not moved:
+            return
+    raise AssertionError("the agents did not settle")
+
+
+def older_history_of_key_50(env, topo, source: str) -> None:
+    """An insert and a delete of key 50, committed at the publisher by ``source`` and delivered
+    to nobody yet."""
+    if source == "publisher":
+        env.run(env.pub, "INSERT INTO items (id, v, n) VALUES (50, 'one', 1)")
+        env.run(env.pub, "DELETE FROM items WHERE id = 50")
+    elif source == "queued subscriber":
+        env.run(env.subs["sub3"], "INSERT INTO items (id, v, n) VALUES (50, 'one', 1)")
+        env.run(env.subs["sub3"], "DELETE FROM items WHERE id = 50")
+        assert queue_reader_agent.run_queue_reader(topo, "p", "sub3")["transactions"] == 2
+    else:  # another immediate subscriber
+        env.run(env.subs["sub2"], "INSERT INTO items (id, v, n) VALUES (50, 'one', 1)")
+        in_doubt.resolve_in_doubt(topo, "p")  # committed at the publisher: the next session finds the row
+        env.run(env.subs["sub2"], "DELETE FROM items WHERE id = 50")
+        in_doubt.resolve_in_doubt(topo, "p")
+    assert 50 not in rows(env.pub)
+
+
+@pytest.mark.parametrize("source", ["publisher", "queued subscriber", "immediate subscriber"])
+@pytest.mark.parametrize("skip", [[], ["duplicate_key"]])
+def test_an_immediate_insert_of_a_key_whose_older_history_is_undelivered_converges(
+    sandbox, tmp_path, spark, source, skip
+):
+    env = Env(sandbox, tmp_path, n_subscribers=4)
+    try:
+        topo = setup_immediate(env, spark, MIXED)
+        older_history_of_key_50(env, topo, source)
+        env.run(env.subs["sub1"], "INSERT INTO items (id, v, n) VALUES (50, 'two', 2)")  # accepted: no row 50 there
+        in_doubt.resolve_in_doubt(topo, "p")
+        log_reader_agent.run_log_reader(topo, "p")
+        delivered = distribution_agent.run_distribution(topo, "p", "sub1", skip_errors=skip)
+        assert delivered["skipped"] == 0 and delivered["superseded"] == 2
+        assert rows(env.subs["sub1"], "id = 50")[50][:2] == ("two", 2)
+        found = immediate_conflicts(env)
+        assert [(k, key) for k, key, _ in found] == [("older than the subscriber's immediate change", {"id": 50})] * 2
+        drain(topo, skip_errors=skip)
+        publisher = rows(env.pub)
+        assert publisher[50][:2] == ("two", 2)
+        for name in env.subs:
+            assert rows(env.subs[name]) == publisher, name
+    finally:
+        env.drop()
+
+
+def test_a_failover_subscription_updating_immediately_keeps_its_insert_too(env2, spark):
+    """A failover subscription's batches converge command by command (it has a queue): a command
+    older than its immediate change is kept out there too, and recorded with the same kind."""
+    topo = setup_immediate(env2, spark, {"sub1": "failover", "sub2": "read only"})
+    env2.run(env2.pub, "INSERT INTO items (id, v, n) VALUES (50, 'pub', 0)")
+    env2.run(env2.pub, "DELETE FROM items WHERE id = 50")
+    env2.run(env2.subs["sub1"], "INSERT INTO items (id, v, n) VALUES (50, 'sub', 0)")
+    in_doubt.resolve_in_doubt(topo, "p")
+    _, (delivered, _) = cycle(topo, "sub1", "sub2")
+    assert delivered["conflicts"] == 2 and delivered["skipped"] == 0
+    found = immediate_conflicts(env2)
+    assert [(k, key) for k, key, _ in found] == [("older than the subscriber's immediate change", {"id": 50})] * 2
+    cycle(topo, "sub1", "sub2")
+    assert rows(env2.subs["sub1"], "id = 50")[50][0] == "sub"
+    assert rows(env2.subs["sub1"]) == rows(env2.subs["sub2"]) == rows(env2.pub)
+
+
+@pytest.mark.parametrize("options", [{"bulk_apply": True}, {"subscription_streams": 2}])
+def test_commands_older_than_an_immediate_insert_are_left_out_on_every_path(env2, spark, options):
+    topo = setup_immediate(env2, spark, {"sub1": "sync tran", "sub2": "read only"}, **options)
+    with psycopg.connect(env2.pub) as conn:  # one transaction: its other changes are applied as usual
+        conn.execute("INSERT INTO items (id, v, n) VALUES (50, 'pub', 0)")
+        conn.execute("UPDATE items SET v = 'pub' WHERE id <= 10")
+    env2.run(env2.pub, "DELETE FROM items WHERE id = 50")
+    env2.run(env2.subs["sub1"], "INSERT INTO items (id, v, n) VALUES (50, 'sub', 0)")
+    in_doubt.resolve_in_doubt(topo, "p")
+    _, (delivered, _) = cycle(topo, "sub1", "sub2")
+    assert (delivered["superseded"], delivered["skipped"], delivered["retries"]) == (2, 0, 0)
+    if options.get("bulk_apply"):
+        assert delivered["net_batches"] >= 1
+    assert rows(env2.subs["sub1"], "id = 50")[50][0] == "sub"
+    cycle(topo, "sub1", "sub2")
+    assert rows(env2.subs["sub1"]) == rows(env2.subs["sub2"]) == rows(env2.pub)
+
+
+def test_key_updates_older_than_an_immediate_insert_keep_their_other_side(env2, spark):
+    topo = setup_immediate(env2, spark, {"sub1": "sync tran", "sub2": "read only"})
+    sub1 = env2.subs["sub1"]
+    env2.run(env2.pub, "UPDATE items SET id = 60 WHERE id = 3")  # row 3 moves to 60 ...
+    env2.run(env2.pub, "DELETE FROM items WHERE id = 60")  # ... and goes
+    env2.run(env2.pub, "INSERT INTO items (id, v, n) VALUES (70, 'pub 70', 0)")  # a new row 70 ...
+    env2.run(env2.pub, "UPDATE items SET id = 71 WHERE id = 70")  # ... moves to 71
+    with psycopg.connect(sub1) as conn:  # keys the publisher has no row at (nor the subscriber): accepted
+        conn.execute("INSERT INTO items (id, v, n) VALUES (60, 'sub 60', 0)")
+        conn.execute("INSERT INTO items (id, v, n) VALUES (70, 'sub 70', 0)")
+    in_doubt.resolve_in_doubt(topo, "p")
+    _, (delivered, _) = cycle(topo, "sub1", "sub2")
+    # 3 -> 60 only leaves 3, 60's delete and 70's insert are left out, 70 -> 71 only arrives at 71
+    assert delivered["superseded"] == 4 and delivered["skipped"] == 0
+    assert [k for k, _, _ in immediate_conflicts(env2)] == ["older than the subscriber's immediate change"] * 4
+    here = rows(sub1)
+    assert 3 not in here and here[60][0] == "sub 60" and here[70][0] == "sub 70" and here[71][0] == "pub 70"
+    cycle(topo, "sub1", "sub2")
+    assert rows(sub1) == rows(env2.subs["sub2"]) == rows(env2.pub)
+    assert env2.rows(sub1, "SELECT count(*) FROM airflow_repl.queue_taken") == [(0,)]  # forgotten once passed
+
+
+@pytest.mark.parametrize("skip", [[], ["duplicate_key"]])
+def test_an_immediate_insert_committed_while_the_batch_is_applied_supersedes_it(env2, spark, skip):
+    """The keys are read before the batch is applied; the application takes one of its keys in
+    between (the Distribution Agent's insert waits on a lock the test holds), first on the fast
+    path, then during the replay: neither becomes a skipped transaction or a failure."""
+    topo = setup_immediate(env2, spark, {"sub1": "sync tran", "sub2": "read only"})
+    sub1 = env2.subs["sub1"]
+    env2.run(
+        sub1,
+        "CREATE FUNCTION wait_for_test() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN "
+        "IF current_setting('session_replication_role') = 'replica' THEN PERFORM pg_advisory_xact_lock(NEW.id); END IF; "
+        "RETURN NEW; END$$",
+    )
+    env2.run(sub1, "CREATE TRIGGER aa_wait BEFORE INSERT ON items FOR EACH ROW EXECUTE FUNCTION wait_for_test()")
+    env2.run(sub1, "ALTER TABLE items ENABLE ALWAYS TRIGGER aa_wait")
+    for key in (50, 51):  # inserted and deleted at the publisher, not delivered yet
+        env2.run(env2.pub, "INSERT INTO items (id, v, n) VALUES (%s, 'pub', 0)", (key,))
+        env2.run(env2.pub, "DELETE FROM items WHERE id = %s", (key,))
+    log_reader_agent.run_log_reader(topo, "p")
+    waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = %s AND NOT granted"
+    with psycopg.connect(sub1, autocommit=True) as locks:
+        locks.execute("SELECT pg_advisory_lock(50), pg_advisory_lock(51)")
+        done: dict = {}
+        agent = threading.Thread(
+            target=lambda: done.update(distribution_agent.run_distribution(topo, "p", "sub1", skip_errors=skip))
+        )
+        agent.start()
+        for key in (50, 51):
+            wait_for(lambda key=key: env2.rows(sub1, waiting, (key,))[0][0] == 1)  # its insert of the key waits
+            env2.run(sub1, "INSERT INTO items (id, v, n) VALUES (%s, 'sub', 0)", (key,))  # the application's
+            in_doubt.resolve_in_doubt(topo, "p")
+            locks.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        agent.join(timeout=60)
+    assert not agent.is_alive() and done, "the Distribution Agent did not finish"
+    # replayed twice: after the fast path met the application's 50, after the first replay met its 51
+    assert done["skipped"] == 0 and done["superseded"] == 4 and done["retries"] == 2
+    assert {i: r[0] for i, r in rows(sub1, "id IN (50, 51)").items()} == {50: "sub", 51: "sub"}
+    cycle(topo, "sub1", "sub2")
+    assert rows(sub1) == rows(env2.subs["sub2"]) == rows(env2.pub)
+
+
+def test_a_publisher_truncate_older_than_an_immediate_insert_keeps_that_row(env2, spark):
+    topo = setup_immediate(env2, spark, {"sub1": "sync tran", "sub2": "read only"})
+    env2.run(env2.pub, "TRUNCATE items")
+    env2.run(env2.subs["sub1"], "INSERT INTO items (id, v, n) VALUES (50, 'sub', 0)")  # the publisher has no 50
+    in_doubt.resolve_in_doubt(topo, "p")
+    cycle(topo, "sub1", "sub2")
+    assert rows(env2.subs["sub1"]) == rows(env2.subs["sub2"]) == rows(env2.pub)
+    assert list(rows(env2.pub)) == [50]

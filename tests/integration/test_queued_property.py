@@ -14,7 +14,7 @@ import random
 
 import psycopg
 import pytest
-from harness import Env
+from harness import Env, drain, item_rows
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, queue_reader_agent, snapshot_agent
 from airflow_repl.engine.model.topology import from_dict
@@ -83,34 +83,16 @@ def _step(env: Env, topo, policy: str, rng: random.Random) -> None:
         distribution_agent.run_distribution(topo, "p", sub)
 
 
-def _drain(topo) -> None:
-    """Queue readers, Log Reader, Distribution Agents, until a whole pass moves nothing (a
-    resolution can send changes on: compensation is local, a won conflict comes back)."""
-    for _ in range(6):
-        moved = sum(queue_reader_agent.run_queue_reader(topo, "p", s)["transactions"] for s in SUBSCRIBERS)
-        moved += log_reader_agent.run_log_reader(topo, "p")["transactions"]
-        moved += sum(distribution_agent.run_distribution(topo, "p", s)["transactions"] for s in SUBSCRIBERS)
-        if not moved:
-            return
-    raise AssertionError("the agents did not settle after six passes")
-
-
-def _rows(conninfo: str) -> dict:
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        rows = conn.execute("SELECT id, v, n, msrepl_tran_version::text FROM items").fetchall()
-    return {r[0]: r[1:] for r in rows}
-
-
 @pytest.mark.parametrize("round_", range(ROUNDS))
 def test_random_workloads_and_agent_orders_end_with_three_equal_databases(world, round_):
     env, topo, policy = world
     rng = random.Random(f"{policy}/{round_}")
     for _ in range(STEPS):
         _step(env, topo, policy, rng)
-    _drain(topo)
-    publisher = _rows(env.pub)
+    drain(topo)
+    publisher = item_rows(env.pub)
     for sub in SUBSCRIBERS:
-        assert _rows(env.subs[sub]) == publisher, f"{sub} differs from the publisher ({policy}, round {round_})"
+        assert item_rows(env.subs[sub]) == publisher, f"{sub} differs from the publisher ({policy}, round {round_})"
 
 
 def test_the_rounds_met_conflicts_at_the_queue_reader_and_at_delivery(world):

@@ -13,7 +13,7 @@ import time
 
 import psycopg
 import pytest
-from harness import QUEUED_ROWS, assert_in_sync, item_rows, queue_counts, setup_queued
+from harness import QUEUED_ROWS, assert_in_sync, item_rows, queue_counts, resolved_topology, setup_queued
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, queue_reader_agent, snapshot_agent
 from airflow_repl.engine.model import naming
@@ -184,8 +184,8 @@ def test_a_row_with_a_queued_change_is_kept_and_decided_by_the_queue_reader(env,
     _, (delivered,) = cycle(topo, "sub1")  # before the Queue Reader: the queued rows are kept
     assert delivered["conflicts"] == 3 and delivered["skipped"] == 0
     kept = delivered_conflicts(env)
-    assert [(k, key) for k, key, _ in kept] == [("queued at the subscriber", {"id": "1000"})] * 2 + [
-        ("queued at the subscriber", {"id": "1"})
+    assert [(k, key) for k, key, _ in kept] == [("queued at the subscriber", {"id": 1000})] * 2 + [
+        ("queued at the subscriber", {"id": 1})
     ]
     assert all(outcome.startswith("the subscriber's row was kept") for _, _, outcome in kept)
     assert item_rows(env.sub, "id IN (1, 2, 1000)")[1000][0] == "sub" and item_rows(env.sub, "id = 2")[2][0] == "pub"
@@ -250,12 +250,29 @@ def test_the_publishers_older_change_converges_at_the_subscriber_and_is_recorded
     _, (delivered,) = cycle(topo, "sub1")  # the publisher's transaction, then the winners sent back
     assert (delivered["skipped"], delivered["conflicts"]) == (0, 3)
     assert sorted(delivered_conflicts(env)) == [
-        ("delete of a missing row", {"id": "3"}, "nothing to do: the row is not at the subscriber"),
-        ("duplicate key", {"id": "1"}, "the subscriber's row was set to the publisher's"),
-        ("update of a missing row", {"id": "2"}, "the subscriber's row was set to the publisher's"),
+        ("delete of a missing row", {"id": 3}, "nothing to do: the row is not at the subscriber"),
+        ("duplicate key", {"id": 1}, "the subscriber's row was set to the publisher's"),
+        ("update of a missing row", {"id": 2}, "the subscriber's row was set to the publisher's"),
     ]
     assert item_rows(env.sub, "id <= 4") == item_rows(env.pub, "id <= 4")
     assert {i: r[0] for i, r in item_rows(env.pub, "id <= 4").items()} == {1: "sub", 4: "pub"}
+    assert_in_sync(topo)
+
+
+@pytest.mark.parametrize("policy", ["pub wins", "sub wins"])
+def test_a_publisher_truncate_keeps_the_rows_with_a_queued_change(env, spark, policy):
+    topo = setup_queued(env, spark, policy)
+    env.run(env.pub, "TRUNCATE items")
+    env.run(env.sub, "INSERT INTO items (id, v, n) VALUES (1000, 'sub', 0)")  # queued
+    env.run(env.sub, "UPDATE items SET v = 'sub' WHERE id = 1")  # queued: a row the publisher no longer has
+    cycle(topo, "sub1")  # the truncate first: the queued rows stay
+    assert set(item_rows(env.sub)) == {1, 1000}
+    queue_reader_agent.run_queue_reader(topo, "p", "sub1")
+    cycle(topo, "sub1")
+    assert item_rows(env.sub) == item_rows(env.pub)
+    assert set(item_rows(env.pub)) == (
+        {1000} if policy == "pub wins" else {1, 1000}
+    )  # update/delete: the policy decides
     assert_in_sync(topo)
 
 
@@ -305,6 +322,60 @@ def test_a_change_the_publisher_refuses_is_rejected_whole_and_compensated(env, s
     assert item_rows(env.pub, "id = 3")[3][1] == 0 and item_rows(env.pub, "id = 4")[4][1] == 8
     cycle(topo, "sub1")
     assert_in_sync(topo)
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "INSERT INTO items (id, v, n) VALUES (1024, 'v2', 0)",  # an insert has no old image
+        "UPDATE items SET id = 1024, v = 'v2' WHERE id = 1",  # the row the publisher refused is at the new key
+    ],
+)
+def test_a_refused_change_is_recorded_with_the_key_of_the_row_the_publisher_refused(env, spark, statement):
+    topo = setup_queued(env, spark)
+    env.run(env.pub, "CREATE UNIQUE INDEX items_v ON items (v)")  # the publisher's row 2 has v2
+    env.run(env.sub, statement)
+    assert queue_reader_agent.run_queue_reader(topo, "p", "sub1")["rejected"] == 1
+    (found,) = conflicts(env)
+    assert found["kind"] == "constraint violation"
+    assert found["key"] == {"id": 1024} == {"id": found["subscriber_row"]["id"]}
+    assert 'key {"id": 1024}' in found["outcome"]
+    assert item_rows(env.sub) == item_rows(env.pub)
+
+
+def test_both_agents_record_the_same_rows_key_with_the_same_json_types(env, spark):
+    env.run(
+        env.pub,
+        "CREATE TABLE prices (sku int, at timestamptz, price numeric(10,2), label text, PRIMARY KEY (sku, at, price))",
+    )
+    env.run(env.pub, "INSERT INTO prices VALUES (7, '2026-01-02 03:04:05+00', 12.50, 'old')")
+    data = {
+        **env.servers(),
+        "publications": [{"name": "p", "articles": ["public.prices"], "allow_queued_tran": True}],
+        "subscriptions": [{"publication": "p", "subscriber": "sub1", "update_mode": "queued tran"}],
+    }
+    topo = resolved_topology(data)
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    env.run(env.sub, "UPDATE prices SET label = 'sub'")  # queued
+    env.run(env.pub, "UPDATE prices SET label = 'pub'")
+    _, (delivered,) = cycle(topo, "sub1")  # the Distribution Agent keeps the queued row: a conflict
+    assert delivered["conflicts"] == 1
+    assert queue_reader_agent.run_queue_reader(topo, "p", "sub1")["conflicts"] == 1  # update/update
+    found = env.rows(
+        env.dist,
+        "SELECT agent, kind, key::text, jsonb_typeof(key -> 'sku'), jsonb_typeof(key -> 'price'), key ->> 'price', "
+        "key ->> 'at', publisher_row::text FROM airflow_repl.conflicts ORDER BY agent",
+    )
+    assert [(a, k) for a, k, *_ in found] == [
+        ("distribution", "queued at the subscriber"),
+        ("queuereader", "update/update"),
+    ]
+    (_, _, key, *rest, at, _), (_, _, same_key, *same_rest, _, _) = found
+    assert key == same_key and rest == same_rest == ["number", "number", "12.50"]
+    assert at == "2026-01-02T03:04:05+00:00"  # as to_jsonb writes a timestamptz, not the command's text
+    assert found[0][-1] == found[1][-1]  # the publisher's row too: the same JSON from either agent
+    cycle(topo, "sub1")
+    assert env.rows(env.sub, "SELECT label FROM prices") == env.rows(env.pub, "SELECT label FROM prices") == [("pub",)]
 
 
 def test_conflicts_cli_lists_and_filters(env, spark, tmp_path, capsys):

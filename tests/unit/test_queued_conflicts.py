@@ -19,6 +19,7 @@ from airflow_repl.engine.subscriber.conflicts import (
     converge,
     decide,
     delivery_conflict,
+    names_new_row,
     stops_at_first,
 )
 
@@ -110,6 +111,24 @@ def test_subscriber_wins_actions(op, kind, expected):
     assert action(op, kind) is expected
 
 
+@pytest.mark.parametrize(
+    ("kind", "op", "expected"),
+    [
+        (ConflictKind.INSERT_INSERT, "I", True),
+        (ConflictKind.INSERT_INSERT, "U", True),  # a row moved to a key the publisher has
+        (ConflictKind.CONSTRAINT, "I", True),  # an insert has no old image: its key is the new one's
+        (ConflictKind.CONSTRAINT, "U", True),  # the row the publisher refused, as the subscriber has it
+        (ConflictKind.CONSTRAINT, "D", False),
+        (ConflictKind.UPDATE_UPDATE, "U", False),
+        (ConflictKind.UPDATE_DELETE, "U", False),
+        (ConflictKind.DELETE_UPDATE, "D", False),
+        (ConflictKind.ROW_MISSING, "D", False),
+    ],
+)
+def test_a_conflict_names_the_row_by_the_image_that_has_it(kind, op, expected):
+    assert names_new_row(kind, op) is expected
+
+
 def test_queue_origin_names_fit_and_differ():
     from airflow_repl.engine.model import naming
 
@@ -141,3 +160,8 @@ def test_a_queued_row_is_kept_a_missing_delete_does_nothing_and_the_rest_take_th
     assert converge(DeliveryConflict.DELETE_MISSING) is Convergence.NOTHING
     assert converge(DeliveryConflict.UPDATE_MISSING) is Convergence.PUBLISHERS_ROW
     assert converge(DeliveryConflict.DUPLICATE_KEY) is Convergence.PUBLISHERS_ROW
+
+
+def test_a_command_older_than_the_subscribers_immediate_change_is_not_applied():
+    assert converge(DeliveryConflict.IMMEDIATE_ROW) is Convergence.SUPERSEDED
+    assert Convergence.SUPERSEDED.value.startswith("not applied")

@@ -257,8 +257,8 @@ def test_the_snapshot_and_updating_scripts_hold_exactly_their_statements(art):
 
     _drop_row, _drop_commit, row, commit = _statements(immediate_triggers.install(art).as_string(None))
     assert [row.relation.schemaname, row.relation.relname] == dest and commit.isconstraint
-    publication, label, insert, update, delete, key_array = (a.sval for a in row.args)
-    assert (publication, label) == (art.publication, qualified(*source))
+    publication, label, insert, update, delete, key_array, article = (a.sval for a in row.args)
+    assert (publication, label, article) == (art.publication, qualified(*source), art.name)
     for template, count in ((insert, 1), (update, 2), (delete, 2)):  # run at the publisher
         stmts = _statements(_format(template))
         assert len(stmts) == count

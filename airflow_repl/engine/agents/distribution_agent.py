@@ -50,10 +50,10 @@ from airflow_repl.engine.agents import gc_pause, progress_lines, read_ahead, str
 from airflow_repl.engine.agents.lifecycle import AgentRun, ends_when_stopped
 from airflow_repl.engine.articles.commands import Command
 from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
-from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.errors import AgentBusy, ReplError
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import SKIPPABLE_ERRORS, Topology
-from airflow_repl.engine.postgres import lsn
+from airflow_repl.engine.postgres import json_values, lsn
 from airflow_repl.engine.provisioning import pausing
 from airflow_repl.engine.state import (
     dist_conflicts,
@@ -68,10 +68,18 @@ from airflow_repl.engine.state import (
 )
 from airflow_repl.engine.state.dist_transactions import CommandRow, PendingTransaction
 from airflow_repl.engine.subscriber import bulk_apply, in_doubt
-from airflow_repl.engine.subscriber.applier import Applier, ReplayOutcome, apply_parallel, apply_pipelined, replay
+from airflow_repl.engine.subscriber.applier import (
+    Applier,
+    Located,
+    ReplayOutcome,
+    apply_parallel,
+    apply_pipelined,
+    replay,
+)
 from airflow_repl.engine.subscriber.convergence import QueueGuard, replay_queued
 from airflow_repl.engine.subscriber.schema_changes import SchemaContext
 from airflow_repl.engine.subscriber.streams import Streams, recover_prepared
+from airflow_repl.engine.subscriber.superseded import Superseding, Taken
 
 log = logging.getLogger(__name__)
 AGENT = "distribution"
@@ -80,6 +88,11 @@ AGENT = "distribution"
 #: Seconds an ordinary batch's record at the distributor may wait for the next one's (one
 #: record for the batches committed at the subscriber meanwhile): :meth:`_Delivery.record`.
 RECORD_INTERVAL = 1.0
+
+#: How many times a batch is replayed again because the subscriber's application took (by
+#: immediate updating) a key of one of its failed commands while it was applied; then the run
+#: ends, to be run again.
+SUPERSEDING_RETRIES = 5
 
 
 def parse_until(value: str) -> datetime:
@@ -221,6 +234,9 @@ class _Delivery:
         mode = topology.subscription(publication, subscriber).update_mode
         #: a queued updating subscriber (with its queue): batches converge there (see _converge)
         self.guard: QueueGuard | None = None
+        #: a subscriber recording the keys its own (immediate) changes took: the batches' commands
+        #: those supersede are left out (see _supersede)
+        self.superseding: Superseding | None = None
         self.queued = mode.queued or mode.failover
         self.policy = topology.publication(publication).conflict_policy
         #: the turns at a subscriber where a Queue Reader (or a Snapshot Agent initializing it)
@@ -252,6 +268,11 @@ class _Delivery:
             subscriber_state.ensure_taken(self.streams.first)
             self.guard = QueueGuard(self.streams.first, self.publication, self.policy)
             self.totals["conflicts"] = 0
+        elif subscriber_state.has_taken(self.streams.first):
+            self.superseding = Superseding(self.streams.first, self.publication, self.own_origin, self.policy)
+            self.totals["superseded"] = 0
+        if self.guard is not None or self.superseding is not None:
+            json_values.exact_numbers(self.streams.first)  # the rows conflicts record
         self.streams.first.rollback()
         if self.queued or has_queue:  # a Queue Reader may write there too: take turns, batch by batch
             self.turns = subscriber_writer.Turns(self.streams.first, self.publication)
@@ -328,8 +349,26 @@ class _Delivery:
             self._schema_batch(dist, run_id, applier, batch)
         elif self.guard is not None:
             self._converge(dist, run_id, applier, batch, self.guard)
-        elif not self._fast_path(dist, applier, batch):
-            self._replay(dist, run_id, applier, batch)
+        else:
+            self._supersede(dist, applier, batch)
+            if not self._fast_path(dist, applier, batch):
+                self._replay(dist, run_id, applier, batch)
+
+    def _supersede(self, dist: psycopg.Connection, applier: Applier, batch: _Batch) -> None:
+        """At a subscriber that records the keys its own changes took: read them for the batch
+        (those the watermark passed are forgotten with it); :meth:`_located` leaves out the
+        commands they supersede (:mod:`~airflow_repl.engine.subscriber.superseded`)."""
+        if self.superseding is not None:
+            self.superseding.left = []
+            self.superseding.load(dist, applier.articles, batch.watermark)
+
+    def _located(self, applier: Applier, rows: Iterable[CommandRow], batch: _Batch) -> Iterable[Located]:
+        """The batch's commands to apply, in order: without those the subscriber's own later
+        changes supersede."""
+        located = applier.commands(rows, batch.article_rows())
+        if self.superseding is not None and self.superseding.keys:
+            return self.superseding.filter(located, applier.articles)
+        return located
 
     def _pending(self, dist: psycopg.Connection) -> tuple[int, int]:
         """The subscription's backlog now (transactions, commands)."""
@@ -390,6 +429,8 @@ class _Delivery:
         again; returns it."""
         last = own[-1].xact
         subscriber_state.set_watermark(self.streams.first, self.publication, last, 0)
+        if self.guard is not None or self.superseding is not None:  # the keys they took: no older command is left
+            Taken.load(self.streams.first, dist, self.publication, self.own_origin, last)
         self.streams.first.commit()
         self.unrecorded = last  # past any batch still unrecorded: one record covers both
         self.record(dist)
@@ -433,21 +474,24 @@ class _Delivery:
         than ``CHUNK_COMMANDS`` commands is read through a cursor and applied chunk by chunk in
         the same subscriber transaction."""
         rows: Iterable[CommandRow] = ()
-        if batch.prepared is None and batch.commands <= bulk_apply.CHUNK_COMMANDS:
+        prepared = batch.prepared
+        if self.superseding is not None and self.superseding.keys:
+            prepared = None  # made ahead from every command: some are left out
+        if prepared is None and batch.commands <= bulk_apply.CHUNK_COMMANDS:
             rows = dist_transactions.batch_commands_list(dist, self.publication, batch.first, batch.last)
-        elif batch.prepared is None:
+        elif prepared is None:
             rows = dist_transactions.batch_commands(dist, self.publication, batch.first, batch.last)
         if self.ahead is not None:
             self.ahead.start(batch.last)  # the next batch, read and prepared while this one is applied
         n = chunks = 0
         moved = False  # the watermark moved in the pipeline of the batch's statements
         try:
-            if isinstance(batch.prepared, bulk_apply.NotNetApplicable):
-                raise batch.prepared
-            if batch.prepared is not None:
+            if isinstance(prepared, bulk_apply.NotNetApplicable):
+                raise prepared
+            if prepared is not None:
                 move = subscriber_state.watermark_move(self.publication, batch.last, len(batch.txns))
-                n, chunks, moved = bulk_apply.execute(self.streams.first, batch.prepared, [move]), 1, True
-            commands = (cmd for _, _, cmd in applier.commands(rows, batch.article_rows()))
+                n, chunks, moved = bulk_apply.execute(self.streams.first, prepared, [move]), 1, True
+            commands = (cmd for _, _, cmd in self._located(applier, rows, batch))
             while chunk := list(islice(commands, bulk_apply.CHUNK_COMMANDS)):
                 n += bulk_apply.apply(self.streams.first, chunk, applier.articles)
                 chunks += 1
@@ -473,7 +517,7 @@ class _Delivery:
     ) -> list[Iterable[Command]]:
         """The batch's commands per stream (a single share: apply on one stream).  One stream
         reads the commands as it applies them; several need the whole batch planned first."""
-        commands = (cmd for _, _, cmd in applier.commands(rows, batch.article_rows()))
+        commands = (cmd for _, _, cmd in self._located(applier, rows, batch))
         if not stream_planning.worth_planning(self.n, may_spread, batch.commands):
             return [commands]
         return list(stream_planning.plan_batch(list(commands), applier.touched, self.n))
@@ -499,20 +543,54 @@ class _Delivery:
     # ------------------------------------------------------------------ replay
     def _replay(self, dist: psycopg.Connection, run_id: int, applier: Applier, batch: _Batch) -> None:
         """Roll the failed batch back everywhere and apply it again on one stream, transaction
-        by transaction; commit what it applied (and skipped), then raise its failure, if any."""
+        by transaction; commit what it applied (and skipped), then raise its failure, if any.
+        A command that failed on a key the subscriber's application took meanwhile (immediate
+        updating: it is superseded, see :meth:`_supersede`) is not skipped nor a failure: the
+        batch is replayed again with the keys read again."""
         self.streams.rollback_all()
         dist.rollback()
         retention.lock_unexpired(dist, self.publication, self.subscriber)
-        self.totals["retries"] += 1
-        self._check_watermark_unmoved(batch)
-        rows = dist_transactions.batch_commands(dist, self.publication, batch.first, batch.last)
-        commands = applier.commands(rows, batch.article_rows())
-        outcome = replay(self.streams.first, applier, commands, self.settings.skip)
+        for attempt in range(SUPERSEDING_RETRIES + 1):
+            self.totals["retries"] += 1
+            self._check_watermark_unmoved(batch)
+            self._supersede(dist, applier, batch)
+            rows = dist_transactions.batch_commands(dist, self.publication, batch.first, batch.last)
+            outcome = replay(self.streams.first, applier, self._located(applier, rows, batch), self.settings.skip)
+            rows.close()
+            if not self._superseded_meanwhile(dist, applier, batch, outcome):
+                break
+            self.streams.first.rollback()
+            if attempt == SUPERSEDING_RETRIES:
+                raise AgentBusy(
+                    f"the application at subscriber {self.subscriber!r} kept changing rows of the batch "
+                    f"{batch.first}..{batch.last} while it was applied (immediate updating): run the Distribution "
+                    f"Agent again"
+                )
         done = batch.last if outcome.failure is None else outcome.last_good
         if done is not None:
             self._commit_replayed(dist, run_id, batch, done, outcome)
         if outcome.failure is not None:
             raise outcome.failure
+
+    def _superseded_meanwhile(
+        self, dist: psycopg.Connection, applier: Applier, batch: _Batch, outcome: ReplayOutcome
+    ) -> bool:
+        """Whether a command the replay skipped or failed on is superseded by a key the
+        subscriber's own change took after the keys were read (asked in the replay's
+        transaction, rolled back to its savepoints: a committed change is seen)."""
+        if self.superseding is None:
+            return False
+        failed: list[tuple[str | None, dict[str, Any] | None, str]] = [
+            (s.article, s.command, s.xact_seqno) for s in outcome.skipped
+        ]
+        if outcome.failure is not None and outcome.failure.xact_seqno is not None:
+            failed.append((outcome.failure.article, outcome.failure.command, outcome.failure.xact_seqno))
+        if not failed:
+            return False
+        left = self.superseding.left
+        self.superseding.load(dist, applier.articles, batch.watermark)
+        self.superseding.left = left
+        return any(self.superseding.covers(applier.articles.get(a or ""), c, x) for a, c, x in failed)
 
     def _schema_batch(self, dist: psycopg.Connection, run_id: int, applier: Applier, batch: _Batch) -> None:
         """A transaction with a schema change: on one stream, command by command (the row
@@ -553,13 +631,7 @@ class _Delivery:
     def _taken(self, dist: psycopg.Connection, batch: _Batch, guard: QueueGuard) -> None:
         """Where the publisher transactions that took rows of the subscriber's queue are in the
         log (None: not stored yet, so after the batch); forget those the watermark has passed."""
-        xids = subscriber_state.taken_xids(self.streams.first, self.publication)
-        stored = dist_transactions.origin_positions(dist, self.publication, self.own_origin, xids) if xids else {}
-        positions = {x: (lsn.lsn_to_int(stored[x]) if x in stored else None) for x in xids}
-        guard.taken(positions)
-        passed = [x for x, at in positions.items() if at is not None and at <= lsn.lsn_to_int(batch.watermark)]
-        if passed:
-            subscriber_state.forget_taken(self.streams.first, self.publication, passed)
+        guard.taken(Taken.load(self.streams.first, dist, self.publication, self.own_origin, batch.watermark))
 
     def _check_watermark_unmoved(self, batch: _Batch) -> None:
         """Lock the watermark again: it must still be where the batch began (never re-apply)."""
@@ -613,13 +685,28 @@ class _Delivery:
         what else the caller wrote there (skipped transactions, conflicts).  ``defer``: an
         ordinary batch's record alone may wait up to ``RECORD_INTERVAL`` (:meth:`record`)."""
         self.unrecorded = txns[-1].xact
-        if not defer or time.monotonic() - self.recorded_at >= RECORD_INTERVAL:
+        if (
+            self._record_superseded(dist, txns[-1].xact)
+            or not defer
+            or time.monotonic() - self.recorded_at >= RECORD_INTERVAL
+        ):
             self.record(dist)
         self.totals["transactions"] += len(txns)
         self.totals["commands"] += n_cmd
         self.totals["commits"] += 1
         self.totals["last_xact_seqno"] = txns[-1].xact
         self.tables.add([t for t in txns if not skipped or t.xact not in skipped])
+
+    def _record_superseded(self, dist: psycopg.Connection, through: str) -> int:
+        """Record at the distributor the commands left out up to ``through`` (just committed at
+        the subscriber), as conflicts; how many (the caller commits)."""
+        if self.superseding is None or not self.superseding.left:
+            return 0
+        found = self.superseding.records(through)
+        self.streams.first.rollback()  # the rows were read after the commit
+        dist_conflicts.record_delivery_conflicts(dist, self.publication, self.subscriber, found)
+        self.totals["superseded"] += len(found)
+        return len(found)
 
     def record(self, dist: psycopg.Connection) -> None:
         """Record at the distributor the delivery up to the last transaction committed at the

@@ -69,6 +69,7 @@ from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.model.updating import ConflictPolicy
+from airflow_repl.engine.postgres import json_values
 from airflow_repl.engine.state import (
     dist_conflicts,
     dist_publications,
@@ -97,15 +98,12 @@ class _Outcome:
     publisher_xid: int | None = None  # the publisher transaction that applied it
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = row_images.plain(
-            {
-                "resolution": self.resolution.value,
-                "conflicts": self.conflicts,
-                "compensate": [[a, k] for a, k in self.compensate],
-                "publisher_xid": self.publisher_xid,
-            }
-        )
-        return data
+        return {
+            "resolution": self.resolution.value,
+            "conflicts": self.conflicts,
+            "compensate": [[a, k] for a, k in self.compensate],
+            "publisher_xid": self.publisher_xid,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> _Outcome:
@@ -132,7 +130,7 @@ class _QueueReader:
         run.step = "connecting"
         self.dist = run.connect(topology.distributor.require("distributor"), "distributor")
         self.sub = run.connect(topology.subscriber_conninfo(subscriber), f"subscriber {subscriber!r}")
-        row_images.exact_numbers(self.sub)
+        json_values.exact_numbers(self.sub)
         self.turns = subscriber_writer.Turns(self.sub, publication)
         self.must_end: Callable[[], bool] = lambda: False  # a continuous run's (continuous.Loop.must_end)
         self.applying = False  # the publisher session opened and the subscriber's taken rows table made
@@ -196,7 +194,7 @@ class _QueueReader:
         """The publisher session: the subscriber's replication origin, the replica role."""
         self.run.step = "the publisher session"
         self.pub = self.run.connect(self.topology.publisher.require("publisher"), "publisher")
-        row_images.exact_numbers(self.pub)
+        json_values.exact_numbers(self.pub)
         publisher_state.ensure_schema(self.pub)
         self.origin = naming.queue_origin(self.subscriber)
         publisher_state.use_origin(self.pub, self.origin)
@@ -352,7 +350,7 @@ class _QueueReader:
     def _conflict(self, cmd: QueuedCommand, kind: ConflictKind, publisher_row: Image | None) -> dict[str, Any]:
         """The conflict's record: the publisher's row it met and the subscriber's change."""
         table = self._tables(cmd.article).publisher
-        image = cmd.new if kind is ConflictKind.INSERT_INSERT else cmd.old
+        image = cmd.new if conflicts.names_new_row(kind, cmd.op) else cmd.old
         return {
             "queue_id": cmd.id,
             "article": cmd.article,

@@ -51,6 +51,9 @@ class Command:
     #: a schema change (SCHEMA): what changed ("change") and the article's definitions
     #: "before" and "after" it (ResolvedArticle.to_dict())
     schema: dict[str, Any] | None = None
+    #: a TRUNCATE applied at an updatable subscriber as a delete of every row but those its own
+    #: later changes hold (:mod:`~airflow_repl.engine.subscriber.superseded`); never stored
+    keep_own: bool = False
 
     def changed(self) -> list[bool]:
         """Which article columns an UPDATE changed (compared by text value)."""

@@ -11,7 +11,10 @@ the publisher in the same distributed transaction, with PostgreSQL's two-phase c
   had (``msrepl_tran_version``): when the publisher's row has another version, or no longer
   exists, the remote transaction is made to fail and the subscriber's statement raises an error
   naming the table and the key (SQLSTATE 40001): both sides reject.  The publisher's BEFORE
-  UPDATE row-version trigger gives the new version, and the subscriber's row takes it;
+  UPDATE row-version trigger gives the new version, and the subscriber's row takes it.  Each key
+  the change touched (old and new) is recorded in ``airflow_repl.queue_taken`` with the publisher
+  transaction's id, in the local transaction: the Distribution Agent leaves the publisher's
+  older commands of that key out (:mod:`~airflow_repl.engine.subscriber.superseded`);
 - the constraint trigger :data:`COMMIT_TRIGGER`, DEFERRABLE INITIALLY DEFERRED, fires at the
   subscriber's commit (:func:`prepare_function`): ``PREPARE TRANSACTION '<gid>'`` at the
   publisher, and the gid recorded in ``airflow_repl.immediate_gids`` in the local transaction;
@@ -43,7 +46,7 @@ from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import TopologyError
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.updating import ROW_VERSION_COLUMN
-from airflow_repl.engine.postgres import trigger_switching
+from airflow_repl.engine.postgres import pgoutput, trigger_switching
 from airflow_repl.engine.postgres.quoting import dollar_quote, ident, qualified
 
 #: The BEFORE row trigger sending each change to the publisher (sorts after airflow_repl_tran_version).
@@ -120,12 +123,13 @@ DECLARE
     r    record;
 BEGIN
     IF TG_OP = 'INSERT' THEN
-        PERFORM * FROM @DBLINK@.dblink(conn, pg_catalog.format(TG_ARGV[2], pg_catalog.to_jsonb(NEW)::text))
-            AS x(sent text);
+        SELECT * INTO r FROM @DBLINK@.dblink(conn, pg_catalog.format(TG_ARGV[2], pg_catalog.to_jsonb(NEW)::text))
+            AS x(sent text, xid text);
     ELSE
         SELECT * INTO r FROM @DBLINK@.dblink(conn, pg_catalog.format(
             CASE TG_OP WHEN 'UPDATE' THEN TG_ARGV[3] ELSE TG_ARGV[4] END,
-            pg_catalog.to_jsonb(OLD)::text, pg_catalog.to_jsonb(NEW)::text)) AS x(done text, here text, sent text);
+            pg_catalog.to_jsonb(OLD)::text, pg_catalog.to_jsonb(NEW)::text))
+            AS x(done text, here text, sent text, xid text);
         IF r.done IS NULL THEN
             PERFORM airflow_repl.immediate_reject(conn, TG_ARGV[1], TG_ARGV[5]::text[], pg_catalog.to_jsonb(OLD), r.here);
         END IF;
@@ -133,6 +137,14 @@ BEGIN
             NEW.@VERSION@ := r.done::uuid;
         END IF;
     END IF;
+    -- the keys the publisher's transaction took as they are here: the Distribution Agent does not
+    -- apply the publisher's older commands of these keys (they are in this row already)
+    INSERT INTO airflow_repl.queue_taken (publication, article, key, publisher_xid, via)
+    SELECT DISTINCT TG_ARGV[0], TG_ARGV[6], k.key, r.xid::bigint, 'immediate'
+    FROM (SELECT (SELECT pg_catalog.jsonb_object_agg(c, i.img -> c) FROM pg_catalog.unnest(TG_ARGV[5]::text[]) c)
+          FROM (VALUES (CASE WHEN TG_OP <> 'INSERT' THEN pg_catalog.to_jsonb(OLD) END),
+                       (CASE WHEN TG_OP <> 'DELETE' THEN pg_catalog.to_jsonb(NEW) END)) AS i(img)
+          WHERE i.img IS NOT NULL) AS k(key);
     PERFORM pg_catalog.set_config(cguc, (coalesce(nullif(pg_catalog.current_setting(cguc, true), ''), '0')::int
         + 1)::text, true);
     IF TG_OP = 'DELETE' THEN
@@ -231,9 +243,10 @@ def _fmt(text: str) -> str:
 
 def remote_statements(article: ResolvedArticle) -> tuple[str, str, str]:
     """The ``format()`` templates of the INSERT (``%1$L`` = new row as JSON), UPDATE and DELETE
-    (``%1$L`` old row, ``%2$L`` new row) run at the publisher.  Each returns one row; UPDATE and
-    DELETE return (new version or count, NULL when no row had the old version; the publisher
-    row's current version; the running count of changes)."""
+    (``%1$L`` old row, ``%2$L`` new row) run at the publisher.  Each returns one row, ending with
+    the running count of changes and the publisher transaction's id (as the Log Reader records
+    it); UPDATE and DELETE start with the new version or count, NULL when no row had the old
+    version, and the publisher row's current version."""
     key = article.primary_key
     if not key:
         raise TopologyError(
@@ -250,22 +263,23 @@ def remote_statements(article: ResolvedArticle) -> tuple[str, str, str]:
     version = _fmt(ident(ROW_VERSION_COLUMN))
     old = f"o AS (SELECT * FROM {rec})"
     here = f"(SELECT t.{version}::text FROM {table} t, o WHERE {match})"
-    insert = f"WITH i AS (INSERT INTO {table} ({listed}) SELECT {listed} FROM {rec}) SELECT {_fmt(_SENT)}"
+    sent = f"{_fmt(_SENT)}, {_fmt(pgoutput.CURRENT_XID_SQL)}::text"
+    insert = f"WITH i AS (INSERT INTO {table} ({listed}) SELECT {listed} FROM {rec}) SELECT {sent}"
     sets = _fmt(", ".join(f"{ident(c)} = n.{ident(c)}" for c in columns if c != ROW_VERSION_COLUMN))
     # the row is locked by key first, in its own statement: a change of it still uncommitted
     # (another subscriber session's, prepared) is waited for, and the next statement's snapshot
     # sees its outcome; the version check alone would miss the row (not visible yet)
-    # (dblink wants every result of the string in the final result's shape: three text columns)
-    lock = f"WITH {old} SELECT NULL::text, NULL::text, NULL::text FROM {table} t, o WHERE {match} FOR UPDATE OF t; "
+    # (dblink wants every result of the string in the final result's shape: four text columns)
+    lock = f"WITH {old} SELECT NULL::text, NULL::text, NULL::text, NULL::text FROM {table} t, o WHERE {match} FOR UPDATE OF t; "
     update = lock + (
         f"WITH {old}, n AS (SELECT * FROM pg_catalog.jsonb_populate_record(NULL::{table}, %2$L::jsonb)), "
         f"u AS (UPDATE {table} t SET {sets} FROM o, n WHERE {match} AND t.{version} = o.{version} "
-        f"RETURNING t.{version}) SELECT (SELECT u.{version}::text FROM u), {here}, {_fmt(_SENT)}"
+        f"RETURNING t.{version}) SELECT (SELECT u.{version}::text FROM u), {here}, {sent}"
     )
     delete = lock + (
         f"WITH {old}, d AS (DELETE FROM {table} t USING o WHERE {match} AND t.{version} = o.{version} "
         f"RETURNING 1) SELECT (SELECT count(*)::text FROM d HAVING count(*) > 0), "
-        f"{here}, {_fmt(_SENT)}"
+        f"{here}, {sent}"
     )
     return insert, update, delete
 
@@ -280,7 +294,9 @@ def install(article: ResolvedArticle, *, enabled: bool = True) -> sql.Composed:
     insert, update, delete = remote_statements(article)
     label = qualified(article.table.schema, article.table.name)
     keys = "{" + ",".join('"' + k.replace("\\", "\\\\").replace('"', '\\"') + '"' for k in article.primary_key) + "}"
-    args = sql.SQL(", ").join(sql.Literal(a) for a in (article.publication, label, insert, update, delete, keys))
+    args = sql.SQL(", ").join(
+        sql.Literal(a) for a in (article.publication, label, insert, update, delete, keys, article.name)
+    )
     parts = [
         "DROP TRIGGER IF EXISTS {row} ON {table}; DROP TRIGGER IF EXISTS {commit} ON {table}; ",
         "CREATE TRIGGER {row} BEFORE INSERT OR UPDATE OR DELETE ON {table} FOR EACH ROW "

@@ -10,8 +10,9 @@ inside an exported snapshot (``arrow_reads``, with ADBC's driver), COPY's text f
 escapes (``copy_escaping``) and Arrow record batches as ``COPY ... FROM STDIN`` text
 (``copy_text``), every advisory lock the product takes, one
 function each (``advisory_locks``), the statement that switches a table's triggers on or off
-(``trigger_switching``), and SIGTERM and SIGINT as a stop that cuts a long-running loop's waits
-and statements short (``stop_signals``).
+(``trigger_switching``), SIGTERM and SIGINT as a stop that cuts a long-running loop's waits
+and statements short (``stop_signals``), and JSON values whose numbers stay exact through Python
+(``json_values``).
 
 May import: :mod:`airflow_repl.engine.errors`, :mod:`airflow_repl.engine.model`, psycopg and
 ADBC's PostgreSQL driver.

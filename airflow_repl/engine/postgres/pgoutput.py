@@ -29,6 +29,11 @@ UNCHANGED_TOAST: Final = _Unchanged.TOAST
 Datum = str | bytes | None | _Unchanged
 
 
+#: SQL for the current transaction's id as a Begin message carries it (32 bits, without the
+#: epoch of ``pg_current_xact_id()``): what the Log Reader records as ``transactions.xid``.
+CURRENT_XID_SQL = "pg_catalog.mod(pg_catalog.pg_current_xact_id()::text::bigint, 4294967296)"
+
+
 @dataclass
 class Begin:
     final_lsn: int

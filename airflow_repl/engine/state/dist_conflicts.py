@@ -8,8 +8,8 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg.types.json import Jsonb
 
+from airflow_repl.engine.postgres import json_values
 from airflow_repl.engine.state.dist_schema import deployed
 
 
@@ -32,10 +32,10 @@ def record_conflicts(
                 publication,
                 subscriber,
                 c["article"],
-                Jsonb(c["key"]),
+                json_values.jsonb(c["key"]),
                 c["kind"],
-                Jsonb(c["publisher_row"]) if c["publisher_row"] is not None else None,
-                Jsonb(c["subscriber_row"]) if c["subscriber_row"] is not None else None,
+                json_values.jsonb(c["publisher_row"]) if c["publisher_row"] is not None else None,
+                json_values.jsonb(c["subscriber_row"]) if c["subscriber_row"] is not None else None,
                 policy,
                 c["outcome"],
                 xid,
@@ -59,10 +59,10 @@ def record_delivery_conflicts(
                 publication,
                 subscriber,
                 c["article"],
-                Jsonb(c["key"]),
+                json_values.jsonb(c["key"]),
                 c["kind"],
-                Jsonb(c["publisher_row"]) if c["publisher_row"] is not None else None,
-                Jsonb(c["subscriber_row"]) if c["subscriber_row"] is not None else None,
+                json_values.jsonb(c["publisher_row"]) if c["publisher_row"] is not None else None,
+                json_values.jsonb(c["subscriber_row"]) if c["subscriber_row"] is not None else None,
                 c["policy"],
                 c["outcome"],
                 c["xact_seqno"],

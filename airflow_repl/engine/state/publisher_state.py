@@ -21,9 +21,8 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.types.json import Jsonb
 
-from airflow_repl.engine.postgres import advisory_locks
+from airflow_repl.engine.postgres import advisory_locks, json_values, pgoutput
 
 PUBLISHER_DDL = """
 CREATE SCHEMA IF NOT EXISTS airflow_repl;
@@ -85,7 +84,7 @@ def record_applied(
     conn.execute(
         "INSERT INTO airflow_repl.queue_applied (publication, subscriber, xid, outcome) "
         "VALUES (%s, %s, %s::text::xid8, %s)",
-        (publication, subscriber, xid, Jsonb(outcome)),
+        (publication, subscriber, xid, json_values.jsonb(outcome)),
     )
 
 
@@ -109,7 +108,7 @@ def forget_applied(conn: psycopg.Connection[Any], publication: str, subscriber: 
 
 def current_xid(conn: psycopg.Connection[Any]) -> int:
     """The (32-bit) id of the current transaction, as the Log Reader records it."""
-    row = conn.execute("SELECT mod(pg_current_xact_id()::text::bigint, 4294967296)").fetchone()
+    row = conn.execute(f"SELECT {pgoutput.CURRENT_XID_SQL}").fetchone()
     assert row is not None
     return int(row[0])
 

@@ -8,6 +8,9 @@
   recorded in that same (local) transaction, so a row exists exactly when the local transaction
   committed; the resolver (:mod:`~airflow_repl.engine.subscriber.in_doubt`) commits those at the
   publisher and then forgets them.
+- ``queue_taken`` (:data:`~airflow_repl.engine.state.subscriber_state.TAKEN_DDL`, shared with
+  queued updating): the trigger records there every key a transaction changed, with the
+  publisher transaction's id, in the same local transaction.
 
 Owns: :data:`IMMEDIATE_DDL` and one function per question asked about these tables.
 """
@@ -21,6 +24,7 @@ from typing import Any
 import psycopg
 
 from airflow_repl.engine.postgres import advisory_locks
+from airflow_repl.engine.state import subscriber_state
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,7 @@ def ensure_immediate(conn: psycopg.Connection[Any]) -> str:
     transaction); returns the schema holding dblink's functions."""
     advisory_locks.lock_subscriber_schema(conn)
     conn.execute(IMMEDIATE_DDL)
+    conn.execute(subscriber_state.TAKEN_DDL)
     conn.execute("CREATE EXTENSION IF NOT EXISTS dblink WITH SCHEMA airflow_repl")
     row = conn.execute(
         "SELECT n.nspname FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace "

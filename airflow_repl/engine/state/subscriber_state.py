@@ -26,10 +26,9 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.types.json import Jsonb
 
 from airflow_repl.engine.errors import AgentBusy, NotInitialized
-from airflow_repl.engine.postgres import advisory_locks
+from airflow_repl.engine.postgres import advisory_locks, json_values
 
 SUBSCRIBER_DDL = """
 CREATE SCHEMA IF NOT EXISTS airflow_repl;
@@ -64,9 +63,12 @@ END
 $fn$;
 """
 
-#: The rows of queued transactions the Queue Reader applied at the publisher (without a conflict),
-#: with the publisher's transaction id: until the Distribution Agent passes that transaction, the
-#: publisher's older commands of those rows must not overwrite them.
+#: The keys of the subscriber's own changes the publisher took as they were, with the publisher's
+#: transaction id: the rows of queued transactions the Queue Reader applied without a conflict
+#: (``via`` 'queue', recorded when it dequeues them), and the rows an immediate subscriber's
+#: transactions changed (``via`` 'immediate', recorded by its trigger in the same transaction).
+#: Until the Distribution Agent passes that transaction, the publisher's older commands of those
+#: keys must not overwrite them (:mod:`~airflow_repl.engine.subscriber.superseded`).
 TAKEN_DDL = """
 CREATE TABLE IF NOT EXISTS airflow_repl.queue_taken (
     publication    text NOT NULL,
@@ -76,6 +78,7 @@ CREATE TABLE IF NOT EXISTS airflow_repl.queue_taken (
     taken_at       timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX IF NOT EXISTS queue_taken_key ON airflow_repl.queue_taken (publication, article, key);
+ALTER TABLE airflow_repl.queue_taken ADD COLUMN IF NOT EXISTS via text NOT NULL DEFAULT 'queue';
 """
 
 #: The queue of a queued updating subscriber (see the module's documentation).
@@ -148,6 +151,9 @@ def reset_for_snapshot(conn: psycopg.Connection[Any], publication: str) -> None:
     conn.execute("DELETE FROM airflow_repl.subscription_state WHERE publication = %s", (publication,))
     conn.execute("DELETE FROM airflow_repl.snapshot_files WHERE publication = %s", (publication,))
     clear_queue(conn, publication)
+    if conn.execute("SELECT to_regclass('airflow_repl.queue_taken')").fetchone() != (None,):
+        # the snapshot holds every change the subscriber made before it (and none after: writes stop)
+        conn.execute("DELETE FROM airflow_repl.queue_taken WHERE publication = %s", (publication,))
 
 
 def clear_queue(conn: psycopg.Connection[Any], publication: str) -> None:
@@ -323,13 +329,14 @@ def queued_later(conn: psycopg.Connection[Any], publication: str, xid: int, arti
     row = conn.execute(
         "SELECT 1 FROM airflow_repl.queue WHERE publication = %s AND article = %s AND xid <> %s::text::xid8 "
         "AND (old @> %s OR new @> %s) LIMIT 1",
-        (publication, article, xid, Jsonb(key), Jsonb(key)),
+        (publication, article, xid, json_values.jsonb(key), json_values.jsonb(key)),
     ).fetchone()
     return row is not None
 
 
 def ensure_taken(conn: psycopg.Connection[Any]) -> None:
-    """Create ``airflow_repl.queue_taken`` where it is missing (a queue made before it); committed."""
+    """Create ``airflow_repl.queue_taken`` where it is missing or older (a queue made before
+    it, or before its ``via``); committed."""
     if not has_taken(conn):
         advisory_locks.lock_subscriber_schema(conn)
         conn.execute(TAKEN_DDL)
@@ -337,7 +344,11 @@ def ensure_taken(conn: psycopg.Connection[Any]) -> None:
 
 
 def has_taken(conn: psycopg.Connection[Any]) -> bool:
-    row = conn.execute("SELECT to_regclass('airflow_repl.queue_taken') IS NOT NULL").fetchone()
+    """Does the subscriber have ``airflow_repl.queue_taken`` as it is now (with ``via``)?"""
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass('airflow_repl.queue_taken') "
+        "AND attname = 'via' AND NOT attisdropped)"
+    ).fetchone()
     return bool(row and row[0])
 
 
@@ -363,6 +374,32 @@ def taken_xids(conn: psycopg.Connection[Any], publication: str) -> list[int]:
         "SELECT DISTINCT publisher_xid FROM airflow_repl.queue_taken WHERE publication = %s", (publication,)
     ).fetchall()
     return [int(r[0]) for r in rows]
+
+
+def taken_rows(
+    conn: psycopg.Connection[Any], publication: str, article: str, table: tuple[str, str], key: list[str]
+) -> list[tuple[int, str, Any, list[str]]]:
+    """The taken keys of ``article`` (its subscriber ``table``: schema and name; ``key``: its
+    primary key's columns): (publisher_xid, via, the key as JSON, the key's values as text).  The
+    text is each value's output (``format('%s', ...)``) once read into the table's column type,
+    under the session's pinned settings: the text form the publisher's commands carry."""
+    query = sql.SQL(
+        "SELECT t.publisher_xid, t.via, t.key, ARRAY[{}] FROM airflow_repl.queue_taken t, "
+        "pg_catalog.jsonb_populate_record(NULL::{}, t.key) AS r WHERE t.publication = %s AND t.article = %s"
+    ).format(
+        sql.SQL(", ").join(sql.SQL("pg_catalog.format('%%s', r.{})").format(sql.Identifier(c)) for c in key),
+        sql.Identifier(*table),
+    )
+    rows = conn.execute(query, (publication, article)).fetchall()
+    return [(int(x), str(via), k, list(text)) for x, via, k, text in rows]
+
+
+def taken_articles(conn: psycopg.Connection[Any], publication: str) -> list[str]:
+    """The articles with taken keys."""
+    rows = conn.execute(
+        "SELECT DISTINCT article FROM airflow_repl.queue_taken WHERE publication = %s", (publication,)
+    ).fetchall()
+    return [str(r[0]) for r in rows]
 
 
 def forget_taken(conn: psycopg.Connection[Any], publication: str, xids: list[int]) -> None:

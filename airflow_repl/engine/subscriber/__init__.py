@@ -5,7 +5,8 @@ Owns: ``statements`` (one prepared statement per article and operation, with the
 check), ``applier`` (the apply backend: pipelined, over several streams at once, or replayed
 command by command), ``bulk_apply`` (a batch's net change per key applied with set-based
 statements: the subscription option ``bulk_apply``), ``conflicts`` (what a failed command means:
-skip its transaction or stop; and the queued updating conflict rules), ``convergence``
+skip its transaction or stop; and the queued updating conflict rules), ``superseded`` (the
+publisher's commands an updatable subscriber's own later changes supersede), ``convergence``
 (delivery to a queued updating subscriber: the publisher's commands converging with rows the
 subscriber changed itself), ``row_images`` (rows written and read as JSON images), ``streams``
 (the connections of one delivery, their two-phase commit and its recovery), ``in_doubt`` (the

@@ -61,7 +61,7 @@ class Applier:
     ) -> None:
         self.articles = articles
         self.schema = schema  # what applying a schema change needs (None: none expected)
-        self._stmts: dict[tuple[str, str], statements.Statement | None] = {}
+        self._stmts: dict[tuple[str, str, bool], statements.Statement | None] = {}
         self._constraints: dict[str, list[tuple[Constraint, list[int]]]] = {}
         self.schema_changes = 0  # schema changes applied
 
@@ -75,10 +75,10 @@ class Applier:
 
     def stmt(self, cmd: Command) -> statements.Statement | None:
         """The statement applying ``cmd``; None when its article or operation is not applied."""
-        key = (cmd.article, cmd.op)
+        key = (cmd.article, cmd.op, cmd.keep_own)
         if key not in self._stmts:
             art = self.articles.get(cmd.article)
-            self._stmts[key] = statements.statement(art, cmd.op) if art is not None else None
+            self._stmts[key] = statements.statement(art, cmd.op, keep_own=cmd.keep_own) if art is not None else None
         return self._stmts[key]
 
     def commands(self, rows: Iterable[CommandRow], article_rows: Mapping[str, Mapping[str, int]]) -> Iterator[Located]:

@@ -122,6 +122,16 @@ def classify(op: str, old_version: str | None, at_old_key: PublisherRow, new_key
     raise ValueError(f"unknown queued operation {op!r}")
 
 
+def names_new_row(kind: ConflictKind, op: str) -> bool:
+    """Whether a conflict's key is the queued command's new image's (else its old image's): the
+    key the subscriber inserted or moved a row to (insert/insert), or the row the publisher
+    refused as the subscriber has it (a constraint violation; for a delete, the row it deleted);
+    the row the subscriber changed or deleted otherwise."""
+    if kind is ConflictKind.INSERT_INSERT:
+        return True
+    return kind is ConflictKind.CONSTRAINT and op != "D"
+
+
 class Resolution(TextEnum):
     """What became of a queued transaction (the ``outcome`` recorded with its conflicts)."""
 
@@ -220,6 +230,7 @@ class DeliveryConflict(TextEnum):
 
     QUEUED_ROW = "queued at the subscriber"  # the row has a change in the subscriber's queue
     TAKEN_ROW = "taken from the subscriber's queue"  # the row's own change, applied by the Queue Reader, comes later
+    IMMEDIATE_ROW = "older than the subscriber's immediate change"  # the row's own immediate change comes later
     UPDATE_MISSING = "update of a missing row"  # the publisher's update found no row there
     DELETE_MISSING = "delete of a missing row"  # the publisher's delete found no row there
     DUPLICATE_KEY = "duplicate key"  # the publisher's insert (or key update) met a row there
@@ -234,6 +245,10 @@ class Convergence(TextEnum):
         "change became the publisher's)"
     )
     PUBLISHERS_ROW = "the subscriber's row was set to the publisher's"
+    SUPERSEDED = (
+        "not applied: the subscriber's own immediate change of the row, committed at the publisher after this "
+        "command, holds its effect already"
+    )
     NOTHING = "nothing to do: the row is not at the subscriber"
 
 
@@ -253,9 +268,13 @@ def converge(kind: DeliveryConflict) -> Convergence:
     decides it at the publisher by the policy (publisher wins: it compensates the subscriber with
     the publisher's current row; subscriber wins: the change overwrites the publisher and comes
     back); so is a row whose own change the Queue Reader applied at the publisher after the
-    command (without a conflict: the publisher's commands of the row before it net to nothing).
+    command (without a conflict: the publisher's commands of the row before it net to nothing),
+    and one whose own immediate change committed at the publisher after it
+    (:mod:`~airflow_repl.engine.subscriber.superseded`).
     Any other row becomes the publisher's (the command's after image): the Queue Reader
     has decided that row already, and the publisher's current row includes the command."""
+    if kind is DeliveryConflict.IMMEDIATE_ROW:
+        return Convergence.SUPERSEDED
     if kind in (DeliveryConflict.QUEUED_ROW, DeliveryConflict.TAKEN_ROW):
         return Convergence.KEPT
     if kind is DeliveryConflict.DELETE_MISSING:

@@ -18,6 +18,8 @@ command and is based on its row):
   passes over it): the subscriber's row is kept too.  It met no conflict there, so the
   publisher's commands of the row before it net to nothing (an insert and a delete of the key
   the subscriber inserted, say), and applying them would lose the subscriber's row;
+* a TRUNCATE deletes every row but those two kinds
+  (:func:`~airflow_repl.engine.subscriber.statements.truncate_keeping_own`);
 * otherwise a command that meets a missing row or a duplicate key converges: an update of a
   missing row, or an insert or update meeting an existing key, writes the publisher's row (an
   upsert of the after image, the old key's row deleted when the key changed); a delete of a
@@ -45,9 +47,10 @@ from airflow_repl.engine.articles.commands import INSERT, TRUNCATE, Command, Val
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.model.updating import ConflictPolicy
 from airflow_repl.engine.postgres import lsn
-from airflow_repl.engine.subscriber import conflicts
+from airflow_repl.engine.subscriber import conflicts, row_images, statements
 from airflow_repl.engine.subscriber.applier import Applier, Located, ReplayOutcome, replay
 from airflow_repl.engine.subscriber.conflicts import Convergence, DeliveryConflict
+from airflow_repl.engine.subscriber.superseded import IMMEDIATE, Taken
 
 
 def _typed(art: ResolvedArticle, positions: list[int]) -> list[sql.Composable]:
@@ -69,29 +72,28 @@ class QueueGuard:
     def __init__(self, conn: psycopg.Connection[Any], publication: str, policy: ConflictPolicy) -> None:
         self.conn, self.publication, self.policy = conn, publication, policy
         self._sql: dict[tuple[str, str], sql.Composed] = {}
-        #: publisher transaction id -> its position in the log, of the transactions that took
-        #: rows of the subscriber's queue (``airflow_repl.queue_taken``); None: not stored yet
-        #: by the Log Reader, so later than any command delivered now
-        self._taken_at: dict[int, int | None] = {}
+        #: where the transactions that took the subscriber's own changes are in the log
+        #: (``airflow_repl.queue_taken``, :mod:`~airflow_repl.engine.subscriber.superseded`)
+        self._taken = Taken()
 
-    def taken(self, positions: dict[int, int | None]) -> None:
-        """The positions of the transactions that took queued rows (for the batch to come)."""
-        self._taken_at = positions
+    def taken(self, taken: Taken) -> None:
+        """The positions of the transactions that took the subscriber's rows (for the batch to come)."""
+        self._taken = taken
 
     def kept(self, art: ResolvedArticle, key: Values, xact: str) -> DeliveryConflict | None:
         """Why the subscriber's row at ``key`` is its own, for a command at ``xact``: a change of
-        it the Queue Reader applied at the publisher after ``xact`` (the publisher's changes of
-        the row before it net to nothing: it met no conflict there), or one still in the queue."""
+        it the publisher took after ``xact`` (applied by the Queue Reader, which met no conflict
+        there, or an immediate change while the subscription updated immediately: the
+        publisher's changes of the row before it are in it), or one still in the queue."""
         row = self.conn.execute(
             self._statement(art, "queued"), [self.publication, art.name, self.publication, art.name, *key]
         ).fetchone()
         assert row is not None
-        queued, xids = bool(row[0]), [int(x) for x in row[1] or []]
+        queued, taken = bool(row[0]), row[1] or []
         at = lsn.lsn_to_int(xact)
-        for x in xids:
-            position = self._taken_at.get(x)
-            if position is None or position > at:
-                return DeliveryConflict.TAKEN_ROW
+        later = [via for xid, via in taken if self._taken.later(int(xid), at)]
+        if later:
+            return DeliveryConflict.IMMEDIATE_ROW if IMMEDIATE in later else DeliveryConflict.TAKEN_ROW
         return DeliveryConflict.QUEUED_ROW if queued else None
 
     def _statement(self, art: ResolvedArticle, what: str) -> sql.Composed:
@@ -113,7 +115,7 @@ class QueueGuard:
 
 def _queued_sql(art: ResolvedArticle) -> sql.Composed:
     """Whether the queue holds a change of the row at a key, and the publisher transactions that
-    took one.  Parameters: publication, article (twice), the key's values."""
+    took one (``[xid, via]``).  Parameters: publication, article (twice), the key's values."""
     pk = art.pk_positions
     pairs = sql.SQL(", ").join(
         sql.SQL("{}, {}").format(sql.Literal(art.column_names[i]), ph)
@@ -121,8 +123,9 @@ def _queued_sql(art: ResolvedArticle) -> sql.Composed:
     )
     return sql.SQL(
         "SELECT EXISTS (SELECT 1 FROM airflow_repl.queue q WHERE q.publication = %s AND q.article = %s "
-        "AND (q.old @> k OR q.new @> k)), ARRAY(SELECT t.publisher_xid FROM airflow_repl.queue_taken t "
-        "WHERE t.publication = %s AND t.article = %s AND t.key = k) FROM (SELECT jsonb_build_object({}) AS k) AS key"
+        "AND (q.old @> k OR q.new @> k)), (SELECT jsonb_agg(jsonb_build_array(t.publisher_xid, t.via)) "
+        "FROM airflow_repl.queue_taken t WHERE t.publication = %s AND t.article = %s AND t.key = k) "
+        "FROM (SELECT jsonb_build_object({}) AS k) AS key"
     ).format(pairs)
 
 
@@ -193,7 +196,10 @@ def deliver(
     """Apply one command at the queued subscriber, converging as the module says: (whether the
     command counts as applied, the conflict's record or None)."""
     art = applier.articles.get(cmd.article)
-    if art is None or cmd.op == TRUNCATE or applier.stmt(cmd) is None:
+    if art is not None and cmd.op == TRUNCATE:  # the rows with a queued or a later taken change stay
+        statements.truncate_keeping_own(art, queued=True).execute(cur, cmd)
+        return True, None
+    if art is None or applier.stmt(cmd) is None:
         return applier.execute(cur, cmd), None
     kind = _apply(cur, applier, cmd)
     own = [(key, why) for key in _keys(art, cmd) if (why := guard.kept(art, key, xact)) is not None]
@@ -225,14 +231,17 @@ def _publishers_rows(art: ResolvedArticle, cmd: Command, pending: list[Values], 
 
 
 def _record(art: ResolvedArticle, cmd: Command, kind: DeliveryConflict, guard: QueueGuard) -> dict[str, Any]:
-    """The conflict's record: the publisher's row (the command's after image) and the subscriber's."""
+    """The conflict's record: the publisher's row (the command's after image) and the
+    subscriber's, the values typed as the subscriber's own images are (an integer a number)."""
     key = cmd.key(art, "new" if cmd.op == INSERT else "old")
-    names = art.column_names
+    publisher_row = row_images.typed(guard.conn, art, cmd.new) if cmd.new is not None else None
+    image = publisher_row if cmd.op == INSERT else row_images.typed(guard.conn, art, cmd.old or [])
+    assert image is not None
     return {
         "article": cmd.article,
-        "key": dict(zip(art.primary_key, key, strict=True)),
+        "key": {c: image[c] for c in art.primary_key},
         "kind": kind.value,
-        "publisher_row": dict(zip(names, cmd.new, strict=True)) if cmd.new is not None else None,
+        "publisher_row": publisher_row,
         "subscriber_row": guard.row(art, key),
         "policy": guard.policy.value,
         "outcome": conflicts.converge(kind).value,

@@ -3,43 +3,26 @@ in which a queued updating subscriber records its changes.
 
 Values are typed by the target table itself (``jsonb_populate_record(NULL::table, image)``), so
 any column type that ``to_jsonb`` writes and the type's input function reads back works.  The
-Queue Reader applies images at the publisher and compensates with them at the subscriber.
+Queue Reader applies images at the publisher and compensates with them at the subscriber.  Images
+are read with exact numbers and written as :mod:`~airflow_repl.engine.postgres.json_values` writes
+them.
 
 Owns :class:`Table` (one table: its name, the columns written, its key) and its statements.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from decimal import Decimal
-from functools import partial
 from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.types.json import Jsonb, set_json_loads
+
+from airflow_repl.engine.articles.commands import Values
+from airflow_repl.engine.articles.resolved import ResolvedArticle
+from airflow_repl.engine.postgres import json_values
 
 Image = dict[str, Any]
-
-_loads = partial(json.loads, parse_float=Decimal)
-_dumps = partial(json.dumps, default=str, separators=(",", ":"))
-
-
-def exact_numbers(conn: psycopg.Connection[Any]) -> None:
-    """Read JSON numbers with a fraction as Decimal on ``conn`` (never as float: a numeric
-    column's value must survive the round trip)."""
-    set_json_loads(_loads, conn)
-
-
-def jsonb(value: Any) -> Jsonb:
-    """A JSON parameter; Decimals are written as strings, which the column's type reads back."""
-    return Jsonb(value, dumps=_dumps)
-
-
-def plain(value: Any) -> Any:
-    """``value`` with Decimals as strings: what :func:`jsonb` stores, for JSON kept elsewhere."""
-    return json.loads(_dumps(value))
 
 
 @dataclass(frozen=True)
@@ -89,7 +72,7 @@ def fetch(conn: psycopg.Connection[Any], table: Table, key: Image, *, lock: bool
         match=table._match("k"),
         lock=sql.SQL(" FOR UPDATE OF t") if lock else sql.SQL(""),
     )
-    row = conn.execute(query, {"k": jsonb(key)}).fetchone()
+    row = conn.execute(query, {"k": json_values.jsonb(key)}).fetchone()
     return table.project(row[0]) if row is not None else None
 
 
@@ -98,7 +81,7 @@ def insert(conn: psycopg.Connection[Any], table: Table, image: Image) -> None:
     query = sql.SQL("INSERT INTO {t} ({cols}) SELECT {cols} FROM {n}").format(
         t=table.ident, cols=cols, n=table._record("n")
     )
-    conn.execute(query, {"n": jsonb(image)})
+    conn.execute(query, {"n": json_values.jsonb(image)})
 
 
 def update(conn: psycopg.Connection[Any], table: Table, key: Image, image: Image) -> int:
@@ -107,7 +90,7 @@ def update(conn: psycopg.Connection[Any], table: Table, key: Image, image: Image
     query = sql.SQL("UPDATE {target} AS t SET {sets} FROM {n}, {k} WHERE {match}").format(
         target=table.target, sets=sets, n=table._record("n"), k=table._record("k"), match=table._match("k")
     )
-    return conn.execute(query, {"n": jsonb(image), "k": jsonb(key)}).rowcount
+    return conn.execute(query, {"n": json_values.jsonb(image), "k": json_values.jsonb(key)}).rowcount
 
 
 def delete(conn: psycopg.Connection[Any], table: Table, key: Image) -> int:
@@ -115,4 +98,18 @@ def delete(conn: psycopg.Connection[Any], table: Table, key: Image) -> int:
     query = sql.SQL("DELETE FROM {target} AS t USING {k} WHERE {match}").format(
         target=table.target, k=table._record("k"), match=table._match("k")
     )
-    return conn.execute(query, {"k": jsonb(key)}).rowcount
+    return conn.execute(query, {"k": json_values.jsonb(key)}).rowcount
+
+
+def typed(conn: psycopg.Connection[Any], art: ResolvedArticle, values: Values) -> Image:
+    """A command's image (its text values, in the article's column order) as ``to_jsonb``
+    writes the row: each value read into its column's type, so that a value has the same JSON
+    type here as in the images the subscriber records (an integer a number, not a string)."""
+    columns = sql.SQL(", ").join(
+        # the type text is the publisher's format_type(), which quotes what needs quoting
+        sql.SQL("%s::" + column.param_type.replace("%", "%%") + " AS ") + sql.Identifier(column.name)
+        for column in art.columns
+    )
+    row = conn.execute(sql.SQL("SELECT to_jsonb(r) FROM (SELECT {}) AS r").format(columns), values).fetchone()
+    assert row is not None
+    return dict(row[0])

@@ -36,10 +36,13 @@ def _typed(ph: str, type_text: str) -> sql.Composable:
     return sql.SQL(ph + "::" + type_text)
 
 
-def statement(article: ResolvedArticle, op: OpCode) -> Statement | None:
+def statement(article: ResolvedArticle, op: OpCode, *, keep_own: bool = False) -> Statement | None:
     """The statement applying ``op`` (I, U, D, T) commands of ``article``; None when the
-    article's option for that operation is NONE."""
+    article's option for that operation is NONE.  ``keep_own``: a TRUNCATE that keeps the rows
+    the subscriber's own later changes hold (:func:`truncate_keeping_own`)."""
     if op == OpCode.TRUNCATE:
+        if keep_own:
+            return truncate_keeping_own(article, queued=False)
         table = sql.Identifier(article.dest_schema, article.dest_table)
         return Statement(sql.SQL("TRUNCATE {}").format(table), lambda cmd: [])
     operation = OpCode(op).operation
@@ -49,6 +52,26 @@ def statement(article: ResolvedArticle, op: OpCode) -> Statement | None:
     if method == Method.PROC:
         return _procedure_call(article, operation)
     return _sql_statement(article, operation)
+
+
+def truncate_keeping_own(article: ResolvedArticle, *, queued: bool) -> Statement:
+    """A TRUNCATE of the article at an updatable subscriber: a DELETE of every row but those at a
+    key the subscriber's own change took after it (``airflow_repl.queue_taken``: the Distribution
+    Agent keeps only those later than what it delivers) and, at a queued subscriber (``queued``),
+    those with a change in its queue, which the Queue Reader decides."""
+    key = sql.SQL("pg_catalog.jsonb_build_object({})").format(
+        sql.SQL(", ").join(sql.SQL("{}, t.{}").format(sql.Literal(c), sql.Identifier(c)) for c in article.primary_key)
+    )
+    query = sql.SQL(
+        "DELETE FROM {} AS t WHERE NOT EXISTS (SELECT 1 FROM airflow_repl.queue_taken k WHERE k.publication = $1 "
+        "AND k.article = $2 AND k.key = {})"
+    ).format(sql.Identifier(article.dest_schema, article.dest_table), key)
+    if queued:
+        query += sql.SQL(
+            " AND NOT EXISTS (SELECT 1 FROM airflow_repl.queue q WHERE q.publication = $1 AND q.article = $2 "
+            "AND (q.old @> {k} OR q.new @> {k}))"
+        ).format(k=key)
+    return Statement(query, lambda cmd: [article.publication, article.name])
 
 
 def _procedure_call(article: ResolvedArticle, operation: Operation) -> Statement:
