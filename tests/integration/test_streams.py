@@ -78,7 +78,13 @@ def test_more_streams_than_the_subscriber_allows_are_refused_up_front(env, spark
         "set subscription_streams of publication 'p' at subscriber 'sub1' to at most 20, "
         "or raise those settings at the subscriber"
     )
-    assert state() == before
+    after = state()
+    # nothing changed but the refusal's own record: one blocked run and one error, with its line
+    assert (after[0], after[1], after[4]) == (before[0], before[1], before[4])
+    assert [r[0] for r in after[2] + after[3]] == [before[2][0][0] + 1, before[3][0][0] + 1]
+    assert env.rows(
+        env.dist, "SELECT status, message FROM airflow_repl.agent_history ORDER BY run_id DESC LIMIT 1"
+    ) == [("blocked", message)]
     # within the limit, the same backlog is delivered
     assert distribution_agent.run_distribution(topo, "p", "sub1", subscription_streams=20)["transactions"] == 5
     assert env.rows(env.sub, "SELECT id, code, v FROM kt ORDER BY id") == env.rows(
