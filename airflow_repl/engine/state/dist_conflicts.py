@@ -23,25 +23,15 @@ def record_conflicts(
 ) -> None:
     """Record a queued transaction's conflicts (each once: a re-run records nothing twice);
     the caller commits."""
-    for c in conflicts:
-        conn.execute(
+    with conn.cursor() as cur:
+        cur.executemany(
             "INSERT INTO airflow_repl.conflicts (publication, subscriber, article, key, kind, publisher_row, "
             "subscriber_row, policy, outcome, queued_xid, queue_id, detected_at) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-            (
-                publication,
-                subscriber,
-                c["article"],
-                json_values.jsonb(c["key"]),
-                c["kind"],
-                json_values.jsonb(c["publisher_row"]) if c["publisher_row"] is not None else None,
-                json_values.jsonb(c["subscriber_row"]) if c["subscriber_row"] is not None else None,
-                policy,
-                c["outcome"],
-                xid,
-                c["queue_id"],
-                c["detected_at"],
-            ),
+            [
+                (publication, subscriber, *_images(c), policy, c["outcome"], xid, c["queue_id"], c["detected_at"])
+                for c in conflicts
+            ],
         )
 
 
@@ -50,26 +40,38 @@ def record_delivery_conflicts(
 ) -> None:
     """Record the conflicts the Distribution Agent met at a queued subscriber (each once, keyed
     by the publisher's transaction and command); the caller commits."""
-    for c in conflicts:
-        conn.execute(
+    with conn.cursor() as cur:
+        cur.executemany(
             "INSERT INTO airflow_repl.conflicts (publication, subscriber, article, key, kind, publisher_row, "
             "subscriber_row, policy, outcome, agent, xact_seqno, command_id, detected_at) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, 'distribution', %s, %s, %s) ON CONFLICT DO NOTHING",
-            (
-                publication,
-                subscriber,
-                c["article"],
-                json_values.jsonb(c["key"]),
-                c["kind"],
-                json_values.jsonb(c["publisher_row"]) if c["publisher_row"] is not None else None,
-                json_values.jsonb(c["subscriber_row"]) if c["subscriber_row"] is not None else None,
-                c["policy"],
-                c["outcome"],
-                c["xact_seqno"],
-                c["command_id"],
-                c["detected_at"],
-            ),
+            [
+                (
+                    publication,
+                    subscriber,
+                    *_images(c),
+                    c["policy"],
+                    c["outcome"],
+                    c["xact_seqno"],
+                    c["command_id"],
+                    c["detected_at"],
+                )
+                for c in conflicts
+            ],
         )
+
+
+def _images(c: dict[str, Any]) -> tuple[Any, ...]:
+    """A conflict's article, key, kind and both row images, as the conflicts table stores them
+    (JSON whose numbers stay exact)."""
+    publisher_row, subscriber_row = c["publisher_row"], c["subscriber_row"]
+    return (
+        c["article"],
+        json_values.jsonb(c["key"]),
+        c["kind"],
+        json_values.jsonb(publisher_row) if publisher_row is not None else None,
+        json_values.jsonb(subscriber_row) if subscriber_row is not None else None,
+    )
 
 
 #: The columns :func:`list_conflicts` returns, in order (``agent``: the Queue Reader's
