@@ -17,8 +17,6 @@ from contextlib import contextmanager
 from typing import Any, NoReturn
 
 from airflow_repl import __version__
-from airflow_repl.engine.agents import continuous as continuous_mode
-from airflow_repl.engine.agents.lifecycle import as_engine_error
 from airflow_repl.engine.codegen import procedures, tsql_script
 from airflow_repl.engine.errors import (
     INTERNAL_EXIT_CODE,
@@ -31,8 +29,11 @@ from airflow_repl.engine.errors import (
 from airflow_repl.engine.model import topology
 from airflow_repl.engine.postgres import connections
 from airflow_repl.engine.provisioning import deploy, drop, plan, update_mode
+from airflow_repl.engine.runtime import continuous as continuous_mode
+from airflow_repl.engine.runtime import registry
+from airflow_repl.engine.runtime.lifecycle import as_engine_error
 from airflow_repl.engine.subscriber import validation
-from airflow_repl.jobs import session
+from airflow_repl.jobs import continuous_options, session
 
 PROG = "airflow-repl"
 
@@ -169,7 +170,7 @@ def _cmd_agent(args: argparse.Namespace) -> dict[str, Any]:
     from airflow_repl.jobs.agent_job import run_agent
 
     until = getattr(args, "until", None)
-    continuous = continuous_mode.from_arguments(args)  # checked by _check_options before anything runs
+    continuous = continuous_options.from_arguments(args)  # checked by _check_options before anything runs
     topo = _load(args)
     publication = _publication(topo, args.publication)
     if args.subscriber:
@@ -292,7 +293,7 @@ def _cmd_conflicts(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def _cmd_tracer(args: argparse.Namespace) -> Any:
     """``tracer post`` prints the new token's id; ``tracer history`` its latency per subscriber."""
-    from airflow_repl.engine.agents import tracer
+    from airflow_repl.engine.monitoring import tracer
 
     topo = _load(args)
     pub = _publication(topo, args.publication)
@@ -323,7 +324,7 @@ def _cmd_cleanup(args: argparse.Namespace) -> dict[str, Any]:
 
 def _cmd_wal_retention(args: argparse.Namespace) -> dict[str, Any]:
     """The WAL the publication's slot retains; an error (exit code 2) above the limit."""
-    from airflow_repl.engine.agents import wal_retention
+    from airflow_repl.engine.monitoring import wal_retention
 
     topo = _load(args)
     found = wal_retention.measure(topo, _publication(topo, args.publication), args.max_wal_mb)
@@ -335,7 +336,7 @@ def _cmd_wal_retention(args: argparse.Namespace) -> dict[str, Any]:
 def _cmd_status(args: argparse.Namespace) -> None:
     """Per subscription: backlog, watermark, last runs, last error, expiry (docs/status.md); printed
     first, then an error (exit code 2) when a last run failed or a backlog is above --max-pending."""
-    from airflow_repl.engine.agents import status
+    from airflow_repl.engine.monitoring import status
     from airflow_repl.presentation import status_table
 
     topo = _load(args)
@@ -356,8 +357,8 @@ def _check_status(topo: Any, rows: list[Any]) -> None:
     """``status --check``: one line per breach (or one OK line); exit 0, 1 (warning), 2 (critical)."""
     from datetime import datetime, timezone
 
-    from airflow_repl.engine.agents import health
     from airflow_repl.engine.errors import HealthCheckFailed
+    from airflow_repl.engine.monitoring import health
 
     if not rows:
         raise ReplError(
@@ -402,7 +403,7 @@ def _cmd_script_procs(args: argparse.Namespace) -> None:
 
 
 def _cmd_schema_change(args: argparse.Namespace) -> dict[str, Any]:
-    from airflow_repl.engine.agents.quiescing import require_quiesced
+    from airflow_repl.engine.monitoring.quiescing import require_quiesced
     from airflow_repl.engine.provisioning.schema_change import schema_change
 
     topo = _load(args)
@@ -430,7 +431,7 @@ def _cmd_register_script(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_regenerate_procs(args: argparse.Namespace) -> dict[str, Any]:
-    from airflow_repl.engine.agents.procedure_regeneration import regenerate_procedures
+    from airflow_repl.engine.provisioning.procedure_regeneration import regenerate_procedures
 
     topo = _load(args)
     pub = _publication(topo, args.publication)
@@ -673,26 +674,30 @@ def _add_schema_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.set_defaults(func=_cmd_regenerate_procs)
 
 
+def _agent_parser(sub: argparse._SubParsersAction[_Parser], name: str, more: str = "") -> argparse.ArgumentParser:
+    """The command running the registered agent ``name``, with the continuous options when it
+    has continuous mode (:mod:`~airflow_repl.engine.runtime.registry`)."""
+    agent = registry.AGENTS[name]
+    p = _with_topology(sub.add_parser(name, help=f"run the {agent.label}{more}"))
+    if agent.continuous:
+        continuous_options.add_arguments(p)
+    p.set_defaults(func=_cmd_agent)
+    return p
+
+
 def _add_agent_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     """``snapshot``, ``logreader``, ``distribution`` and ``queuereader``: one agent run each."""
-    p = _with_topology(sub.add_parser("snapshot", help="run the Snapshot Agent"))
+    p = _agent_parser(sub, "snapshot")
     p.add_argument("--subscriber", action="append", help=_SUBSCRIBERS_HELP)
     p.add_argument("--reinitialize", action="store_true", help="re-initialize active subscriptions too")
-    p.set_defaults(func=_cmd_agent)
-    p = _with_topology(sub.add_parser("logreader", help="run the Log Reader Agent"))
-    continuous_mode.add_arguments(p)
-    p.set_defaults(func=_cmd_agent, subscriber=None)
-    p = _with_topology(sub.add_parser("distribution", help="run the Distribution Agent"))
+    _agent_parser(sub, "logreader").set_defaults(subscriber=None)
+    p = _agent_parser(sub, "distribution")
     p.add_argument("--subscriber", action="append", help=_SUBSCRIBERS_HELP)
     p.add_argument(
         "--until", type=iso_time, help=f"deliver transactions committed up to this ISO-8601 time, e.g. {_ISO_HELP}"
     )
-    continuous_mode.add_arguments(p)
-    p.set_defaults(func=_cmd_agent)
-    p = _with_topology(sub.add_parser("queuereader", help="run the Queue Reader Agent (queued updating)"))
+    p = _agent_parser(sub, "queuereader", " (queued updating)")
     p.add_argument("--subscriber", action="append", help="limit to these subscribers (default: the queued ones)")
-    continuous_mode.add_arguments(p)
-    p.set_defaults(func=_cmd_agent)
 
 
 def _add_tracer_command(sub: argparse._SubParsersAction[_Parser]) -> None:
@@ -783,7 +788,9 @@ def _check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     if args.func is not _cmd_agent:
         return
     try:
-        continuous_mode.check_request(args.command, getattr(args, "until", None), continuous_mode.from_arguments(args))
+        continuous_mode.check_request(
+            args.command, getattr(args, "until", None), continuous_options.from_arguments(args)
+        )
     except ReplError as exc:
         parser.error(str(exc))
 

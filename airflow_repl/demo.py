@@ -175,7 +175,7 @@ def _topology() -> Any:
 
 def _post_token() -> None:
     """A tracer token before each cycle: the latency of every hop is measured as it travels."""
-    from airflow_repl.engine.agents import tracer
+    from airflow_repl.engine.monitoring import tracer
 
     tracer.post_tracer_token(_topology(), "shop")
 
@@ -220,7 +220,7 @@ def _use_new_column(publisher: str) -> None:
 
 def _tracer_latency() -> dict[str, Any]:
     """Median and worst latency per hop of the demo's tracer tokens, printed."""
-    from airflow_repl.engine.agents import tracer
+    from airflow_repl.engine.monitoring import tracer
 
     summary = tracer.latency_summary(tracer.tracer_history(_topology(), "shop"))
     _say("tracer token latency (seconds; the schedule's waits between cycles included)")

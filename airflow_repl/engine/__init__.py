@@ -4,7 +4,7 @@ Packages, from the bottom layer up; a package imports only from the layers below
 :mod:`~airflow_repl.engine.errors`, which every layer may use).  Packages that share a layer do
 not import each other:
 
-    errors < model < postgres < articles < codegen, state < subscriber, provisioning < agents
+    errors < model < postgres < articles < codegen, state < subscriber < runtime < provisioning < monitoring < agents
 
 =================  ==========================================================================
 ``errors``         the error classes, their exit codes and whether a retry can help
@@ -15,10 +15,13 @@ not import each other:
 ``state``          where the agents keep their state: every SQL statement on the distribution
                    database's and the subscribers' ``airflow_repl`` tables
 ``subscriber``     applying commands at a subscriber, and checking it against the publisher
-``provisioning``   ``airflow-repl apply``: publications, slots and subscriptions set up
+``runtime``        what every agent run stands on: its lifecycle (lock, history, outcome),
+                   continuous mode, progress lines, the collector pause
+``provisioning``   ``plan``, ``apply``, ``drop``, ``pause``: publications, slots and
+                   subscriptions set up, changed and retired; procedures regenerated
+``monitoring``     status, the health check, the report's data, tracer tokens, WAL retention
+                   and the quiescing checks
 ``agents``         the Snapshot, Log Reader, Distribution, Queue Reader and cleanup agents
-                   over one run lifecycle and its continuous mode; status, the report, tracer
-                   tokens, WAL retention and the quiescing checks
 =================  ==========================================================================
 
 ``tests/unit/test_import_boundaries.py`` fails when an import crosses these lines.  The Airflow

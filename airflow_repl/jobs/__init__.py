@@ -5,7 +5,8 @@ table, writes the result file, exits with the error's exit code), ``session`` (t
 ``class_archive`` (the Spark driver's class-data archive, AppCDS, that halves its start),
 ``local_tasks`` (an agent's tasks run in threads of this process where a local Spark
 application would only add its start: the CLI's Snapshot Agent without a master) and
-``executors`` (which executor runs a task, for the summaries).  The only package that imports
+``executors`` (which executor runs a task, for the summaries) and ``continuous_options`` (the
+continuous options of the CLI's and the job's command lines).  The only package that imports
 PySpark.
 
 May import: PySpark and :mod:`airflow_repl.engine`; never Airflow (the job runs on Spark).

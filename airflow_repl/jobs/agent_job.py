@@ -38,13 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from airflow_repl.engine.agents import continuous as continuous_mode
-from airflow_repl.engine.agents import (
-    distribution_agent,
-    lifecycle,
-    log_reader_agent,
-    queue_reader_agent,
-)
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent, queue_reader_agent
 from airflow_repl.engine.errors import (
     INTERNAL_EXIT_CODE,
     DifferencesFound,
@@ -54,8 +48,10 @@ from airflow_repl.engine.errors import (
 )
 from airflow_repl.engine.model.topology import Topology, from_dict
 from airflow_repl.engine.postgres import connections
+from airflow_repl.engine.runtime import continuous as continuous_mode
+from airflow_repl.engine.runtime import lifecycle, registry
 from airflow_repl.engine.subscriber import validation
-from airflow_repl.jobs import local_tasks
+from airflow_repl.jobs import continuous_options, local_tasks
 from airflow_repl.jobs.executors import executor_id
 
 if TYPE_CHECKING:
@@ -124,98 +120,57 @@ def _logreader(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any]
 
 
 def _distribution(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any], SparkSession | None]:
-    """Every named subscription (all by default); several are delivered in parallel, one Spark
-    task each, each to its own end (see :func:`_each_on_its_own`)."""
-    topo, publication = req.topology, req.publication
-    names = req.subscribers or [s.subscriber for s in topo.subscriptions_of(publication)]
-    for name in names:
-        topo.subscription(publication, name)  # unknown subscription -> error before any delivery
-    if len(names) <= 1:
-        results = [_deliver(topo, publication, n, req.until, req.continuous) for n in names]
-    else:
-        spark, results = _deliver_in_parallel(req, names, spark)
-    return _per_subscriber(results, ("transactions", "commands"), spark), spark
-
-
-def _deliver(
-    topo: Topology, publication: str, subscriber: str, until: str | None, continuous: dict[str, Any] | None
-) -> dict[str, Any]:
-    summary = distribution_agent.run_distribution(topo, publication, subscriber, until=until, **(continuous or {}))
-    return {"subscriber": subscriber, **summary}
-
-
-def _deliver_one(
-    spec: dict[str, Any],
-    publication: str,
-    subscriber: str,
-    until: str | None,
-    continuous: dict[str, Any] | None,
-    driver: tuple[str, str] | None,
-) -> dict[str, Any]:
-    """Executor side: one subscription's delivery (several run in parallel as Spark tasks),
-    with the executor that ran it; its failure is its outcome."""
-    work = lambda: _deliver(from_dict(spec), publication, subscriber, until, continuous)  # noqa: E731
-    return _on_its_own(subscriber, work, driver)
-
-
-def _deliver_in_parallel(
-    req: Request, names: list[str], spark: SparkSession | None
-) -> tuple[SparkSession, list[dict[str, Any]]]:
-    from airflow_repl.jobs.session import spark_session
-
-    spark = spark or spark_session(f"airflow-repl-distribution-{req.publication}")
-    spec, publication, until = req.topology.to_dict(with_secrets=True), req.publication, req.until
-    continuous = req.continuous
-    _refuse_too_few_slots(spark, continuous, f"delivery of publication {publication!r} to", names, "Distribution")
-    with _driver_stop(req) as driver:
-        return spark, _map_on_spark(
-            spark, lambda n: _deliver_one(spec, publication, n, until, continuous, driver), names
-        )
+    """Every named subscription (all by default), each delivered to its own end."""
+    names = req.subscribers or [s.subscriber for s in req.topology.subscriptions_of(req.publication)]
+    return _each_subscriber("distribution", req, names, spark)
 
 
 def _queuereader(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any], SparkSession | None]:
-    """Every named subscription (by default the publication's queued updating ones); several
-    subscribers' queues are read in parallel, one Spark task each, each to its own end."""
+    """Every named subscription (by default the publication's queued updating ones), each
+    subscriber's queue read to its own end."""
     topo, publication = req.topology, req.publication
     names = req.subscribers or [s.subscriber for s in topo.subscriptions_of(publication) if s.update_mode.queued]
-    for name in names:
-        topo.subscription(publication, name)  # unknown subscription -> error before anything is applied
-    if len(names) <= 1:
-        results = [_read_queue(topo, publication, n, req.continuous) for n in names]
+    return _each_subscriber("queuereader", req, names, spark)
+
+
+def _run_one(
+    agent: str, topo: Topology, publication: str, subscriber: str, until: str | None, continuous: dict[str, Any] | None
+) -> dict[str, Any]:
+    """One subscriber's run of a per-subscriber agent, with the subscriber in its summary."""
+    options = continuous or {}
+    if agent == "distribution":
+        summary = distribution_agent.run_distribution(topo, publication, subscriber, until=until, **options)
     else:
-        spark, results = _read_queues_in_parallel(req, names, spark)
-    return _per_subscriber(results, ("transactions", "commands", "conflicts"), spark), spark
-
-
-def _read_queue(topo: Topology, publication: str, subscriber: str, continuous: dict[str, Any] | None) -> dict[str, Any]:
-    summary = queue_reader_agent.run_queue_reader(topo, publication, subscriber, **(continuous or {}))
+        summary = queue_reader_agent.run_queue_reader(topo, publication, subscriber, **options)
     return {"subscriber": subscriber, **summary}
 
 
-def _read_queue_one(
-    spec: dict[str, Any],
-    publication: str,
-    subscriber: str,
-    continuous: dict[str, Any] | None,
-    driver: tuple[str, str] | None,
-) -> dict[str, Any]:
-    """Executor side: one subscriber's queue (several run in parallel as Spark tasks), with the
-    executor that ran it; its failure is its outcome."""
-    return _on_its_own(subscriber, lambda: _read_queue(from_dict(spec), publication, subscriber, continuous), driver)
+def _each_subscriber(
+    agent: str, req: Request, names: list[str], spark: SparkSession | None
+) -> tuple[dict[str, Any], SparkSession | None]:
+    """The one runner of every per-subscriber agent (:mod:`~airflow_repl.engine.runtime.registry`):
+    one subscriber in this process; several in parallel, one Spark task each, each to its own
+    end (:func:`_on_its_own`: one subscriber's failure is its outcome, the others go on)."""
+    topo, publication = req.topology, req.publication
+    for name in names:
+        topo.subscription(publication, name)  # unknown subscription -> error before anything runs
+    if len(names) <= 1:
+        results = [_run_one(agent, topo, publication, n, req.until, req.continuous) for n in names]
+    else:
+        from airflow_repl.jobs.session import spark_session
 
+        spark = spark or spark_session(f"airflow-repl-{agent}-{publication}")
+        _refuse_too_few_slots(spark, req, names, agent)
+        spec, until, continuous = topo.to_dict(with_secrets=True), req.until, req.continuous
 
-def _read_queues_in_parallel(
-    req: Request, names: list[str], spark: SparkSession | None
-) -> tuple[SparkSession, list[dict[str, Any]]]:
-    from airflow_repl.jobs.session import spark_session
+        def one(name: str, driver: tuple[str, str] | None) -> dict[str, Any]:  # on an executor
+            return _on_its_own(
+                name, lambda: _run_one(agent, from_dict(spec), publication, name, until, continuous), driver
+            )
 
-    spark = spark or spark_session(f"airflow-repl-queuereader-{req.publication}")
-    spec, publication, continuous = req.topology.to_dict(with_secrets=True), req.publication, req.continuous
-    _refuse_too_few_slots(
-        spark, continuous, f"reading of the queues of publication {publication!r} at", names, "Queue Reader"
-    )
-    with _driver_stop(req) as driver:
-        return spark, _map_on_spark(spark, lambda n: _read_queue_one(spec, publication, n, continuous, driver), names)
+        with _driver_stop(req) as driver:
+            results = _map_on_spark(spark, lambda n: one(n, driver), names)
+    return _per_subscriber(results, registry.AGENTS[agent].counted, spark), spark
 
 
 def _on_its_own(
@@ -226,7 +181,7 @@ def _on_its_own(
     makes Spark retry it and then abort the job, cancelling the other subscribers' tasks midway
     and printing the Python and Java stacks: each subscriber's work ends on its own instead (its
     run, when it began, has recorded the failure in its history and error rows).  ``driver``: a
-    continuous run ends when the driver stops (:class:`~airflow_repl.engine.agents.continuous.DriverStop`)."""
+    continuous run ends when the driver stops (:class:`~airflow_repl.engine.runtime.continuous.DriverStop`)."""
     continuous_mode.stop_with_driver(driver)
     try:
         return {**work(), "status": "succeeded", "executor": executor_id()}
@@ -266,21 +221,16 @@ def _per_subscriber(
     return summary
 
 
-def _refuse_too_few_slots(
-    spark: SparkSession,
-    continuous: dict[str, Any] | None,
-    work: str,
-    names: list[str],
-    agent: str,
-) -> None:
+def _refuse_too_few_slots(spark: SparkSession, req: Request, names: list[str], agent: str) -> None:
     """Continuous runs for several subscribers are Spark tasks that last the whole run: one task
     slot each, or some would wait for the others to end."""
     slots = spark.sparkContext.defaultParallelism
-    if continuous and continuous.get("continuous") and len(names) > slots:
+    if req.continuous and req.continuous.get("continuous") and len(names) > slots:
+        work = registry.AGENTS[agent].work.format(publication=req.publication)
         raise ReplError(
             f"continuous {work} {len(names)} subscribers needs {len(names)} "
             f"Spark tasks at once, and the application has {slots} task slots: give it more cores (e.g. local[{len(names)}] "
-            f"or spark.cores.max) or run one {agent} Agent per group of subscribers (--subscriber)"
+            f"or spark.cores.max) or run one {registry.label(agent)} per group of subscribers (--subscriber)"
         )
 
 
@@ -438,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--subscriber", action="append", help="limit to these subscribers")
     parser.add_argument("--until", help="deliver transactions committed up to this ISO-8601 time")
     parser.add_argument("--reinitialize", action="store_true")
-    continuous_mode.add_arguments(parser)
+    continuous_options.add_arguments(parser)
     parser.add_argument("--ranges", type=int, help="validate: key ranges per article")
     parser.add_argument("--max-keys", type=int, help="validate: differing keys listed per article and subscriber")
     args = parser.parse_args(argv)
@@ -454,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
             subscribers=args.subscriber,
             until=args.until or None,
             reinitialize=args.reinitialize,
-            continuous=continuous_mode.from_arguments(args),
+            continuous=continuous_options.from_arguments(args),
             validation=_validation_options(args),
         )
         outcome, code = {"status": "succeeded", **result}, 0

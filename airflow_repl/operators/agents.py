@@ -21,10 +21,10 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_repl.engine.agents import continuous as continuous_mode
 from airflow_repl.engine.errors import ReplError, failure_line
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres.addresses import TableAddress
+from airflow_repl.engine.runtime import continuous as continuous_mode
 from airflow_repl.hooks.replication import ReplicationHook
 from airflow_repl.jobs import agent_job, class_archive
 from airflow_repl.jobs.agent_job import failure

@@ -63,7 +63,7 @@ class SchemaChangeOperator(BaseOperator):
         self.include_in_filter, self.quiesced_token = include_in_filter, quiesced_token
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from airflow_repl.engine.agents.quiescing import require_quiesced
+        from airflow_repl.engine.monitoring.quiescing import require_quiesced
         from airflow_repl.engine.provisioning.schema_change import schema_change
 
         try:
@@ -105,7 +105,7 @@ class RegenerateProceduresOperator(BaseOperator):
         self.subscribers, self.articles = subscribers, articles
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from airflow_repl.engine.agents.procedure_regeneration import regenerate_procedures
+        from airflow_repl.engine.provisioning.procedure_regeneration import regenerate_procedures
 
         try:
             topo = _topology(self.topology, self.publication)

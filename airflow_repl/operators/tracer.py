@@ -11,8 +11,8 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_repl.engine.agents import tracer
 from airflow_repl.engine.errors import INTERNAL_EXIT_CODE
+from airflow_repl.engine.monitoring import tracer
 from airflow_repl.hooks.replication import ReplicationHook
 from airflow_repl.jobs.agent_job import failure
 

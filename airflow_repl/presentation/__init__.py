@@ -7,7 +7,7 @@ self-contained HTML page of ``airflow-repl report``, made by the Jinja2 template
 ``templates/``, ``report.html.j2`` and its tables and charts in ``parts.html.j2``).
 
 May import: the engine (its data and rules, such as
-:func:`~airflow_repl.engine.agents.status.run_failed`), Jinja2 and tabulate.  Never a database
+:func:`~airflow_repl.engine.monitoring.status.run_failed`), Jinja2 and tabulate.  Never a database
 driver, Airflow or PySpark: it draws data it is given (``report_html.write`` has the engine read
 it).  The engine never imports this package.
 """

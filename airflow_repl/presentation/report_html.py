@@ -6,7 +6,7 @@ beside this module (``templates/report.html.j2``, its tables and charts in
 Owns the page's layout: summary, status table (the rows of
 :mod:`~airflow_repl.presentation.status_rows`, as ``airflow-repl status`` shows them), charts
 (backlog per subscription, backlog at the start of recent Distribution Agent runs, throughput of
-recent runs), recent runs, conflicts and errors.  :mod:`airflow_repl.engine.agents.report` reads
+recent runs), recent runs, conflicts and errors.  :mod:`airflow_repl.engine.monitoring.report` reads
 the data; :func:`write` reads it and writes the page.
 
 Every value the templates write is escaped: autoescape is on, and the environment's ``finalize``
@@ -27,10 +27,10 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from airflow_repl.engine.agents import report
-from airflow_repl.engine.agents.report import ReportData
 from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.model.topology import Topology
+from airflow_repl.engine.monitoring import report
+from airflow_repl.engine.monitoring.report import ReportData
 from airflow_repl.presentation.status_rows import COLUMNS, Cell, StatusRow, run_state
 
 __all__ = ["ReportData", "bar_chart", "render", "write"]

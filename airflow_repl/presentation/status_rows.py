@@ -3,9 +3,9 @@
 (:mod:`~airflow_repl.presentation.report_html`).
 
 A :class:`StatusRow` is made from the status record both outputs get
-(:meth:`~airflow_repl.engine.agents.status.SubscriptionStatus.to_json`), and gives its cells in
+(:meth:`~airflow_repl.engine.monitoring.status.SubscriptionStatus.to_json`), and gives its cells in
 the order of :data:`COLUMNS`, each with its state: which run is failed (the engine's rule,
-:func:`~airflow_repl.engine.agents.status.run_failed`), which subscription is no longer active,
+:func:`~airflow_repl.engine.monitoring.status.run_failed`), which subscription is no longer active,
 which cell is a number.  The outputs differ only in how a time is written and how much of the
 last error is shown.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from airflow_repl.engine.agents.status import run_failed
+from airflow_repl.engine.monitoring.status import run_failed
 
 #: The columns of both tables.
 COLUMNS = (

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from tabulate import tabulate
 
-from airflow_repl.engine.agents.status import SubscriptionStatus
+from airflow_repl.engine.monitoring.status import SubscriptionStatus
 from airflow_repl.presentation.status_rows import COLUMNS, StatusRow
 
 #: How much of a last error's message the table shows (the JSON has it whole).

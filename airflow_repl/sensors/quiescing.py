@@ -3,7 +3,7 @@ providers: ``execute`` pokes once and, when not done and ``deferrable`` (default
 ``[operators] default_deferrable``), defers to a trigger of :mod:`airflow_repl.triggers.quiescing`
 that polls asynchronously; ``execute_complete`` fails the task on an error or timeout event.
 
-The checks are the engine's (:mod:`airflow_repl.engine.agents.quiescing`); a sensor that times
+The checks are the engine's (:mod:`airflow_repl.engine.monitoring.quiescing`); a sensor that times
 out says which subscription is behind, by how many transactions, and which agent to run.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, conf
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 
-from airflow_repl.engine.agents import quiescing
+from airflow_repl.engine.monitoring import quiescing
 from airflow_repl.hooks.replication import ReplicationHook
 from airflow_repl.triggers.quiescing import PollTrigger, TopologyQuiescedTrigger, TracerTokenTrigger
 

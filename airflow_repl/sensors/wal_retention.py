@@ -25,8 +25,8 @@ from airflow.configuration import conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
-from airflow_repl.engine.agents.wal_retention import WalRetention
 from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.monitoring.wal_retention import WalRetention
 from airflow_repl.triggers.wal_retention import WalRetentionTrigger, measure
 
 

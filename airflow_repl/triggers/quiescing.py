@@ -1,5 +1,5 @@
 """Triggers of the quiescing sensors: poll an engine check
-(:mod:`airflow_repl.engine.agents.quiescing`) until it is done, without holding a worker slot.
+(:mod:`airflow_repl.engine.monitoring.quiescing`) until it is done, without holding a worker slot.
 
 ``serialize()`` holds only the topology file's path, the publication, the ids and positions
 waited for, the poll interval and the deadline: the servers are resolved in ``run()``, through
@@ -18,7 +18,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_repl.engine.agents import quiescing
+from airflow_repl.engine.monitoring import quiescing
 from airflow_repl.engine.postgres import connections
 from airflow_repl.hooks.replication import ReplicationHook
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_repl.engine.agents import wal_retention
 from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.monitoring import wal_retention
 from airflow_repl.hooks.replication import ReplicationHook
 
 

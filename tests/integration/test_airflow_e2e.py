@@ -408,7 +408,7 @@ def test_maintenance_dag_guards_wal_cleans_up_and_measures_a_tracer_token(airflo
     """The example DAG ``airflow_repl_maintenance``: the WAL guard passes under its limit, the
     cleanup deletes only what every subscription has, and the tracer-token sensor (rescheduled
     between pokes) succeeds once the agents, running beside it, delivered the token."""
-    from airflow_repl.engine.agents import tracer
+    from airflow_repl.engine.monitoring import tracer
 
     monkeypatch.setenv("AIRFLOW_REPL_TRACER_POKE_SECONDS", "1")
     dag = demo.load_dag("repl_maintenance.py")

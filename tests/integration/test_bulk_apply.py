@@ -291,7 +291,7 @@ def test_ordinary_batches_are_recorded_at_the_distributor_once_a_second_tokens_a
     tracer tokens' arrivals) is one for the ordinary batches committed within RECORD_INTERVAL;
     a batch with a tracer token is recorded at once (its arrival time is the distributor's clock
     then); the run ends with everything recorded, at the subscriber's watermark."""
-    from airflow_repl.engine.agents import tracer
+    from airflow_repl.engine.monitoring import tracer
     from airflow_repl.engine.state import subscriber_state
 
     topo = _env(env, spark, {"b_call": {}}, commit_batch_size=1)

@@ -16,15 +16,15 @@ from airflow_repl import cli
 from airflow_repl.engine.agents import (
     distribution_agent,
     log_reader_agent,
-    progress_lines,
     queue_reader_agent,
     snapshot_agent,
     snapshot_folder,
 )
 from airflow_repl.engine.errors import NotInitialized, ReplError
+from airflow_repl.engine.runtime import progress_lines
 from airflow_repl.presentation.status_rows import COLUMNS
 
-LOGGER = "airflow_repl.engine.agents.progress_lines"
+LOGGER = "airflow_repl.engine.runtime.progress_lines"
 
 
 def _lines(caplog, agent: str) -> list[str]:

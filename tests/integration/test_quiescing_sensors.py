@@ -18,7 +18,8 @@ from harness import items_topology_file, setup_immediate, setup_items, setup_que
 from psycopg.conninfo import conninfo_to_dict
 
 import airflow_repl
-from airflow_repl.engine.agents import distribution_agent, log_reader_agent, queue_reader_agent, quiescing, tracer
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent, queue_reader_agent
+from airflow_repl.engine.monitoring import quiescing, tracer
 from airflow_repl.engine.subscriber import in_doubt
 from airflow_repl.operators.tracer import PostTracerTokenOperator
 from airflow_repl.sensors.quiescing import TopologyQuiescedSensor, TracerTokenSensor

@@ -382,11 +382,11 @@ def test_cli_cleanup_operator_and_wal_retention(env, spark, tmp_path, capsys):
     _change(env, 2, "g")
     _fill_wal(env, 3)
     records = _Records()  # on the engine's logger itself: Airflow's logging set-up may replace the root's handlers
-    logging.getLogger("airflow_repl.engine.agents.wal_retention").addHandler(records)
+    logging.getLogger("airflow_repl.engine.monitoring.wal_retention").addHandler(records)
     try:
         assert cli.main(["logreader", "-t", path]) == 0
     finally:
-        logging.getLogger("airflow_repl.engine.agents.wal_retention").removeHandler(records)
+        logging.getLogger("airflow_repl.engine.monitoring.wal_retention").removeHandler(records)
     out = capsys.readouterr().out
     read = json.loads(out[out.index("{\n") :])
     assert read["slot_retained_wal_mb"] > 1 and "above its limit of 1 MB" in read["wal_retention_warning"]

@@ -17,10 +17,10 @@ import pytest
 from harness import AGENT_RUNNER, assert_in_sync, cycle
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
-from airflow_repl.engine.agents.procedure_regeneration import regenerate_procedures
 from airflow_repl.engine.errors import DeliveryError, ReplError, TopologyError
 from airflow_repl.engine.model.ddl import SchemaChangeError
 from airflow_repl.engine.provisioning import custom_scripting
+from airflow_repl.engine.provisioning.procedure_regeneration import regenerate_procedures
 from airflow_repl.engine.provisioning.schema_change import schema_change
 
 #: One table per way of propagating: every call syntax of each operation, and SQL statements.
@@ -436,8 +436,8 @@ def _publication_part(table):
 
 
 def test_a_schema_change_asked_to_wait_for_quiescing_is_refused_while_a_subscription_is_behind(env, spark, tmp_path):
-    from airflow_repl.engine.agents import tracer
-    from airflow_repl.engine.agents.quiescing import require_quiesced
+    from airflow_repl.engine.monitoring import tracer
+    from airflow_repl.engine.monitoring.quiescing import require_quiesced
 
     topo = _tables_env(env, spark, {"t_call": {}})
     env.run(env.pub, "INSERT INTO t_call VALUES (601, 1, 'before the token')")

@@ -12,7 +12,8 @@ import yaml
 from harness import items_topology_file, setup_items
 
 from airflow_repl import cli
-from airflow_repl.engine.agents import distribution_agent, log_reader_agent, tracer
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent
+from airflow_repl.engine.monitoring import tracer
 from airflow_repl.presentation.status_rows import COLUMNS
 
 

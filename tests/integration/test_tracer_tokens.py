@@ -13,9 +13,10 @@ import pytest
 from harness import items_topology_file, setup_items
 
 from airflow_repl import cli
-from airflow_repl.engine.agents import distribution_agent, log_reader_agent, tracer
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent
 from airflow_repl.engine.errors import NotInitialized
 from airflow_repl.engine.model import naming
+from airflow_repl.engine.monitoring import tracer
 from airflow_repl.engine.provisioning import deploy
 
 

@@ -7,7 +7,6 @@ import psycopg
 import pytest
 
 from airflow_repl.cli import report_error
-from airflow_repl.engine.agents import lifecycle
 from airflow_repl.engine.agents.distribution_agent import parse_until
 from airflow_repl.engine.errors import (
     AgentBusy,
@@ -21,6 +20,7 @@ from airflow_repl.engine.errors import (
     most_serious,
 )
 from airflow_repl.engine.postgres.connections import redact
+from airflow_repl.engine.runtime import lifecycle
 from airflow_repl.jobs.agent_job import AGENTS, error_lines, failure
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from airflow_repl.engine import errors
-from airflow_repl.engine.agents.lifecycle import outcome_of
-from airflow_repl.engine.agents.status import run_failed
 from airflow_repl.engine.model.ddl import SchemaChangeError
+from airflow_repl.engine.monitoring.status import run_failed
+from airflow_repl.engine.runtime.lifecycle import outcome_of
 from airflow_repl.presentation.status_rows import run_state
 
 

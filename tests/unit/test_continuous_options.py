@@ -9,8 +9,8 @@ import time
 import pytest
 
 from airflow_repl import cli
-from airflow_repl.engine.agents import continuous
 from airflow_repl.engine.errors import USAGE_EXIT_CODE, ReplError
+from airflow_repl.engine.runtime import continuous
 from airflow_repl.jobs import agent_job
 
 UNTIL = "2026-11-23T13:00:00+00:00"

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from airflow_repl.engine.agents import gc_pause
+from airflow_repl.engine.runtime import gc_pause
 
 
 @pytest.fixture(autouse=True)

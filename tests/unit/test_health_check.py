@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from airflow_repl.engine.agents import health, status
 from airflow_repl.engine.errors import TopologyError
 from airflow_repl.engine.model import topology
+from airflow_repl.engine.monitoring import health, status
 from airflow_repl.engine.state.progress import LastRun, SubscriptionRow
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)

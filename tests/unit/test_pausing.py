@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from datetime import datetime, timedelta, timezone
 
-from airflow_repl.engine.agents import status
+from airflow_repl.engine.monitoring import status
 from airflow_repl.engine.provisioning import pausing
 from airflow_repl.engine.state.progress import SubscriptionRow
 from airflow_repl.engine.state.retention import expired_message

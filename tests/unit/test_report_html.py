@@ -9,8 +9,8 @@ from html.parser import HTMLParser
 
 import pytest
 
-from airflow_repl.engine.agents import progress_lines
 from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.runtime import progress_lines
 from airflow_repl.presentation.report_html import ReportData, bar_chart, render
 
 T0 = datetime(2026, 11, 23, 13, 0, tzinfo=timezone.utc)

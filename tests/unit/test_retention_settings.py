@@ -9,9 +9,9 @@ import pytest
 
 from airflow_repl import cli
 from airflow_repl.engine.agents.cleanup_agent import deletable_prefix, retention_settings
-from airflow_repl.engine.agents.wal_retention import MB, WalRetention, wal_limit
 from airflow_repl.engine.errors import ReplError, TopologyError
 from airflow_repl.engine.model import topology
+from airflow_repl.engine.monitoring.wal_retention import MB, WalRetention, wal_limit
 from airflow_repl.engine.state.retention import Candidate, expired_message
 
 

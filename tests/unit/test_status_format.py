@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from airflow_repl.engine.agents import status
+from airflow_repl.engine.monitoring import status
 from airflow_repl.engine.state.progress import LastRun, SubscriptionRow
 from airflow_repl.presentation import status_table
 

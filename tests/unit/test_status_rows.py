@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-from airflow_repl.engine.agents import status
+from airflow_repl.engine.monitoring import status
 from airflow_repl.engine.state.progress import LastRun, SubscriptionRow
 from airflow_repl.presentation import report_html, status_table
 from airflow_repl.presentation.status_rows import COLUMNS, StatusRow

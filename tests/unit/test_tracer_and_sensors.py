@@ -9,9 +9,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_repl.engine.agents import quiescing, tracer
 from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.model.topology import from_dict
+from airflow_repl.engine.monitoring import quiescing, tracer
 from airflow_repl.engine.state import progress
 
 T0 = datetime(2026, 11, 23, 12, 0, 0, tzinfo=timezone.utc)

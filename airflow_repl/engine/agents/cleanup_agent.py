@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from airflow_repl.engine.agents.lifecycle import AgentRun
 from airflow_repl.engine.errors import AgentBusy, ReplError
 from airflow_repl.engine.model.topology import Topology
+from airflow_repl.engine.runtime.lifecycle import AgentRun
 from airflow_repl.engine.state import dist_publications, retention
 from airflow_repl.engine.state.retention import Candidate
 

@@ -29,7 +29,7 @@ planning in :mod:`~airflow_repl.engine.agents.stream_planning`, applying in
 :mod:`~airflow_repl.engine.subscriber.applier` (conflicts in
 :mod:`~airflow_repl.engine.subscriber.conflicts`), the streams' connections and two-phase commit
 in :mod:`~airflow_repl.engine.subscriber.streams`, and the run's lock and history in
-:class:`~airflow_repl.engine.agents.lifecycle.AgentRun`.
+:class:`~airflow_repl.engine.runtime.lifecycle.AgentRun`.
 """
 
 from __future__ import annotations
@@ -45,9 +45,7 @@ from typing import Any
 
 import psycopg
 
-from airflow_repl.engine.agents import continuous as continuous_mode
-from airflow_repl.engine.agents import gc_pause, progress_lines, read_ahead, stream_planning, subscriber_writer
-from airflow_repl.engine.agents.lifecycle import AgentRun, ends_when_stopped
+from airflow_repl.engine.agents import read_ahead, stream_planning
 from airflow_repl.engine.articles.commands import Command
 from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
 from airflow_repl.engine.errors import AgentBusy, ReplError
@@ -55,6 +53,9 @@ from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import SKIPPABLE_ERRORS, Topology
 from airflow_repl.engine.postgres import json_values, lsn
 from airflow_repl.engine.provisioning import pausing
+from airflow_repl.engine.runtime import continuous as continuous_mode
+from airflow_repl.engine.runtime import gc_pause, progress_lines, subscriber_writer
+from airflow_repl.engine.runtime.lifecycle import AgentRun, ends_when_stopped
 from airflow_repl.engine.state import (
     dist_conflicts,
     dist_drops,
@@ -312,7 +313,7 @@ class _Delivery:
         """Deliver batch after batch until none is pending (a continuous run: until ``loop``
         ends it, looking again every poll interval); a batch that fails on the fast path is
         replayed on one stream, which skips what ``skip_errors`` allows or raises.  Progress
-        lines (:mod:`~airflow_repl.engine.agents.progress_lines`) between batches."""
+        lines (:mod:`~airflow_repl.engine.runtime.progress_lines`) between batches."""
         self._catch_up_record(dist)
         tx, cmds = self._pending(dist)
         self.totals["backlog_at_start"] = {"transactions": tx, "commands": cmds}
@@ -762,7 +763,7 @@ def run_distribution(
     """Deliver every pending transaction (committed up to ``until``, when given).
     ``continuous``: keep delivering what the Log Reader stores later, looking every
     ``poll_interval`` seconds when idle, until ``max_run_seconds`` or SIGTERM
-    (:mod:`~airflow_repl.engine.agents.continuous`); not with ``until``."""
+    (:mod:`~airflow_repl.engine.runtime.continuous`); not with ``until``."""
     opts = continuous_mode.options(continuous, poll_interval, max_run_seconds)
     continuous_mode.refuse_until(until, opts)
     in_doubt.resolve_quietly(topology, publication, [subscriber])  # its immediate updates, prepared at the publisher

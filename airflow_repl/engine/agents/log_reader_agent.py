@@ -22,7 +22,7 @@ are stored (:class:`_TxnWriter`).  Which article a change belongs to and the com
 are :mod:`~airflow_repl.engine.agents.change_mapping`'s; the slot's statements are
 :mod:`~airflow_repl.engine.postgres.slots`'; the distribution database's are
 :mod:`~airflow_repl.engine.state.dist_transactions`'s; the run's lifecycle is
-:class:`~airflow_repl.engine.agents.lifecycle.AgentRun`'s.
+:class:`~airflow_repl.engine.runtime.lifecycle.AgentRun`'s.
 """
 
 from __future__ import annotations
@@ -38,8 +38,7 @@ from typing import Any
 
 import psycopg
 
-from airflow_repl.engine.agents import command_lines, gc_pause, progress_lines, wal_retention
-from airflow_repl.engine.agents import continuous as continuous_mode
+from airflow_repl.engine.agents import command_lines
 from airflow_repl.engine.agents.change_mapping import (
     Partitions,
     RelationMap,
@@ -49,14 +48,17 @@ from airflow_repl.engine.agents.change_mapping import (
     truncate_command,
     truncated_articles,
 )
-from airflow_repl.engine.agents.lifecycle import AgentRun, ends_when_stopped, first_line, host_port
 from airflow_repl.engine.articles.commands import SCHEMA, Command, OpCode
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import ConnectionFailed, NotInitialized, ReplError, ServerLost
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import Topology
+from airflow_repl.engine.monitoring import wal_retention
 from airflow_repl.engine.postgres import connections, copy_escaping, lsn, pgoutput, replication_stream, slots
 from airflow_repl.engine.provisioning import deploy
+from airflow_repl.engine.runtime import continuous as continuous_mode
+from airflow_repl.engine.runtime import gc_pause, progress_lines
+from airflow_repl.engine.runtime.lifecycle import AgentRun, ends_when_stopped, first_line, host_port
 from airflow_repl.engine.state import dist_encoding, dist_publications, dist_transactions, progress, publisher_state
 from airflow_repl.engine.subscriber import in_doubt
 
@@ -800,7 +802,7 @@ def run_log_reader(
     distribution database.  Returns a summary (transactions, commands, batches, last
     xact_seqno, read_upto_lsn, seconds).  ``continuous``: keep reading what is committed
     later, every ``poll_interval`` seconds when idle, until ``max_run_seconds`` or SIGTERM
-    (:mod:`~airflow_repl.engine.agents.continuous`)."""
+    (:mod:`~airflow_repl.engine.runtime.continuous`)."""
     opts = continuous_mode.options(continuous, poll_interval, max_run_seconds)
     in_doubt.resolve_quietly(topology, publication)  # immediate subscribers' prepared transactions first
     with AgentRun(AGENT, publication) as run:

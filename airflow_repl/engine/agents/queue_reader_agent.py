@@ -22,13 +22,13 @@ Per queued transaction (``airflow_repl.queue_commits`` order at the subscriber):
    those rows until it passes that transaction); delete the transaction from the queue; commit.
 
 One writer at a time at the subscriber: each queued transaction (steps 1 to 3) is one turn of
-:mod:`~airflow_repl.engine.agents.subscriber_writer`, taken in turns with the Distribution
+:mod:`~airflow_repl.engine.runtime.subscriber_writer`, taken in turns with the Distribution
 Agent's batches there, so that its compensation and the Distribution Agent's delivery never
 interleave, also while either runs continuously.  The Distribution Agent in turn keeps a row with
 a queued change as it is (see :mod:`~airflow_repl.engine.subscriber.convergence`): this agent
 decides it.
 
-A continuous run (``continuous``, :mod:`~airflow_repl.engine.agents.continuous`) drains the
+A continuous run (``continuous``, :mod:`~airflow_repl.engine.runtime.continuous`) drains the
 queue, then looks again every ``poll_interval`` seconds, until ``max_run_seconds``, SIGTERM, or
 the publication's article definitions change (``ended_by: "article definitions changed"``: the
 next run checks them again); a subscription marked for reinitialization is left alone, and taken
@@ -61,15 +61,15 @@ from typing import Any
 
 import psycopg
 
-from airflow_repl.engine.agents import continuous as continuous_mode
-from airflow_repl.engine.agents import subscriber_writer
-from airflow_repl.engine.agents.lifecycle import AgentRun, ends_when_stopped
 from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
 from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.model.updating import ConflictPolicy
 from airflow_repl.engine.postgres import json_values
+from airflow_repl.engine.runtime import continuous as continuous_mode
+from airflow_repl.engine.runtime import subscriber_writer
+from airflow_repl.engine.runtime.lifecycle import AgentRun, ends_when_stopped
 from airflow_repl.engine.state import (
     dist_conflicts,
     dist_publications,
@@ -431,7 +431,7 @@ def run_queue_reader(
     ``max_transactions``).  Returns a summary (transactions, commands, conflicts, rejected,
     compensated, queued: what is left).  ``continuous``: keep applying what the subscriber
     queues later, looking every ``poll_interval`` seconds when the queue is empty, until
-    ``max_run_seconds`` or SIGTERM (:mod:`~airflow_repl.engine.agents.continuous`); not with
+    ``max_run_seconds`` or SIGTERM (:mod:`~airflow_repl.engine.runtime.continuous`); not with
     ``max_transactions``."""
     opts = continuous_mode.options(continuous, poll_interval, max_run_seconds)
     if opts is not None and max_transactions is not None:

@@ -20,7 +20,7 @@ changes.  The folder's files and their read and load are
 :mod:`~airflow_repl.engine.agents.snapshot_folder`'s; the slot's statements are
 :mod:`~airflow_repl.engine.postgres.slots`'; the state tables' are
 the distribution database modules' (``state.dist_*``) and ``subscriber_state``'s; the run's lifecycle is
-:class:`~airflow_repl.engine.agents.lifecycle.AgentRun`'s.
+:class:`~airflow_repl.engine.runtime.lifecycle.AgentRun`'s.
 """
 
 from __future__ import annotations
@@ -36,8 +36,7 @@ from typing import Any, Protocol
 import psycopg
 from psycopg import sql
 
-from airflow_repl.engine.agents import progress_lines, snapshot_folder, subscriber_writer
-from airflow_repl.engine.agents.lifecycle import AgentRun
+from airflow_repl.engine.agents import snapshot_folder
 from airflow_repl.engine.agents.snapshot_folder import DataFile, LoadTarget, Partition
 from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
 from airflow_repl.engine.codegen import call_syntax, immediate_triggers, queue_triggers, updating_scripts, user_types
@@ -47,6 +46,8 @@ from airflow_repl.engine.model.propagation import Operation
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import connections, slots, trigger_switching
 from airflow_repl.engine.provisioning import deploy
+from airflow_repl.engine.runtime import progress_lines, subscriber_writer
+from airflow_repl.engine.runtime.lifecycle import AgentRun
 from airflow_repl.engine.state import dist_publications, dist_subscriptions, subscriber_immediate, subscriber_state
 from airflow_repl.engine.subscriber import in_doubt
 
@@ -402,7 +403,7 @@ class _Initialization:
         """The writer turn at each queued subscriber to initialize (waiting for a Queue Reader's
         transaction or a Distribution Agent's batch there to commit), held on a connection of
         its own until the run ends: no queued transaction of theirs is applied at the publisher
-        after the snapshot's consistent point (:mod:`~airflow_repl.engine.agents.subscriber_writer`)."""
+        after the snapshot's consistent point (:mod:`~airflow_repl.engine.runtime.subscriber_writer`)."""
         turns: list[subscriber_writer.Turns] = []
         for name in sorted(self.queued):
             self.run.step = f"waiting for the turn to write at subscriber {name!r}"

@@ -30,12 +30,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from psycopg import sql
 
-from airflow_repl.engine.agents import lifecycle
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.codegen import key_enforcement, procedures, user_types
 from airflow_repl.engine.errors import ReplError, ServerLost
 from airflow_repl.engine.postgres import arrow_reads, catalog, connections, copy_text, raw_sql
 from airflow_repl.engine.postgres.quoting import dollar_quote, ident, literal, qualified
+from airflow_repl.engine.runtime import lifecycle
 from airflow_repl.engine.state import subscriber_state
 
 #: PostgreSQL types stored as typed Parquet columns; every other type is stored as its

@@ -12,7 +12,9 @@ checked first, the row versions added at the publisher), ``update_mode``
 queued updating), ``pausing`` (``airflow-repl pause|resume`` and the topology key ``paused``:
 one subscription paused, which the Distribution Agent skips, and resumed) and ``drop``
 (``airflow-repl drop``: an article, a subscription or a publication retired, with what the
-product installed for it, resumable when stopped halfway).
+product installed for it, resumable when stopped halfway) and ``procedure_regeneration``
+(``airflow-repl regenerate-procs``: procedures recreated at subscribers on demand).
 
-May import: ``errors``, ``model``, ``postgres``, ``articles``, ``codegen`` and ``state``.
+May import: ``errors``, ``model``, ``postgres``, ``articles``, ``codegen``, ``state``,
+``subscriber`` and ``runtime``.
 """

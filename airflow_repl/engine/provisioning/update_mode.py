@@ -32,6 +32,7 @@ from airflow_repl.engine.errors import NotInitialized, ReplError, TopologyError
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.model.updating import UpdateMode
 from airflow_repl.engine.postgres import connections, trigger_switching
+from airflow_repl.engine.runtime import registry
 from airflow_repl.engine.state import dist_history, dist_publications, dist_schema, dist_subscriptions, subscriber_queue
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ log = logging.getLogger(__name__)
 #: ``--mode`` -> the subscription's update mode while in it.
 TARGETS = {"immediate": UpdateMode.FAILOVER, "queued": UpdateMode.QUEUED_FAILOVER}
 #: The Queue Reader Agent's name in ``airflow_repl.agent_history``.
-QUEUE_READER = "queuereader"
+QUEUE_READER = registry.AGENTS["queuereader"].name
 
 
 def set_update_mode(topology: Topology, publication: str, subscriber: str, mode: str) -> dict[str, Any]:

@@ -22,8 +22,8 @@ import threading
 import time
 from typing import Any
 
-from airflow_repl.engine.agents.lifecycle import AgentRun
 from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.runtime.lifecycle import AgentRun
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_repl.engine.agents import status
 from airflow_repl.engine.model.topology import Topology
+from airflow_repl.engine.monitoring import status
 from airflow_repl.engine.postgres import connections
 from airflow_repl.engine.state import dist_conflicts, progress
 

@@ -43,8 +43,8 @@ Writing a new agent (a Queue Reader, a cleanup agent)
 A new agent is one module in this package with only its own logic:
 
 1. a ``run_<agent>(topology, publication, ...) -> dict`` function that opens
-   ``with AgentRun("<agent>", publication[, subscriber]) as run:`` and add its label to
-   :data:`LABELS`;
+   ``with AgentRun("<agent>", publication[, subscriber]) as run:`` and register it once in
+   :data:`airflow_repl.engine.runtime.registry.AGENTS`;
 2. inside, open every connection with :meth:`AgentRun.connect` (or watch one opened elsewhere
    with :meth:`AgentRun.track`), take the lock with :meth:`AgentRun.lock`, make the checks
    that change nothing, then :meth:`AgentRun.begin`; name each step with ``run.step = ...``
@@ -76,24 +76,12 @@ from airflow_repl.engine import errors
 from airflow_repl.engine.errors import AgentBusy, ConnectionLost, DeliveryError, ReplError, ServerLost
 from airflow_repl.engine.postgres import advisory_locks, connections
 from airflow_repl.engine.postgres.stop_signals import cancelled
+from airflow_repl.engine.runtime import registry
 from airflow_repl.engine.state import dist_history, dist_publications
 
 log = logging.getLogger(__name__)
 _P = ParamSpec("_P")
 
-#: The agents' names for the operator, by the name they are run and recorded under.
-LABELS = {
-    "snapshot": "Snapshot Agent",
-    "logreader": "Log Reader Agent",
-    "distribution": "Distribution Agent",
-    "queuereader": "Queue Reader Agent",
-    "cleanup": "Cleanup Agent",
-}
-
-#: Who else takes an agent's lock, as its busy message says.
-_SHARED_LOCK_NOTES = {
-    "snapshot": " (the Cleanup Agent holds this lock too while it runs)",
-}
 
 #: SQLSTATE classes/codes that mean the server or the connection went away.
 _LOST_SQLSTATE_PREFIXES = ("08", "57P01", "57P02", "57P03")
@@ -135,7 +123,7 @@ def ends_when_stopped(run_agent: Callable[_P, dict[str, Any]]) -> Callable[_P, d
 
 
 class StoppingLoop(Protocol):
-    """What a run asks of its continuous loop (:class:`~airflow_repl.engine.agents.continuous.Loop`)."""
+    """What a run asks of its continuous loop (:class:`~airflow_repl.engine.runtime.continuous.Loop`)."""
 
     def stopped_by(self) -> str | None: ...
 
@@ -198,7 +186,7 @@ class AgentRun:
 
     def __init__(self, agent: str, publication: str, subscriber: str | None = None) -> None:
         self.agent, self.publication, self.subscriber = agent, publication, subscriber
-        self.label = LABELS.get(agent, agent)
+        self.label = registry.label(agent)
         self.started = time.monotonic()
         self._step = "starting"
         #: role of the server a step talks to through Spark tasks (their connections are not ours)
@@ -264,12 +252,12 @@ class AgentRun:
             return
         if of is not None:
             raise AgentBusy(
-                f"the {LABELS.get(of, of)} (or another agent writing at the subscriber) is busy with "
+                f"the {registry.label(of)} (or another agent writing at the subscriber) is busy with "
                 f"{self.where()}, where the {self.label} writes too; wait for it to finish, then run it again"
             )
         raise AgentBusy(
             f"another {self.label} is {'delivering' if self.subscriber else 'running for'} "
-            f"{self.where()}; wait for it to finish, then run it again" + _SHARED_LOCK_NOTES.get(self.agent, "")
+            f"{self.where()}; wait for it to finish, then run it again" + registry.lock_note(self.agent)
         )
 
     def begin(self, dist: psycopg.Connection[Any], *, take_over: bool = True) -> int:

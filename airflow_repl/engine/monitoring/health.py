@@ -2,9 +2,9 @@
 thresholds (topology keys, docs/monitoring.md), as Replication Monitor's warnings do, with the
 exit codes of monitoring plugins: 0 ok, 1 warning, 2 critical.
 
-Pure: it reads the :class:`~airflow_repl.engine.agents.status.SubscriptionStatus` records that
+Pure: it reads the :class:`~airflow_repl.engine.monitoring.status.SubscriptionStatus` records that
 ``status`` made.  A threshold fires at its value and above, not below.  A failed or blocked last
-run (the rule ``status`` fails on, :func:`~airflow_repl.engine.agents.status.problems`) is
+run (the rule ``status`` fails on, :func:`~airflow_repl.engine.monitoring.status.problems`) is
 critical.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from airflow_repl.engine.agents.status import SubscriptionStatus, problems
+from airflow_repl.engine.monitoring.status import SubscriptionStatus, problems
 
 OK, WARNING, CRITICAL = 0, 1, 2
 LEVELS = {OK: "OK", WARNING: "WARNING", CRITICAL: "CRITICAL"}

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow_repl.engine.agents import tracer
 from airflow_repl.engine.model.topology import Topology
+from airflow_repl.engine.monitoring import tracer
 from airflow_repl.engine.postgres import connections
 from airflow_repl.engine.provisioning import pausing
 from airflow_repl.engine.state import dist_schema, progress

@@ -9,7 +9,7 @@ spark-submit).  After a signal it ends within one ``poll_interval``, whatever it
 sleeps and waits are cut into slices; a batch being applied is finished and committed first if it
 can be within half an interval, else its statement (a lock wait, a long statement) is cancelled
 (:mod:`~airflow_repl.engine.postgres.stop_signals`), the batch rolled back, and the run recorded
-as succeeded up to its last committed batch (:class:`~airflow_repl.engine.agents.lifecycle.Stopped`;
+as succeeded up to its last committed batch (:class:`~airflow_repl.engine.runtime.lifecycle.Stopped`;
 the next run delivers the rest).  The agents' guarantees are untouched: this module only decides
 whether the loop takes another turn, between batches, where everything is committed.
 
@@ -22,12 +22,11 @@ Owns the options (:func:`options`, checked: one clear line for a bad value; thei
 form, :func:`add_arguments`, and which agents take them, :func:`check_request`), the clock and the
 stop signal (:class:`Loop`), and the progress of a long run: the run's step, a DEBUG log line and
 the history row's counts, at most every :data:`PROGRESS_EVERY` seconds (the INFO progress lines are
-:mod:`~airflow_repl.engine.agents.progress_lines`').
+:mod:`~airflow_repl.engine.runtime.progress_lines`').
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import threading
@@ -39,10 +38,11 @@ from typing import Any
 
 import psycopg
 
-from airflow_repl.engine.agents.lifecycle import AgentRun
 from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.postgres import connections
 from airflow_repl.engine.postgres.stop_signals import SLICE, StopSignals
+from airflow_repl.engine.runtime import registry
+from airflow_repl.engine.runtime.lifecycle import AgentRun
 from airflow_repl.engine.state import dist_history
 
 log = logging.getLogger(__name__)
@@ -192,7 +192,7 @@ def refuse_until(until: object, opts: Continuous | None) -> None:
 
 
 #: The agents that can run continuously, by the name they are run under.
-AGENTS = ("logreader", "distribution", "queuereader")
+AGENTS = registry.CONTINUOUS
 
 
 def check_request(agent: str, until: str | None, given: dict[str, Any] | None) -> None:
@@ -205,30 +205,6 @@ def check_request(agent: str, until: str | None, given: dict[str, Any] | None) -
             f"the {agent} agent has no continuous mode: only {', '.join(AGENTS[:-1])} and {AGENTS[-1]} run continuously"
         )
     refuse_until(until, options(**given))
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--continuous``, ``--poll-interval`` and ``--max-run-seconds`` (the CLI's and the job's)."""
-    parser.add_argument(
-        "--continuous", action="store_true", help="keep running until --max-run-seconds, SIGTERM or Ctrl-C"
-    )
-    parser.add_argument("--poll-interval", type=float, help="seconds between looks when idle (continuous; default 1)")
-    parser.add_argument("--max-run-seconds", type=float, help="end a continuous run after this (default 3600)")
-
-
-def from_arguments(args: argparse.Namespace) -> dict[str, Any] | None:
-    """The continuous options given on a command line, as ``run_*`` keyword arguments (None:
-    none given)."""
-    given = {
-        "continuous": bool(getattr(args, "continuous", False)),
-        "poll_interval": getattr(args, "poll_interval", None),
-        "max_run_seconds": getattr(args, "max_run_seconds", None),
-    }
-    return (
-        given
-        if given["continuous"] or given["poll_interval"] is not None or given["max_run_seconds"] is not None
-        else None
-    )
 
 
 class Loop:
