@@ -123,6 +123,36 @@ def test_a_topology_connection_names_the_topology_file(env, tmp_path, monkeypatc
         ReplicationHook(repl_conn_id="repl_t_topo")
 
 
+def test_the_test_button_connects_to_every_server_or_says_why_not(env, tmp_path, monkeypatch):
+    """``Connection.test_connection()``, what the UI's Test button calls: the hook loads the
+    topology named by the form's fields (topology file, default publication) and connects to each
+    server; (True, the servers reached) or (False, the first reason), never a password."""
+    from airflow.models.connection import Connection
+
+    def test(extra: dict) -> tuple[bool, str]:
+        monkeypatch.setenv("AIRFLOW_CONN_REPL_T_BUTTON", json.dumps({"conn_type": "airflow_repl", "extra": extra}))
+        return Connection(conn_id="repl_t_button", conn_type="airflow_repl", extra=json.dumps(extra)).test_connection()
+
+    uris = [connections.to_uri(c) for c in (env.pub, env.dist, env.sub)]
+    passwords = {conninfo_to_dict(c)["password"] for c in (env.pub, env.dist, env.sub)}
+    path = _topology(env, tmp_path, *uris)
+    ok, message = test({"topology": path, "publication": "p"})
+    assert ok is True, message
+    assert message.startswith(f"topology {path}: connected to 3 server(s): publisher (")
+    assert "subscriber sub1 (" in message and not any(pw in message for pw in passwords)
+
+    ok, message = test({"topology": path, "publication": "nope"})
+    assert (ok, message) == (False, "unknown publication 'nope'; the topology defines: p")
+    ok, message = test({"topology": str(tmp_path / "missing.yaml")})
+    assert ok is False and "missing.yaml" in message, message
+    # a subscriber nobody listens for: named, with the fix, and no password
+    down = dict(conninfo_to_dict(env.sub), port="1")
+    path = _topology(env, tmp_path, uris[0], uris[1], connections.to_uri(" ".join(f"{k}={v}" for k, v in down.items())))
+    ok, message = test({"topology": path})
+    assert ok is False and message.startswith("cannot connect to the subscriber sub1 at "), message
+    assert not any(pw in message for pw in passwords)
+
+
 # ---------------------------------------------------------------------- the command line, in a fresh process
 def _cli(tmp_path: Path, connections_file: Path, *argv: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW_CONN_")}

@@ -114,8 +114,8 @@ def test_exit_codes_are_distinct_and_documented():
     assert DifferencesFound.retryable is False and issubclass(DifferencesFound, ReplError)
 
 
-def test_provider_info_points_at_the_shipped_documentation():
-    url = airflow_repl.get_provider_info()["integrations"][0]["external-doc-url"]
-    assert url.startswith("file://") and url.endswith("/index.md")
-    assert Path(url.removeprefix("file://")).is_file()
+def test_provider_info_has_no_path_of_the_build_machine_for_a_url():
+    """No public documentation site: no ``external-doc-url`` rather than a ``file://`` path."""
+    (integration,) = airflow_repl.get_provider_info()["integrations"]
+    assert "external-doc-url" not in integration
     assert (ROOT / "airflow_repl" / "py.typed").is_file()
