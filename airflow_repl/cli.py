@@ -112,8 +112,16 @@ NON_NEGATIVE_FLOAT = _number(float, 0, inclusive=True)
 def airflow_lookup(conn_id: str) -> str:
     """A connection id through Airflow's own lookup (secrets backend, ``AIRFLOW_CONN_<ID>``, metadata
     database); Airflow is imported only when a topology names a server by connection id."""
+    first = "airflow_repl.hooks.connections" not in sys.modules
     with _own_logging():  # the import configures Airflow's logging ...
+        from airflow_repl.hooks.connections import airflow_home
         from airflow_repl.hooks.connections import airflow_lookup as lookup
+    if first:  # once, with -v: which Airflow (its home, so its metadata database) answers
+        logging.getLogger(__name__).debug(
+            "connection ids are looked up through Airflow: the secrets backend, AIRFLOW_CONN_<ID>, then the "
+            "metadata database of %s",
+            airflow_home(),
+        )
     with _own_logging():  # ... and the lookup logs through it
         return lookup(conn_id)
 
