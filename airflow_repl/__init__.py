@@ -6,25 +6,7 @@ Airflow provider layer (hooks, operators, sensors, triggers) is a thin shell aro
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 __version__ = "0.1.0"
-
-
-def documentation_url() -> str | None:
-    """A ``file://`` URI of the documentation's index on this machine, or None when there is none.
-
-    There is no public documentation site: the documentation is the ``docs/`` folder, installed
-    with the package under ``<prefix>/share/doc/airflow-repl`` (setup.cfg ``data_files``) and
-    present in a source checkout (an editable install) next to the package."""
-    for index in (
-        Path(sys.prefix) / "share" / "doc" / "airflow-repl" / "index.md",
-        Path(__file__).resolve().parent.parent / "docs" / "index.md",
-    ):
-        if index.is_file():
-            return index.as_uri()
-    return None
 
 
 def get_provider_info() -> dict:
@@ -72,13 +54,15 @@ def get_provider_info() -> dict:
 
 
 def _integration() -> dict:
-    """The provider's one integration; ``external-doc-url`` only when the documentation is installed."""
-    doc = documentation_url()
-    return {"integration-name": "airflow-repl", **({"external-doc-url": doc} if doc else {}), "tags": ["software"]}
+    """The provider's one integration.  No ``external-doc-url``: there is no public documentation
+    site (the documentation is the ``docs/`` folder, installed under
+    ``<prefix>/share/doc/airflow-repl``), and a path of the machine that built the package is no URL."""
+    return {"integration-name": "airflow-repl", "tags": ["software"]}
 
 
 def _connection_type() -> dict:
-    """The ``airflow_repl`` connection type (ReplicationHook): it names a topology file in its extra.
+    """The ``airflow_repl`` connection type (ReplicationHook): a topology file and, optionally, a
+    default publication, as two fields of its form (``conn-fields``, stored as extra keys).
 
     The servers themselves are ``postgres`` connections of the Postgres provider (docs/connections.md)."""
     return {
@@ -86,8 +70,20 @@ def _connection_type() -> dict:
         "hook-name": "Replication topology (airflow-repl)",
         "connection-type": "airflow_repl",
         "ui-field-behaviour": {
-            "hidden-fields": ["host", "schema", "login", "password", "port"],
+            "hidden-fields": ["host", "schema", "login", "password", "port", "extra"],
             "relabeling": {},
-            "placeholders": {"extra": '{"topology": "/opt/airflow/dags/topology.yaml"}'},
+            "placeholders": {"topology": "/opt/airflow/dags/topology.yaml", "publication": "shop"},
+        },
+        "conn-fields": {
+            "topology": {
+                "label": "Topology file",
+                "description": "Path of the topology YAML file, as the Airflow workers see it",
+                "schema": {"type": ["string", "null"]},
+            },
+            "publication": {
+                "label": "Default publication",
+                "description": "The publication used when a task or command names none",
+                "schema": {"type": ["string", "null"]},
+            },
         },
     }

@@ -113,8 +113,16 @@ NON_NEGATIVE_FLOAT = _number(float, 0, inclusive=True)
 def airflow_lookup(conn_id: str) -> str:
     """A connection id through Airflow's own lookup (secrets backend, ``AIRFLOW_CONN_<ID>``, metadata
     database); Airflow is imported only when a topology names a server by connection id."""
+    first = "airflow_repl.hooks.connections" not in sys.modules
     with _own_logging():  # the import configures Airflow's logging ...
+        from airflow_repl.hooks.connections import airflow_home
         from airflow_repl.hooks.connections import airflow_lookup as lookup
+    if first:  # once, with -v: which Airflow (its home, so its metadata database) answers
+        logging.getLogger(__name__).debug(
+            "connection ids are looked up through Airflow: the secrets backend, AIRFLOW_CONN_<ID>, then the "
+            "metadata database of %s",
+            airflow_home(),
+        )
     with _own_logging():  # ... and the lookup logs through it
         return lookup(conn_id)
 
@@ -276,19 +284,25 @@ def _print_validation(result: dict[str, Any], output: str) -> None:
     )
 
 
-def _cmd_conflicts(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The conflicts the Queue Reader recorded, oldest first, filtered by the options given."""
+def _cmd_conflicts(args: argparse.Namespace) -> list[dict[str, Any]] | None:
+    """The conflicts the Queue Reader recorded, oldest first, filtered by the options given: a
+    text table, or with ``-o json`` the records."""
     from airflow_repl.engine.agents.distribution_agent import parse_until
     from airflow_repl.engine.state import dist_conflicts
+    from airflow_repl.presentation import status_table
 
     since = parse_until(args.since) if args.since else None  # ISO-8601; without an offset, UTC
     topo = _load(args)
     if args.publication:
         topo.publication(args.publication)
     with connections.connect(topo.distributor.require("distributor"), "distributor") as dist:
-        return dist_conflicts.list_conflicts(
+        found = dist_conflicts.list_conflicts(
             dist, publication=args.publication, subscriber=args.subscriber, article=args.article, since=since
         )
+    if args.output == "json":
+        return found
+    print(status_table.format_conflicts(found), flush=True)
+    return None
 
 
 def _cmd_tracer(args: argparse.Namespace) -> Any:
@@ -380,15 +394,17 @@ def _check_status(topo: Any, rows: list[Any]) -> None:
     raise HealthCheckFailed(f"status --check: {health.LEVELS[code]}, {len(found)} breach(es)", code)
 
 
-def _cmd_report(args: argparse.Namespace) -> dict[str, Any]:
+def _cmd_report(args: argparse.Namespace) -> dict[str, Any] | None:
     """One self-contained HTML page: status, backlog and throughput charts, conflicts, errors (docs/report.md)."""
     from pathlib import Path
 
     from airflow_repl.presentation import report_html
 
     topo = _load(args)
-    path = Path(args.output).expanduser().resolve()
-    data = report_html.write(topo, path, args.publication, Path(args.topology).name)
+    path = Path(args.file).expanduser().resolve() if args.file else None
+    data = report_html.write(topo, path, args.publication, Path(args.topology).name, args.output)
+    if path is None:  # the page (or its data) was printed
+        return None
     return {"report": str(path), "subscriptions": len(data.status), "runs": len(data.runs), "errors": len(data.errors)}
 
 
@@ -508,6 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--since", type=iso_time, help=f"only conflicts detected at or after this ISO-8601 time, e.g. {_ISO_HELP}"
     )
+    p.add_argument("--output", "-o", choices=["table", "json"], default="table", help="a text table or JSON")
     p.set_defaults(func=_cmd_conflicts)
     _add_tracer_command(sub)
     _add_monitoring_commands(sub)
@@ -562,8 +579,25 @@ def _add_monitoring_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = _with_topology(
         sub.add_parser("report", help="write one self-contained HTML page: status, backlog and throughput, errors")
     )
-    p.add_argument("--output", "-o", required=True, help="the HTML file to write, e.g. report.html")
+    p.add_argument(
+        "--output",
+        "-o",
+        type=_report_format,
+        choices=["html", "json"],
+        default="html",
+        help="html (default): the page; json: the data it shows",
+    )
+    p.add_argument("--file", "-f", help="write the report to this file (and print a summary); default: print it")
     p.set_defaults(func=_cmd_report)
+
+
+def _report_format(value: str) -> str:
+    """``report -o``: the format; a file name there (the option's meaning before 0.2.0) says where it went."""
+    if value in ("html", "json"):
+        return value
+    raise argparse.ArgumentTypeError(
+        f"{value!r} is not a format: -o is html or json; write the report to a file with --file {value}"
+    )
 
 
 _SUBSCRIBERS_HELP = "only this subscriber (repeatable; default: every subscriber of the publication)"

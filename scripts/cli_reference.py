@@ -23,7 +23,9 @@ so it lists every command and option the installed version has; a unit test fail
 disagree. `airflow-repl --help` and `airflow-repl <command> --help` print the same text.
 
 Connection references in the topology (`-t`) are resolved as [connections.md](connections.md)
-says; exit codes and every error message are in [errors.md](errors.md).
+says; exit codes and every error message are in [errors.md](errors.md). An option means the same
+on every command that has it: `-t` the topology file, `-p` the publication, `-o/--output` the
+output format (`table`, `json`, or for `report` `html`), never a file (`report --file` names one).
 """
 
 

@@ -97,11 +97,22 @@ def _not_found(conn_id: str) -> TopologyError:
     var = f"AIRFLOW_CONN_{conn_id.upper()}"
     if os.environ.get(var) is not None:
         return TopologyError(f"the connection in environment variable {var} is malformed: {_why_unreadable(conn_id)}")
+    where = "" if _in_task() else f" (looked up in the metadata database of {airflow_home()})"
     return TopologyError(
-        f"connection id {conn_id!r} is not defined: set the environment variable {var} "
+        f"connection id {conn_id!r} is not defined{where}: set the environment variable {var} "
         f"(a postgres:// URI or Airflow's JSON form), or create it with "
         f"'airflow connections add {conn_id} --conn-type postgres ...' or in the secrets backend"
     )
+
+
+def airflow_home() -> str:
+    """Which Airflow home (configuration, metadata database) a lookup outside a task uses, as
+    messages name it: ``AIRFLOW_HOME=/path``, or Airflow's default when the variable is not set."""
+    from airflow.configuration import AIRFLOW_HOME
+
+    if os.environ.get("AIRFLOW_HOME"):
+        return f"AIRFLOW_HOME={AIRFLOW_HOME}"
+    return f"AIRFLOW_HOME={AIRFLOW_HOME}, Airflow's default: AIRFLOW_HOME is not set"
 
 
 def _why_unreadable(conn_id: str) -> str:

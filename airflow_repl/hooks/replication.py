@@ -9,8 +9,9 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from airflow_repl.engine.errors import TopologyError
+from airflow_repl.engine.errors import ReplError, TopologyError
 from airflow_repl.engine.model import topology
+from airflow_repl.engine.postgres import connections
 from airflow_repl.hooks import connections as airflow_connections
 
 
@@ -22,9 +23,11 @@ class ReplicationHook(BaseHook):
     ``PostgresHook`` does (:mod:`airflow_repl.hooks.connections`); ``postgresql://`` URIs in the
     topology are used as they are.
 
-    The hook's own connection type, ``airflow_repl``, names a topology: its extra ``topology`` is the
-    path of the topology file (docs/connections.md).  Give either ``topology_path`` or
-    ``repl_conn_id``.
+    The hook's own connection type, ``airflow_repl``, names a topology: its field ``topology``
+    (an extra key) is the path of the topology file, and its optional field ``publication`` a
+    default publication, :attr:`publication` (docs/connections.md).  Give either
+    ``topology_path`` or ``repl_conn_id``.  :meth:`test_connection` (the UI's *Test* button)
+    loads the topology and connects to each of its servers.
 
     :param topology_path: path of the topology YAML file.
     :param repl_conn_id: an ``airflow_repl`` connection whose extra ``topology`` is that path.
@@ -40,19 +43,37 @@ class ReplicationHook(BaseHook):
         if (topology_path is None) == (repl_conn_id is None):
             raise TopologyError("ReplicationHook takes a topology_path or a repl_conn_id (one of them)")
         self.repl_conn_id = repl_conn_id
-        self.topology_path = topology_path if topology_path is not None else self._path_of(str(repl_conn_id))
+        #: the connection's default publication (its field ``publication``), None when it has none
+        self.publication: str | None = None
+        if topology_path is not None:
+            self.topology_path = topology_path
+        else:
+            self.topology_path, self.publication = self._fields_of(str(repl_conn_id))
 
     @staticmethod
-    def _path_of(conn_id: str) -> str:
-        """The topology path an ``airflow_repl`` connection names (its extra ``topology``)."""
+    def _field(extra: dict[str, Any], name: str) -> Any:
+        """An ``airflow_repl`` field of the connection's extra: ``name``, or the form's prefixed
+        ``extra__airflow_repl__<name>`` of older Airflow UIs."""
+        value = extra.get(name)
+        return value if value not in (None, "") else extra.get(f"extra__{ReplicationHook.conn_type}__{name}")
+
+    @staticmethod
+    def _fields_of(conn_id: str) -> tuple[str, str | None]:
+        """The topology path and the default publication an ``airflow_repl`` connection names."""
         conn = airflow_connections.get_connection(conn_id)
-        path = conn.extra_dejson.get("topology")
+        extra = conn.extra_dejson
+        path, publication = ReplicationHook._field(extra, "topology"), ReplicationHook._field(extra, "publication")
         if conn.conn_type != ReplicationHook.conn_type or not isinstance(path, str) or not path:
             raise TopologyError(
                 f"Airflow connection {conn_id!r} does not name a topology: give it the type airflow_repl "
                 f'and the extra {{"topology": "/path/to/topology.yaml"}}'
             )
-        return path
+        if publication is not None and (not isinstance(publication, str) or not publication.strip()):
+            raise TopologyError(
+                f"Airflow connection {conn_id!r}: its publication must be a publication's name: "
+                f"set it to one, or remove it"
+            )
+        return path, publication or None
 
     @staticmethod
     def resolve_connection(conn_id: str) -> str:
@@ -61,6 +82,27 @@ class ReplicationHook(BaseHook):
 
     def get_topology(self) -> topology.Topology:
         return airflow_connections.load_topology(self.topology_path)
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Load the topology (and its default publication, when the connection names one) and
+        connect to each of its servers: ``(True, what was reached)``, or ``(False, the reason)``:
+        the first error, one line, without a password."""
+        try:
+            topo = self.get_topology()
+            if self.publication is not None:
+                topo.publication(self.publication)
+            reached = []
+            for loc, endpoint in topo.servers().items():
+                role = str(loc[0]) if len(loc) == 1 else f"subscriber {loc[-1]}"
+                conninfo = endpoint.require(role)
+                with connections.connect(conninfo, role, autocommit=True, connect_timeout=5) as conn:
+                    conn.execute("SELECT 1")
+                reached.append(f"{role} ({connections.describe(conninfo)})")
+        except ReplError as exc:
+            return False, str(exc)
+        except Exception as exc:  # a failure of a kind the engine does not name: its type and redacted text
+            return False, connections.redact(f"{type(exc).__name__}: {' '.join(str(exc).split())}")
+        return True, f"topology {self.topology_path}: connected to {len(reached)} server(s): {', '.join(reached)}"
 
     @staticmethod
     def write_spec(topo: topology.Topology, directory: str | Path) -> Path:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import BaseHook
+from airflow.sdk import AssetAlias, BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_repl.engine.errors import ReplError, failure_line
@@ -217,13 +217,28 @@ class _AssetsAndLineage(_AgentOperator):
     :mod:`airflow_repl.operators.lineage` and docs/assets-and-lineage.md."""
 
     def __init__(self, *, publication: str, outlets: Any = None, **kwargs: Any) -> None:
-        self.asset_alias = lineage.asset_alias(publication)
         given = list(outlets) if isinstance(outlets, list | tuple) else [outlets] if outlets is not None else []
-        super().__init__(publication=publication, outlets=[*given, self.asset_alias], **kwargs)
+        # a templated publication has its alias once rendered (render_template_fields); a plain one now,
+        # so that the DAG's serialized outlets name it
+        self.asset_alias: AssetAlias | None = (
+            None if lineage.is_templated(publication) else lineage.asset_alias(publication)
+        )
+        alias = [self.asset_alias] if self.asset_alias is not None else []
+        super().__init__(publication=publication, outlets=[*given, *alias], **kwargs)
         self._changed: list[tuple[TableAddress, dict[str, Any]]] | None = None
+
+    def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
+        """Render the templated fields, then name the alias after the rendered publication
+        (``publication='{{ params.pub }}'`` adds its events to ``airflow-repl:<the pub param>``)."""
+        super().render_template_fields(context, jinja_env)
+        rendered = lineage.asset_alias(self.publication)
+        self.outlets = [o for o in self.outlets if o != self.asset_alias] + [rendered]
+        self.asset_alias = rendered
 
     def _after_run(self, context: Any, topo: Topology, summary: dict[str, Any]) -> None:
         self._changed = lineage.changed_tables(self.agent, topo, self.publication, summary)
+        if self.asset_alias is None:  # execute called without rendering (outside a task run)
+            self.asset_alias = lineage.asset_alias(self.publication)
         if "outlet_events" in context:  # outside a task run (execute called directly) there is nowhere to emit
             lineage.emit(context, self.asset_alias, self._changed)
         self.log.info(

@@ -36,6 +36,11 @@ def asset_alias(publication: str) -> AssetAlias:
     return AssetAlias(name=f"{ALIAS_PREFIX}{publication}")
 
 
+def is_templated(value: str) -> bool:
+    """Whether ``value`` holds a Jinja expression or statement (rendered when the task runs)."""
+    return "{{" in value or "{%" in value
+
+
 def changed_tables(
     agent: str, topo: Topology, publication: str, summary: dict[str, Any]
 ) -> list[tuple[TableAddress, dict[str, Any]]]:

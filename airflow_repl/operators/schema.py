@@ -11,7 +11,7 @@ engine's one-line message.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -38,7 +38,9 @@ class SchemaChangeOperator(BaseOperator):
 
     :param topology: path of the topology YAML file.
     :param publication: a publication that publishes the table.
-    :param sql: the statement (templated), e.g. ``ALTER TABLE public.t ADD COLUMN c text``.
+    :param sql: the statement (templated), e.g. ``ALTER TABLE public.t ADD COLUMN c text``, or the
+        path of a ``.sql`` file holding it (found in the DAG's folder or ``template_searchpath``,
+        rendered as a template too).
     :param include_in_filter: an added column joins articles with a column filter too.
     :param quiesced_token: refuse the change unless the topology is quiesced up to this tracer
         token (templated; e.g. the XCom of a PostTracerTokenOperator): a subscription that fell
@@ -46,6 +48,8 @@ class SchemaChangeOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = ("topology", "publication", "sql", "quiesced_token")
+    template_ext: Sequence[str] = (".sql",)
+    template_fields_renderers: ClassVar[dict[str, str]] = {"sql": "sql"}
     ui_color = "#f5e3d7"
 
     def __init__(

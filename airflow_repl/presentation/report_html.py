@@ -16,8 +16,10 @@ reaches the page.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,7 +33,7 @@ from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.monitoring import report
 from airflow_repl.engine.monitoring.report import ReportData
-from airflow_repl.presentation.status_rows import COLUMNS, Cell, StatusRow, run_state
+from airflow_repl.presentation.status_rows import COLUMNS, CONFLICT_COLUMNS, Cell, StatusRow, run_state
 
 __all__ = ["ReportData", "bar_chart", "render", "write"]
 
@@ -92,13 +94,26 @@ class Chart:
         return self.row * len(self.bars) + 6
 
 
-def write(topology: Topology, path: Path, publication: str | None = None, title: str = "topology") -> ReportData:
-    """Write the page to ``path`` (refused, before anything is read, when its folder is missing)."""
-    if not path.parent.is_dir():
+def write(
+    topology: Topology, path: Path | None, publication: str | None = None, title: str = "topology", fmt: str = "html"
+) -> ReportData:
+    """Write the page (``fmt`` html) or the data it shows (json) to ``path``, or print it when
+    ``path`` is None (a missing folder is refused before anything is read)."""
+    if path is not None and not path.parent.is_dir():
         raise ReplError(f"cannot write the report to {str(path)!r}: folder {str(path.parent)!r} does not exist")
     data = report.collect(topology, publication, title)
-    path.write_text(render(data), encoding="utf-8")
+    text = render(data) if fmt == "html" else to_json(data) + "\n"
+    if path is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        path.write_text(text, encoding="utf-8")
     return data
+
+
+def to_json(data: ReportData) -> str:
+    """The report's data as JSON: title, generated_at, status, runs, conflicts, errors."""
+    return json.dumps(dataclasses.asdict(data), indent=2, default=str)
 
 
 def render(data: ReportData) -> str:
@@ -181,10 +196,8 @@ def _runs_table(runs: list[dict[str, Any]]) -> Table:
 
 
 def _conflicts_table(conflicts: list[dict[str, Any]]) -> Table:
-    headers = ["detected", "publication", "subscriber", "article", "key", "kind", "policy", "outcome", "agent"]
-    keys = ["detected_at", "publication", "subscriber", "article", "key", "kind", "policy", "outcome", "agent"]
-    rows = [[Cell(_text(c.get(k))) for k in keys] for c in reversed(conflicts)]
-    return Table(headers, rows, "no conflicts recorded")
+    rows = [[Cell(_text(c.get(k))) for _, k in CONFLICT_COLUMNS] for c in reversed(conflicts)]
+    return Table([h for h, _ in CONFLICT_COLUMNS], rows, "no conflicts recorded")
 
 
 def _errors_table(errors: list[dict[str, Any]]) -> Table:

@@ -35,6 +35,19 @@ COLUMNS = (
     "expires at",
 )
 
+#: The conflicts table of ``airflow-repl conflicts`` and of the report: (header, record key).
+CONFLICT_COLUMNS = (
+    ("detected", "detected_at"),
+    ("publication", "publication"),
+    ("subscriber", "subscriber"),
+    ("article", "article"),
+    ("key", "key"),
+    ("kind", "kind"),
+    ("policy", "policy"),
+    ("outcome", "outcome"),
+    ("agent", "agent"),
+)
+
 #: A run's state by its outcome, besides failed (the CSS classes of the report's cells and bars).
 _RUN_STATES = {"succeeded": "ok", "running": "run", "abandoned": "warn", "paused": "warn"}
 

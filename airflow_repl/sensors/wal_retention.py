@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
-from airflow.configuration import conf
-from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
 from airflow_repl.engine.errors import ReplError
@@ -84,13 +84,14 @@ class WalRetentionSensor(BaseSensorOperator):
             return first.xcom_value
         self.defer(
             trigger=WalRetentionTrigger(
-                topology=self.topology,
+                topology_path=self.topology,
                 publication=self.publication,
                 max_wal_mb=self.max_wal_mb,
                 poll_interval=self.poke_interval,
-                deadline=time.time() + self.timeout,
+                end_time=time.time() + self.timeout,
             ),
             method_name="execute_complete",
+            timeout=timedelta(seconds=self.timeout + 2 * self.poke_interval),  # the trigger's own deadline comes first
         )
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:

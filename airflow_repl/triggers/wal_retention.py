@@ -28,44 +28,54 @@ def measure(topology_path: str, publication: str, max_wal_mb: int | None) -> wal
 
 
 class WalRetentionTrigger(BaseTrigger):
-    """Fires ``success`` when the slot retains at most the limit, ``timeout`` at ``deadline``
-    (epoch seconds; None: never) with the last measurement, ``error`` when it cannot measure."""
+    """Fires ``success`` when the slot retains at most the limit, ``timeout`` at ``end_time``
+    (epoch seconds; None: never) with the last measurement, ``error`` when it cannot measure.
+
+    Its arguments are named as those of the quiescing triggers (``topology_path``, ``end_time``);
+    ``topology`` and ``deadline``, their names before 0.2.0, are still accepted, so a trigger
+    serialized by an older version resumes after an upgrade."""
 
     def __init__(
         self,
-        topology: str,
-        publication: str,
+        topology_path: str | None = None,
+        publication: str = "",
         max_wal_mb: int | None = None,
         poll_interval: float = 60.0,
+        end_time: float | None = None,
+        *,
+        topology: str | None = None,
         deadline: float | None = None,
     ) -> None:
         super().__init__()
-        self.topology, self.publication, self.max_wal_mb = topology, publication, max_wal_mb
-        self.poll_interval, self.deadline = poll_interval, deadline
+        path = topology_path if topology_path is not None else topology
+        if path is None or not publication:
+            raise TypeError("WalRetentionTrigger takes a topology_path and a publication")
+        self.topology_path, self.publication, self.max_wal_mb = path, publication, max_wal_mb
+        self.poll_interval, self.end_time = poll_interval, end_time if end_time is not None else deadline
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {
-                "topology": self.topology,
+                "topology_path": self.topology_path,
                 "publication": self.publication,
                 "max_wal_mb": self.max_wal_mb,
                 "poll_interval": self.poll_interval,
-                "deadline": self.deadline,
+                "end_time": self.end_time,
             },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:
             try:
-                found = await asyncio.to_thread(measure, self.topology, self.publication, self.max_wal_mb)
+                found = await asyncio.to_thread(measure, self.topology_path, self.publication, self.max_wal_mb)
             except ReplError as exc:
                 yield TriggerEvent({"status": "error", "message": str(exc)})
                 return
             if not found.exceeded:
                 yield TriggerEvent({"status": "success", "retention": found.to_dict(), "message": found.message()})
                 return
-            if self.deadline is not None and time.time() >= self.deadline:
+            if self.end_time is not None and time.time() >= self.end_time:
                 yield TriggerEvent({"status": "timeout", "retention": found.to_dict(), "message": found.message()})
                 return
             self.log.info("%s; polling again in %ss", found.message(), self.poll_interval)

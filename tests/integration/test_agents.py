@@ -299,22 +299,37 @@ def test_large_transaction_is_stored_atomically_in_chunks(env, spark):
     assert_in_sync(topo)
 
 
-def test_point_in_time_delivery_stops_at_until(env, spark):
+def test_point_in_time_delivery_stops_at_until(env, spark, caplog):
     topo = snapshotted_items(env, spark, 10)
     env.run(env.pub, "UPDATE items SET payload = 'one' WHERE id = 1")
     cut = env.rows(env.pub, "SELECT clock_timestamp()")[0][0]
     time.sleep(0.05)
     env.run(env.pub, "UPDATE items SET payload = 'two' WHERE id = 2")
     log_reader_agent.run_log_reader(topo, "p")
+    # a bound before every pending transaction delivers nothing, and says so: in the summary, and a warning line
+    caplog.set_level("WARNING", logger="airflow_repl.engine.agents.distribution_agent")
+    past = distribution_agent.run_distribution(topo, "p", "sub1", until="2020-01-01T00:00:00")
+    assert past["transactions"] == 0
+    left = past["left_by_until"]
+    assert (left["until"], left["transactions"], left["commands"]) == ("2020-01-01T00:00:00+00:00", 2, 2)
+    assert left["newest_commit_time_at_or_before_until"] is None and left["first_commit_time"] < cut.isoformat()
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warning.startswith("--until 2020-01-01T00:00:00+00:00 left 2 pending transaction(s) (2 commands)")
+    assert "no stored transaction committed at or before it" in warning and "with a later --until" in warning
+    caplog.clear()
     first = distribution_agent.run_distribution(topo, "p", "sub1", until=cut.isoformat())
     assert first["transactions"] == 1
+    left = first["left_by_until"]
+    assert left["transactions"] == 1 and left["first_commit_time"] > cut.isoformat()
+    assert left["newest_commit_time_at_or_before_until"] < cut.isoformat()  # the transaction it delivered
     assert env.rows(env.sub, "SELECT id, payload FROM items WHERE id IN (1, 2) ORDER BY id") == [
         (1, "one"),
         (2, env.rows(env.pub, "SELECT md5('2')")[0][0]),
     ]
     naive_utc = cut.astimezone(timezone.utc).replace(tzinfo=None).isoformat()  # no offset: read as UTC
     assert distribution_agent.run_distribution(topo, "p", "sub1", until=naive_utc)["transactions"] == 0
-    assert distribution_agent.run_distribution(topo, "p", "sub1")["transactions"] == 1
+    last = distribution_agent.run_distribution(topo, "p", "sub1")
+    assert last["transactions"] == 1 and "left_by_until" not in last
     assert_in_sync(topo)
 
 

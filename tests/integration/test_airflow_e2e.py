@@ -449,7 +449,8 @@ def test_unknown_topology_connection_names_the_connection(airflow_env, tmp_path)
     op = LogReaderAgentOperator(task_id="log_reader", topology=str(bad), publication="shop")
     # a bad topology fails the task without retries, with the one-line message
     with pytest.raises(
-        AirflowFailException, match="connection id 'no_such_pg' is not defined: set the environment variable"
+        AirflowFailException,
+        match=r"connection id 'no_such_pg' is not defined \(looked up in the metadata database of AIRFLOW_HOME=.*\): set the",
     ):
         op.execute({})
 
@@ -498,3 +499,54 @@ def test_updatable_dag_runs_the_queue_reader_through_spark_submit(airflow_env, s
     assert summary["conflicts"] == 1, summary
     out, err = capfd.readouterr()
     assert "Spark-Submit cmd: spark-submit" in out + err
+
+
+TEMPLATED_ALIAS_DAG = """
+import pendulum
+from airflow.sdk import DAG
+from repl_common import SPARK_CONN_ID, TOPOLOGY
+
+from airflow_repl.operators.agents import SnapshotAgentOperator
+
+with DAG(
+    dag_id="airflow_repl_templated_alias",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    params={"pub": "not-this-one"},
+) as dag:
+    SnapshotAgentOperator(
+        task_id="snapshot",
+        topology=TOPOLOGY,
+        publication="{{ params.pub }}",
+        conn_id=SPARK_CONN_ID,
+        reinitialize=True,  # events whatever ran before: every subscription is initialized again
+    )
+"""
+
+
+def test_a_templated_publication_names_the_alias_after_rendering(airflow_env, capfd):
+    """``publication='{{ params.pub }}'``: the operator's alias is named when the task renders its
+    templates, so a real DAG run adds its events to ``airflow-repl:shop``, and no alias is named
+    after the template or the parameter's default."""
+    from airflow.models.asset import AssetAliasModel
+    from airflow.sdk import AssetAlias
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    file = demo.DAGS / "test_templated_alias.py"  # dag.test() runs DAGs of the DAGs folder (its bundle)
+    file.write_text(TEMPLATED_ALIAS_DAG)
+    try:
+        dag = demo.load_dag(file.name)
+        assert not [o for o in dag.get_task("snapshot").outlets if isinstance(o, AssetAlias)]  # not named yet
+        dr = dag.test(run_conf={"pub": "shop"})
+    finally:
+        file.unlink()
+    assert _succeeded(dr), _why_not_success(dr, capfd, airflow_env["distributor"])
+    with create_session() as session:
+        names = set(session.scalars(select(AssetAliasModel.name)))
+        alias = session.scalar(select(AssetAliasModel).where(AssetAliasModel.name == "airflow-repl:shop"))
+        assert alias is not None, names
+        mine = [e for e in alias.asset_events if e.source_dag_id == "airflow_repl_templated_alias"]
+        assert {e.asset.uri for e in mine} == {_subscriber_uri(airflow_env, t) for t in TABLES}, mine
+        assert all(e.extra["publication"] == "shop" for e in mine)
+    assert not {n for n in names if "{" in n or "not-this-one" in n}, names

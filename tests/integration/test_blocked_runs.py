@@ -96,7 +96,7 @@ def test_changed_articles_leave_a_blocked_run_that_status_and_the_report_show(en
     if CHROMIUM is None:
         pytest.skip("chromium is not installed (scripts/bootstrap.sh installs it)")
     page = tmp_path / "report.html"
-    assert cli.main(["report", "-t", topo_file, "-o", str(page)]) == 0
+    assert cli.main(["report", "-t", topo_file, "--file", str(page)]) == 0
     dom = chromium("--dump-dom", page.as_uri())
     row = re.search(r"<tr><td>p</td><td>sub1</td>.*?</tr>", dom)
     assert row, dom

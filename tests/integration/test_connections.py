@@ -123,6 +123,36 @@ def test_a_topology_connection_names_the_topology_file(env, tmp_path, monkeypatc
         ReplicationHook(repl_conn_id="repl_t_topo")
 
 
+def test_the_test_button_connects_to_every_server_or_says_why_not(env, tmp_path, monkeypatch):
+    """``Connection.test_connection()``, what the UI's Test button calls: the hook loads the
+    topology named by the form's fields (topology file, default publication) and connects to each
+    server; (True, the servers reached) or (False, the first reason), never a password."""
+    from airflow.models.connection import Connection
+
+    def test(extra: dict) -> tuple[bool, str]:
+        monkeypatch.setenv("AIRFLOW_CONN_REPL_T_BUTTON", json.dumps({"conn_type": "airflow_repl", "extra": extra}))
+        return Connection(conn_id="repl_t_button", conn_type="airflow_repl", extra=json.dumps(extra)).test_connection()
+
+    uris = [connections.to_uri(c) for c in (env.pub, env.dist, env.sub)]
+    passwords = {conninfo_to_dict(c)["password"] for c in (env.pub, env.dist, env.sub)}
+    path = _topology(env, tmp_path, *uris)
+    ok, message = test({"topology": path, "publication": "p"})
+    assert ok is True, message
+    assert message.startswith(f"topology {path}: connected to 3 server(s): publisher (")
+    assert "subscriber sub1 (" in message and not any(pw in message for pw in passwords)
+
+    ok, message = test({"topology": path, "publication": "nope"})
+    assert (ok, message) == (False, "unknown publication 'nope'; the topology defines: p")
+    ok, message = test({"topology": str(tmp_path / "missing.yaml")})
+    assert ok is False and "missing.yaml" in message, message
+    # a subscriber nobody listens for: named, with the fix, and no password
+    down = dict(conninfo_to_dict(env.sub), port="1")
+    path = _topology(env, tmp_path, uris[0], uris[1], connections.to_uri(" ".join(f"{k}={v}" for k, v in down.items())))
+    ok, message = test({"topology": path})
+    assert ok is False and message.startswith("cannot connect to the subscriber sub1 at "), message
+    assert not any(pw in message for pw in passwords)
+
+
 # ---------------------------------------------------------------------- the command line, in a fresh process
 def _cli(tmp_path: Path, connections_file: Path, *argv: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW_CONN_")}
@@ -174,8 +204,38 @@ def test_cli_resolves_connection_ids_from_a_secrets_backend(env, tmp_path):
     res = _cli(tmp_path, file, "status", "-t", topo)
     line = _one_error_line(res)
     assert res.returncode == TopologyError.exit_code, res.stderr
-    assert "subscribers.sub1: connection id 'repl_t_sub' is not defined: set the environment variable " in line
+    assert (
+        f"subscribers.sub1: connection id 'repl_t_sub' is not defined (looked up in the metadata database of AIRFLOW_HOME={AIRFLOW_HOME}): set the environment variable "
+        in line
+    )
     assert "AIRFLOW_CONN_REPL_T_SUB" in line and "airflow connections add repl_t_sub" in line
+
+
+def test_uri_servers_touch_no_airflow_home_and_an_id_names_the_home_it_searched(env, tmp_path):
+    """Without AIRFLOW_HOME: a topology of URIs never creates ~/airflow (no metadata database, no
+    logs), whatever the command; an undefined connection id's error names the home Airflow used."""
+    env.run(env.pub, "CREATE TABLE orders (id int PRIMARY KEY, v text); INSERT INTO orders VALUES (1, 'a')")
+    home = tmp_path / "home"
+    home.mkdir()
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "AIRFLOW__"))}
+    clean |= {"HOME": str(home), "AIRFLOW_REPL_SPARK_CLASS_ARCHIVE": "off"}
+
+    def cli(*argv: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "airflow_repl.cli", *argv]
+        return subprocess.run(command, capture_output=True, text=True, env=clean, cwd=tmp_path, timeout=300)
+
+    uris = _topology(env, tmp_path, *(connections.to_uri(c) for c in (env.pub, env.dist, env.sub)))
+    for argv in (["apply"], ["snapshot"], ["logreader"], ["distribution"], ["status"], ["validate"], ["report"]):
+        res = cli(*argv, "-t", uris)
+        assert res.returncode == 0, (argv, res.stderr)
+        assert list(home.iterdir()) == [], (argv, list(home.rglob("*")))  # nothing created under HOME
+    ids = tmp_path / "ids.yaml"
+    ids.write_text(Path(uris).read_text().replace(connections.to_uri(env.pub), "repl_t_nowhere"))
+    line = _one_error_line(cli("status", "-t", str(ids)))
+    assert (
+        f"connection id 'repl_t_nowhere' is not defined (looked up in the metadata database of "
+        f"AIRFLOW_HOME={home / 'airflow'}, Airflow's default: AIRFLOW_HOME is not set): set the environment" in line
+    ), line
 
 
 @pytest.mark.parametrize(

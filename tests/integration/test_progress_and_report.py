@@ -114,9 +114,14 @@ def test_report_renders_in_a_headless_browser(env2, spark, tmp_path, capsys):
     topo = _queued_topology_file(env2, tmp_path)
     page = tmp_path / "report.html"
     capsys.readouterr()
-    assert cli.main(["report", "-t", topo, "-o", str(page)]) == 0
+    assert cli.main(["report", "-t", topo, "--file", str(page)]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["report"] == str(page) and summary["subscriptions"] == 2 and summary["errors"] >= 1
+    # -o json: the data the page shows, printed
+    assert cli.main(["report", "-t", topo, "-o", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {s["subscriber"] for s in data["status"]} == {"sub1", "sub2"} and len(data["conflicts"]) == 1
+    assert len(data["errors"]) == summary["errors"] and data["title"] == "topology.yaml"
 
     text = page.read_text()
     assert not re.search(r"""(src|href)\s*=\s*['"]?(https?:)?//""", text) and "<script" not in text  # no network
@@ -140,9 +145,9 @@ def test_report_renders_in_a_headless_browser(env2, spark, tmp_path, capsys):
 def test_report_refuses_a_missing_folder_and_an_undeployed_distributor(env, tmp_path, capsys):
     env.run(env.pub, "CREATE TABLE orders (id int PRIMARY KEY, v text)")
     topo = orders_topology_file(env, tmp_path)
-    assert cli.main(["report", "-t", topo, "-o", str(tmp_path / "nowhere" / "r.html")]) == ReplError.exit_code
+    assert cli.main(["report", "-t", topo, "--file", str(tmp_path / "nowhere" / "r.html")]) == ReplError.exit_code
     assert "folder" in capsys.readouterr().err and not (tmp_path / "nowhere").exists()
-    assert cli.main(["report", "-t", topo, "-o", str(tmp_path / "r.html")]) == NotInitialized.exit_code
+    assert cli.main(["report", "-t", topo, "--file", str(tmp_path / "r.html")]) == NotInitialized.exit_code
     err = capsys.readouterr().err
     assert "has no airflow_repl tables yet: run 'airflow-repl apply'" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "r.html").exists()

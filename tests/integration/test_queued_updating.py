@@ -387,11 +387,19 @@ def test_conflicts_cli_lists_and_filters(env, spark, tmp_path, capsys):
     queue_reader_agent.run_queue_reader(topo, "p", "sub1")
     path = tmp_path / "topology.yaml"
     path.write_text(json.dumps(topo.to_dict(with_secrets=True)))
-    assert cli.main(["conflicts", "-t", str(path), "--subscriber", "sub1", "--article", "items"]) == 0
+    assert cli.main(["conflicts", "-t", str(path), "--subscriber", "sub1", "--article", "items", "-o", "json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert [(c["kind"], c["key"]) for c in listed] == [("update/update", {"id": 1})]
-    assert cli.main(["conflicts", "-t", str(path), "--since", "2999-01-01"]) == 0
+    assert cli.main(["conflicts", "-t", str(path), "--since", "2999-01-01", "-o", "json"]) == 0
     assert json.loads(capsys.readouterr().out) == []
+    # a text table by default: a header, a line per conflict
+    assert cli.main(["conflicts", "-t", str(path)]) == 0
+    header, *lines = capsys.readouterr().out.splitlines()
+    assert header.split()[:4] == ["detected", "publication", "subscriber", "article"], header
+    assert len(lines) == 1 and lines[0].split()[1:4] == ["p", "sub1", "items"], lines
+    assert '{"id": 1}' in lines[0] and "update/update" in lines[0]
+    assert cli.main(["conflicts", "-t", str(path), "--since", "2999-01-01"]) == 0
+    assert capsys.readouterr().out.strip() == "no conflicts recorded"
 
 
 # ---------------------------------------------------------------------- exactly once

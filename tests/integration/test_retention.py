@@ -459,8 +459,13 @@ def test_wal_retention_sensor_poke_and_deferred(env, spark, tmp_path):
     assert isinstance(trigger, WalRetentionTrigger) and info.value.method_name == "execute_complete"
     classpath, kwargs = trigger.serialize()
     assert classpath == "airflow_repl.triggers.wal_retention.WalRetentionTrigger"
-    assert set(kwargs) == {"topology", "publication", "max_wal_mb", "poll_interval", "deadline"}
-    assert kwargs["topology"] == path and "postgresql://" not in json.dumps(kwargs)
+    # named as the quiescing triggers' arguments; the deferral has a timeout past the trigger's own
+    assert set(kwargs) == {"topology_path", "publication", "max_wal_mb", "poll_interval", "end_time"}
+    assert kwargs["topology_path"] == path and "postgresql://" not in json.dumps(kwargs)
+    assert info.value.timeout is not None and 0.5 < info.value.timeout.total_seconds() <= 0.5 + 2 * 0.1 + 1e-9
+    # a trigger serialized before the arguments were renamed resumes (its old names are accepted)
+    old = WalRetentionTrigger(topology=path, publication="p", max_wal_mb=1, poll_interval=0.1, deadline=1.5)
+    assert old.serialize()[1] == {**kwargs, "end_time": 1.5}
     timeout = asyncio.run(_first_event(WalRetentionTrigger(**kwargs)))  # still above 1 MB at its deadline
     assert timeout.payload["status"] == "timeout" and timeout.payload["retention"]["exceeded"] is True
     with pytest.raises(AirflowSensorTimeout, match="above its limit of 1 MB"):

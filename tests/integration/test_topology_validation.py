@@ -243,7 +243,7 @@ CASES = [
         "publisher: airflow_repl_nope",
         1,
         "publisher",
-        "connection id 'airflow_repl_nope' is not defined: set the environment variable AIRFLOW_CONN_AIRFLOW_REPL_NOPE",
+        "connection id 'airflow_repl_nope' is not defined (looked up in the metadata database of AIRFLOW_HOME=",
     ),
     case(
         "subscriber_connection_id_undefined",

@@ -90,6 +90,43 @@ def test_bad_numbers_and_options_are_usage_errors(capsys, tmp_path, argv, says):
     assert says in _usage_error(capsys, [command, "-t", str(tmp_path / "never-read.yaml"), *rest])
 
 
+#: The output formats a command may offer; ``-o`` is always one of them, never a file.
+FORMATS = {"table", "json", "html"}
+
+
+def _output_options() -> dict[str, argparse.Action]:
+    return {
+        p.prog.split()[-1]: a
+        for p in _parsers()[1:]
+        for a in p._actions
+        if "-o" in a.option_strings or "--output" in a.option_strings
+    }
+
+
+def test_dash_o_is_the_output_format_on_every_command_that_has_it():
+    found = _output_options()
+    assert {"status", "validate", "tracer", "plan", "report", "conflicts"} <= set(found), sorted(found)
+    for command, action in found.items():
+        assert action.option_strings == ["--output", "-o"] and action.dest == "output", command
+        assert action.choices and set(action.choices) <= FORMATS, (command, action.choices)
+        assert action.default in action.choices, command
+
+
+@pytest.mark.parametrize("command", sorted(_output_options()))
+def test_dash_o_refuses_a_file_name(capsys, tmp_path, command):
+    argv = [command, *(["history"] if command == "tracer" else []), "-t", str(tmp_path / "never-read.yaml")]
+    err = _usage_error(capsys, [*argv, "-o", "report.html"])
+    assert "argument --output/-o" in err and "'report.html'" in err, err
+
+
+def test_report_takes_its_file_from_file_and_says_so_when_given_one_after_o(capsys, tmp_path):
+    args = cli.build_parser().parse_args(["report", "-t", "x", "-o", "json", "--file", "r.json"])
+    assert (args.output, args.file) == ("json", "r.json")
+    assert cli.build_parser().parse_args(["report", "-t", "x"]).output == "html"
+    err = _usage_error(capsys, ["report", "-t", "x", "-o", "page.html"])
+    assert "-o is html or json; write the report to a file with --file page.html" in err
+
+
 def test_good_values_parse():
     args = cli.build_parser().parse_args(["cleanup", "-t", "x", "--min-retention", "0", "--batch-commands", "5"])
     assert args.min_retention == 0.0 and args.batch_commands == 5
@@ -114,8 +151,8 @@ def test_exit_codes_are_distinct_and_documented():
     assert DifferencesFound.retryable is False and issubclass(DifferencesFound, ReplError)
 
 
-def test_provider_info_points_at_the_shipped_documentation():
-    url = airflow_repl.get_provider_info()["integrations"][0]["external-doc-url"]
-    assert url.startswith("file://") and url.endswith("/index.md")
-    assert Path(url.removeprefix("file://")).is_file()
+def test_provider_info_has_no_path_of_the_build_machine_for_a_url():
+    """No public documentation site: no ``external-doc-url`` rather than a ``file://`` path."""
+    (integration,) = airflow_repl.get_provider_info()["integrations"]
+    assert "external-doc-url" not in integration
     assert (ROOT / "airflow_repl" / "py.typed").is_file()

@@ -62,3 +62,23 @@ def test_lag_in_the_json_and_the_table():
     assert row.to_json()["lag"] == {"seconds": 12.345, "oldest_pending_commit_time": T0.isoformat(), "tracer": None}
     header, line = status_table.format_table([row]).splitlines()
     assert header.split()[7:9] == ["lag", "s"] and line.split()[5] == "12.3"
+
+
+def test_the_conflicts_table_keeps_each_conflict_on_one_line_whatever_the_names():
+    hostile = {
+        "conflict_id": 1,
+        "detected_at": datetime(2026, 11, 23, 13, 0, 5, tzinfo=UTC),
+        "publication": "p",
+        "subscriber": "sub\nDROP TABLE x; --",
+        "article": "tab\tle ärtikel",
+        "key": {"id": 1, "name": "a\nb"},
+        "kind": "update/update",
+        "policy": "publisher wins",
+        "outcome": "publisher",
+        "agent": "queuereader",
+    }
+    header, line, *rest = status_table.format_conflicts([hostile, {**hostile, "subscriber": None}]).splitlines()
+    assert header.split()[:4] == ["detected", "publication", "subscriber", "article"]
+    assert line.startswith("2026-11-23T13:00:05+00:00  p ") and "sub\\nDROP TABLE x; --" in line
+    assert "tab\\tle ärtikel" in line and '{"id": 1, "name": "a\\nb"}' in line
+    assert len(rest) == 1 and status_table.format_conflicts([]) == "no conflicts recorded"

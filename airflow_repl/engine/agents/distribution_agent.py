@@ -878,12 +878,29 @@ def _skip_paused(run: AgentRun, dist: psycopg.Connection) -> dict[str, Any]:
     return run.succeed(summary, message=message, outcome="paused")
 
 
+def _left_by_until(run: AgentRun, delivery: _Delivery) -> None:
+    """A run bounded by ``until`` that left pending transactions says so: ``left_by_until`` in its
+    summary (how many, when the first of them and the newest below the bound committed) and a
+    warning line."""
+    assert delivery.settings.until is not None
+    dist = run.connect(delivery.topology.distributor.require("distributor"), "distributor", autocommit=True)
+    try:
+        left = progress.left_by_until(dist, delivery.publication, delivery.subscriber, delivery.settings.until)
+    finally:
+        dist.close()
+    if left["transactions"]:
+        delivery.totals["left_by_until"] = left
+        log.warning("%s", progress.until_message(delivery.publication, delivery.subscriber, left))
+
+
 def _succeed(run: AgentRun, delivery: _Delivery, loop: continuous_mode.Loop) -> dict[str, Any]:
     """Finish the run: its totals (with the streams' measured rates and, for a continuous run,
     how it ended) in the history row, the log and the result; ``paused`` when the subscription
     was paused at its end (a continuous run idled on it, or it was paused during the run)."""
     totals = delivery.totals
     totals["tables"] = delivery.tables.summary()
+    if delivery.settings.until is not None and not delivery.paused:
+        _left_by_until(run, delivery)
     if delivery.n > 1:
         totals["stream_rates"] = {"streams": delivery.n, **delivery.chooser.rates()}
     if not delivery.paused:

@@ -713,15 +713,19 @@ class Topology:
         return self.subscribers[name].require(f"subscriber {name}")
 
     # ------------------------------------------------------------------ resolution
-    def resolve(self, resolver: Resolver) -> Topology:
-        """Resolve every connection reference to a connection string (in place); an error names
-        the server's role (``subscribers.reporting: connection id ... is not defined ...``)."""
-        servers: dict[Loc, Endpoint] = {
+    def servers(self) -> dict[Loc, Endpoint]:
+        """Every server of the topology by its place in the file: ``("publisher",)``,
+        ``("distributor",)``, ``("subscribers", name)`` (:func:`format_loc` names it)."""
+        return {
             ("publisher",): self.publisher,
             ("distributor",): self.distributor,
             **{("subscribers", k): v for k, v in self.subscribers.items()},
         }
-        for loc, endpoint in servers.items():
+
+    def resolve(self, resolver: Resolver) -> Topology:
+        """Resolve every connection reference to a connection string (in place); an error names
+        the server's role (``subscribers.reporting: connection id ... is not defined ...``)."""
+        for loc, endpoint in self.servers().items():
             if endpoint.conninfo is None:
                 try:
                     endpoint.conninfo = resolver(endpoint.ref)

@@ -197,6 +197,47 @@ def backlog(conn: psycopg.Connection[Any], publication: str, subscriber: str) ->
     return (int(row[0]), int(row[1])) if row is not None else (0, 0)
 
 
+def left_by_until(conn: psycopg.Connection[Any], publication: str, subscriber: str, until: datetime) -> dict[str, Any]:
+    """What a run bounded by ``until`` left of the subscription's backlog: ``transactions`` and
+    ``commands`` still after its watermark, ``first_commit_time`` (the oldest commit among them),
+    and ``newest_commit_time_at_or_before_until`` (of every transaction of the publication still
+    stored, delivered or not: None when none committed at or before the bound)."""
+    row = conn.execute(
+        "SELECT count(t.xact_seqno), coalesce(sum(t.command_count), 0), min(t.commit_time), "
+        "(SELECT max(a.commit_time) FROM airflow_repl.transactions AS a "
+        " WHERE a.publication = s.publication AND a.commit_time <= %(u)s) "
+        "FROM airflow_repl.subscriptions AS s "
+        "LEFT JOIN airflow_repl.transactions AS t ON t.publication = s.publication "
+        "AND t.xact_seqno > coalesce(s.delivered_xact_seqno, s.start_xact_seqno, '0/0'::pg_lsn) "
+        "WHERE s.publication = %(p)s AND s.subscriber = %(s)s GROUP BY s.publication",
+        {"p": publication, "s": subscriber, "u": until},
+    ).fetchone()
+    count, commands, first, newest = row if row is not None else (0, 0, None, None)
+    return {
+        "until": until.isoformat(),
+        "transactions": int(count),
+        "commands": int(commands),
+        "first_commit_time": first.isoformat() if first is not None else None,
+        "newest_commit_time_at_or_before_until": newest.isoformat() if newest is not None else None,
+    }
+
+
+def until_message(publication: str, subscriber: str, left: dict[str, Any]) -> str:
+    """The warning of a run whose ``until`` left transactions undelivered (:func:`left_by_until`)."""
+    newest = left["newest_commit_time_at_or_before_until"]
+    below = (
+        f"the newest stored transaction at or before it committed at {newest}"
+        if newest
+        else ("no stored transaction committed at or before it")
+    )
+    return (
+        f"--until {left['until']} left {left['transactions']} pending transaction(s) ({left['commands']} commands) "
+        f"of publication {publication!r} undelivered to subscriber {subscriber!r}: the first committed at "
+        f"{left['first_commit_time']}, after the bound ({below}); run the Distribution Agent with a later "
+        f"--until, or without it, to deliver them"
+    )
+
+
 @dataclass(frozen=True)
 class SubscriptionRow:
     """A subscription's state at the distributor (see :data:`_STATUS`)."""
