@@ -765,6 +765,13 @@ def run_distribution(
     (:mod:`~airflow_repl.engine.agents.continuous`); not with ``until``."""
     opts = continuous_mode.options(continuous, poll_interval, max_run_seconds)
     continuous_mode.refuse_until(until, opts)
+    if topology.is_mariadb_subscriber(subscriber):  # through SQL statements (mariadb_distribution)
+        from airflow_repl.engine.agents.mariadb_distribution import run_mariadb_distribution
+
+        overrides = _Overrides(until, commit_batch_size, commit_batch_threshold, subscription_streams, skip_errors)
+        return run_mariadb_distribution(
+            topology, publication, subscriber, _settings(topology, publication, subscriber, overrides), opts
+        )
     in_doubt.resolve_quietly(topology, publication, [subscriber])  # its immediate updates, prepared at the publisher
     overrides = _Overrides(until, commit_batch_size, commit_batch_threshold, subscription_streams, skip_errors)
     delivery = _Delivery(topology, publication, subscriber, _settings(topology, publication, subscriber, overrides))
