@@ -650,17 +650,7 @@ class _Delivery:
         applied = batch.count_through(done)
         subscriber_state.set_watermark(self.streams.first, self.publication, done, applied)
         self.streams.first.commit()
-        for skipped in outcome.skipped:
-            dist_history.record_error(
-                dist,
-                run_id=run_id,
-                agent=AGENT,
-                publication=self.publication,
-                subscriber=self.subscriber,
-                skipped=True,
-                commit=False,
-                **dataclasses.asdict(skipped),
-            )
+        record_skipped(dist, run_id, self.publication, self.subscriber, outcome)
         self.totals["skipped"] += len(outcome.skipped)
         if outcome.conflicts:
             through = lsn.lsn_to_int(done)
@@ -730,6 +720,23 @@ class _Delivery:
             self.turns is None
             and self.guard is None
             and all(t.command_count and not t.schema_change for t in batch.txns)
+        )
+
+
+def record_skipped(
+    dist: psycopg.Connection, run_id: int, publication: str, subscriber: str, outcome: ReplayOutcome
+) -> None:
+    """Record at the distributor (in its open transaction) the transactions a replay skipped."""
+    for skipped in outcome.skipped:
+        dist_history.record_error(
+            dist,
+            run_id=run_id,
+            agent=AGENT,
+            publication=publication,
+            subscriber=subscriber,
+            skipped=True,
+            commit=False,
+            **dataclasses.asdict(skipped),
         )
 
 

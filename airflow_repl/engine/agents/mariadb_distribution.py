@@ -18,7 +18,6 @@ and ``bulk_apply`` are PostgreSQL's (refused here).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Any
 
@@ -37,7 +36,6 @@ from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.provisioning import pausing
 from airflow_repl.engine.state import (
     dist_drops,
-    dist_history,
     dist_publications,
     dist_subscriptions,
     dist_transactions,
@@ -51,9 +49,6 @@ from airflow_repl.engine.subscriber.mariadb_apply import MariaDBApplier
 
 log = logging.getLogger(__name__)
 AGENT = "distribution"
-
-#: MariaDB client errors that mean the server went away (2006 gone, 2013 lost, 2003 cannot connect).
-_LOST = (2003, 2006, 2013, 2055)
 
 
 def expected_tables(articles: list[ResolvedArticle]) -> list[catalog.Expected]:
@@ -225,22 +220,14 @@ class MariaDBDelivery:
         outcome = self._guard(
             lambda: mariadb_apply.replay(self.conn, applier, applier.commands(rows, article_rows), self.settings.skip)
         )
+        from airflow_repl.engine.agents.distribution_agent import record_skipped
+
         done = txns[-1].xact if outcome.failure is None else outcome.last_good
         if done is not None:
             applied = [t.xact for t in txns].index(done) + 1
             self._guard(lambda: state.set_watermark(self.conn, self.publication, done, applied))
             self._guard(self.conn.commit)
-            for skipped in outcome.skipped:
-                dist_history.record_error(
-                    dist,
-                    run_id=run_id,
-                    agent=AGENT,
-                    publication=self.publication,
-                    subscriber=self.subscriber,
-                    skipped=True,
-                    commit=False,
-                    **dataclasses.asdict(skipped),
-                )
+            record_skipped(dist, run_id, self.publication, self.subscriber, outcome)
             self.totals["skipped"] += len(outcome.skipped)
             self._delivered(dist, txns[:applied], outcome.commands)
         else:
@@ -262,17 +249,12 @@ class MariaDBDelivery:
         """Run a step at the subscriber; a lost server is one line naming it (ServerLost)."""
         try:
             return step()
-        except pymysql.err.OperationalError as exc:
-            if exc.args and exc.args[0] in _LOST:
-                raise ServerLost(
-                    f"lost connection to the {self.role} ({mariadb_connections.describe(self.conninfo)}): "
-                    f"{mariadb_connections.error_text(exc)}; run the Distribution Agent again"
-                ) from None
-            raise
-        except pymysql.err.InterfaceError as exc:
+        except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
+            if isinstance(exc, pymysql.err.OperationalError) and not mariadb_connections.is_lost(exc):
+                raise
             raise ServerLost(
                 f"lost connection to the {self.role} ({mariadb_connections.describe(self.conninfo)}): "
-                f"{mariadb_connections.error_text(exc)}; run the Distribution Agent again"
+                f"{mariadb_connections.error_text(exc)}"
             ) from None
 
 

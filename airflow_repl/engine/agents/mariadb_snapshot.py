@@ -7,7 +7,7 @@ watermark at the snapshot's consistent point (the exact hand-off to the Distribu
   names MariaDB cannot hold (more than 64 characters, a trailing space, columns equal but for
   case: MariaDB's column names are case-insensitive) are refused too.
 * :func:`prepare`: the state tables, and every article's table dropped and created (InnoDB,
-  utf8mb4, ``utf8mb4_bin``, with its primary key: InnoDB stores rows in key order).
+  utf8mb4, ``utf8mb4_nopad_bin``, with its primary key: InnoDB stores rows in key order).
 * :class:`TableLoad`: one data file's rows as multi-row INSERTs, in one InnoDB transaction that
   enters the file in the subscriber's ledger: exactly once, however often a task runs.
 * :func:`activate`: the unique keys added over the loaded rows, the row counts checked, the
@@ -95,7 +95,7 @@ def plan_tables(articles: list[ResolvedArticle], kinds: dict[int, str], subscrib
         lines.append(f"PRIMARY KEY ({', '.join(ident(names[i]) for i in art.pk_positions)})")
         create = (
             f"CREATE TABLE {ident(table)} ({', '.join(lines)}) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 "
-            f"COLLATE=utf8mb4_bin"
+            f"COLLATE=utf8mb4_nopad_bin"
         )
         unique = [
             f"ALTER TABLE {ident(table)} ADD UNIQUE KEY ({', '.join(ident(names[i]) for i in positions)})"
@@ -212,16 +212,11 @@ class TableLoad:
     def _errors(self) -> Any:
         try:
             yield
-        except pymysql.err.OperationalError as exc:
-            if exc.args and exc.args[0] in (2003, 2006, 2013, 2055):
+        except pymysql.MySQLError as exc:
+            if mariadb_connections.is_lost(exc):
                 raise ServerLost(
                     f"lost connection to the {self.role} ({mariadb_connections.describe(self.conninfo)})"
                 ) from None
-            raise ReplError(
-                f"cannot load the snapshot of article {self.article.name!r} into the {self.role}: "
-                f"{mariadb_connections.error_text(exc)}"
-            ) from None
-        except pymysql.MySQLError as exc:
             raise ReplError(
                 f"cannot load the snapshot of article {self.article.name!r} into the {self.role}: "
                 f"{mariadb_connections.error_text(exc)}"

@@ -1,6 +1,6 @@
 """The subscriber's catalog: the checks that refuse a MariaDB subscriber table before anything
 changes: it must exist, be transactional (InnoDB: its rows commit with the watermark), have its
-primary key, and compare its text key columns byte for byte (``utf8mb4_bin``)."""
+primary key, and compare its text key columns byte for byte (``utf8mb4_nopad_bin``)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_repl.engine.errors import ReplError
+
+#: Collations that compare text byte for byte, trailing spaces included (``utf8mb4_bin`` is a
+#: PAD SPACE collation: ``'a'`` and ``'a '`` would collide, distinct at the publisher).
+BINARY_NO_PAD = ("utf8mb4_nopad_bin", "utf8mb4_0900_bin", "binary")
 
 #: Storage engines whose tables commit and roll back with a transaction.
 TRANSACTIONAL = ("InnoDB",)
@@ -77,9 +81,9 @@ def check_table(conn: Any, database: str, expected: Expected, subscriber: str) -
     found = collations(conn, database, expected.table)
     for column in expected.key_columns:
         coll = found.get(column)
-        if coll is not None and not coll.endswith("_bin"):
+        if coll is not None and coll not in BINARY_NO_PAD:
             raise ReplError(
-                f"key column {column!r} of {where} has collation {coll}, which compares case- or "
-                f"accent-insensitively: keys distinct at the publisher would collide; give it utf8mb4_bin "
-                f"(ALTER TABLE ... MODIFY ... COLLATE utf8mb4_bin) or reinitialize the subscriber"
+                f"key column {column!r} of {where} has collation {coll}, which compares case-, accent- or "
+                f"trailing-space-insensitively: keys distinct at the publisher would collide; give it utf8mb4_nopad_bin "
+                f"(ALTER TABLE ... MODIFY ... COLLATE utf8mb4_nopad_bin) or reinitialize the subscriber"
             )

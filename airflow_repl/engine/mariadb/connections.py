@@ -50,7 +50,7 @@ SESSION_SETTINGS = (
     "SET time_zone = '+00:00', "
     "sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,"
     "NO_ENGINE_SUBSTITUTION,NO_AUTO_VALUE_ON_ZERO', foreign_key_checks = 0, "
-    "character_set_client = utf8mb4, character_set_results = utf8mb4, collation_connection = utf8mb4_bin"
+    "character_set_client = utf8mb4, character_set_results = utf8mb4, collation_connection = utf8mb4_nopad_bin"
 )
 
 
@@ -211,6 +211,16 @@ def connect(conninfo: str, role: str, **overrides: Any) -> pymysql.connections.C
         conn.close()
         raise connect_failed(role, conninfo, exc) from None
     return conn
+
+
+#: Client errors that mean the server went away (2003 cannot connect, 2006 gone, 2013 lost, 2055 lost).
+LOST_CONNECTION = (2003, 2006, 2013, 2055)
+
+
+def is_lost(exc: BaseException) -> bool:
+    """Whether a driver error means the connection to the server is gone."""
+    args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))
+    return isinstance(exc, pymysql.err.InterfaceError) or (bool(args) and args[0] in LOST_CONNECTION)
 
 
 def error_text(exc: BaseException) -> str:

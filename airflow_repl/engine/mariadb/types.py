@@ -3,8 +3,9 @@ value's PostgreSQL text (or the Arrow value the snapshot reads) as the parameter
 
 docs/subscribers-mariadb.md is the user's copy of :data:`TYPE_MAP_DOC`.  A type the map does
 not hold is refused before anything changes, naming the column and its type.  Text is utf8mb4
-always; every text column (key or not) compares with ``utf8mb4_bin``, so keys ``'a'`` and
-``'A'``, distinct at the publisher, stay distinct at the subscriber.
+always; every text column (key or not) compares with ``utf8mb4_nopad_bin``, so keys ``'a'``,
+``'A'`` and ``'a '``, distinct at the publisher, stay distinct at the subscriber (a NO PAD
+collation: ``utf8mb4_bin`` ignores trailing spaces).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from airflow_repl.engine.errors import DeliveryError, TopologyError
 
-TEXT = "CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+TEXT = "CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin"
 #: The longest key of text in characters: InnoDB's index limit (3072 bytes) over utf8mb4's 4 bytes.
 KEY_CHARS = 768
 KEY_BYTES = 3072

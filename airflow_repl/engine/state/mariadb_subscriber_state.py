@@ -11,8 +11,8 @@ from typing import Any
 
 import pymysql
 
-from airflow_repl.engine.errors import AgentBusy, NotInitialized
 from airflow_repl.engine.postgres.lsn import int_to_lsn, lsn_to_int
+from airflow_repl.engine.state import subscriber_state
 
 STATE = "airflow_repl_subscription_state"
 FILES = "airflow_repl_snapshot_files"
@@ -20,16 +20,16 @@ TABLES = (STATE, FILES)
 
 DDL = (
     f"CREATE TABLE IF NOT EXISTS {STATE} ("
-    "publication VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL PRIMARY KEY, "
-    "snapshot_id VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, "
+    "publication VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL PRIMARY KEY, "
+    "snapshot_id VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL, "
     "xact_seqno VARCHAR(32) CHARACTER SET ascii NOT NULL, "
     "position BIGINT UNSIGNED NOT NULL, "
     "transactions BIGINT NOT NULL DEFAULT 0, "
     "articles_hash VARCHAR(128) CHARACTER SET ascii NULL, "
     "updated_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB",
     f"CREATE TABLE IF NOT EXISTS {FILES} ("
-    "publication VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, "
-    "snapshot_id VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, "
+    "publication VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL, "
+    "snapshot_id VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL, "
     "path VARCHAR(512) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, "  # data/<safe folder>/part-N.parquet
     "`rows` BIGINT NOT NULL, "
     "PRIMARY KEY (publication, snapshot_id, path)) ENGINE=InnoDB",
@@ -102,25 +102,15 @@ def lock_watermark(conn: Any, publication: str, subscriber: str) -> str:
     refused: AgentBusy); a subscriber without one raises NotInitialized."""
     try:
         row = _one(conn, f"SELECT xact_seqno FROM {STATE} WHERE publication = %s FOR UPDATE NOWAIT", (publication,))
-    except pymysql.err.OperationalError as exc:
-        if exc.args and exc.args[0] == 1146:  # no state table: never initialized
-            row = None
-        elif exc.args and exc.args[0] in (1205, 1213):
-            raise AgentBusy(
-                f"another Distribution Agent is delivering publication {publication!r} to "
-                f"subscriber {subscriber!r}; wait for it to finish"
-            ) from None
-        else:
-            raise
-    except pymysql.err.ProgrammingError as exc:
-        if not (exc.args and exc.args[0] == 1146):
+    except pymysql.MySQLError as exc:
+        code = exc.args[0] if exc.args else None
+        if code in (1205, 1213):
+            raise subscriber_state.watermark_busy(publication, subscriber) from None
+        if code != 1146:  # 1146: no state table, never initialized
             raise
         row = None
     if row is None:
-        raise NotInitialized(
-            f"subscriber {subscriber!r} has no snapshot of publication {publication!r}: "
-            f"run the Snapshot Agent to initialize the subscription"
-        )
+        raise subscriber_state.not_initialized(publication, subscriber)
     return str(row[0])
 
 
