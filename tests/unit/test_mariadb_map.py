@@ -86,6 +86,9 @@ def test_quoting():
         check_name("column", "x" * 65, "t")
     with pytest.raises(TopologyError, match="trailing space"):
         check_name("column", "x ", "t")
+    with pytest.raises(TopologyError, match="4-byte"):
+        check_name("column", "x\U0001f600", "t")
+    assert check_name("column", 'a "b"\n`c` ' + "\u00e9" * 30 + "x", "t")
 
 
 def test_uri_and_connection_parts_normalized_without_losing_the_password():

@@ -46,9 +46,9 @@ class TablePlan:
 
 
 def user_type_kinds(pub: psycopg.Connection[Any], articles: list[ResolvedArticle]) -> dict[int, str]:
-    """``pg_type.typtype`` of the articles' user types (``e`` enum, ``r`` range, ``c`` composite,
+    """``pg_type.typtype`` of the articles' column types (``e`` enum, ``r`` range, ``c`` composite,
     ``d`` domain, ...), read at the publisher."""
-    oids = sorted({c.type_oid for a in articles for c in a.columns if c.type_oid >= 16384})
+    oids = sorted({c.type_oid for a in articles for c in a.columns})
     if not oids:
         return {}
     rows = pub.execute("SELECT oid::int8, typtype::text FROM pg_catalog.pg_type WHERE oid = ANY(%s)", (oids,))

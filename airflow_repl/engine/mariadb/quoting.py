@@ -26,10 +26,17 @@ def literal(text: str) -> str:
 
 def check_name(kind: str, name: str, where: str) -> str:
     """A name MariaDB can hold as it is, or a refusal naming it: at most 64 characters, no NUL,
-    no trailing space (MariaDB refuses or strips them)."""
-    if "\0" in name or not name or name != name.rstrip(" ") or len(name) > MAX_NAME:
+    no trailing space (MariaDB refuses or strips them), no character outside the Basic
+    Multilingual Plane (MariaDB's names are 3-byte utf8)."""
+    if (
+        "\0" in name
+        or not name
+        or name != name.rstrip(" ")
+        or len(name) > MAX_NAME
+        or any(ord(ch) > 0xFFFF for ch in name)
+    ):
         raise TopologyError(
             f"{kind} {name!r} of {where} cannot be a MariaDB name (at most {MAX_NAME} characters, no NUL, "
-            f"no trailing space): rename it at the publisher or leave it out of the article"
+            f"no trailing space, no 4-byte UTF-8 character): rename it at the publisher or leave it out of the article"
         )
     return name
