@@ -18,7 +18,7 @@ import shutil
 import socket
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import conninfo as pg_conninfo
@@ -27,6 +27,9 @@ from psycopg import sql
 from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.postgres import raw_sql
 from airflow_repl.engine.postgres.lsn import int_to_lsn, lsn_to_int
+
+if TYPE_CHECKING:
+    from airflow_repl.sandbox_mariadb import MariaDBServer
 
 RUN_AS = "airflowrepl"
 SETTINGS = {
@@ -304,9 +307,18 @@ class Sandbox:
             conf.write_text(text)
             self._chown(conf)
 
+    def mariadb(self) -> MariaDBServer:
+        """The sandbox's private MariaDB server (:mod:`airflow_repl.sandbox_mariadb`), started by
+        its ``start()``; :meth:`stop` and :meth:`destroy` include it."""
+        from airflow_repl.sandbox_mariadb import MariaDBServer
+
+        return MariaDBServer(self)
+
     def stop(self) -> None:
         if not self.state_file.exists():
             return
+        if "mariadb" in self._state():
+            self.mariadb().stop()
         for name in [*self.clusters, *self.wal_clusters()]:
             datadir = self._datadir(name)
             if (datadir / "PG_VERSION").exists():

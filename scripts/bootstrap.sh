@@ -2,7 +2,8 @@
 # Installs what a fresh machine lacks for airflow-repl: a Java runtime (Spark), PostgreSQL server
 # binaries (the sandbox and the tests), a headless browser (chromium: the test that renders
 # `airflow-repl report` and the docs' screenshot of it), a C compiler and Python's headers (the Log
-# Reader's compiled module, setup.py), a virtual environment with the package and its test and
+# Reader's compiled module, setup.py), a MariaDB server (the sandbox's MariaDB subscriber and its
+# tests; never run as a system service), a virtual environment with the package and its test and
 # lint dependencies.  Safe to re-run.
 set -euo pipefail
 PYTHON=${PYTHON:-python3}
@@ -17,6 +18,7 @@ have_pg_server() {
 missing=()
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 have_pg_server || missing+=(postgresql)
+[ -x /usr/sbin/mariadbd ] || [ -n "${AIRFLOW_REPL_MARIADB_BINDIR:-}" ] || command -v mariadbd >/dev/null 2>&1 || missing+=(mariadb-server)
 command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
 command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || missing+=(gcc)
@@ -31,6 +33,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # the packages start a system MariaDB server; airflow-repl starts private ones of its own
+  if [[ " ${missing[*]} " == *" mariadb-server "* ]] && command -v systemctl >/dev/null 2>&1; then
+    systemctl disable --now mariadb >/dev/null 2>&1 || true
+  fi
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then

@@ -29,6 +29,50 @@ def sandbox(tmp_path_factory):
     sb.destroy()
 
 
+class MariaDB:
+    """The session's private MariaDB server (``airflow_repl.sandbox_mariadb.MariaDBServer``) and
+    the databases the tests made in it: ``new_database(prefix)`` makes a fresh utf8mb4 database
+    and returns its name, ``uri(name)`` and ``connect(name)`` reach it; ``restart(kill=True)`` is
+    a crash of the server."""
+
+    def __init__(self, server) -> None:
+        self.server = server
+        self.made: list[str] = []
+
+    def new_database(self, prefix: str = "msub") -> str:
+        name = f"{prefix}_{len(self.made) + 1}"
+        self.server.create_database(name, recreate=True)
+        self.made.append(name)
+        return name
+
+    def uri(self, database: str) -> str:
+        return self.server.uri(database)
+
+    def connect(self, database: str | None = None):
+        return self.server.connect(database)
+
+    def rows(self, database: str, query: str, params=None) -> list[tuple]:
+        with self.server.connection(database) as conn, conn.cursor() as cur:
+            cur.execute(query, params)
+            return list(cur.fetchall())
+
+    def run(self, database: str, query: str, params=None) -> None:
+        with self.server.connection(database) as conn, conn.cursor() as cur:
+            cur.execute(query, params)
+
+    def restart(self, *, kill: bool = False) -> None:
+        self.server.restart(kill=kill)
+
+
+@pytest.fixture(scope="session")
+def mariadb(sandbox):
+    """The sandbox's private MariaDB server, started once for the session (see :class:`MariaDB`)."""
+    server = sandbox.mariadb()
+    server.start()
+    yield MariaDB(server)
+    server.stop()
+
+
 @pytest.fixture(scope="session")
 def spark():
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -8,6 +8,6 @@ its monitoring thresholds: ``status --check``), ``report`` (the data of ``airflo
 quiescing sensors: a token arrived, a topology quiesced up to a position) and ``wal_retention``
 (the WAL a publication's slot retains against its limit; the Log Reader warns).
 
-May import: ``errors``, ``model``, ``postgres``, ``articles``, ``codegen``, ``state``,
+May import: ``errors``, ``model``, ``mariadb``, ``postgres``, ``articles``, ``codegen``, ``state``,
 ``subscriber``, ``provisioning`` and ``runtime``.
 """

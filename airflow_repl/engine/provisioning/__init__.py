@@ -15,6 +15,6 @@ one subscription paused, which the Distribution Agent skips, and resumed) and ``
 product installed for it, resumable when stopped halfway) and ``procedure_regeneration``
 (``airflow-repl regenerate-procs``: procedures recreated at subscribers on demand).
 
-May import: ``errors``, ``model``, ``postgres``, ``articles``, ``codegen``, ``state``,
+May import: ``errors``, ``model``, ``mariadb``, ``postgres``, ``articles``, ``codegen``, ``state``,
 ``subscriber`` and ``runtime``.
 """

@@ -13,6 +13,6 @@ label, continuous or not, one run per subscriber or not, the lock it shares).  A
 :mod:`airflow_repl.engine.agents` with only its own logic, run inside an ``AgentRun`` (the
 lifecycle module's documentation says how to write one).
 
-May import: ``errors``, ``model``, ``postgres``, ``articles``, ``codegen``, ``state`` and
+May import: ``errors``, ``model``, ``mariadb``, ``postgres``, ``articles``, ``codegen``, ``state`` and
 ``subscriber``.
 """
