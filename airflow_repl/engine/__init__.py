@@ -4,11 +4,13 @@ Packages, from the bottom layer up; a package imports only from the layers below
 :mod:`~airflow_repl.engine.errors`, which every layer may use).  Packages that share a layer do
 not import each other:
 
-    errors < model < postgres < articles < codegen, state < subscriber, provisioning < agents
+    errors < model < mariadb < postgres < articles < codegen, state < subscriber, provisioning < agents
 
 =================  ==========================================================================
 ``errors``         the error classes, their exit codes and whether a retry can help
 ``model``          the topology as the user writes it: validated, no server, no database driver
+``mariadb``        MariaDB (MySQL) subscribers' access: connections, quoting, the type map,
+                   the catalog checks (below ``postgres``, which resolves their URIs through it)
 ``postgres``       PostgreSQL access: connections, quoting, the catalog, WAL positions, pgoutput
 ``articles``       articles resolved against the publisher's catalog, and the commands on them
 ``codegen``        text the engine generates: procedures, call syntaxes, T-SQL, user types

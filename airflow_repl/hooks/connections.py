@@ -1,5 +1,7 @@
 """Airflow connections of the topology's servers: Airflow's own lookup, libpq settings as ``PostgresHook`` makes them.
 
+A MariaDB subscriber's connection id is an Airflow ``mysql`` connection: :func:`mariadb_conninfo`.
+
 A server named by a connection id is an Airflow **Postgres** connection (conn type ``postgres``,
 of ``apache-airflow-providers-postgres``).  :func:`airflow_lookup` finds it where Airflow does:
 
@@ -28,12 +30,15 @@ from typing import Any
 from airflow.providers.postgres.hooks.postgres import PostgresHook
 
 from airflow_repl.engine.errors import ConnectionFailed, TopologyError
+from airflow_repl.engine.mariadb import connections as mariadb_connections
 from airflow_repl.engine.model import topology
 from airflow_repl.engine.postgres import connections
 
 #: The connection types a server's connection may have (Airflow writes ``postgres``; a JSON
 #: connection may say ``postgresql``).
 POSTGRES_CONN_TYPES = ("postgres", "postgresql")
+#: The connection types of a MariaDB subscriber (``apache-airflow-providers-mysql``'s ``mysql``).
+MYSQL_CONN_TYPES = ("mysql", "mariadb")
 
 #: The extras ``PostgresHook`` reads itself and never passes to libpq (its ``ignored_extra_options``:
 #: cursor factory, AWS/Azure IAM tokens, Redshift, SQLAlchemy URL settings).  They are dropped here too.
@@ -123,9 +128,26 @@ def _why_unreadable(conn_id: str) -> str:
     return "Airflow cannot read it"
 
 
+def mariadb_conninfo(conn: Any) -> str:
+    """The ``mariadb://`` connection string of an Airflow ``mysql`` connection (of
+    ``apache-airflow-providers-mysql``): host, port, login, password, schema (= database), and
+    every extra but the hook's own (``cursor``, ``client``, ``iam``, ``aws_conn_id``) as the
+    driver's settings (docs/subscribers-mariadb.md)."""
+    try:
+        return mariadb_connections.conninfo_from_parts(
+            conn.host, conn.port, conn.login, conn.password, conn.schema, conn.extra_dejson
+        )
+    except TopologyError as exc:
+        raise TopologyError(f"Airflow connection {conn.conn_id!r}: {exc}") from None
+
+
 def airflow_lookup(conn_id: str) -> str:
-    """A topology resolver: connection id -> libpq connection string, through Airflow."""
-    return postgres_conninfo(get_connection(conn_id))
+    """A topology resolver: connection id -> connection string, through Airflow (a ``mysql``
+    connection: a MariaDB subscriber's ``mariadb://`` string; otherwise libpq's)."""
+    conn = get_connection(conn_id)
+    if (conn.conn_type or "").lower() in MYSQL_CONN_TYPES:
+        return mariadb_conninfo(conn)
+    return postgres_conninfo(conn)
 
 
 def resolve_topology(topo: topology.Topology) -> topology.Topology:

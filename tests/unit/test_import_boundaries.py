@@ -37,7 +37,7 @@ import airflow_repl.engine
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "airflow_repl"
 ENGINE = "airflow_repl.engine"
-DRIVERS = ("psycopg", "psycopg2", "asyncpg")
+DRIVERS = ("psycopg", "psycopg2", "asyncpg", "pymysql")
 ENGINE_NEVER = ("airflow", "pyspark")
 PRESENTATION = "airflow_repl.presentation"
 
@@ -256,12 +256,12 @@ def test_no_import_crosses_a_line():
         (
             "airflow_repl.engine.codegen.fake",
             "from airflow_repl.engine.state import dist_history",  # a package of the same layer
-            "imports airflow_repl.engine.state.dist_history: codegen may import only articles, errors, model, postgres",
+            "imports airflow_repl.engine.state.dist_history: codegen may import only articles, errors, mariadb, model, postgres",
         ),
         (
             "airflow_repl.engine.subscriber.fake",
             "import airflow_repl.engine.provisioning.deploy",
-            "subscriber may import only articles, codegen, errors, model, postgres, state",
+            "subscriber may import only articles, codegen, errors, mariadb, model, postgres, state",
         ),
         (
             "airflow_repl.engine.errors",

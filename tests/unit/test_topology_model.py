@@ -195,7 +195,8 @@ def test_include_children_is_a_strict_boolean_defaulting_to_false():
         ),
         (lambda d: d.update(subscribers={"s1": {}}), "subscribers.s1: a server mapping needs conn_id"),
         (lambda d: d.update(publisher=["x"]), "publisher: a server must be an Airflow connection id"),
-        (lambda d: d.update(publisher="mysql://u@h/d"), "publisher: connection URI scheme 'mysql' is not supported"),
+        (lambda d: d.update(publisher="mysql://u@h/d"), "publisher: a MariaDB server cannot be the publisher"),
+        (lambda d: d.update(publisher="oracle://u@h/d"), "publisher: connection URI scheme 'oracle' is not supported"),
         (
             lambda d: d.update(publisher="has space"),
             "publisher: the server reference is not a valid Airflow connection",

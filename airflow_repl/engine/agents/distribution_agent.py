@@ -650,17 +650,7 @@ class _Delivery:
         applied = batch.count_through(done)
         subscriber_state.set_watermark(self.streams.first, self.publication, done, applied)
         self.streams.first.commit()
-        for skipped in outcome.skipped:
-            dist_history.record_error(
-                dist,
-                run_id=run_id,
-                agent=AGENT,
-                publication=self.publication,
-                subscriber=self.subscriber,
-                skipped=True,
-                commit=False,
-                **dataclasses.asdict(skipped),
-            )
+        record_skipped(dist, run_id, self.publication, self.subscriber, outcome)
         self.totals["skipped"] += len(outcome.skipped)
         if outcome.conflicts:
             through = lsn.lsn_to_int(done)
@@ -733,6 +723,23 @@ class _Delivery:
         )
 
 
+def record_skipped(
+    dist: psycopg.Connection, run_id: int, publication: str, subscriber: str, outcome: ReplayOutcome
+) -> None:
+    """Record at the distributor (in its open transaction) the transactions a replay skipped."""
+    for skipped in outcome.skipped:
+        dist_history.record_error(
+            dist,
+            run_id=run_id,
+            agent=AGENT,
+            publication=publication,
+            subscriber=subscriber,
+            skipped=True,
+            commit=False,
+            **dataclasses.asdict(skipped),
+        )
+
+
 def _prepare(applier: Applier, rows: list[CommandRow], txns: list[PendingTransaction]) -> read_ahead.Prepared:
     """A batch's net change from its stored commands (DELETE + INSERT pairs merged back into one
     UPDATE as the applier does), or why it has none; made by the read-ahead's thread."""
@@ -765,6 +772,13 @@ def run_distribution(
     (:mod:`~airflow_repl.engine.agents.continuous`); not with ``until``."""
     opts = continuous_mode.options(continuous, poll_interval, max_run_seconds)
     continuous_mode.refuse_until(until, opts)
+    if topology.is_mariadb_subscriber(subscriber):  # through SQL statements (mariadb_distribution)
+        from airflow_repl.engine.agents.mariadb_distribution import run_mariadb_distribution
+
+        overrides = _Overrides(until, commit_batch_size, commit_batch_threshold, subscription_streams, skip_errors)
+        return run_mariadb_distribution(
+            topology, publication, subscriber, _settings(topology, publication, subscriber, overrides), opts
+        )
     in_doubt.resolve_quietly(topology, publication, [subscriber])  # its immediate updates, prepared at the publisher
     overrides = _Overrides(until, commit_batch_size, commit_batch_threshold, subscription_streams, skip_errors)
     delivery = _Delivery(topology, publication, subscriber, _settings(topology, publication, subscriber, overrides))

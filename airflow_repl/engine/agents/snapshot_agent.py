@@ -36,7 +36,7 @@ from typing import Any, Protocol
 import psycopg
 from psycopg import sql
 
-from airflow_repl.engine.agents import progress_lines, snapshot_folder, subscriber_writer
+from airflow_repl.engine.agents import mariadb_snapshot, progress_lines, snapshot_folder, subscriber_writer
 from airflow_repl.engine.agents.lifecycle import AgentRun
 from airflow_repl.engine.agents.snapshot_folder import DataFile, LoadTarget, Partition
 from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
@@ -421,6 +421,10 @@ class _Initialization:
         """Mark the subscription 'initializing', then (re)create its tables and procedures."""
         dist_subscriptions.mark_initializing(self.dist, self.publication, name, self.snapshot_id)
         self.dist.commit()
+        if self.topology.is_mariadb_subscriber(name):
+            self.run.step = f"the initialization of MariaDB subscriber {name!r}"
+            mariadb_snapshot.prepare(self.conninfos[name], name, self.publication, self._mariadb_plan(name))
+            return
         with self.connect(name, self.conninfos[name]) as sub:
             _check_custom_procedures(sub, self.articles, name)  # before anything is dropped
             subscriber_state.reset_for_snapshot(sub, self.publication)
@@ -430,8 +434,23 @@ class _Initialization:
             if self.procs_sql.strip():
                 sub.execute(self.procs_sql)
 
+    def _mariadb_plan(self, name: str) -> list[mariadb_snapshot.TablePlan]:
+        if not hasattr(self, "_kinds"):
+            with self.run.connect(self.topology.publisher.require("publisher"), "publisher") as pub:
+                self._kinds = mariadb_snapshot.user_type_kinds(pub, self.articles)
+        return mariadb_snapshot.plan_tables(self.articles, self._kinds, name)
+
     def activate(self, name: str, manifest: dict[str, Any]) -> None:
         """Check the loaded rows, start the watermark, and mark the subscription 'active'."""
+        if self.topology.is_mariadb_subscriber(name):
+            self.run.step = f"the activation of MariaDB subscriber {name!r}"
+            plan = self._mariadb_plan(name)
+            mariadb_snapshot.activate(self.conninfos[name], name, self.publication, plan, manifest, self.snapshot_id)
+            dist_subscriptions.activate_subscription(
+                self.dist, self.publication, name, manifest["consistent_lsn"], definition_hash(self.articles)
+            )
+            self.dist.commit()
+            return
         with self.connect(name, self.conninfos[name]) as sub:
             self._add_keys(sub, name)
             _check_loaded_rows(sub, self.articles, manifest, name)
@@ -582,12 +601,18 @@ def _precheck_custom_procedures(
     before the topology is applied, so that a rejection leaves nothing half-made."""
     with run.connect(topology.publisher.require("publisher"), "publisher") as pub_conn:
         articles = deploy.resolve_publication(pub_conn, topology.publication(publication))
-    if not any(prop.method == "proc" and prop.custom for a in articles for prop in a.propagation.values()):
-        return
+        kinds = mariadb_snapshot.user_type_kinds(pub_conn, articles)
     active = set() if reinitialize else set(dist_subscriptions.active_subscriptions(dist, publication))
     dist.commit()
+    for name in names:  # MariaDB subscribers: reachable, and every column mapped (mariadb_snapshot)
+        if name not in active and topology.is_mariadb_subscriber(name):
+            run.step = f"the checks of MariaDB subscriber {name!r}"
+            mariadb_snapshot.plan_tables(articles, kinds, name)
+            mariadb_snapshot.connect(topology.subscriber_conninfo(name), name).close()
+    if not any(prop.method == "proc" and prop.custom for a in articles for prop in a.propagation.values()):
+        return
     for name in names:
-        if name not in active:
+        if name not in active and not topology.is_mariadb_subscriber(name):
             with run.connect(topology.subscriber_conninfo(name), f"subscriber {name!r}") as sub:
                 _check_custom_procedures(sub, articles, name)
 
@@ -617,6 +642,8 @@ def _check_user_types(
 ) -> None:
     """Refuse, before any of them changes, subscribers whose types differ from the publisher's."""
     for name in subscribers:
+        if topology.is_mariadb_subscriber(name):
+            continue  # its columns are mapped by type (mariadb_snapshot.plan_tables)
         with connect(name, topology.subscriber_conninfo(name)) as sub:
             user_types.check(sub, objects, name)
 

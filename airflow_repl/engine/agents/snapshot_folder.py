@@ -34,6 +34,7 @@ from airflow_repl.engine.agents import lifecycle
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.codegen import key_enforcement, procedures, user_types
 from airflow_repl.engine.errors import ReplError, ServerLost
+from airflow_repl.engine.model.topology import is_mariadb
 from airflow_repl.engine.postgres import arrow_reads, catalog, connections, copy_text, raw_sql
 from airflow_repl.engine.postgres.quoting import dollar_quote, ident, literal, qualified
 from airflow_repl.engine.state import subscriber_state
@@ -237,7 +238,7 @@ def read_partition(
     rows = 0
     what = f"article {article.name!r}"
     with contextlib.ExitStack() as subscribers:
-        targets = [_TableLoad(subscribers, name, info, article, snapshot_id, str(rel)) for name, info in loads]
+        targets = [_table_load(subscribers, name, info, article, snapshot_id, str(rel)) for name, info in loads]
         targets = [t for t in targets if t.claimed]
         with (
             arrow_reads.snapshot_batches(conninfo, "publisher", snapshot_name, query.as_string(None), what) as batches,
@@ -246,10 +247,14 @@ def read_partition(
             for batch in batches:
                 typed = _as_schema(batch, schema)
                 writer.write_batch(typed)
-                if targets:
-                    text = copy_text.copy_text(typed)  # COPY text, made column by column in C++
-                    for target in targets:
+                text = None
+                for target in targets:
+                    if isinstance(target, _TableLoad):
+                        if text is None:
+                            text = copy_text.copy_text(typed)  # COPY text, made column by column in C++
                         target.write(text)
+                    else:
+                        target.write_batch(typed)  # another engine's load (mariadb_snapshot)
                 rows += batch.num_rows
         for target in targets:  # the file is complete: every COPY ends, then every load commits
             target.end(rows)
@@ -260,6 +265,18 @@ def read_partition(
 
 #: A subscriber to load while reading: its name and connection string.
 LoadTarget = tuple[str, str]
+
+
+def _table_load(
+    stack: contextlib.ExitStack, subscriber: str, conninfo: str, article: ResolvedArticle, snapshot_id: str, rel: str
+) -> Any:
+    """The load of one data file into one subscriber: COPY at PostgreSQL, multi-row INSERTs at
+    MariaDB (:class:`~airflow_repl.engine.agents.mariadb_snapshot.TableLoad`)."""
+    if is_mariadb(conninfo):
+        from airflow_repl.engine.agents.mariadb_snapshot import TableLoad
+
+        return TableLoad(stack, subscriber, conninfo, article, snapshot_id, rel)
+    return _TableLoad(stack, subscriber, conninfo, article, snapshot_id, rel)
 
 
 class _TableLoad:

@@ -5,5 +5,5 @@ article plus its table's columns, key and definition hash) and ``commands``
 (:class:`~airflow_repl.engine.articles.commands.Command`, one row change of an article, as the
 Log Reader records it and the Distribution Agent applies it).
 
-May import: ``errors``, ``model`` and ``postgres``.
+May import: ``errors``, ``model``, ``mariadb`` and ``postgres``.
 """

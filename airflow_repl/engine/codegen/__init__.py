@@ -12,5 +12,5 @@ updatable subscriptions and its trigger), ``queue_triggers`` (the triggers that 
 updating subscriber's changes) and ``immediate_triggers`` (the dblink and two-phase commit
 triggers of immediate updating).
 
-May import: ``errors``, ``model``, ``postgres`` and ``articles``.
+May import: ``errors``, ``model``, ``mariadb``, ``postgres`` and ``articles``.
 """

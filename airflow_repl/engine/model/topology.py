@@ -169,6 +169,15 @@ def is_uri(ref: str) -> bool:
     return "://" in ref
 
 
+#: URI schemes of MariaDB (and MySQL) servers: subscribers only (docs/subscribers-mariadb.md).
+MARIADB_SCHEMES = ("mariadb", "mysql")
+
+
+def is_mariadb(ref_or_conninfo: str) -> bool:
+    """Whether a server reference or resolved connection string names a MariaDB (MySQL) server."""
+    return is_uri(ref_or_conninfo) and ref_or_conninfo.split("://", 1)[0].lower() in MARIADB_SCHEMES
+
+
 def _check_reference(ref: str) -> str:
     """A connection id (Airflow's rule) or a URI of a supported scheme; never quotes the value,
     which may carry a password."""
@@ -177,8 +186,11 @@ def _check_reference(ref: str) -> str:
             scheme = urlsplit(ref).scheme
         except ValueError:
             scheme = "?"
-        if scheme not in ("postgresql", "postgres"):
-            raise _error(f"connection URI scheme {scheme!r} is not supported: use postgresql://user@host:port/dbname")
+        if scheme not in ("postgresql", "postgres", *MARIADB_SCHEMES):
+            raise _error(
+                f"connection URI scheme {scheme!r} is not supported: use postgresql://user@host:port/dbname "
+                f"(or, for a MariaDB subscriber, mariadb://user@host:port/database)"
+            )
     elif not _CONN_ID_RE.fullmatch(ref):
         raise _error(
             "the server reference is not a valid Airflow connection id (1-250 letters, digits or _ # ! ( ) - . : / \\) "
@@ -226,7 +238,8 @@ class Endpoint(_Model):
             return self.ref
         try:
             uri = urlsplit(self.ref)
-            user, host, port = unquote(uri.username or ""), uri.hostname or "localhost", uri.port or 5432
+            default_port = 3306 if is_mariadb(self.ref) else 5432
+            user, host, port = unquote(uri.username or ""), uri.hostname or "localhost", uri.port or default_port
         except ValueError:
             return "<uri>"
         return f"{user}@{host}:{port}/{unquote(uri.path.lstrip('/'))}".lstrip("@")
@@ -591,6 +604,13 @@ class TopologyModel(_Model):
 
     @model_validator(mode="after")
     def _references(self) -> TopologyModel:
+        for role in ("publisher", "distributor"):
+            if is_mariadb(getattr(self, role).ref):
+                raise _error(
+                    f"a MariaDB server cannot be the {role}: it must be PostgreSQL (MariaDB servers can only be "
+                    f"subscribers)",
+                    at=(role,),
+                )
         publications = self._publication_indexes()
         pairs: dict[tuple[str, str], int] = {}
         for index, sub in enumerate(self.subscriptions):
@@ -728,7 +748,31 @@ class Topology:
                 except TopologyError as exc:
                     where = f"{self.origins[loc]}: " if loc in self.origins else ""
                     raise TopologyError(f"{where}{format_loc(loc)}: {exc}") from exc.__cause__
+        self._check_engines()
         return self
+
+    def is_mariadb_subscriber(self, name: str) -> bool:
+        """Whether subscriber ``name`` is a MariaDB (MySQL) server (known once resolved, or from its URI)."""
+        endpoint = self.subscribers[name]
+        return is_mariadb(endpoint.conninfo or endpoint.ref)
+
+    def _check_engines(self) -> None:
+        """Publisher and distributor are PostgreSQL; a MariaDB subscriber's subscriptions are
+        read only (updatable subscriptions stay PostgreSQL-only, as SQL Server keeps them for
+        SQL Server subscribers)."""
+        for role, endpoint in (("publisher", self.publisher), ("distributor", self.distributor)):
+            if is_mariadb(endpoint.conninfo or endpoint.ref):
+                raise TopologyError(
+                    f"{role}: {endpoint.display} is a MariaDB server; the {role} must be PostgreSQL "
+                    f"(MariaDB servers can only be subscribers)"
+                )
+        for sub in self.subscriptions:
+            if sub.update_mode.updatable and self.is_mariadb_subscriber(sub.subscriber):
+                raise TopologyError(
+                    f"subscription of MariaDB subscriber {sub.subscriber!r} to publication {sub.publication!r} has "
+                    f"update_mode {str(sub.update_mode)!r}: updatable subscriptions (immediate, queued) are "
+                    f"PostgreSQL-only; remove update_mode (read only)"
+                )
 
     # ------------------------------------------------------------------ (de)serialisation
     def to_dict(self, *, with_secrets: bool = False) -> dict[str, Any]:

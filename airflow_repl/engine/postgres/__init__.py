@@ -14,7 +14,8 @@ function each (``advisory_locks``), the statement that switches a table's trigge
 and statements short (``stop_signals``), and JSON values whose numbers stay exact through Python
 (``json_values``).
 
-May import: :mod:`airflow_repl.engine.errors`, :mod:`airflow_repl.engine.model`, psycopg and
-ADBC's PostgreSQL driver.
+May import: :mod:`airflow_repl.engine.errors`, :mod:`airflow_repl.engine.model`,
+:mod:`airflow_repl.engine.mariadb` (a ``mariadb://`` subscriber reference is resolved through it),
+psycopg and ADBC's PostgreSQL driver.
 Nothing here knows about articles, agents or the distribution database.
 """

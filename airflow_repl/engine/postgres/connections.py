@@ -21,8 +21,9 @@ import psycopg
 from psycopg import conninfo as pg_conninfo
 from psycopg import pq
 
-from airflow_repl.engine.errors import ConnectionFailed, TopologyError
-from airflow_repl.engine.model.topology import Topology, is_uri
+from airflow_repl.engine.errors import ConnectionFailed, ReplError, TopologyError
+from airflow_repl.engine.mariadb import connections as mariadb_connections
+from airflow_repl.engine.model.topology import Topology, is_mariadb, is_uri
 
 Resolver = Callable[[str], str]
 
@@ -134,6 +135,8 @@ def _no_lookup(conn_id: str) -> str:
 
 def resolve(ref: str, resolver: Resolver | None = None) -> str:
     """Turn a connection reference (URI or connection id) into a libpq connection string."""
+    if is_mariadb(ref):
+        return mariadb_connections.from_uri(ref)
     if is_uri(ref):
         return _uri_to_conninfo(ref)
     return (resolver or _no_lookup)(ref)
@@ -199,6 +202,11 @@ def connect(
 ) -> psycopg.Connection:
     """Connect, turning an unreachable server into an error that names it and the fix
     (``connect_timeout``: seconds, at least 2, as libpq counts them)."""
+    if is_mariadb(conninfo):  # never handed to libpq, whose error would quote it (password and all)
+        raise ReplError(
+            f"the {role} at {mariadb_connections.describe(conninfo)} is a MariaDB server, which this command does not "
+            f"support yet (docs/subscribers-mariadb.md lists what MariaDB subscribers have)"
+        )
     try:
         return psycopg.connect(
             with_session_settings(conninfo), autocommit=autocommit, connect_timeout=connect_timeout, **kwargs

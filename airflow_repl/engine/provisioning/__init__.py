@@ -14,5 +14,5 @@ one subscription paused, which the Distribution Agent skips, and resumed) and ``
 (``airflow-repl drop``: an article, a subscription or a publication retired, with what the
 product installed for it, resumable when stopped halfway).
 
-May import: ``errors``, ``model``, ``postgres``, ``articles``, ``codegen`` and ``state``.
+May import: ``errors``, ``model``, ``mariadb``, ``postgres``, ``articles``, ``codegen`` and ``state``.
 """

@@ -14,8 +14,9 @@ from psycopg import sql
 from airflow_repl.engine.articles.resolved import ResolvedArticle, resolve_articles
 from airflow_repl.engine.codegen import call_syntax
 from airflow_repl.engine.errors import TopologyError
+from airflow_repl.engine.mariadb import connections as mariadb_connections
 from airflow_repl.engine.model import naming
-from airflow_repl.engine.model.topology import Publication, Topology
+from airflow_repl.engine.model.topology import Publication, Topology, is_mariadb
 from airflow_repl.engine.postgres import catalog, connections, raw_sql
 from airflow_repl.engine.provisioning import updating_setup
 from airflow_repl.engine.state import dist_publications, dist_schema, dist_subscriptions, publisher_state
@@ -37,7 +38,11 @@ def check_reachable(topology: Topology) -> None:
         ("distributor", topology.distributor),
         *[(f"subscriber {k!r}", v) for k, v in topology.subscribers.items()],
     ]:
-        connections.connect(endpoint.require(role), role).close()
+        conninfo = endpoint.require(role)
+        if is_mariadb(conninfo):
+            mariadb_connections.connect(conninfo, f"MariaDB {role}").close()
+        else:
+            connections.connect(conninfo, role).close()
 
 
 def resolve_publication(

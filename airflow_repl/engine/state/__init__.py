@@ -10,7 +10,8 @@ snapshots), ``dist_subscriptions`` (subscriptions: options, update mode, status,
 Distribution Agent's reads), ``dist_history`` (agent runs and their errors), ``dist_conflicts``
 (the conflicts of queued updating), ``dist_drops`` (drops under way, and each drop's last step
 at the distributor) and ``dist_encoding`` (their JSON, written and read);
-``subscriber_state`` (the subscriber's ``airflow_repl`` schema and every statement on it, the
+``mariadb_subscriber_state`` (a MariaDB subscriber's watermark and snapshot ledger, in InnoDB
+tables of its database); ``subscriber_state`` (the subscriber's ``airflow_repl`` schema and every statement on it, the
 queue of queued updating among them) and ``subscriber_queue`` (the queue's counts) and
 ``publisher_state`` (the Queue Reader's ``queue_applied`` and replication origin at the
 publisher) and ``subscriber_immediate`` (an immediate subscriber's publisher link and
@@ -20,5 +21,5 @@ glance, its backlog, and the recent runs and errors the report shows) and ``rete
 the cleanup agent may delete, and expiring subscriptions); one function per question an agent
 asks.
 
-May import: ``errors``, ``model``, ``postgres`` and ``articles``.
+May import: ``errors``, ``model``, ``mariadb``, ``postgres`` and ``articles``.
 """

@@ -222,18 +222,28 @@ def lock_watermark(conn: psycopg.Connection, publication: str, subscriber: str) 
             (publication,),
         ).fetchone()
     except psycopg.errors.LockNotAvailable:
-        raise AgentBusy(
-            f"another Distribution Agent is delivering publication {publication!r} to "
-            f"subscriber {subscriber!r}; wait for it to finish"
-        ) from None
+        raise watermark_busy(publication, subscriber) from None
     except psycopg.errors.UndefinedTable:
         row = None
     if row is None:
-        raise NotInitialized(
-            f"subscriber {subscriber!r} has no snapshot of publication {publication!r}: "
-            f"run the Snapshot Agent to initialize the subscription"
-        )
+        raise not_initialized(publication, subscriber)
     return str(row[0])
+
+
+def watermark_busy(publication: str, subscriber: str) -> AgentBusy:
+    """The watermark is locked: another Distribution Agent delivers there (any subscriber engine)."""
+    return AgentBusy(
+        f"another Distribution Agent is delivering publication {publication!r} to "
+        f"subscriber {subscriber!r}; wait for it to finish"
+    )
+
+
+def not_initialized(publication: str, subscriber: str) -> NotInitialized:
+    """The subscriber has no watermark: no snapshot was loaded there (any subscriber engine)."""
+    return NotInitialized(
+        f"subscriber {subscriber!r} has no snapshot of publication {publication!r}: "
+        f"run the Snapshot Agent to initialize the subscription"
+    )
 
 
 def watermark(conn: psycopg.Connection, publication: str) -> str | None:

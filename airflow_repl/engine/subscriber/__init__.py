@@ -2,7 +2,8 @@
 subscriber's tables with the publisher's.
 
 Owns: ``statements`` (one prepared statement per article and operation, with the row-not-found
-check), ``applier`` (the apply backend: pipelined, over several streams at once, or replayed
+check), ``mariadb_apply`` (the same at a MariaDB subscriber: SQL statements, applied in a batch
+or replayed with a savepoint per transaction), ``applier`` (the apply backend: pipelined, over several streams at once, or replayed
 command by command), ``bulk_apply`` (a batch's net change per key applied with set-based
 statements: the subscription option ``bulk_apply``), ``conflicts`` (what a failed command means:
 skip its transaction or stop; and the queued updating conflict rules), ``superseded`` (the
@@ -15,5 +16,5 @@ resolver of immediate updating's transactions prepared at the publisher), ``vali
 replicated schema change applied to the destination table, and the article's procedures
 regenerated, in the delivering transaction).
 
-May import: ``errors``, ``model``, ``postgres``, ``articles``, ``codegen`` and ``state``.
+May import: ``errors``, ``model``, ``mariadb``, ``postgres``, ``articles``, ``codegen`` and ``state``.
 """

@@ -60,20 +60,26 @@ class Skipped:
 def resolve(exc: psycopg.Error, at: FailedCommand, skip: set[str]) -> Skipped | DeliveryError:
     """Skip the transaction when ``exc``'s SQLSTATE is one of ``skip``; otherwise the error
     that stops delivery."""
-    diag = exc.diag.message_primary or str(exc)
-    if exc.sqlstate in skip:
+    return resolve_failure(exc.sqlstate, exc.diag.message_primary or str(exc), at, skip)
+
+
+def resolve_failure(sqlstate: str | None, diag: str, at: FailedCommand, skip: set[str]) -> Skipped | DeliveryError:
+    """:func:`resolve` of a failure given as its SQLSTATE and message (a subscriber on another
+    engine reports its errors in PostgreSQL's SQLSTATEs: ``RP598`` row not found, ``23505``
+    duplicate key)."""
+    if sqlstate in skip:
         return Skipped(
             xact_seqno=at.xact,
             command_id=at.command_id,
             article=at.command.article,
-            sqlstate=exc.sqlstate,
+            sqlstate=sqlstate,
             command=at.command.to_json(),
             message=f"skipped transaction {at.xact}: cannot apply {at.description} (command {at.command_id}): {diag}",
         )
-    hint = _ROW_NOT_FOUND_HINT if exc.sqlstate == ROW_NOT_FOUND_SQLSTATE else ""
+    hint = _ROW_NOT_FOUND_HINT if sqlstate == ROW_NOT_FOUND_SQLSTATE else ""
     return DeliveryError(
         f"cannot apply {at.description} in transaction {at.xact} (command {at.command_id}): {diag}.{hint}",
-        sqlstate=exc.sqlstate,
+        sqlstate=sqlstate,
         xact_seqno=at.xact,
         command_id=at.command_id,
         article=at.command.article,

@@ -1,0 +1,298 @@
+"""The Distribution Agent at a MariaDB subscriber: the same delivery, in commit order and
+exactly once, through SQL statements (:mod:`~airflow_repl.engine.subscriber.mariadb_apply`).
+
+Each batch (``commit_batch_size`` transactions, about ``commit_batch_threshold`` commands) is
+applied and the subscriber's watermark
+(:mod:`~airflow_repl.engine.state.mariadb_subscriber_state`) moved in one InnoDB transaction:
+a crash anywhere (of the agent, of the MariaDB server) rolls the subscriber back to the last
+watermark, and the next run resumes from it.  A batch that fails is rolled back and replayed
+command by command with a savepoint per transaction: ``skip_errors`` skips what it allows, any
+other error stops delivery naming the command, with what was applied before it committed.
+
+Before anything is delivered the run checks the subscription (nothing changed when refused):
+its articles unchanged since the snapshot, no custom procedure, and every subscriber table
+transactional (InnoDB), with its primary key and binary key collations
+(:func:`~airflow_repl.engine.mariadb.catalog.check_table`).  One stream: ``subscription_streams``
+and ``bulk_apply`` are PostgreSQL's (refused here).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import psycopg
+import pymysql
+from pymysql.constants import CLIENT
+
+from airflow_repl.engine.agents import continuous as continuous_mode
+from airflow_repl.engine.agents import progress_lines
+from airflow_repl.engine.agents.lifecycle import AgentRun
+from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
+from airflow_repl.engine.errors import ConnectionFailed, ReplError, ServerLost
+from airflow_repl.engine.mariadb import catalog
+from airflow_repl.engine.mariadb import connections as mariadb_connections
+from airflow_repl.engine.model.topology import Topology
+from airflow_repl.engine.provisioning import pausing
+from airflow_repl.engine.state import (
+    dist_drops,
+    dist_publications,
+    dist_subscriptions,
+    dist_transactions,
+    progress,
+    retention,
+)
+from airflow_repl.engine.state import mariadb_subscriber_state as state
+from airflow_repl.engine.state.dist_transactions import PendingTransaction
+from airflow_repl.engine.subscriber import mariadb_apply
+from airflow_repl.engine.subscriber.mariadb_apply import MariaDBApplier
+
+log = logging.getLogger(__name__)
+AGENT = "distribution"
+
+
+def expected_tables(articles: list[ResolvedArticle]) -> list[catalog.Expected]:
+    """What :func:`catalog.check_table` checks of each article's table."""
+    out = []
+    for art in articles:
+        names = art.column_names
+        keys = sorted({names[i] for i in art.key_positions})
+        out.append(catalog.Expected(art.dest_table, art.primary_key, keys))
+    return out
+
+
+class MariaDBDelivery:
+    """One Distribution Agent run for a MariaDB subscriber."""
+
+    def __init__(self, topology: Topology, publication: str, subscriber: str, settings: Any) -> None:
+        self.topology, self.publication, self.subscriber, self.settings = topology, publication, subscriber, settings
+        self.conninfo = topology.subscriber_conninfo(subscriber)
+        self.role = f"MariaDB subscriber {subscriber!r}"
+        self.conn: Any = None
+        self.totals: dict[str, Any] = {
+            "transactions": 0,
+            "commands": 0,
+            "commits": 0,
+            "retries": 0,
+            "skipped": 0,
+            "last_xact_seqno": None,
+        }
+        self.paused = False
+
+    # ------------------------------------------------------------------ checks
+    def refuse_options(self) -> None:
+        if self.settings.streams > 1 or self.settings.bulk:
+            option = "subscription_streams" if self.settings.streams > 1 else "bulk_apply"
+            raise ReplError(
+                f"subscription of MariaDB subscriber {self.subscriber!r} to publication {self.publication!r} sets "
+                f"{option}, which only PostgreSQL subscribers have: remove it"
+            )
+
+    def connect(self, run: AgentRun) -> None:
+        run.step = "connecting"
+        self.conn = mariadb_connections.connect(self.conninfo, self.role, client_flag=CLIENT.FOUND_ROWS)
+        run.cleanups.append(self.close)
+        state.lock_watermark(self.conn, self.publication, self.subscriber)  # initialized, no other agent
+        self.conn.rollback()
+
+    def close(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except pymysql.MySQLError:
+                pass
+            self.conn = None
+
+    def check(self, run: AgentRun, dist: psycopg.Connection[Any]) -> MariaDBApplier:
+        """The subscription's articles and tables, checked; nothing is changed."""
+        run.step = "the subscription check"
+        unfinished = dist_drops.unfinished_drop(dist, self.publication, self.subscriber)
+        if unfinished is not None:
+            raise ReplError(unfinished)
+        retention.lock_unexpired(dist, self.publication, self.subscriber)
+        watermark = state.watermark(self.conn, self.publication)
+        articles = dist_publications.definitions_at(
+            dist, self.publication, watermark, dist_publications.load_articles(dist, self.publication)
+        )
+        has = dist_subscriptions.subscription_articles_hash(dist, self.publication, self.subscriber)
+        dist.commit()
+        if has is not None and has != definition_hash(articles):
+            raise ReplError(
+                f"the articles of publication {self.publication!r} changed since subscriber {self.subscriber!r} "
+                f"was initialized: run the Snapshot Agent with reinitialize for it "
+                f"({retention.reinitialize_command(self.publication, self.subscriber)})"
+            )
+        mariadb_apply.check_propagation(articles, self.subscriber)
+        database = mariadb_connections.database(self.conninfo)
+        for expected in expected_tables(articles):
+            catalog.check_table(self.conn, database, expected, self.subscriber)
+        self.conn.rollback()
+        return MariaDBApplier({a.name: a for a in articles})
+
+    # ------------------------------------------------------------------ the loop
+    def run(
+        self,
+        dist: psycopg.Connection[Any],
+        run_id: int,
+        applier: MariaDBApplier,
+        loop: continuous_mode.Loop,
+        lines: progress_lines.Lines,
+    ) -> None:
+        self._catch_up_record(dist)
+        while True:
+            batch = self._next_batch(dist)
+            if batch is None:
+                if loop.idle():
+                    continue
+                break
+            watermark, txns = batch
+            self._deliver(dist, run_id, applier, watermark, txns)
+            if lines.due():
+                tx, cmds = progress.backlog(dist, self.publication, self.subscriber)
+                dist.commit()
+                lines.log(progress_lines.delivery_line(self.totals["transactions"], self.totals["commands"], tx, cmds))
+            if not loop.go_on():
+                break
+
+    def _catch_up_record(self, dist: psycopg.Connection[Any]) -> None:
+        """A run that stopped between a subscriber commit and its record at the distributor."""
+        watermark = state.watermark(self.conn, self.publication)
+        self.conn.rollback()
+        if watermark is not None and dist_subscriptions.catch_up_delivered(
+            dist, self.publication, self.subscriber, watermark
+        ):
+            progress.record_arrivals(dist, self.publication, self.subscriber, watermark)
+        dist.commit()
+
+    def _next_batch(self, dist: psycopg.Connection[Any]) -> tuple[str, list[PendingTransaction]] | None:
+        from airflow_repl.engine.agents.distribution_agent import _cut_batch
+
+        watermark = self._guard(lambda: state.lock_watermark(self.conn, self.publication, self.subscriber))
+        pending = dist_transactions.pending_transactions(dist, self.publication, watermark, self.settings.size)
+        self.paused = retention.lock_unexpired(dist, self.publication, self.subscriber)
+        txns = [] if self.paused else _cut_batch(pending, self.settings.until, self.settings.threshold)
+        if not txns:
+            self.conn.rollback()
+            dist.rollback()
+            return None
+        return watermark, txns
+
+    def _deliver(
+        self,
+        dist: psycopg.Connection[Any],
+        run_id: int,
+        applier: MariaDBApplier,
+        watermark: str,
+        txns: list[PendingTransaction],
+    ) -> None:
+        first, last = txns[0].xact, txns[-1].xact
+        article_rows = {t.xact: t.article_rows for t in txns}
+        rows = dist_transactions.batch_commands_list(dist, self.publication, first, last)
+        try:
+            n = self._guard(lambda: mariadb_apply.apply_fast(self.conn, applier, applier.commands(rows, article_rows)))
+            self._guard(lambda: state.set_watermark(self.conn, self.publication, last, len(txns)))
+            self._guard(self.conn.commit)
+        except ServerLost:
+            raise
+        except (pymysql.MySQLError, mariadb_apply.RowNotFound, ReplError) as exc:
+            log.info("batch %s..%s failed on the fast path (%s); replaying it", first, last, exc)
+            self._guard(self.conn.rollback)
+            self._replay(dist, run_id, applier, watermark, txns, rows)
+            return
+        self._delivered(dist, txns, n)
+
+    def _replay(
+        self,
+        dist: psycopg.Connection[Any],
+        run_id: int,
+        applier: MariaDBApplier,
+        watermark: str,
+        txns: list[PendingTransaction],
+        rows: list[Any],
+    ) -> None:
+        self.totals["retries"] += 1
+        now = self._guard(lambda: state.lock_watermark(self.conn, self.publication, self.subscriber))
+        if now != watermark:
+            raise ReplError(
+                f"the watermark of subscriber {self.subscriber!r} moved while a batch failed; run the Distribution Agent again"
+            )
+        article_rows = {t.xact: t.article_rows for t in txns}
+        outcome = self._guard(
+            lambda: mariadb_apply.replay(self.conn, applier, applier.commands(rows, article_rows), self.settings.skip)
+        )
+        from airflow_repl.engine.agents.distribution_agent import record_skipped
+
+        done = txns[-1].xact if outcome.failure is None else outcome.last_good
+        if done is not None:
+            applied = [t.xact for t in txns].index(done) + 1
+            self._guard(lambda: state.set_watermark(self.conn, self.publication, done, applied))
+            self._guard(self.conn.commit)
+            record_skipped(dist, run_id, self.publication, self.subscriber, outcome)
+            self.totals["skipped"] += len(outcome.skipped)
+            self._delivered(dist, txns[:applied], outcome.commands)
+        else:
+            self._guard(self.conn.rollback)
+        if outcome.failure is not None:
+            raise outcome.failure
+
+    def _delivered(self, dist: psycopg.Connection[Any], txns: list[PendingTransaction], n: int) -> None:
+        last = txns[-1].xact
+        dist_subscriptions.mark_delivered(dist, self.publication, self.subscriber, last)
+        progress.record_arrivals(dist, self.publication, self.subscriber, last)
+        dist.commit()
+        self.totals["transactions"] += len(txns)
+        self.totals["commands"] += n
+        self.totals["commits"] += 1
+        self.totals["last_xact_seqno"] = last
+
+    def _guard(self, step: Any) -> Any:
+        """Run a step at the subscriber; a lost server is one line naming it (ServerLost)."""
+        try:
+            return step()
+        except (pymysql.err.OperationalError, pymysql.err.InterfaceError) as exc:
+            if isinstance(exc, pymysql.err.OperationalError) and not mariadb_connections.is_lost(exc):
+                raise
+            raise ServerLost(
+                f"lost connection to the {self.role} ({mariadb_connections.describe(self.conninfo)}): "
+                f"{mariadb_connections.error_text(exc)}"
+            ) from None
+
+
+def run_mariadb_distribution(
+    topology: Topology, publication: str, subscriber: str, settings: Any, opts: Any
+) -> dict[str, Any]:
+    """The Distribution Agent's run for a MariaDB subscriber (called by
+    :func:`~airflow_repl.engine.agents.distribution_agent.run_distribution`)."""
+    delivery = MariaDBDelivery(topology, publication, subscriber, settings)
+    with AgentRun(AGENT, publication, subscriber) as run:
+        lines = progress_lines.Lines(run)
+        run.step = "connecting"
+        dist = run.connect(topology.distributor.require("distributor"), "distributor")
+        dist_publications.load_articles(dist, publication)
+        paused = retention.lock_unexpired(dist, publication, subscriber)
+        dist.rollback()
+        if paused and opts is None:
+            run.begin(dist, take_over=False)
+            message = pausing.paused_message(publication, subscriber)
+            return run.succeed(
+                {"paused": True, "transactions": 0, "commands": 0, "message": message},
+                message=message,
+                outcome="paused",
+            )
+        delivery.refuse_options()
+        try:
+            delivery.connect(run)
+        except ConnectionFailed:
+            raise
+        applier = delivery.check(run, dist)
+        run_id = run.begin(dist)
+        run.counts = run.details = delivery.totals
+        run.step = "delivery"
+        with continuous_mode.Loop(opts, run, delivery.totals) as loop:
+            delivery.run(dist, run_id, applier, loop, lines)
+        totals = delivery.totals
+        if delivery.paused:
+            message = pausing.paused_message(publication, subscriber, totals["transactions"])
+            totals.update(paused=True, message=message)
+            return run.succeed(loop.summary(totals), message=message, outcome="paused")
+        return run.succeed(loop.summary(totals))

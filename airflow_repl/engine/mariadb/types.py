@@ -1,0 +1,225 @@
+"""The type map: each published PostgreSQL column type as a MariaDB column type, and each
+value's PostgreSQL text (or the Arrow value the snapshot reads) as the parameter MariaDB stores.
+
+docs/subscribers-mariadb.md is the user's copy of :data:`TYPE_MAP_DOC`.  A type the map does
+not hold is refused before anything changes, naming the column and its type.  Text is utf8mb4
+always; every text column (key or not) compares with ``utf8mb4_nopad_bin``, so keys ``'a'``,
+``'A'`` and ``'a '``, distinct at the publisher, stay distinct at the subscriber (a NO PAD
+collation: ``utf8mb4_bin`` ignores trailing spaces).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow_repl.engine.errors import DeliveryError, TopologyError
+
+TEXT = "CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin"
+#: The longest key of text in characters: InnoDB's index limit (3072 bytes) over utf8mb4's 4 bytes.
+KEY_CHARS = 768
+KEY_BYTES = 3072
+
+#: How a value travels: as its text, or converted (see :func:`to_param`).
+AS_TEXT, BOOL, BYTES, TIMESTAMPTZ, DATETIME, FLOAT = "text", "bool", "bytes", "timestamptz", "datetime", "float"
+
+
+@dataclass(frozen=True)
+class Mapped:
+    """A column's MariaDB type (its DDL text) and how its values travel."""
+
+    ddl: str
+    conversion: str = AS_TEXT
+
+
+#: The user's copy of the map (docs/subscribers-mariadb.md has it as a table).
+TYPE_MAP_DOC = (
+    ("smallint, integer, bigint, oid", "SMALLINT, INT, BIGINT, INT UNSIGNED"),
+    ("numeric(p,s) (p ≤ 65, s ≤ 38)", "DECIMAL(p,s); numeric without precision is refused"),
+    ("real, double precision", "FLOAT, DOUBLE (NaN and ±Infinity stop delivery: MariaDB has none)"),
+    ("boolean", "BOOLEAN (TINYINT(1))"),
+    ("text, character varying", "LONGTEXT, or VARCHAR(n) up to 255; keys VARCHAR(768) (or n)"),
+    ("character(n)", "VARCHAR(n), the padded text kept"),
+    ("bytea", "LONGBLOB; keys VARBINARY(3072)"),
+    ("uuid", "CHAR(36)"),
+    ("date", "DATE (years 1-9999; infinity and BC dates stop delivery)"),
+    ("timestamp [without time zone]", "DATETIME(6)"),
+    ("timestamp with time zone", "DATETIME(6) in UTC"),
+    ("time [without time zone]", "TIME(6)"),
+    ("json, jsonb", "JSON (MariaDB's LONGTEXT checked by JSON_VALID); not in keys"),
+    (
+        "interval, arrays, ranges, multiranges, inet, cidr, macaddr, xml",
+        "their PostgreSQL text form: VARCHAR or LONGTEXT",
+    ),
+    ("enum types", "VARCHAR(255), the label"),
+    ("domains", "their base type's mapping"),
+    ("time with time zone, money, bit, composite, geometric and text-search types, others", "refused"),
+)
+
+_SIMPLE: dict[str, Mapped] = {
+    "smallint": Mapped("SMALLINT"),
+    "integer": Mapped("INT"),
+    "bigint": Mapped("BIGINT"),
+    "oid": Mapped("INT UNSIGNED"),
+    "real": Mapped("FLOAT", FLOAT),
+    "double precision": Mapped("DOUBLE", FLOAT),
+    "boolean": Mapped("BOOLEAN", BOOL),
+    "uuid": Mapped(f"CHAR(36) {TEXT}"),
+    "date": Mapped("DATE", DATETIME),
+    "json": Mapped("JSON"),
+    "jsonb": Mapped("JSON"),
+    "xml": Mapped(f"LONGTEXT {TEXT}"),
+    "inet": Mapped(f"VARCHAR(64) {TEXT}"),
+    "cidr": Mapped(f"VARCHAR(64) {TEXT}"),
+    "macaddr": Mapped(f"VARCHAR(32) {TEXT}"),
+    "macaddr8": Mapped(f"VARCHAR(32) {TEXT}"),
+    "interval": Mapped(f"VARCHAR(255) {TEXT}"),
+}
+_NOT_IN_KEYS = {"json", "jsonb", "xml", "real", "double precision"}
+_TIMESTAMP = re.compile(r"timestamp(?:\((\d+)\))?( with(?:out)? time zone)?")
+_TIME = re.compile(r"time(?:\((\d+)\))?( without time zone)?")
+_NUMERIC = re.compile(r"numeric(?:\((\d+)(?:,(-?\d+))?\))?")
+_VARCHAR = re.compile(r"character varying(?:\((\d+)\))?")
+_CHAR = re.compile(r"(?:character|bpchar)(?:\((\d+)\))?")
+
+
+def _refuse(where: str, column: str, pg_type: str, why: str) -> TopologyError:
+    return TopologyError(
+        f"column {column!r} of {where} has type {pg_type}, which a MariaDB subscriber cannot hold: {why}"
+    )
+
+
+def map_type(where: str, column: str, pg_type: str, *, key: bool, kind: str = "b", key_share: int = 1) -> Mapped:
+    """The MariaDB column type of a PostgreSQL column (``pg_type``: ``format_type`` text, a
+    domain's base type already; ``kind``: ``pg_type.typtype`` of a user type: ``e`` enum,
+    ``r`` range, ``m`` multirange, ``c`` composite, ``b`` base); ``key``: the column is in the
+    primary key or a unique constraint, whose text or bytes columns share InnoDB's key limit
+    among ``key_share`` of them.  A type it cannot hold raises, naming the column."""
+    t = pg_type.strip().lower()
+    if t.endswith("[]") or kind in ("r", "m"):
+        if key:
+            raise _refuse(where, column, pg_type, "arrays and ranges cannot be keys there; leave the key out")
+        return Mapped(f"LONGTEXT {TEXT}")
+    if kind == "e":
+        return Mapped(f"VARCHAR(255) {TEXT}")
+    if kind == "c":
+        raise _refuse(where, column, pg_type, "composite types have no MariaDB counterpart; leave the column out")
+    if t in _SIMPLE:
+        if key and t in _NOT_IN_KEYS:
+            raise _refuse(where, column, pg_type, "it cannot be a key there; use another key")
+        return _SIMPLE[t]
+    found = _numeric(where, column, pg_type, t) or _temporal(t) or _text(where, column, pg_type, t, key, key_share)
+    if found is not None:
+        return found
+    if t == "bytea":
+        return Mapped(f"VARBINARY({KEY_BYTES // key_share})" if key else "LONGBLOB", BYTES)
+    why = "it has no MariaDB counterpart in the type map (docs/subscribers-mariadb.md); leave the column out"
+    raise _refuse(where, column, pg_type, why)
+
+
+def is_wide(pg_type: str) -> bool:
+    """Whether a key column of this type takes a share of InnoDB's key limit (text and bytes)."""
+    t = pg_type.strip().lower()
+    return t in ("text", "bytea") or t.startswith(("character", "bpchar"))
+
+
+def _numeric(where: str, column: str, pg_type: str, t: str) -> Mapped | None:
+    m = _NUMERIC.fullmatch(t)
+    if m is None:
+        return None
+    p, s = m.group(1), m.group(2) or "0"
+    if p is None:
+        raise _refuse(
+            where,
+            column,
+            pg_type,
+            "numeric without precision holds up to 1000 digits, MariaDB's DECIMAL 65: declare numeric(p,s) "
+            "with p ≤ 65 and s ≤ 38",
+        )
+    if int(p) > 65 or not 0 <= int(s) <= 38:
+        raise _refuse(where, column, pg_type, "MariaDB's DECIMAL holds at most 65 digits, 38 after the point")
+    return Mapped(f"DECIMAL({p},{s})")
+
+
+def _temporal(t: str) -> Mapped | None:
+    if m := _TIMESTAMP.fullmatch(t):
+        with_zone = (m.group(2) or "").strip() == "with time zone"
+        return Mapped("DATETIME(6)", TIMESTAMPTZ if with_zone else DATETIME)
+    if _TIME.fullmatch(t):
+        return Mapped("TIME(6)")
+    return None
+
+
+def _text(where: str, column: str, pg_type: str, t: str, key: bool, key_share: int) -> Mapped | None:
+    if t == "text":
+        n = None
+    elif m := (_VARCHAR.fullmatch(t) or _CHAR.fullmatch(t)):
+        n = int(m.group(1)) if m.group(1) else None
+    else:
+        return None
+    if key:
+        room = KEY_CHARS // key_share
+        if n is not None and n > room:
+            raise _refuse(where, column, pg_type, f"a MariaDB key holds at most {room} characters there")
+        return Mapped(f"VARCHAR({n or room}) {TEXT}")
+    return Mapped(f"VARCHAR({n}) {TEXT}" if n is not None and n <= 255 else f"LONGTEXT {TEXT}")
+
+
+def conversion(pg_type: str) -> str:
+    """How values of ``pg_type`` travel (a type outside the map, e.g. an enum: as text)."""
+    try:
+        return map_type("", "", pg_type, key=False).conversion
+    except TopologyError:
+        return AS_TEXT
+
+
+def to_param(conversion: str, value: Any, column: str, where: str) -> Any:
+    """A value (PostgreSQL text, or the Arrow value of a typed snapshot column) as the parameter
+    MariaDB stores; a value MariaDB cannot hold stops delivery, naming the column."""
+    if value is None or conversion == AS_TEXT:
+        return value
+    if conversion == BOOL:
+        return value in ("t", "true", True) if isinstance(value, str) else bool(value)
+    if conversion == BYTES:
+        if isinstance(value, str):
+            return bytes.fromhex(value[2:]) if value.startswith("\\x") else value.encode()
+        return bytes(value)
+    if conversion == FLOAT:
+        number = float(value)
+        if math.isnan(number) or math.isinf(number):
+            raise _cannot(value, column, where, "MariaDB has no NaN or infinity")
+        return value
+    text = str(value)
+    if "infinity" in text or text.endswith(" BC"):
+        raise _cannot(value, column, where, "MariaDB has no infinite or BC dates")
+    if conversion == TIMESTAMPTZ:
+        return _utc(text, column, where)
+    return text
+
+
+def _utc(text: str, column: str, where: str) -> str:
+    """A ``timestamptz`` text (``2026-01-02 03:04:05.5+00``, the session is in UTC) as UTC without offset."""
+    m = re.fullmatch(r"(.+?)([+-]\d\d(?::?\d\d(?::?\d\d)?)?)", text)
+    if m is None:
+        raise _cannot(text, column, where, "not a timestamp with time zone")
+    stamp, offset = m.groups()
+    if offset in ("+00", "-00", "+00:00"):
+        return stamp
+    sign = 1 if offset[0] == "+" else -1
+    digits = offset[1:].replace(":", "")
+    hh, mm, ss = int(digits[0:2]), int(digits[2:4] or 0), int(digits[4:6] or 0)
+    from datetime import timedelta
+
+    fmt = "%Y-%m-%d %H:%M:%S.%f" if "." in stamp else "%Y-%m-%d %H:%M:%S"
+    moment = datetime.strptime(stamp, fmt) - sign * timedelta(hours=hh, minutes=mm, seconds=ss)
+    return moment.replace(tzinfo=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def _cannot(value: Any, column: str, where: str, why: str) -> DeliveryError:
+    return DeliveryError(
+        f"the value {str(value)[:40]!r} of column {column!r} of {where} cannot be stored at a MariaDB subscriber: "
+        f"{why}; change the value at the publisher or leave the column out of the article"
+    )

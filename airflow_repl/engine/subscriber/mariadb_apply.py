@@ -1,0 +1,274 @@
+"""Applying commands at a MariaDB subscriber through SQL statements, the seeds' propagation for
+non-SQL Server subscribers: the PostgreSQL subscriber's :mod:`statements` and :mod:`applier`
+for MariaDB.
+
+Each (article, operation) has one statement: ``INSERT``, an ``UPDATE`` of every non-key column
+by primary key, a ``DELETE`` by primary key, and a TRUNCATE as ``DELETE FROM`` (MariaDB's
+TRUNCATE commits at once, outside the batch's transaction).  An UPDATE or DELETE that finds no
+row fails with the row-not-found error (20598, SQLSTATE ``RP598``), a duplicate key with
+``23505``, so that ``skip_errors`` means what it means at a PostgreSQL subscriber.  An article
+operation propagated by ``NONE`` is not applied; the generated-procedure default is applied as
+these statements (MariaDB has no generated procedures of ours yet); a custom procedure is
+refused by :func:`check_propagation`.
+
+:func:`apply_fast` runs a batch without savepoints (consecutive INSERTs of one article as one
+multi-row INSERT); :func:`replay` runs it command by command with a savepoint per transaction,
+naming the failing command and skipping what ``skip_errors`` allows.  Neither commits: the
+caller commits the changes with the watermark, in one InnoDB transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pymysql
+
+from airflow_repl.engine.articles.commands import DELETE, INSERT, SCHEMA, TRUNCATE, UPDATE, Command
+from airflow_repl.engine.articles.resolved import ResolvedArticle
+from airflow_repl.engine.errors import ROW_NOT_FOUND_SQLSTATE, DeliveryError, ReplError
+from airflow_repl.engine.mariadb import types
+from airflow_repl.engine.mariadb.quoting import ident
+from airflow_repl.engine.model.propagation import Method, Operation
+from airflow_repl.engine.state.dist_transactions import CommandRow
+from airflow_repl.engine.subscriber import conflicts
+from airflow_repl.engine.subscriber.applier import Applier, Located, ReplayOutcome
+
+#: MariaDB's duplicate-key errors, reported as PostgreSQL's unique_violation.
+_DUPLICATE_KEY = (1062, 1586)
+DUPLICATE_KEY_SQLSTATE = "23505"
+
+
+class RowNotFound(Exception):
+    """An UPDATE or DELETE found no row at the subscriber."""
+
+
+def check_propagation(articles: Iterable[ResolvedArticle], subscriber: str) -> None:
+    """Refuse what a MariaDB subscriber cannot apply yet: custom procedures."""
+    for art in articles:
+        for op, prop in art.propagation.items():
+            if prop.method == Method.PROC and prop.custom:
+                raise ReplError(
+                    f"article {art.name!r} calls custom procedure {prop.procedure} for its {op}s, which MariaDB "
+                    f"subscriber {subscriber!r} cannot run yet: set its {op.option} to SQL or NONE"
+                )
+
+
+def conversions(art: ResolvedArticle) -> list[str]:
+    """How each of the article's values travels to MariaDB (:func:`types.to_param`)."""
+    return [types.conversion(c.base_type or c.type) for c in art.columns]
+
+
+@dataclass
+class _Statements:
+    """An article's statements at the subscriber and how its values are bound."""
+
+    article: ResolvedArticle
+    conversions: list[str]
+    insert: str
+    insert_head: str
+    update: str | None
+    exists: str
+    delete: str
+    truncate: str
+
+    def params(self, values: list[str | None], positions: Iterable[int]) -> list[Any]:
+        art = self.article
+        cols = art.columns
+        return [
+            types.to_param(self.conversions[i], values[i], cols[i].name, f"article {art.name!r}") for i in positions
+        ]
+
+
+def _statements(art: ResolvedArticle) -> _Statements:
+    table = ident(art.dest_table)
+    names = art.column_names
+    pk = art.pk_positions
+    others = [i for i in range(len(names)) if i not in pk]
+    where = " AND ".join(f"{ident(names[i])} = %s" for i in pk)
+    cols = ", ".join(ident(n) for n in names)
+    marks = ", ".join(["%s"] * len(names))
+    update = (
+        f"UPDATE {table} SET {', '.join(f'{ident(names[i])} = %s' for i in others)} WHERE {where}" if others else None
+    )
+    return _Statements(
+        art,
+        conversions(art),
+        f"INSERT INTO {table} ({cols}) VALUES ({marks})",
+        f"INSERT INTO {table} ({cols}) VALUES ",
+        update,
+        f"SELECT 1 FROM {table} WHERE {where}",
+        f"DELETE FROM {table} WHERE {where}",
+        f"DELETE FROM {table}",
+    )
+
+
+class MariaDBApplier:
+    """Applies the commands of a publication's articles at one MariaDB subscriber."""
+
+    def __init__(self, articles: dict[str, ResolvedArticle]) -> None:
+        self.articles = articles
+        self._order = Applier(articles)  # the commands in order, pairs merged back as at PostgreSQL
+        self._stmts: dict[str, _Statements] = {}
+
+    def commands(self, rows: Iterable[CommandRow], article_rows: Mapping[str, Mapping[str, int]]) -> Iterator[Located]:
+        return self._order.commands(rows, article_rows)
+
+    def describe(self, cmd: Command) -> str:
+        return self._order.describe(cmd)
+
+    def _of(self, article: str) -> _Statements | None:
+        art = self.articles.get(article)
+        if art is None:
+            return None
+        if article not in self._stmts:
+            self._stmts[article] = _statements(art)
+        return self._stmts[article]
+
+    def applies(self, cmd: Command) -> bool:
+        """Whether the command runs a statement (its article is applied and its operation not NONE)."""
+        if cmd.op == SCHEMA:
+            return True
+        st = self._of(cmd.article)
+        if st is None:
+            return False
+        if cmd.op == TRUNCATE:
+            return True
+        return st.article.propagation[_operation(cmd)].method != Method.NONE
+
+    def execute(self, cur: Any, cmd: Command) -> bool:
+        """Run ``cmd``'s statement; False when nothing ran.  An UPDATE or DELETE without its row
+        raises :class:`RowNotFound`."""
+        if cmd.op == SCHEMA:
+            raise DeliveryError(
+                f"a schema change of article {cmd.article!r} cannot be applied at a MariaDB subscriber yet: "
+                f"reinitialize the subscriber (Snapshot Agent with reinitialize) after the change"
+            )
+        if not self.applies(cmd):
+            return False
+        st = self._of(cmd.article)
+        assert st is not None
+        art = st.article
+        if cmd.op == TRUNCATE:
+            cur.execute(st.truncate)
+            return True
+        if cmd.op == INSERT:
+            assert cmd.new is not None
+            cur.execute(st.insert, st.params(cmd.new, range(len(cmd.new))))
+            return True
+        assert cmd.old is not None
+        key = st.params(cmd.old, art.pk_positions)
+        if cmd.op == UPDATE:
+            assert cmd.new is not None
+            if st.update is None:  # only key columns, unchanged: the row must be there
+                found = cur.execute(st.exists, key)
+            else:
+                others = [i for i in range(len(cmd.new)) if i not in art.pk_positions]
+                found = cur.execute(st.update, [*st.params(cmd.new, others), *key])
+        else:
+            found = cur.execute(st.delete, key)
+        if not found:
+            raise RowNotFound(f"the row to {_operation(cmd)} was not found at the subscriber (row not found, 20598)")
+        return True
+
+    def insert_many(self, cur: Any, article: str, images: list[list[str | None]]) -> None:
+        """Consecutive INSERTs of one article as one multi-row INSERT (the driver splits it to
+        fit the server's packet size)."""
+        st = self._of(article)
+        assert st is not None
+        rows = [st.params(image, range(len(image))) for image in images]
+        cur.executemany(st.insert, rows)
+
+
+def _operation(cmd: Command) -> Operation:
+    return {INSERT: Operation.INSERT, UPDATE: Operation.UPDATE, DELETE: Operation.DELETE}[cmd.op]
+
+
+def sqlstate_of(exc: BaseException) -> tuple[str | None, str]:
+    """A failure's PostgreSQL SQLSTATE (``RP598``, ``23505``, or MariaDB's own error number)
+    and its message."""
+    if isinstance(exc, RowNotFound):
+        return ROW_NOT_FOUND_SQLSTATE, str(exc)
+    if isinstance(exc, pymysql.MySQLError) and len(exc.args) >= 2:
+        code, message = exc.args[0], str(exc.args[1])
+        if code in _DUPLICATE_KEY:
+            return DUPLICATE_KEY_SQLSTATE, message
+        return f"MY{code}", f"({code}) {message}"
+    return None, str(exc)
+
+
+def apply_fast(conn: Any, applier: MariaDBApplier, commands: Iterable[Located]) -> int:
+    """Apply the batch's commands in order without savepoints; how many statements ran.  Any
+    error propagates (the caller rolls back and replays)."""
+    n = 0
+    pending: list[list[str | None]] = []
+    pending_article: str | None = None
+    with conn.cursor() as cur:
+        for _, _, cmd in commands:
+            if cmd.op == INSERT and applier.applies(cmd) and cmd.new is not None:
+                if pending and pending_article != cmd.article:
+                    applier.insert_many(cur, str(pending_article), pending)
+                    pending = []
+                pending_article = cmd.article
+                pending.append(cmd.new)
+                n += 1
+                continue
+            if pending:
+                applier.insert_many(cur, str(pending_article), pending)
+                pending = []
+            n += int(applier.execute(cur, cmd))
+        if pending:
+            applier.insert_many(cur, str(pending_article), pending)
+    return n
+
+
+def replay(conn: Any, applier: MariaDBApplier, commands: Iterable[Located], skip: set[str]) -> ReplayOutcome:
+    """One command at a time, a savepoint per transaction: a transaction failing with a
+    skippable error (SQLSTATEs ``skip``) is rolled back to its savepoint and skipped; any other
+    error stops (``out.failure``)."""
+    out = ReplayOutcome()
+    current: str | None = None
+    failed_txn: str | None = None
+    with conn.cursor() as cur:
+        for xact, cid, cmd in commands:
+            if xact != current:
+                if current is not None:
+                    out.last_good = current
+                    cur.execute("RELEASE SAVEPOINT airflow_repl_txn")
+                cur.execute("SAVEPOINT airflow_repl_txn")
+                current = xact
+            if failed_txn == xact:
+                continue
+            try:
+                out.commands += int(applier.execute(cur, cmd))
+            except DeliveryError as exc:  # a value MariaDB cannot hold, or a schema change
+                cur.execute("ROLLBACK TO SAVEPOINT airflow_repl_txn")
+                out.failure = exc
+                return out
+            except (
+                RowNotFound,
+                pymysql.err.IntegrityError,
+                pymysql.err.DataError,
+                pymysql.err.OperationalError,
+            ) as exc:
+                if isinstance(exc, pymysql.err.OperationalError) and not _is_data_error(exc):
+                    raise  # a lost server: nothing to skip
+                cur.execute("ROLLBACK TO SAVEPOINT airflow_repl_txn")
+                sqlstate, message = sqlstate_of(exc)
+                failed = conflicts.FailedCommand(xact, cid, cmd, applier.describe(cmd))
+                resolution = conflicts.resolve_failure(sqlstate, message, failed, skip)
+                if isinstance(resolution, DeliveryError):
+                    out.failure = resolution
+                    return out
+                out.skipped.append(resolution)
+                failed_txn = xact
+        if current is not None:
+            cur.execute("RELEASE SAVEPOINT airflow_repl_txn")
+            out.last_good = current
+    return out
+
+
+def _is_data_error(exc: pymysql.err.OperationalError) -> bool:
+    """Operational errors about the value (out of range, truncated), not the connection."""
+    return bool(exc.args) and isinstance(exc.args[0], int) and 1000 <= exc.args[0] < 2000

@@ -1,0 +1,318 @@
+"""A MariaDB subscriber, end to end with real servers: the snapshot by the type map, delivery
+through SQL statements with the watermark in the same InnoDB transaction, crashes and
+restarts mid-batch, keys that differ only in case, and each bad input refused with one line."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta
+from urllib.parse import quote
+
+import psycopg
+import pytest
+from harness import AgentThread, resolved_topology, run_agent_process, spec_file, unused_port, wait_for
+
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
+from airflow_repl.engine.errors import ConnectionFailed, ConnectionLost, DeliveryError, ReplError, TopologyError
+
+
+def mariadb_topology(env, mariadb, articles, *, db=None, **sub_options):
+    """Publication ``p`` of ``articles`` to one MariaDB subscriber ``m1`` (a fresh database)."""
+    db = db or mariadb.new_database()
+    servers = env.servers(subscribers=[])
+    servers["subscribers"] = {"m1": mariadb.uri(db)}
+    topo = resolved_topology(
+        {
+            **servers,
+            "publications": [{"name": "p", "articles": articles}],
+            "subscriptions": [{"publication": "p", "subscriber": "m1", **sub_options}],
+        }
+    )
+    return topo, db
+
+
+def deliver(topo, **options):
+    log_reader_agent.run_log_reader(topo, "p")
+    return distribution_agent.run_distribution(topo, "p", "m1", **options)
+
+
+def test_snapshot_then_changes_reach_a_mariadb_subscriber_exactly_once(env, spark, mariadb):
+    env.run(
+        env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text, n numeric(10,2), at timestamptz, ok boolean, b bytea)"
+    )
+    env.run(
+        env.pub,
+        "INSERT INTO items SELECT g, 'v' || g, g * 1.5, '2026-01-02 03:04:05+02', g % 2 = 0, '\\x00ff' FROM generate_series(1, 50) g",
+    )
+    topo, db = mariadb_topology(env, mariadb, ["public.items"])
+    summary = snapshot_agent.run_snapshot(topo, "p", spark)
+    assert summary["initialized"] == ["m1"]
+    assert mariadb.rows(db, "SELECT COUNT(*) FROM items") == [(50,)]
+    assert mariadb.rows(db, "SELECT v, n, at, ok, b FROM items WHERE id = 2")[0][1:] == (
+        __import__("decimal").Decimal("3.00"),
+        __import__("datetime").datetime(2026, 1, 2, 1, 4, 5),
+        1,
+        b"\x00\xff",
+    )
+    env.run(env.pub, "UPDATE items SET v = 'changed' WHERE id <= 10")
+    env.run(env.pub, "DELETE FROM items WHERE id > 40")
+    env.run(env.pub, "INSERT INTO items (id, v) VALUES (100, 'new')")
+    env.run(env.pub, "UPDATE items SET id = 200 WHERE id = 1")  # a key change: DELETE + INSERT
+    done = deliver(topo)
+    assert done["transactions"] == 4
+    assert mariadb.rows(db, "SELECT COUNT(*), SUM(v = 'changed') FROM items") == [(41, 10)]
+    assert mariadb.rows(db, "SELECT id FROM items WHERE id IN (1, 200)") == [(200,)]
+    again = deliver(topo)
+    assert again["transactions"] == 0
+    [(watermark,)] = mariadb.rows(db, "SELECT xact_seqno FROM airflow_repl_subscription_state WHERE publication = 'p'")
+    assert watermark == done["last_xact_seqno"]
+
+
+# ---------------------------------------------------------------------- crashes: exactly once
+def count_applied(mariadb, db, table="items"):
+    """A MariaDB trigger that logs every row the agent applies (rolled back with its batch)."""
+    mariadb.run(db, "CREATE TABLE applied (op CHAR(1)) ENGINE=InnoDB")
+    for op, when in (("I", "INSERT"), ("U", "UPDATE"), ("D", "DELETE")):
+        mariadb.run(
+            db, f"CREATE TRIGGER applied_{op} AFTER {when} ON {table} FOR EACH ROW INSERT INTO applied VALUES ('{op}')"
+        )
+
+
+def open_batch_rows(mariadb) -> int:
+    """Rows changed by the open (uncommitted) InnoDB transactions at the server."""
+    [(rows,)] = mariadb.rows("mysql", "SELECT COALESCE(SUM(trx_rows_modified), 0) FROM information_schema.INNODB_TRX")
+    return int(rows)
+
+
+def backlog(env, mariadb, spark, transactions, **sub_options):
+    """``items`` snapshotted to a MariaDB subscriber, then ``transactions`` publisher
+    transactions of 5 inserts each waiting for delivery (read by the Log Reader)."""
+    env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+    topo, db = mariadb_topology(env, mariadb, ["public.items"], **sub_options)
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    count_applied(mariadb, db)
+    with psycopg.connect(env.pub, autocommit=True) as conn:
+        for t in range(transactions):
+            with conn.transaction():
+                conn.execute(
+                    "INSERT INTO items SELECT g, 'v' || g FROM generate_series(%s::int, %s::int) g",
+                    (t * 5 + 1, t * 5 + 5),
+                )
+    log_reader_agent.run_log_reader(topo, "p")
+    return topo, db
+
+
+def assert_applied_once(mariadb, db, transactions):
+    assert mariadb.rows(db, "SELECT COUNT(*), COUNT(DISTINCT id), MAX(id) FROM items") == [
+        (transactions * 5, transactions * 5, transactions * 5)
+    ]
+    assert mariadb.rows(db, "SELECT op, COUNT(*) FROM applied GROUP BY op") == [("I", transactions * 5)]
+
+
+def test_a_backlog_delivered_in_commit_order_batch_by_batch(env, spark, mariadb):
+    topo, db = backlog(env, mariadb, spark, 2000, commit_batch_size=50)
+    done = distribution_agent.run_distribution(topo, "p", "m1")
+    assert done["transactions"] == 2000 and done["commits"] == 40
+    assert_applied_once(mariadb, db, 2000)
+
+
+def test_distribution_agent_killed_mid_batch_applies_everything_exactly_once(env, spark, mariadb, tmp_path):
+    topo, db = backlog(env, mariadb, spark, 4000, commit_batch_size=1000, commit_batch_threshold=5000)
+    spec = spec_file(topo, tmp_path)
+    outcome = run_agent_process(
+        "distribution", spec, {"subscriber": "m1"}, kill_when=lambda: open_batch_rows(mariadb) > 500
+    )
+    assert outcome.killed, outcome
+    [(before,)] = mariadb.rows(db, "SELECT COUNT(*) FROM items")
+    assert before % 5000 == 0 and before < 20000  # whole batches only
+    again = distribution_agent.run_distribution(topo, "p", "m1")
+    assert again["transactions"] == 4000 - before // 5
+    assert_applied_once(mariadb, db, 4000)
+
+
+def test_mariadb_restart_mid_batch_applies_everything_exactly_once(env, spark, mariadb):
+    topo, db = backlog(env, mariadb, spark, 4000, commit_batch_size=1000, commit_batch_threshold=5000)
+    agent = AgentThread(distribution_agent.run_distribution, topo, "p", "m1")
+    agent.start()
+    assert wait_for(lambda: open_batch_rows(mariadb) > 500, 120) is not None
+    mariadb.restart(kill=True)  # a crash of the server: InnoDB rolls the open batch back
+    agent.join(120)
+    assert isinstance(agent.error, ConnectionLost), agent.error
+    assert "\n" not in str(agent.error) and mariadb.server.password not in str(agent.error)
+    distribution_agent.run_distribution(topo, "p", "m1")
+    assert_applied_once(mariadb, db, 4000)
+
+
+# ---------------------------------------------------------------------- keys and errors
+def test_keys_that_differ_only_in_case_stay_distinct(env, spark, mariadb):
+    env.run(env.pub, "CREATE TABLE k (k text PRIMARY KEY, u varchar(10) UNIQUE, v int)")
+    env.run(env.pub, "INSERT INTO k VALUES ('a', 'x', 1), ('A', 'X', 2), ('\u00e4', 'y', 3)")
+    topo, db = mariadb_topology(env, mariadb, ["public.k"])
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    env.run(env.pub, "INSERT INTO k VALUES ('\u00c4', 'Y', 4), ('a ', 'x ', 5)")
+    env.run(env.pub, "UPDATE k SET v = 10 WHERE k = 'A'")
+    env.run(env.pub, "DELETE FROM k WHERE k = 'a'")
+    deliver(topo)
+    assert sorted(mariadb.rows(db, "SELECT k, u, v FROM k")) == sorted(
+        [("A", "X", 10), ("\u00e4", "y", 3), ("\u00c4", "Y", 4), ("a ", "x ", 5)]
+    )
+
+
+def test_row_not_found_stops_delivery_or_is_skipped(env, spark, mariadb):
+    env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+    env.run(env.pub, "INSERT INTO items VALUES (1, 'a'), (2, 'b')")
+    topo, db = mariadb_topology(env, mariadb, ["public.items"])
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    mariadb.run(db, "DELETE FROM items WHERE id = 1")
+    env.run(env.pub, "INSERT INTO items VALUES (3, 'c')")
+    env.run(env.pub, "UPDATE items SET v = 'x' WHERE id = 1")
+    env.run(env.pub, "INSERT INTO items VALUES (4, 'd')")
+    with pytest.raises(DeliveryError) as err:
+        deliver(topo)
+    assert "row not found" in str(err.value) and "key (id=1)" in str(err.value) and "\n" not in str(err.value)
+    assert sorted(mariadb.rows(db, "SELECT id FROM items")) == [(2,), (3,)]  # what came before it committed
+    done = distribution_agent.run_distribution(topo, "p", "m1", skip_errors=["20598"])
+    assert done["skipped"] == 1
+    assert sorted(mariadb.rows(db, "SELECT id, v FROM items")) == [(2, "b"), (3, "c"), (4, "d")]
+
+
+def test_row_and_column_filters_and_none(env, spark, mariadb):
+    env.run(env.pub, "CREATE TABLE f (id int PRIMARY KEY, region text, secret text, v int)")
+    env.run(env.pub, "INSERT INTO f VALUES (1, 'eu', 's', 1), (2, 'us', 's', 2)")
+    articles = [
+        {"table": "public.f", "row_filter": "region = 'eu'", "columns": ["id", "region", "v"], "del_cmd": "NONE"}
+    ]
+    topo, db = mariadb_topology(env, mariadb, articles)
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    assert [r[0] for r in mariadb.rows(db, "SHOW COLUMNS FROM f")] == ["id", "region", "v"]
+    env.run(env.pub, "INSERT INTO f VALUES (3, 'eu', 's', 3), (4, 'us', 's', 4)")
+    env.run(env.pub, "UPDATE f SET v = 10 WHERE id = 1")
+    env.run(env.pub, "DELETE FROM f WHERE id = 3")  # NONE: not applied
+    deliver(topo)
+    assert sorted(mariadb.rows(db, "SELECT id, region, v FROM f")) == [(1, "eu", 10), (3, "eu", 3)]
+
+
+# ---------------------------------------------------------------------- bad input: one line, nothing changed
+def publications(env) -> int:
+    [(n,)] = env.rows(env.pub, "SELECT count(*) FROM pg_catalog.pg_publication")
+    return n
+
+
+@pytest.mark.parametrize("fault", ["unreachable", "wrong password"])
+def test_an_unreachable_mariadb_or_a_wrong_password_is_one_line_and_changes_nothing(env, spark, mariadb, fault):
+    env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+    db = mariadb.new_database()
+    uri = mariadb.uri(db)
+    if fault == "unreachable":
+        uri = uri.replace(f":{mariadb.server.port}/", f":{unused_port()}/")
+    else:
+        uri = uri.replace(f":{quote(mariadb.server.password, safe='')}@", ":wrong-password@")
+    servers = env.servers(subscribers=[])
+    servers["subscribers"] = {"m1": uri}
+    topo = resolved_topology(
+        {
+            **servers,
+            "publications": [{"name": "p", "articles": ["public.items"]}],
+            "subscriptions": [{"publication": "p", "subscriber": "m1"}],
+        }
+    )
+    with pytest.raises(ConnectionFailed) as err:
+        snapshot_agent.run_snapshot(topo, "p", spark)
+    message = str(err.value)
+    assert "MariaDB subscriber 'm1'" in message and "\n" not in message
+    assert mariadb.server.password not in message and "wrong-password" not in message
+    assert ("Access denied" in message) == (fault == "wrong password")
+    assert publications(env) == 0 and mariadb.rows(db, "SHOW TABLES") == []
+
+
+def test_an_unmappable_type_is_refused_naming_column_and_type(env, spark, mariadb):
+    env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, price money)")
+    topo, db = mariadb_topology(env, mariadb, ["public.items"])
+    with pytest.raises(TopologyError) as err:
+        snapshot_agent.run_snapshot(topo, "p", spark)
+    assert "column 'price'" in str(err.value) and "money" in str(err.value) and "\n" not in str(err.value)
+    assert publications(env) == 0 and mariadb.rows(db, "SHOW TABLES") == []
+
+
+@pytest.mark.parametrize(
+    ("change", "refusal"),
+    [
+        ("ALTER TABLE items DROP PRIMARY KEY", "has no primary key"),
+        ("ALTER TABLE items ENGINE=MyISAM", "MyISAM storage engine, which has no transactions"),
+        ("ALTER TABLE items MODIFY k VARCHAR(20) COLLATE utf8mb4_general_ci NOT NULL", "utf8mb4_general_ci"),
+    ],
+)
+def test_a_subscriber_table_it_cannot_apply_to_exactly_once_is_refused(env, spark, mariadb, change, refusal):
+    env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, k varchar(20) NOT NULL UNIQUE)")
+    env.run(env.pub, "INSERT INTO items VALUES (1, 'a')")
+    topo, db = mariadb_topology(env, mariadb, ["public.items"])
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    mariadb.run(db, change)
+    env.run(env.pub, "INSERT INTO items VALUES (2, 'b')")
+    log_reader_agent.run_log_reader(topo, "p")
+    [(before,)] = mariadb.rows(db, "SELECT xact_seqno FROM airflow_repl_subscription_state")
+    with pytest.raises(ReplError) as err:
+        distribution_agent.run_distribution(topo, "p", "m1")
+    assert refusal in str(err.value) and "table 'items'" in str(err.value) and "\n" not in str(err.value)
+    assert mariadb.rows(db, "SELECT id FROM items") == [(1,)]
+    assert mariadb.rows(db, "SELECT xact_seqno FROM airflow_repl_subscription_state") == [(before,)]
+
+
+# ---------------------------------------------------------------------- fidelity: the edge data
+LONG_COLUMN = "c" + "\u00e9" * 31  # 63 bytes in UTF-8, 32 characters
+ODD_COLUMN = 'Quoted "Col"\nline `x` -- /* go'
+EDGE_DDL = f"""
+CREATE TYPE mood AS ENUM ('sad', 'ok', 'h\u00e4ppy ''q''');
+CREATE DOMAIN posint AS int CHECK (VALUE > 0);
+CREATE TABLE edge (
+    id int PRIMARY KEY, n numeric(30,10), ts timestamp, tstz timestamptz, d date, t time, iv interval,
+    arr int[], tarr text[], j json, jb jsonb, u uuid, b bytea, m mood, p posint, r int4range, txt text,
+    f8 float8, bo boolean, {'"' + LONG_COLUMN + '"'} text, "{ODD_COLUMN.replace('"', '""')}" text
+);
+"""
+EDGE_ROW = (
+    "1, 12345678901234567890.0123456789, '2026-02-03 04:05:06.789012', '2026-02-03 04:05:06.5+03', '0001-01-01', "
+    "'23:59:59.999999', '1 year 2 mons 3 days 04:05:06.5', '{1,NULL,3}', ARRAY['a b', 'c\"d', 'e\\\\f'], "
+    '\'{"b": 1,  "a": [1, 2.50]}\', \'{"b": 1,  "a": [1, 2.50]}\', \'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11\', '
+    "'\\x00ff0a27', 'h\u00e4ppy ''q''', 7, '[1,5)', 'emoji \U0001f600 quote '' backslash \\ line\nbreak', "
+    "1.5e-300, true, 'long', 'odd'"
+)
+
+
+def test_the_edge_data_reaches_a_mariadb_subscriber_by_the_type_map(env, spark, mariadb):
+    env.run(env.pub, EDGE_DDL)
+    env.run(env.pub, f"INSERT INTO edge VALUES ({EDGE_ROW})")
+    env.run(env.pub, "INSERT INTO edge (id) VALUES (2)")  # every other column NULL
+    topo, db = mariadb_topology(env, mariadb, ["public.edge"])
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    # the same values again by the Distribution Agent: row 1 deleted, inserted as 3; row 2 filled
+    env.run(
+        env.pub,
+        "INSERT INTO edge SELECT 3, n, ts, tstz, d, t, iv, arr, tarr, j, jb, u, b, m, p, r, txt, f8, bo, "
+        f'"{LONG_COLUMN}", "{ODD_COLUMN.replace(chr(34), chr(34) * 2)}" FROM edge WHERE id = 1',
+    )
+    env.run(env.pub, "DELETE FROM edge WHERE id = 1")
+    env.run(env.pub, "INSERT INTO edge (id) VALUES (1)")
+    deliver(topo)
+    columns = [r[0] for r in mariadb.rows(db, "SHOW COLUMNS FROM edge")]
+    assert LONG_COLUMN in columns and ODD_COLUMN in columns
+    rows = {r[0]: r[1:] for r in mariadb.rows(db, "SELECT * FROM edge")}
+    assert sorted(rows) == [1, 2, 3]
+    assert rows[1] == rows[2] == (None,) * (len(columns) - 1)
+    values = dict(zip(columns[1:], rows[3], strict=True))
+    assert str(values["n"]) == "12345678901234567890.0123456789"
+    assert values["ts"] == datetime(2026, 2, 3, 4, 5, 6, 789012)
+    assert values["tstz"] == datetime(2026, 2, 3, 1, 5, 6, 500000)  # in UTC
+    assert values["d"] == date(1, 1, 1)
+    assert values["t"] == timedelta(hours=23, minutes=59, seconds=59, microseconds=999999)
+    # text forms: exactly the publisher's
+    [published] = env.rows(env.pub, "SELECT iv::text, arr::text, tarr::text, r::text FROM edge WHERE id = 3")
+    assert (values["iv"], values["arr"], values["tarr"], values["r"]) == published
+    assert values["iv"] == "1 year 2 mons 3 days 04:05:06.5" and values["arr"] == "{1,NULL,3}"
+    assert values["j"] == '{"b": 1,  "a": [1, 2.50]}'  # json keeps its text
+    assert values["jb"] == '{"a": [1, 2.50], "b": 1}'  # jsonb's normal form
+    assert values["u"] == "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"
+    assert values["b"] == b"\x00\xff\n'"
+    assert values["m"] == "h\u00e4ppy 'q'" and values["p"] == 7 and values["r"] == "[1,5)"
+    assert values["txt"] == "emoji \U0001f600 quote ' backslash \\ line\nbreak"
+    assert values["f8"] == 1.5e-300 and values["bo"] == 1
+    assert values[LONG_COLUMN] == "long" and values[ODD_COLUMN] == "odd"
