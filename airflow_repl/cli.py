@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Any, NoReturn
 
 from airflow_repl import __version__
-from airflow_repl.engine.codegen import procedures, tsql_script
+from airflow_repl.engine.codegen import dialect as codegen_dialect
 from airflow_repl.engine.errors import (
     INTERNAL_EXIT_CODE,
     USAGE_EXIT_CODE,
@@ -411,7 +411,7 @@ def _cmd_report(args: argparse.Namespace) -> dict[str, Any] | None:
 def _cmd_script_procs(args: argparse.Namespace) -> None:
     topo = _load(args)
     pub = _publication(topo, args.publication)
-    dialect = tsql_script if args.dialect == "tsql" else procedures
+    dialect = codegen_dialect.dialect(args.dialect)
     with connections.connect(topo.publisher.require("publisher"), "publisher") as conn:
         articles = deploy.resolve_publication(conn, topo.publication(pub), dialect.SERVER)
     print(dialect.publication_script(articles), end="")
@@ -532,9 +532,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = _with_topology(sub.add_parser("script-procs", help="print the generated procedures"))
     p.add_argument(
         "--dialect",
-        choices=["postgresql", "tsql"],
+        choices=list(codegen_dialect.dialects()),
         default="postgresql",
-        help="tsql scripts the procedures for SQL Server subscribers (script only)",
+        help="tsql scripts the procedures for SQL Server subscribers (script only); mariadb for MariaDB and "
+        "MySQL subscribers, a script for the mariadb client",
     )
     p.set_defaults(func=_cmd_script_procs)
     _add_schema_commands(sub)

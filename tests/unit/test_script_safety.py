@@ -7,8 +7,12 @@ them is read back by a real parser: PostgreSQL's own (``pglast``, libpg_query) f
 procedures, their bodies and the statements in them, the types, the updating triggers and the
 snapshot's table scripts; ``sqlglot``'s T-SQL grammar for the T-SQL script, plus what it does not
 check: the batches a ``go``-splitting client (sqlcmd, SSMS) makes, non-empty SET lists, SQL
-Server's type sizes and parameter limit.  A script holding anything more, or less, than its
-statements (an injected one, a split batch, a misplaced name) fails.
+Server's type sizes and parameter limit; ``sqlglot``'s MySQL tokenizer and grammar for the
+MariaDB procedures and the statements in them, after the statements the ``mariadb`` client makes
+of the script (its quotes, comments, ``DELIMITER`` lines and backslash commands; the integration
+test ``test_mariadb_procedures`` runs the same kind of script through the real client).  A
+script holding anything more, or less, than its statements (an injected one, a split batch, a
+misplaced name) fails.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from airflow_repl.engine.codegen import (
     call_syntax,
     immediate_triggers,
     key_enforcement,
+    mariadb,
     procedures,
     queue_triggers,
     tsql_script,
@@ -62,8 +67,8 @@ def _fit(name: str) -> str:
 
 
 @st.composite
-def identifiers(draw: Any) -> str:
-    name = "".join(draw(st.lists(FRAGMENT, min_size=1, max_size=6)))
+def identifiers(draw: Any, fragment: st.SearchStrategy[str] = FRAGMENT) -> str:
+    name = "".join(draw(st.lists(fragment, min_size=1, max_size=6)))
     if draw(st.integers(0, 4)) == 0:
         name += "x" * 63  # a 63-byte name
     return _fit(name)
@@ -525,3 +530,202 @@ def test_the_checks_see_what_they_look_for():
     injected = procedures.article_header(article(TableInfo("s", "nl\nSELECT 'injected'; --", 1, [], [])))
     assert len(_statements(injected)) == 0  # the header is a comment, nothing else
     assert len(_statements("-- article nl\nSELECT 'injected'; --\n")) == 1  # as it was written before
+
+
+# ---------------------------------------------------------------------- MariaDB
+#: What the MariaDB script and the ``mariadb`` client read specially, besides :data:`HOSTILE`.
+MARIADB_HOSTILE = [
+    *["`", "``", "#", "-- ", "--\t", "/*!", "/*M!", "*/", "DELIMITER ;", "\ndelimiter //\n", "\\g", "\\G", "\\!"],
+    *["\\c", "\\N", "//", "$$", ";;", "$$1$$", "%s", "%%", "@@", "a ", "A", "\t", "\U0001f600", "\u00e9", "ß"],
+]
+MARIADB_NAMES = identifiers(st.one_of(FRAGMENT, st.sampled_from(MARIADB_HOSTILE)))
+
+
+def _mariadb_safe(name: str) -> str:
+    """``name`` without what the MariaDB dialect refuses (see :func:`mariadb_hazard`)."""
+    return "".join(c for c in name if ord(c) <= 0xFFFF).rstrip(" \t\n\x0b\x0c\r") or "x"
+
+
+MARIADB_SAFE = MARIADB_NAMES.map(_mariadb_safe)
+
+
+def mariadb_hazard(name: str) -> bool:
+    """What the MariaDB dialect refuses in a name: a character outside the BMP, a trailing
+    ASCII space or line break."""
+    return any(ord(c) > 0xFFFF for c in name) or name[-1:] in (" ", "\t", "\n", "\x0b", "\x0c", "\r")
+
+
+def mariadb_client_statements(script: str) -> list[str]:
+    """The statements the ``mariadb`` command-line client sends for ``script``: it ends one at
+    its delimiter outside strings (``'``, ``"``, backticks) and comments (``-- ``, ``#``,
+    ``/* */``), changes the delimiter at a line ``DELIMITER x`` outside them, and runs a
+    backslash command (``\\g``, ``\\!``) at a backslash outside strings and comments, which the
+    script must never hold.  Comments are dropped, as the client drops them."""
+    statements, current, quote, block, delimiter = [], "", "", False, ";"
+    for line in script.split("\n"):
+        if not quote and not block and not current.strip() and line.lower().startswith("delimiter "):
+            delimiter = line.split()[1]
+            continue
+        i = 0
+        while i < len(line):
+            if quote or block:
+                j, quote, block = _inside(line, i, quote)
+                current, i = current + line[i:j], j
+            elif line.startswith(delimiter, i):
+                statements, current, i = [*statements, current.strip()], "", i + len(delimiter)
+            elif line[i] == "#" or (line[i : i + 2] == "--" and (line[i + 2 : i + 3] in ("", " ", "\t"))):
+                break
+            else:
+                assert line[i] != "\\", f"the client runs a backslash command: {line[i : i + 2]!r}"
+                quote = line[i] if line[i] in "'\"`" else ""
+                block = line[i : i + 2] == "/*"
+                current, i = current + line[i : i + 1 + block], i + 1 + block
+        current += "\n"
+    assert not current.strip() and not quote and not block, current
+    return statements
+
+
+def _inside(line: str, i: int, quote: str) -> tuple[int, str, bool]:
+    """Past the character at ``i`` of a string (``quote``) or, without one, a ``/* */``
+    comment: (the next position, the string still open or "", the comment still open)."""
+    if not quote:
+        return (i + 2, "", False) if line[i : i + 2] == "*/" else (i + 1, "", True)
+    if (line[i] == "\\" and quote != "`") or line[i : i + 2] == quote * 2:  # an escape, a doubled quote
+        return i + 2, quote, False
+    return i + 1, "" if line[i] == quote else quote, False
+
+
+def _mariadb_tokens(text: str) -> list[Any]:
+    return sqlglot.Dialect.get_or_raise("mysql").tokenize(text)
+
+
+def _mariadb_strings(tokens: list[Any]) -> list[str]:
+    """The values of the string literals, ``'...'`` or ``CONVERT(X'..' USING utf8mb4)``."""
+    out = []
+    for t in tokens:
+        if t.token_type == sqlglot.TokenType.STRING:
+            out.append(t.text)
+        elif t.token_type == sqlglot.TokenType.HEX_STRING:
+            out.append(bytes.fromhex(t.text).decode())
+    return out
+
+
+def _check_mariadb_procedure(art: ResolvedArticle, op: Operation, text: str) -> None:
+    """One generated procedure, read by sqlglot's MySQL tokenizer and grammar: its name, its
+    parameters, its one comment, its string literals and the statement it runs."""
+    syntax = art.propagation[op].call_syntax
+    tokens = _mariadb_tokens(text)
+    kinds = [t.token_type for t in tokens]
+    T = sqlglot.TokenType
+    assert kinds[:8] == [T.CREATE, T.OR, T.REPLACE, T.PROCEDURE, T.IDENTIFIER, T.DOT, T.IDENTIFIER, T.L_PAREN]
+    assert (tokens[4].text, tokens[6].text) == (art.dest_schema, art.default_procs[op])
+    close = kinds.index(T.R_PAREN, 8)
+    while tokens[close + 1].text.upper() != "MODIFIES":  # a type's own parentheses
+        close = kinds.index(T.R_PAREN, close + 1)
+    params = [tokens[i + 1].text for i in range(8, close) if tokens[i].token_type == T.IN]
+    expected = [p for p, _ in call_syntax.parameters(art, op, syntax)]
+    assert params == expected and len(params) <= call_syntax.MAX_ARGUMENTS[mariadb.SERVER]
+    assert [c for t in tokens for c in t.comments] == [f" {syntax} syntax: {', '.join(expected)}"]
+    begin = kinds.index(T.BEGIN)
+    first = begin + 1 if op == Operation.INSERT else kinds.index(T.SEMICOLON, begin) + 1
+    if op != Operation.INSERT:
+        assert [t.text for t in tokens[begin + 1 : first]] == ["DECLARE", "msg", "TEXT", ";"]
+    end = kinds.index(T.SEMICOLON, first)
+    dml = sqlglot.parse_one(text[tokens[first].start : tokens[end - 1].end + 1], read="mysql")
+    dest = (art.dest_schema, art.dest_table)
+    names = art.column_names
+    if op == Operation.INSERT:
+        assert isinstance(dml, exp.Insert) and (dml.this.this.db, dml.this.this.name) == dest
+        assert [c.name for c in dml.this.expressions] == names
+        assert [v.name for v in dml.expression.expressions[0].expressions] == expected
+        assert "IF" not in [t.text.upper() for t in tokens] and _mariadb_strings(tokens) == []
+        return
+    table = dml.this if isinstance(dml, exp.Update) else (dml.args.get("tables") or [dml.this])[0]
+    assert (table.db, table.name) == dest
+    if isinstance(dml, exp.Update):
+        assert op == Operation.UPDATE and [e.this.name for e in dml.expressions] == names
+    else:
+        assert op == Operation.DELETE and isinstance(dml, exp.Delete)
+    columns = list(dml.find_all(exp.Column))
+    qualified = [(c.db, c.table) for c in columns if c.table]
+    assert set(qualified) <= {dest}  # every column by its table, never a bare name a parameter hides
+    assert {c.name for c in columns if c.table} >= set(art.primary_key)
+    assert {c.name for c in columns if not c.table} <= set(expected)  # the rest are parameters
+    assert {c.name for c in dml.args["where"].find_all(exp.Column) if c.table} == set(art.primary_key)
+    strings = _mariadb_strings(tokens)
+    assert strings == [
+        f"row not found at the subscriber: {op} of ",
+        art.destination,
+        " with key (",
+        ", ".join(art.primary_key),
+        ")=(",
+        ", ",
+        ") matched no row [20598]",
+        "RP598",
+    ], strings
+
+
+@PROPERTY
+@given(st.one_of(articles(MARIADB_SAFE), articles(MARIADB_NAMES), articles()))
+def test_the_mariadb_script_holds_exactly_its_procedures_or_is_refused_in_one_line(art):
+    generated = [op for op in OPERATIONS if art.propagation[op].generated]
+    procs = [art.default_procs[op] for op in generated]
+    shown = [art.dest_schema, art.dest_table, *art.column_names, *procs]
+    hazards = [n for n in shown if mariadb_hazard(n)]
+    folded = [c.lower() for c in art.column_names]
+    if hazards or len(set(folded)) < len(folded):
+        with pytest.raises(TopologyError) as err:
+            mariadb.publication_script([art])
+        message = str(err.value)
+        assert message.splitlines() == [message], message
+        assert message.startswith(f"article {comment(art.name)} cannot be replicated to MariaDB: "), message
+        assert any(f" {comment(n)} " in message for n in hazards) or "differ only in case" in message, message
+        return
+    script = mariadb.publication_script([art])
+    header = script.splitlines()[1]
+    assert header == f"-- article {comment(art.name)}: {comment(art.table.qualified)} -> {comment(art.destination)}"
+    statements = mariadb_client_statements(script)
+    texts = [mariadb.procedure_sql(art, op) for op in generated]
+    # nothing split, nothing added; the client drops the procedure's comment line
+    assert statements == ["SET NAMES utf8mb4", *(re.sub(r"\n-- [^\n]*\n", "\n\n", t or "", count=1) for t in texts)]
+    for op, text in zip(generated, texts, strict=True):
+        assert text is not None
+        _check_mariadb_procedure(art, op, text)
+        # as PyMySQL binds the parameters: a % of a name is doubled, or this fails
+        call = mariadb.call_sql(art, op) % tuple(
+            ["?"] * len(call_syntax.parameters(art, op, art.propagation[op].call_syntax))
+        )
+        tokens = _mariadb_tokens(call.removeprefix("CALL "))  # sqlglot reads CALL as a command
+        kinds = [t.token_type for t in tokens]
+        T = sqlglot.TokenType
+        assert kinds[:4] == [T.IDENTIFIER, T.DOT, T.IDENTIFIER, T.L_PAREN] and set(kinds[4:]) <= {
+            T.PLACEHOLDER,
+            T.COMMA,
+            T.R_PAREN,
+        }
+        assert [tokens[0].text, tokens[2].text] == [art.dest_schema, art.default_procs[op]]
+    for op in OPERATIONS:
+        params = len(call_syntax.parameters(art, op, call_syntax.CallSyntax.CALL))
+        dml = sqlglot.parse_one(mariadb.statement_sql(art, op) % tuple(["?"] * params), read="mysql")
+        assert (
+            isinstance(dml, (exp.Insert, exp.Update, exp.Delete)) and len(list(dml.find_all(exp.Placeholder))) == params
+        )
+        table = dml.this.this if isinstance(dml, exp.Insert) else dml.this
+        assert (table.db, table.name) == (art.dest_schema, art.dest_table)
+        assert {c.name for c in dml.find_all(exp.Column)} <= set(art.column_names)
+
+
+def test_the_mariadb_checks_see_what_they_look_for():
+    """The client model splits where the client would, and refuses a backslash command."""
+    assert mariadb_client_statements("SELECT `a;b`; SELECT 'c;d' -- e;f\n;") == ["SELECT `a;b`", "SELECT 'c;d'"]
+    assert mariadb_client_statements("DELIMITER //\nCREATE x; y //\nDELIMITER ;\nSELECT 1;") == [
+        "CREATE x; y",
+        "SELECT 1",
+    ]
+    assert mariadb_client_statements("SELECT `a\\`; SELECT 1 /* ; */;") == ["SELECT `a\\`", "SELECT 1 /* ; */"]
+    with pytest.raises(AssertionError, match="backslash command"):
+        mariadb_client_statements("SELECT 1 \\! echo injected\n;")
+    art = article(TableInfo("s", "t", 1, [Column("x", "integer", True, 23), Column("y", "text", False, 25)], ["x"]))
+    bare = mariadb.procedure_sql(art, Operation.DELETE).replace("`s`.`t`.`x` = pkc1;", "x = pkc1;")
+    with pytest.raises(AssertionError):
+        _check_mariadb_procedure(art, Operation.DELETE, bare)

@@ -20,9 +20,10 @@ Parameter = tuple[str, str]  # (name, type)
 Argument = Value | bytes  # a column's text value, or the SCALL / MCALL bitmap
 
 #: The most parameters a procedure takes, per server: PostgreSQL's FUNC_MAX_ARGS (the
-#: ``max_function_args`` setting; fixed when the server is built) and SQL Server's 2,100 (the
-#: T-SQL script's procedures are for SQL Server subscribers).
-MAX_ARGUMENTS = {"PostgreSQL": 100, "SQL Server": 2100}
+#: ``max_function_args`` setting; fixed when the server is built), SQL Server's 2,100 (the
+#: T-SQL script's procedures are for SQL Server subscribers) and, for MariaDB (whose procedures
+#: have no limit of their own), the 65,535 placeholders a prepared statement takes.
+MAX_ARGUMENTS = {"PostgreSQL": 100, "SQL Server": 2100, "MariaDB": 65535}
 
 
 def parameters(article: ResolvedArticle, operation: Operation, syntax: CallSyntax) -> list[Parameter]:
@@ -111,36 +112,55 @@ def _image(image: Values | None) -> Values:
     return image
 
 
-def statement(article: ResolvedArticle, operation: Operation, syntax: CallSyntax, ph: Placeholder) -> str:
-    """The INSERT/UPDATE/DELETE that applies one command with this syntax's parameters."""
-    table = qualified(article.dest_schema, article.dest_table)
+def _pg_flagged(bitmap: str, i: int) -> str:
+    """PostgreSQL's test that column ``i`` (0-based) is flagged in the bitmap ``bitmap``."""
+    return f"get_byte({bitmap}, {i // 8}) & {1 << (i % 8)} <> 0"
+
+
+def statement(
+    article: ResolvedArticle,
+    operation: Operation,
+    syntax: CallSyntax,
+    ph: Placeholder,
+    *,
+    table: str | None = None,
+    quote: Callable[[str], str] = ident,
+    column: Callable[[str], str] | None = None,
+    flagged: Callable[[str, int], str] = _pg_flagged,
+) -> str:
+    """The INSERT/UPDATE/DELETE that applies one command with this syntax's parameters.
+
+    A dialect other than PostgreSQL's spells the parts: ``table`` (the quoted destination),
+    ``quote`` (a column in the INSERT's column list), ``column`` (a column in an expression, by
+    default as ``quote`` writes it) and ``flagged`` (the test that a column is flagged in the
+    SCALL / MCALL bitmap, given the bitmap's placeholder and the column's 0-based position)."""
+    table = qualified(article.dest_schema, article.dest_table) if table is None else table
+    col = quote if column is None else column
     names = article.column_names
     n = len(names)
     pk = article.pk_positions
     if operation == Operation.INSERT:
         return (
-            f"INSERT INTO {table} ({', '.join(ident(c) for c in names)}) "
+            f"INSERT INTO {table} ({', '.join(quote(c) for c in names)}) "
             f"VALUES ({', '.join(ph(i + 1) for i in range(n))})"
         )
     if operation == Operation.DELETE:
         if syntax == CallSyntax.XCALL:
-            where = [f"{ident(names[i])} = {ph(i + 1)}" for i in pk]
+            where = [f"{col(names[i])} = {ph(i + 1)}" for i in pk]
         else:
-            where = [f"{ident(names[i])} = {ph(j + 1)}" for j, i in enumerate(pk)]
+            where = [f"{col(names[i])} = {ph(j + 1)}" for j, i in enumerate(pk)]
         return f"DELETE FROM {table} WHERE {' AND '.join(where)}"
     if syntax == CallSyntax.XCALL:
-        sets = [f"{ident(c)} = {ph(n + i + 1)}" for i, c in enumerate(names)]
-        where = [f"{ident(names[i])} = {ph(i + 1)}" for i in pk]
+        sets = [f"{col(c)} = {ph(n + i + 1)}" for i, c in enumerate(names)]
+        where = [f"{col(names[i])} = {ph(i + 1)}" for i in pk]
     else:
-        where = [f"{ident(names[i])} = {ph(n + j + 1)}" for j, i in enumerate(pk)]
+        where = [f"{col(names[i])} = {ph(n + j + 1)}" for j, i in enumerate(pk)]
         if syntax == CallSyntax.CALL:
-            sets = [f"{ident(c)} = {ph(i + 1)}" for i, c in enumerate(names)]
+            sets = [f"{col(c)} = {ph(i + 1)}" for i, c in enumerate(names)]
         else:  # SCALL / MCALL: only the columns flagged in the bitmap
             bm = ph(n + len(pk) + 1)
             sets = [
-                f"{ident(c)} = CASE WHEN get_byte({bm}, {i // 8}) & {1 << (i % 8)} <> 0 "
-                f"THEN {ph(i + 1)} ELSE {ident(c)} END"
-                for i, c in enumerate(names)
+                f"{col(c)} = CASE WHEN {flagged(bm, i)} THEN {ph(i + 1)} ELSE {col(c)} END" for i, c in enumerate(names)
             ]
     return f"UPDATE {table} SET {', '.join(sets)} WHERE {' AND '.join(where)}"
 

@@ -1,4 +1,6 @@
-"""Generated subscriber procedures (``sp_MSins_`` / ``sp_MSupd_`` / ``sp_MSdel_``) as PL/pgSQL.
+"""The PostgreSQL dialect (:class:`~airflow_repl.engine.codegen.dialect.Dialect`): generated
+subscriber procedures (``sp_MSins_`` / ``sp_MSupd_`` / ``sp_MSdel_``) as PL/pgSQL, the ``CALL`` of
+a procedure and the DDL of a replicated schema change.
 
 The parameters keep SQL Server's names (``c1``.., ``pkc1``.., ``bitmap``), which may equal column
 names of the table: the body refers to parameters only by position (``$n``) and starts with
@@ -14,14 +16,30 @@ Update and delete procedures raise :data:`~airflow_repl.engine.errors.ROW_NOT_FO
 
 from __future__ import annotations
 
+from typing import Any
+
 from airflow_repl.engine.articles.resolved import ResolvedArticle
-from airflow_repl.engine.codegen import call_syntax
+from airflow_repl.engine.codegen import call_syntax, dialect
 from airflow_repl.engine.errors import ROW_NOT_FOUND_SQLSTATE
 from airflow_repl.engine.model.propagation import OPERATIONS, CallSyntax, Operation
+from airflow_repl.engine.postgres.catalog import Column
 from airflow_repl.engine.postgres.quoting import comment, dollar_quote, ident, literal, qualified
 
+#: The ``--dialect`` value.
+NAME = "postgresql"
 #: The server the procedures are for (its limit on arguments: :data:`call_syntax.MAX_ARGUMENTS`).
 SERVER = "PostgreSQL"
+
+quote = ident
+
+
+def column_type(column: Column) -> str:
+    """A parameter's type: the column's own (a domain's base type, :attr:`Column.param_type`)."""
+    return column.param_type
+
+
+def check_names(article: ResolvedArticle) -> None:
+    """Every name PostgreSQL allows is quoted safely: nothing to refuse."""
 
 
 def _dollar(i: int) -> str:
@@ -67,6 +85,39 @@ def _row_not_found_check(article: ResolvedArticle, operation: Operation, syntax:
         f"{literal(article.destination)}, {literal(key_names)}, concat_ws(', ', {key_values}));",
         "    END IF;",
     ]
+
+
+def call_sql(article: ResolvedArticle, operation: Operation) -> str:
+    """``CALL "schema"."procedure"($1::type, ...)``: each argument cast to its parameter's type
+    (values are bound as PostgreSQL's text form, the bitmap as ``bytea``)."""
+    schema, name = article.called_procedure(operation)
+    params = call_syntax.parameters(article, operation, article.propagation[operation].call_syntax)
+    # a type is format_type() text read from the publisher's catalog, quoted where it needs to be
+    return f"CALL {qualified(schema, name)}({', '.join(f'${i + 1}::{t}' for i, (_, t) in enumerate(params))})"
+
+
+def schema_change_sql(before: ResolvedArticle, change: dict[str, Any]) -> list[str]:
+    """The ALTER TABLE statements of a replicated schema change at a PostgreSQL subscriber (none
+    when the changed column is not replicated by the article)."""
+    kind = dialect.schema_change_kind(before, change)
+    if kind is None:
+        return []
+    table = qualified(before.dest_schema, before.dest_table)
+    col = ident(change["column"])
+    if kind == "drop_column":
+        return [f"ALTER TABLE {table} DROP COLUMN {col}"]
+    if kind == "rename_column":
+        return [f"ALTER TABLE {table} RENAME COLUMN {col} TO {ident(change['new_name'])}"]
+    typ = change["type"]  # format_type() text read from the publisher's catalog
+    if kind == "alter_type":
+        return [f"ALTER TABLE {table} ALTER COLUMN {col} TYPE {typ}"]
+    out = [f"ALTER TABLE {table} ADD COLUMN {col} {typ}"]
+    if change.get("existing") is not None:  # the value the publisher's existing rows got
+        out[0] += f" DEFAULT {literal(change['existing'])}::{typ}"
+        out.append(f"ALTER TABLE {table} ALTER COLUMN {col} DROP DEFAULT")
+    if change.get("not_null"):
+        out.append(f"ALTER TABLE {table} ALTER COLUMN {col} SET NOT NULL")
+    return out
 
 
 def article_script(article: ResolvedArticle) -> str:

@@ -20,13 +20,17 @@ parameters).
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from airflow_repl.engine.articles.resolved import ResolvedArticle
+from airflow_repl.engine.codegen import call_syntax, dialect
 from airflow_repl.engine.errors import TopologyError
 from airflow_repl.engine.model.propagation import OPERATIONS, CallSyntax, Operation
 from airflow_repl.engine.postgres.catalog import Column
 from airflow_repl.engine.postgres.quoting import comment
 
+#: The ``--dialect`` value.
+NAME = "tsql"
 #: The server the script is for (its limit on parameters: :data:`call_syntax.MAX_ARGUMENTS`).
 SERVER = "SQL Server"
 #: SQL Server's largest declared length of ``nchar``/``nvarchar`` (characters); larger is ``(max)``.
@@ -86,6 +90,10 @@ def _numeric(precision: int, scale: int) -> str:
 
 def bracket(name: str) -> str:
     return "[" + name.replace("]", "]]") + "]"
+
+
+quote = bracket
+column_type = tsql_type
 
 
 _RAISE = "if @@rowcount = 0\n    if @@microsoftversion>0x07320000\n        exec sp_MSreplraiserror 20598\n"
@@ -178,6 +186,53 @@ def _update_by_key(article: ResolvedArticle, name: str, syntax: CallSyntax) -> t
         if i not in pk_set
     ]
     return f"create procedure {name} \n {params}\n,@bitmap binary({n // 8 + 1})\n", sets, where
+
+
+def procedure_sql(article: ResolvedArticle, operation: Operation) -> str | None:
+    """The ``create procedure`` batch of the generated procedure for ``operation`` (ending in
+    ``go``), or None when the operation uses no generated procedure; refused
+    (:func:`check_names`) when a name would change the script's batches."""
+    check_names(article)
+    return _proc(article, operation)
+
+
+def call_sql(article: ResolvedArticle, operation: Operation) -> str:
+    """The ODBC call of the procedure ``operation`` uses, as SQL Server's Distribution Agent
+    makes it: ``{call [schema].[procedure](?, ...)}``, one ``?`` per parameter."""
+    schema, name = article.called_procedure(operation)
+    count = len(call_syntax.parameters(article, operation, article.propagation[operation].call_syntax))
+    return f"{{call {bracket(schema)}.{bracket(name)}({', '.join(['?'] * count)})}}"
+
+
+def schema_change_sql(before: ResolvedArticle, change: dict[str, Any]) -> list[str]:
+    """The statements of a replicated schema change at a SQL Server subscriber (script only):
+    ``alter table`` for ADD, DROP and a widening, ``sp_rename`` for RENAME.  A new column name
+    a batch-splitting client would misread is refused as :func:`check_names` refuses others."""
+    kind = dialect.schema_change_kind(before, change)
+    if kind is None:
+        return []
+    check_names(before)
+    new = change["new_name"] if kind == "rename_column" else change["column"]
+    if hazard := _hazard(new):
+        raise TopologyError(
+            f"article {comment(before.name)} cannot be scripted as T-SQL: its new column {comment(new)} holds "
+            f"{hazard}; name the column otherwise, or script the postgresql dialect"
+        )
+    table, col = _table(before), bracket(change["column"])
+    if kind == "drop_column":
+        return [f"alter table {table} drop column {col}"]
+    if kind == "rename_column":
+        # sp_rename reads its first argument as a (bracketed) name; no name here holds a quote
+        return [f"exec sp_rename N'{table}.{col}', N'{new}', 'COLUMN'"]
+    typ = tsql_type(Column(change["column"], change["type"], bool(change.get("not_null")), 0))
+    if kind == "alter_type":
+        return [f"alter table {table} alter column {col} {typ}"]
+    out = [f"alter table {table} add {col} {typ} null"]
+    if change.get("existing") is not None:  # the value the publisher's existing rows got
+        out.append(f"update {table} set {col} = N'{change['existing'].replace(chr(39), chr(39) * 2)}'")
+    if change.get("not_null"):
+        out.append(f"alter table {table} alter column {col} {typ} not null")
+    return out
 
 
 def article_script(article: ResolvedArticle) -> str:

@@ -59,29 +59,9 @@ def apply(conn: psycopg.Connection, cmd: Command, ctx: SchemaContext) -> Resolve
     return after
 
 
-def table_statements(before: ResolvedArticle, change: dict[str, Any]) -> list[sql.Composed]:
+def table_statements(before: ResolvedArticle, change: dict[str, Any]) -> list[sql.SQL]:
     """The statements changing the destination table (none when the column is not replicated)."""
-    if not change.get("in_article"):
-        return []
-    table = sql.Identifier(before.dest_schema, before.dest_table)
-    col = sql.Identifier(change["column"])
-    kind = change["kind"]
-    if kind == "drop_column":
-        return [sql.SQL("ALTER TABLE {} DROP COLUMN {}").format(table, col)]
-    if kind == "rename_column":
-        return [sql.SQL("ALTER TABLE {} RENAME COLUMN {} TO {}").format(table, col, sql.Identifier(change["new_name"]))]
-    typ = sql.SQL(change["type"])  # format_type() text read from the publisher's catalog
-    if kind == "alter_type":
-        return [sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE {}").format(table, col, typ)]
-    if kind != "add_column":
-        raise DeliveryError(f"schema change {kind!r} of article {before.name!r} is not known to this version")
-    out = [sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(table, col, typ)]
-    if change.get("existing") is not None:  # the value the publisher's existing rows got
-        out[0] = sql.SQL("{} DEFAULT {}::{}").format(out[0], sql.Literal(change["existing"]), typ)
-        out.append(sql.SQL("ALTER TABLE {} ALTER COLUMN {} DROP DEFAULT").format(table, col))
-    if change.get("not_null"):
-        out.append(sql.SQL("ALTER TABLE {} ALTER COLUMN {} SET NOT NULL").format(table, col))
-    return out
+    return [sql.SQL(s) for s in procedures.schema_change_sql(before, change)]  # generated text, names quoted
 
 
 def regenerate(conn: psycopg.Connection, before: ResolvedArticle, after: ResolvedArticle, ctx: SchemaContext) -> None:

@@ -12,7 +12,7 @@ from psycopg import sql
 
 from airflow_repl.engine.articles.commands import Command, OpCode
 from airflow_repl.engine.articles.resolved import ResolvedArticle
-from airflow_repl.engine.codegen import call_syntax
+from airflow_repl.engine.codegen import call_syntax, procedures
 from airflow_repl.engine.model.propagation import CallSyntax, Method, Operation
 from airflow_repl.engine.postgres import raw_sql
 
@@ -29,11 +29,6 @@ class Statement:
 
     def execute(self, cur: psycopg.Cursor, cmd: Command) -> None:
         raw_sql.execute(cur, self.query, self.params_of(cmd))
-
-
-def _typed(ph: str, type_text: str) -> sql.Composable:
-    # type_text comes from the publisher's format_type(), which quotes what needs quoting.
-    return sql.SQL(ph + "::" + type_text)
 
 
 def statement(article: ResolvedArticle, op: OpCode, *, keep_own: bool = False) -> Statement | None:
@@ -76,12 +71,9 @@ def truncate_keeping_own(article: ResolvedArticle, *, queued: bool) -> Statement
 
 def _procedure_call(article: ResolvedArticle, operation: Operation) -> Statement:
     """CALL of the article's procedure for ``operation``, with its call syntax's arguments."""
-    schema, name = article.called_procedure(operation)
     syntax = article.propagation[operation].call_syntax
-    params = call_syntax.parameters(article, operation, syntax)
-    args = sql.SQL(", ").join(_typed(raw_sql.dollar(i + 1), t) for i, (_, t) in enumerate(params))
     return Statement(
-        sql.SQL("CALL {}({})").format(sql.Identifier(schema, name), args),
+        sql.SQL(procedures.call_sql(article, operation)),  # generated text, identifiers quoted
         lambda cmd: call_syntax.values(article, cmd, syntax),
     )
 
