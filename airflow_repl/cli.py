@@ -364,12 +364,7 @@ def _check_status(topo: Any, rows: list[Any]) -> None:
             "status --check found no subscription to check in the distribution database: apply the topology "
             "and run the Snapshot Agent first, or name a publication that has subscriptions (-p)"
         )
-    now = datetime.now(timezone.utc)
-    found = []
-    for row in rows:
-        pub = topo.publications.get(row.sub.publication)
-        limits = topo.thresholds(row.sub.publication, row.sub.subscriber)
-        found += health.breaches(row, limits, pub.max_retention_hours if pub is not None else None, now)
+    found = health.check(topo, rows, datetime.now(timezone.utc))
     for breach in found:
         print(" ".join(breach.line.split()))
     code = health.level(found)
