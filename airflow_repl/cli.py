@@ -343,6 +343,13 @@ def _cmd_status(args: argparse.Namespace) -> None:
     if args.check:
         _check_status(topo, rows)
         return
+    if args.output == "prometheus":  # the metrics carry the failed runs: written, exit 0, for a collector
+        from datetime import datetime, timezone
+
+        from airflow_repl.presentation import status_prometheus
+
+        print(status_prometheus.exposition(topo, rows, datetime.now(timezone.utc)), end="")
+        return
     if args.output == "json":
         print(json.dumps([r.to_json() for r in rows], indent=2))
     else:
@@ -542,7 +549,13 @@ def _add_monitoring_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = _with_topology(
         sub.add_parser("status", help="backlog, watermark, last runs, errors and expiry per subscription")
     )
-    p.add_argument("--output", "-o", choices=["table", "json"], default="table", help="a text table or JSON")
+    p.add_argument(
+        "--output",
+        "-o",
+        choices=["table", "json", "prometheus"],
+        default="table",
+        help="a text table, JSON, or the Prometheus text exposition format (docs/monitoring.md; exit 0 once written)",
+    )
     p.add_argument(
         "--max-pending", type=_number(int, 0, True), help="exit 2 when a backlog is above this many transactions"
     )
