@@ -46,7 +46,7 @@ from typing import Any
 import psycopg
 
 from airflow_repl.engine.agents import continuous as continuous_mode
-from airflow_repl.engine.agents import gc_pause, progress_lines, read_ahead, stream_planning, subscriber_writer
+from airflow_repl.engine.agents import gc_pause, progress_lines, read_ahead, status, stream_planning, subscriber_writer
 from airflow_repl.engine.agents.lifecycle import AgentRun, ends_when_stopped
 from airflow_repl.engine.articles.commands import Command
 from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
@@ -342,6 +342,7 @@ class _Delivery:
             if not loop.go_on():  # between batches: everything is committed
                 break
         self.record(dist)
+        self._record_end(dist)
 
     def _deliver(self, dist: psycopg.Connection, run_id: int, applier: Applier, batch: _Batch) -> None:
         """Apply one batch by the way it needs, and commit it with the watermark."""
@@ -372,9 +373,17 @@ class _Delivery:
 
     def _pending(self, dist: psycopg.Connection) -> tuple[int, int]:
         """The subscription's backlog now (transactions, commands)."""
-        pending = progress.backlog(dist, self.publication, self.subscriber)
+        tx, cmds, _ = progress.backlog(dist, self.publication, self.subscriber)
         dist.commit()
-        return pending
+        return tx, cmds
+
+    def _record_end(self, dist: psycopg.Connection) -> None:
+        """The backlog the run leaves behind (``backlog_at_end``: what ``until``, the end of a
+        continuous run or a pause left undelivered) and the lag then (``lag_seconds``)."""
+        tx, cmds, oldest = progress.backlog(dist, self.publication, self.subscriber)
+        dist.commit()
+        self.totals["backlog_at_end"] = {"transactions": tx, "commands": cmds}
+        self.totals["lag_seconds"] = status.pending_age(oldest, datetime.now(timezone.utc)) if oldest else 0.0
 
     def definitions_changed(self, dist: psycopg.Connection, applier: Applier) -> str | None:
         """Between batches of a continuous run: why it must end because the subscriber's article
