@@ -41,13 +41,21 @@ def get_provider_info() -> dict:
         "sensors": [
             {
                 "integration-name": "airflow-repl",
-                "python-modules": ["airflow_repl.sensors.quiescing", "airflow_repl.sensors.wal_retention"],
+                "python-modules": [
+                    "airflow_repl.sensors.quiescing",
+                    "airflow_repl.sensors.wal_retention",
+                    "airflow_repl.sensors.health",
+                ],
             }
         ],
         "triggers": [
             {
                 "integration-name": "airflow-repl",
-                "python-modules": ["airflow_repl.triggers.quiescing", "airflow_repl.triggers.wal_retention"],
+                "python-modules": [
+                    "airflow_repl.triggers.quiescing",
+                    "airflow_repl.triggers.wal_retention",
+                    "airflow_repl.triggers.health",
+                ],
             }
         ],
     }

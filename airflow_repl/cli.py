@@ -358,6 +358,13 @@ def _cmd_status(args: argparse.Namespace) -> None:
     if args.check:
         _check_status(topo, rows)
         return
+    if args.output == "prometheus":  # the metrics carry the failed runs: written, exit 0, for a collector
+        from datetime import datetime, timezone
+
+        from airflow_repl.presentation import status_prometheus
+
+        print(status_prometheus.exposition(topo, rows, datetime.now(timezone.utc)), end="")
+        return
     if args.output == "json":
         print(json.dumps([r.to_json() for r in rows], indent=2))
     else:
@@ -379,12 +386,7 @@ def _check_status(topo: Any, rows: list[Any]) -> None:
             "status --check found no subscription to check in the distribution database: apply the topology "
             "and run the Snapshot Agent first, or name a publication that has subscriptions (-p)"
         )
-    now = datetime.now(timezone.utc)
-    found = []
-    for row in rows:
-        pub = topo.publications.get(row.sub.publication)
-        limits = topo.thresholds(row.sub.publication, row.sub.subscriber)
-        found += health.breaches(row, limits, pub.max_retention_hours if pub is not None else None, now)
+    found = health.check(topo, rows, datetime.now(timezone.utc))
     for breach in found:
         print(" ".join(breach.line.split()))
     code = health.level(found)
@@ -566,7 +568,13 @@ def _add_monitoring_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = _with_topology(
         sub.add_parser("status", help="backlog, watermark, last runs, errors and expiry per subscription")
     )
-    p.add_argument("--output", "-o", choices=["table", "json"], default="table", help="a text table or JSON")
+    p.add_argument(
+        "--output",
+        "-o",
+        choices=["table", "json", "prometheus"],
+        default="table",
+        help="a text table, JSON, or the Prometheus text exposition format (docs/monitoring.md; exit 0 once written)",
+    )
     p.add_argument(
         "--max-pending", type=_number(int, 0, True), help="exit 2 when a backlog is above this many transactions"
     )

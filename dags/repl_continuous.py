@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pendulum
 from airflow.sdk import DAG
-from repl_common import PUBLICATION, SPARK_CONN_ID, TOPOLOGY
+from repl_common import AGENT_TASK_ARGS, PUBLICATION, SPARK_CONN_ID, TOPOLOGY
 
 from airflow_repl.operators.agents import DistributionAgentOperator, LogReaderAgentOperator
 
@@ -46,6 +46,7 @@ with DAG(
         continuous=True,
         poll_interval=POLL_INTERVAL,
         max_run_seconds=MAX_RUN_SECONDS,
+        **AGENT_TASK_ARGS,
     )
     DistributionAgentOperator(
         task_id="distribution",
@@ -55,4 +56,5 @@ with DAG(
         continuous=True,
         poll_interval=POLL_INTERVAL,
         max_run_seconds=MAX_RUN_SECONDS,
+        **AGENT_TASK_ARGS,
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pendulum
 from airflow.sdk import DAG
-from repl_common import PUBLICATION, SPARK_CONN_ID, TOPOLOGY
+from repl_common import AGENT_TASK_ARGS, PUBLICATION, SPARK_CONN_ID, TOPOLOGY
 
 from airflow_repl.operators.agents import DistributionAgentOperator, LogReaderAgentOperator, SnapshotAgentOperator
 
@@ -22,12 +22,24 @@ with DAG(
     tags=["airflow-repl", "example"],
 ) as dag:
     snapshot = SnapshotAgentOperator(
-        task_id="snapshot", topology=TOPOLOGY, publication=PUBLICATION, conn_id=SPARK_CONN_ID
+        task_id="snapshot",
+        topology=TOPOLOGY,
+        publication=PUBLICATION,
+        conn_id=SPARK_CONN_ID,
+        **AGENT_TASK_ARGS,
     )
     log_reader = LogReaderAgentOperator(
-        task_id="log_reader", topology=TOPOLOGY, publication=PUBLICATION, conn_id=SPARK_CONN_ID
+        task_id="log_reader",
+        topology=TOPOLOGY,
+        publication=PUBLICATION,
+        conn_id=SPARK_CONN_ID,
+        **AGENT_TASK_ARGS,
     )
     distribution = DistributionAgentOperator(
-        task_id="distribution", topology=TOPOLOGY, publication=PUBLICATION, conn_id=SPARK_CONN_ID
+        task_id="distribution",
+        topology=TOPOLOGY,
+        publication=PUBLICATION,
+        conn_id=SPARK_CONN_ID,
+        **AGENT_TASK_ARGS,
     )
     snapshot >> log_reader >> distribution

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pendulum
 from airflow.sdk import DAG, Param
-from repl_common import PUBLICATION, SPARK_CONN_ID, TOPOLOGY
+from repl_common import AGENT_TASK_ARGS, PUBLICATION, SPARK_CONN_ID, TOPOLOGY
 
 from airflow_repl.operators.agents import DistributionAgentOperator, LogReaderAgentOperator
 from airflow_repl.operators.schema import RegenerateProceduresOperator, SchemaChangeOperator
@@ -46,8 +46,8 @@ with DAG(
 ) as dag:
     common = {"topology": TOPOLOGY, "publication": PUBLICATION}
     token = PostTracerTokenOperator(task_id="post_tracer_token", **common)
-    log_reader = LogReaderAgentOperator(task_id="log_reader", conn_id=SPARK_CONN_ID, **common)
-    distribution = DistributionAgentOperator(task_id="distribution", conn_id=SPARK_CONN_ID, **common)
+    log_reader = LogReaderAgentOperator(task_id="log_reader", conn_id=SPARK_CONN_ID, **common, **AGENT_TASK_ARGS)
+    distribution = DistributionAgentOperator(task_id="distribution", conn_id=SPARK_CONN_ID, **common, **AGENT_TASK_ARGS)
     quiesced = TopologyQuiescedSensor(
         task_id="quiesced",
         topology=TOPOLOGY,
@@ -57,7 +57,11 @@ with DAG(
         timeout=600,
     )
     change = SchemaChangeOperator(task_id="schema_change", sql="{{ params.sql }}", quiesced_token=TOKEN, **common)
-    resume_log_reader = LogReaderAgentOperator(task_id="resume_log_reader", conn_id=SPARK_CONN_ID, **common)
-    resume_distribution = DistributionAgentOperator(task_id="resume_distribution", conn_id=SPARK_CONN_ID, **common)
+    resume_log_reader = LogReaderAgentOperator(
+        task_id="resume_log_reader", conn_id=SPARK_CONN_ID, **common, **AGENT_TASK_ARGS
+    )
+    resume_distribution = DistributionAgentOperator(
+        task_id="resume_distribution", conn_id=SPARK_CONN_ID, **common, **AGENT_TASK_ARGS
+    )
     regenerate = RegenerateProceduresOperator(task_id="regenerate_procedures", **common)
     token >> log_reader >> distribution >> quiesced >> change >> resume_log_reader >> resume_distribution >> regenerate

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pendulum
 from airflow.sdk import DAG, CronDataIntervalTimetable
-from repl_common import SPARK_CONN_ID, TOPOLOGY, UPDATABLE_PUBLICATION
+from repl_common import AGENT_TASK_ARGS, SPARK_CONN_ID, TOPOLOGY, UPDATABLE_PUBLICATION
 
 from airflow_repl.operators.agents import (
     DistributionAgentOperator,
@@ -30,10 +30,18 @@ with DAG(
     tags=["airflow-repl", "example", "updatable"],
 ) as dag:
     queue_reader = QueueReaderAgentOperator(
-        task_id="queue_reader", topology=TOPOLOGY, publication=UPDATABLE_PUBLICATION, conn_id=SPARK_CONN_ID
+        task_id="queue_reader",
+        topology=TOPOLOGY,
+        publication=UPDATABLE_PUBLICATION,
+        conn_id=SPARK_CONN_ID,
+        **AGENT_TASK_ARGS,
     )
     log_reader = LogReaderAgentOperator(
-        task_id="log_reader", topology=TOPOLOGY, publication=UPDATABLE_PUBLICATION, conn_id=SPARK_CONN_ID
+        task_id="log_reader",
+        topology=TOPOLOGY,
+        publication=UPDATABLE_PUBLICATION,
+        conn_id=SPARK_CONN_ID,
+        **AGENT_TASK_ARGS,
     )
     distribution = DistributionAgentOperator(
         task_id="distribution",
@@ -41,5 +49,6 @@ with DAG(
         publication=UPDATABLE_PUBLICATION,
         until="{{ data_interval_end }}",
         conn_id=SPARK_CONN_ID,
+        **AGENT_TASK_ARGS,
     )
     queue_reader >> log_reader >> distribution

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pendulum
 from airflow.sdk import DAG
-from repl_common import SPARK_CONN_ID, TOPOLOGY, UPDATABLE_PUBLICATION
+from repl_common import AGENT_TASK_ARGS, SPARK_CONN_ID, TOPOLOGY, UPDATABLE_PUBLICATION
 
 from airflow_repl.operators.agents import (
     DistributionAgentOperator,
@@ -46,6 +46,6 @@ with DAG(
         "poll_interval": POLL_INTERVAL,
         "max_run_seconds": MAX_RUN_SECONDS,
     }
-    QueueReaderAgentOperator(task_id="queue_reader", **common)
-    LogReaderAgentOperator(task_id="log_reader", **common)
-    DistributionAgentOperator(task_id="distribution", **common)
+    QueueReaderAgentOperator(task_id="queue_reader", **common, **AGENT_TASK_ARGS)
+    LogReaderAgentOperator(task_id="log_reader", **common, **AGENT_TASK_ARGS)
+    DistributionAgentOperator(task_id="distribution", **common, **AGENT_TASK_ARGS)

@@ -5,7 +5,8 @@ one base class), ``schema`` (schema changes and procedure regeneration, run in t
 ``tracer`` (:class:`~airflow_repl.operators.tracer.PostTracerTokenOperator`, no Spark application),
 ``validation`` (:class:`~airflow_repl.operators.validation.ValidationOperator`, the ``validate``
 entry of the agent job as a Spark application), ``lineage`` (the asset events and OpenLineage datasets of the Snapshot and Distribution Agent
-operators), ``retention`` (``CleanupOperator``, which runs the cleanup agent in the worker: a few
+operators), ``metrics`` (each agent run's metrics through Airflow's own ``Stats``, sent by the
+agent operators after the run), ``retention`` (``CleanupOperator``, which runs the cleanup agent in the worker: a few
 statements, no Spark application) and ``topology`` (``ApplyTopologyOperator``: ``apply`` in the
 worker, drops only when allowed).
 

@@ -3,7 +3,8 @@
 Each operator is a :class:`~airflow.providers.apache.spark.operators.spark_submit.SparkSubmitOperator`
 that submits ``airflow_repl/jobs/agent_job.py``.  The topology, with passwords resolved from
 Airflow connections, reaches the job through a temporary 0600 file named on the command line,
-never through the command line itself; the run's summary is returned (pushed to XCom).
+never through the command line itself; the run's summary is returned (pushed to XCom) and
+sent as metrics through Airflow's own (:mod:`airflow_repl.operators.metrics`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from airflow_repl.engine.runtime import continuous as continuous_mode
 from airflow_repl.hooks.replication import ReplicationHook
 from airflow_repl.jobs import agent_job, class_archive
 from airflow_repl.jobs.agent_job import failure
-from airflow_repl.operators import lineage
+from airflow_repl.operators import lineage, metrics
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
@@ -201,8 +202,13 @@ class _AgentOperator(SparkSubmitOperator):
             finally:
                 if archive is not None:  # spark-submit has returned: its JVM has exited
                     archive.keep()
-            summary = read_outcome(result, self.agent, submit_error, log=self.log)
+            try:
+                summary = read_outcome(result, self.agent, submit_error, log=self.log)
+            except AirflowException:
+                metrics.emit_failure(self.agent, self.publication, metrics.failed_subscribers(result))
+                raise
         self.log.info("%s agent summary: %s", self.agent, summary)
+        metrics.emit_run(self.agent, self.publication, summary)
         self._after_run(context, topo, summary)
         return summary
 

@@ -2,7 +2,7 @@
 
 Owns: ``quiescing`` (:class:`~airflow_repl.sensors.quiescing.TracerTokenSensor`,
 :class:`~airflow_repl.sensors.quiescing.TopologyQuiescedSensor`) and ``wal_retention``
-(``WalRetentionSensor``).
+(``WalRetentionSensor``) and ``health`` (``ReplicationHealthSensor``).
 
 May import: Airflow, :mod:`airflow_repl.hooks`, :mod:`airflow_repl.triggers` and the engine.
 """

@@ -15,11 +15,11 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, conf
-from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
 from airflow_repl.engine.monitoring import quiescing
 from airflow_repl.hooks.replication import ReplicationHook
-from airflow_repl.triggers.quiescing import PollTrigger, TopologyQuiescedTrigger, TracerTokenTrigger
+from airflow_repl.triggers.quiescing import Polled, PollTrigger, TopologyQuiescedTrigger, TracerTokenTrigger
 
 
 class _ReplicationSensor(BaseSensorOperator):
@@ -38,9 +38,9 @@ class _ReplicationSensor(BaseSensorOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.topology, self.publication, self.deferrable = topology, publication, deferrable
-        self.last_status: quiescing.WaitStatus | None = None
+        self.last_status: Polled | None = None
 
-    def check(self, topo: Any) -> quiescing.WaitStatus:
+    def check(self, topo: Any) -> Polled:
         raise NotImplementedError
 
     def trigger(self, end_time: float) -> PollTrigger:
@@ -48,6 +48,8 @@ class _ReplicationSensor(BaseSensorOperator):
 
     def poke(self, context: Any) -> bool:
         self.last_status = status = self.check(ReplicationHook(self.topology).get_topology())
+        if status.failed:  # waiting cannot mend it: fail at once, not retried
+            raise AirflowFailException(f"{self.task_id} failed: {status.message}")
         self.log.info("%s", status.message)
         return status.done
 
@@ -67,11 +69,14 @@ class _ReplicationSensor(BaseSensorOperator):
         )
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
-        """The trigger's event: success returns the position waited for (XCom); timeout and error fail."""
+        """The trigger's event: success returns the position waited for (XCom); failed (not
+        retried), timeout and error fail."""
         event = event or {"status": "error", "message": "the trigger sent no event"}
         if event.get("status") == "success":
             self.log.info("%s", event.get("message"))
             return event.get("position")
+        if event.get("status") == "failed":
+            raise AirflowFailException(f"{self.task_id} failed: {event.get('message')}")
         if event.get("status") == "timeout":
             raise AirflowSensorTimeout(f"{self.task_id} timed out after {self.timeout} s: {event.get('message')}")
         raise AirflowException(f"{self.task_id} failed: {event.get('message')}")

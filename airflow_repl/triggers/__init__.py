@@ -2,7 +2,7 @@
 
 Owns: ``quiescing`` (:class:`~airflow_repl.triggers.quiescing.TracerTokenTrigger`,
 :class:`~airflow_repl.triggers.quiescing.TopologyQuiescedTrigger`) and ``wal_retention``
-(``WalRetentionTrigger``).
+(``WalRetentionTrigger``) and ``health`` (``ReplicationHealthTrigger``).
 
 May import: Airflow, :mod:`airflow_repl.hooks` (servers resolved from connection ids in ``run()``) and the engine.
 """

@@ -6,7 +6,8 @@ waited for, the poll interval and the deadline: the servers are resolved in ``ru
 :class:`~airflow_repl.hooks.replication.ReplicationHook` (Airflow connection ids), never stored.
 The checks are synchronous (psycopg): ``run()`` runs each in a thread (``asyncio.to_thread``).
 
-Events: ``{"status": "success" | "timeout" | "error", "message": ..., "position": ...}``.
+Events: ``{"status": "success" | "failed" | "timeout" | "error", "message": ..., "position": ...}``
+(``failed``: the check found what waiting cannot mend, e.g. a health check's critical breach).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Protocol
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
@@ -23,9 +24,23 @@ from airflow_repl.engine.postgres import connections
 from airflow_repl.hooks.replication import ReplicationHook
 
 
+class Polled(Protocol):
+    """What a check returns (:class:`~airflow_repl.engine.monitoring.quiescing.WaitStatus`,
+    :class:`~airflow_repl.engine.monitoring.health.Health`)."""
+
+    @property
+    def done(self) -> bool: ...
+    @property
+    def failed(self) -> bool: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def position(self) -> str | None: ...
+
+
 class PollTrigger(BaseTrigger):
-    """Runs :meth:`check` every ``poll_interval`` seconds until it is done, it fails, or
-    ``end_time`` (seconds since the epoch) passes."""
+    """Runs :meth:`check` every ``poll_interval`` seconds until it is done, it fails (or finds
+    what cannot be waited for), or ``end_time`` (seconds since the epoch) passes."""
 
     def __init__(
         self, *, topology_path: str, publication: str, poll_interval: float = 30.0, end_time: float | None = None
@@ -42,7 +57,7 @@ class PollTrigger(BaseTrigger):
             "end_time": self.end_time,
         }
 
-    def check(self) -> quiescing.WaitStatus:
+    def check(self) -> Polled:
         raise NotImplementedError
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -55,6 +70,9 @@ class PollTrigger(BaseTrigger):
             event = {"message": status.message, "position": status.position}
             if status.done:
                 yield TriggerEvent({"status": "success", **event})
+                return
+            if status.failed:
+                yield TriggerEvent({"status": "failed", **event})
                 return
             if self.end_time is not None and time.time() >= self.end_time:
                 yield TriggerEvent({"status": "timeout", **event})

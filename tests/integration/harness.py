@@ -12,6 +12,7 @@ folder before anything imports Airflow.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 import json
@@ -31,6 +32,7 @@ from typing import Any
 import psycopg
 import yaml
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, queue_reader_agent, snapshot_agent
 from airflow_repl.engine.model import topology as topology_mod
@@ -598,3 +600,25 @@ def drain(topo, queued=("sub1", "sub2"), delivered=("sub1", "sub2"), options: di
         if not moved:
             return
     raise AssertionError("the agents did not settle after six passes")
+
+
+def first_event(trigger):
+    """The first event of an Airflow trigger's ``run()``, driven with asyncio (60 s at most)."""
+
+    async def run():
+        async for event in trigger.run():
+            return event.payload
+        return None
+
+    return asyncio.run(asyncio.wait_for(run(), timeout=60))
+
+
+def assert_no_secret(trigger, env):
+    """The trigger's ``serialize()`` (classpath, kwargs), checked to hold no password or URI of the test's servers."""
+
+    classpath, kwargs = trigger.serialize()
+    text = json.dumps(kwargs)
+    passwords = {conninfo_to_dict(c).get("password") for c in (env.pub, env.dist, *env.subs.values())} - {None}
+    assert passwords  # the sandbox's servers have passwords: the check means something
+    assert not any(p in text for p in passwords) and "postgresql://" not in text
+    return classpath, kwargs

@@ -6,16 +6,13 @@ transaction, a queued-updating queue not empty, an immediate-updating transactio
 
 from __future__ import annotations
 
-import asyncio
 import importlib
-import json
 import time
 
 import pytest
 import yaml
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout, TaskDeferred
-from harness import items_topology_file, setup_immediate, setup_items, setup_queued
-from psycopg.conninfo import conninfo_to_dict
+from harness import assert_no_secret, first_event, items_topology_file, setup_immediate, setup_items, setup_queued
 
 import airflow_repl
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, queue_reader_agent
@@ -26,28 +23,10 @@ from airflow_repl.sensors.quiescing import TopologyQuiescedSensor, TracerTokenSe
 from airflow_repl.triggers.quiescing import TopologyQuiescedTrigger, TracerTokenTrigger
 
 
-def first_event(trigger):
-    async def run():
-        async for event in trigger.run():
-            return event.payload
-        return None
-
-    return asyncio.run(asyncio.wait_for(run(), timeout=60))
-
-
 def cycle(topo, *subscribers):
     log_reader_agent.run_log_reader(topo, "p")
     for s in subscribers or ("sub1",):
         distribution_agent.run_distribution(topo, "p", s)
-
-
-def assert_no_secret(trigger, env):
-    classpath, kwargs = trigger.serialize()
-    text = json.dumps(kwargs)
-    passwords = {conninfo_to_dict(c).get("password") for c in (env.pub, env.dist, *env.subs.values())} - {None}
-    assert passwords  # the sandbox's servers have passwords: the check means something
-    assert not any(p in text for p in passwords) and "postgresql://" not in text
-    return classpath, kwargs
 
 
 def written_topology(topo, tmp_path) -> str:

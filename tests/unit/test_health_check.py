@@ -3,6 +3,7 @@ subscription's keys override its publication's, bad threshold keys are one clear
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -93,3 +94,23 @@ def test_bad_thresholds_are_one_clear_line(publication_keys, subscription_keys, 
     with pytest.raises(TopologyError, match=message) as caught:
         topo(publication_keys, subscription_keys)
     assert len(str(caught.value).splitlines()) == 1
+
+
+def test_check_uses_each_subscriptions_own_thresholds_and_health_says_what_a_sensor_does():
+    t = topo({"warn_pending_commands": 5}, {"warn_pending_commands": 2})
+    s1 = _row(commands=3)
+    s2 = status.SubscriptionStatus(
+        dataclasses.replace(s1.sub, subscriber="s2"), None, None, None, None, lag_seconds=0.0
+    )
+    found = health.check(t, [s1, s2], T0)
+    assert [b.line for b in found] == [
+        "WARNING: subscriber 's1' of publication 'p': 3 commands pending, at or above warn_pending_commands 2"
+    ]
+    warned = health.Health("p", 2, tuple(found))
+    assert (warned.done, warned.failed, warned.message) == (False, False, found[0].line)
+    critical = health.Health("p", 2, (*found, *health.breaches(_row(run="failed"), {}, 10.0, T0)))
+    assert critical.failed and critical.message.startswith(found[0].line + "; CRITICAL: 's1' of publication 'p'")
+    ok = health.Health("p", 2, ())
+    assert (
+        ok.done and not ok.failed and ok.message == "OK: 2 subscription(s) of publication 'p' within their thresholds"
+    )

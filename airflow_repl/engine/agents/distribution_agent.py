@@ -51,6 +51,7 @@ from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_ha
 from airflow_repl.engine.errors import AgentBusy, ReplError
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import SKIPPABLE_ERRORS, Topology
+from airflow_repl.engine.monitoring import status
 from airflow_repl.engine.postgres import json_values, lsn
 from airflow_repl.engine.provisioning import pausing
 from airflow_repl.engine.runtime import continuous as continuous_mode
@@ -343,6 +344,7 @@ class _Delivery:
             if not loop.go_on():  # between batches: everything is committed
                 break
         self.record(dist)
+        self._record_end(dist)
 
     def _deliver(self, dist: psycopg.Connection, run_id: int, applier: Applier, batch: _Batch) -> None:
         """Apply one batch by the way it needs, and commit it with the watermark."""
@@ -373,9 +375,17 @@ class _Delivery:
 
     def _pending(self, dist: psycopg.Connection) -> tuple[int, int]:
         """The subscription's backlog now (transactions, commands)."""
-        pending = progress.backlog(dist, self.publication, self.subscriber)
+        tx, cmds, _ = progress.backlog(dist, self.publication, self.subscriber)
         dist.commit()
-        return pending
+        return tx, cmds
+
+    def _record_end(self, dist: psycopg.Connection) -> None:
+        """The backlog the run leaves behind (``backlog_at_end``: what ``until``, the end of a
+        continuous run or a pause left undelivered) and the lag then (``lag_seconds``)."""
+        tx, cmds, oldest = progress.backlog(dist, self.publication, self.subscriber)
+        dist.commit()
+        self.totals["backlog_at_end"] = {"transactions": tx, "commands": cmds}
+        self.totals["lag_seconds"] = status.pending_age(oldest, datetime.now(timezone.utc)) if oldest else 0.0
 
     def definitions_changed(self, dist: psycopg.Connection, applier: Applier) -> str | None:
         """Between batches of a continuous run: why it must end because the subscriber's article

@@ -152,7 +152,7 @@ class MariaDBDelivery:
             watermark, txns = batch
             self._deliver(dist, run_id, applier, watermark, txns)
             if lines.due():
-                tx, cmds = progress.backlog(dist, self.publication, self.subscriber)
+                tx, cmds, _ = progress.backlog(dist, self.publication, self.subscriber)
                 dist.commit()
                 lines.log(progress_lines.delivery_line(self.totals["transactions"], self.totals["commands"], tx, cmds))
             if not loop.go_on():

@@ -2,18 +2,22 @@
 thresholds (topology keys, docs/monitoring.md), as Replication Monitor's warnings do, with the
 exit codes of monitoring plugins: 0 ok, 1 warning, 2 critical.
 
-Pure: it reads the :class:`~airflow_repl.engine.monitoring.status.SubscriptionStatus` records that
-``status`` made.  A threshold fires at its value and above, not below.  A failed or blocked last
-run (the rule ``status`` fails on, :func:`~airflow_repl.engine.monitoring.status.problems`) is
-critical.
+:func:`breaches` and :func:`check` are pure: they read the
+:class:`~airflow_repl.engine.monitoring.status.SubscriptionStatus` records that ``status`` made.  A
+threshold fires at its value and above, not below.  A failed or blocked last run (the rule
+``status`` fails on, :func:`~airflow_repl.engine.monitoring.status.problems`) is critical.
+:func:`subscription_health` reads the distributor (through ``status``) for the
+``ReplicationHealthSensor``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
-from airflow_repl.engine.monitoring.status import SubscriptionStatus, problems
+from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.model.topology import Topology
+from airflow_repl.engine.monitoring.status import SubscriptionStatus, problems, subscription_status
 
 OK, WARNING, CRITICAL = 0, 1, 2
 LEVELS = {OK: "OK", WARNING: "WARNING", CRITICAL: "CRITICAL"}
@@ -62,6 +66,57 @@ def breaches(
             )
         )
     return found
+
+
+def check(topology: Topology, rows: list[SubscriptionStatus], now: datetime) -> list[Breach]:
+    """Every breach of ``rows``, each subscription against its own thresholds
+    (:meth:`~airflow_repl.engine.model.topology.Topology.thresholds`)."""
+    found = []
+    for row in rows:
+        pub = topology.publications.get(row.sub.publication)
+        limits = topology.thresholds(row.sub.publication, row.sub.subscriber)
+        found += breaches(row, limits, pub.max_retention_hours if pub is not None else None, now)
+    return found
+
+
+@dataclass(frozen=True)
+class Health:
+    """The health of a publication's subscriptions (or of the named ones), as the
+    ``ReplicationHealthSensor`` waits for it: ``done`` when no threshold is reached, ``failed``
+    when one is critical (a failed or blocked last run, critical latency)."""
+
+    publication: str
+    checked: int  # how many subscriptions were checked
+    found: tuple[Breach, ...]
+    position: None = None  # a sensor returns it (XCom); health waits for no position
+
+    @property
+    def done(self) -> bool:
+        return not self.found
+
+    @property
+    def failed(self) -> bool:
+        return level(list(self.found)) == CRITICAL
+
+    @property
+    def message(self) -> str:
+        if self.done:
+            return f"OK: {self.checked} subscription(s) of publication {self.publication!r} within their thresholds"
+        return "; ".join(" ".join(b.line.split()) for b in self.found)
+
+
+def subscription_health(topology: Topology, publication: str, subscribers: list[str] | None = None) -> Health:
+    """The health of ``publication``'s subscriptions (only ``subscribers``, when given) now."""
+    rows = subscription_status(topology, publication)
+    if subscribers:
+        rows = [r for r in rows if r.sub.subscriber in subscribers]
+    if not rows:
+        which = f"of subscriber(s) {', '.join(map(repr, subscribers))} " if subscribers else ""
+        raise ReplError(
+            f"no subscription {which}to publication {publication!r} in the distribution database to check: "
+            f"apply the topology and run the Snapshot Agent first, or name a subscriber of the publication"
+        )
+    return Health(publication, len(rows), tuple(check(topology, rows, datetime.now(timezone.utc))))
 
 
 def expiration_percent(expires_at: datetime | None, max_retention_hours: float | None, now: datetime) -> float | None:

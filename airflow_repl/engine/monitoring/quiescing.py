@@ -57,6 +57,11 @@ class WaitStatus:
         return not self.lags
 
     @property
+    def failed(self) -> bool:
+        """Never: what is behind can catch up (a health check's critical breach cannot wait)."""
+        return False
+
+    @property
     def message(self) -> str:
         if self.done:
             return f"publication {self.publication!r} is caught up to {self.position}"

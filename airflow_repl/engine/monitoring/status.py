@@ -92,8 +92,14 @@ def lag_seconds(row: progress.SubscriptionRow, now: datetime) -> float | None:
     not delivered yet (its commit time at the publisher); 0 when it is caught up; None when it
     has no backlog to measure (expired, or not initialized yet)."""
     if row.oldest_pending_commit is not None:
-        return round(max((now - row.oldest_pending_commit).total_seconds(), 0.0), 3)
+        return pending_age(row.oldest_pending_commit, now)
     return 0.0 if row.status == "active" else None
+
+
+def pending_age(oldest_pending_commit: datetime, now: datetime) -> float:
+    """The lag of a subscription whose oldest undelivered transaction committed at
+    ``oldest_pending_commit``: its age at ``now``, in seconds (never negative)."""
+    return round(max((now - oldest_pending_commit).total_seconds(), 0.0), 3)
 
 
 def expires_at(row: progress.SubscriptionRow, max_retention_hours: float) -> datetime | None:

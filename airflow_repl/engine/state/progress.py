@@ -184,17 +184,19 @@ ORDER BY s.publication, s.subscriber
 """
 
 
-def backlog(conn: psycopg.Connection[Any], publication: str, subscriber: str) -> tuple[int, int]:
+def backlog(conn: psycopg.Connection[Any], publication: str, subscriber: str) -> tuple[int, int, datetime | None]:
     """The transactions and commands stored after the subscription's delivered watermark (its
-    backlog, as :data:`_STATUS` counts it)."""
+    backlog, as :data:`_STATUS` counts it), and the commit time of the oldest of them (None:
+    none)."""
     row = conn.execute(
-        "SELECT count(t.xact_seqno), coalesce(sum(t.command_count), 0) FROM airflow_repl.subscriptions AS s "
+        "SELECT count(t.xact_seqno), coalesce(sum(t.command_count), 0), min(t.commit_time) "
+        "FROM airflow_repl.subscriptions AS s "
         "JOIN airflow_repl.transactions AS t ON t.publication = s.publication "
         "AND t.xact_seqno > coalesce(s.delivered_xact_seqno, s.start_xact_seqno, '0/0'::pg_lsn) "
         "WHERE s.publication = %s AND s.subscriber = %s",
         (publication, subscriber),
     ).fetchone()
-    return (int(row[0]), int(row[1])) if row is not None else (0, 0)
+    return (int(row[0]), int(row[1]), row[2]) if row is not None else (0, 0, None)
 
 
 def left_by_until(conn: psycopg.Connection[Any], publication: str, subscriber: str, until: datetime) -> dict[str, Any]:
