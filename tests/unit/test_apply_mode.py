@@ -111,6 +111,13 @@ def test_an_updatable_subscriber_goes_command_by_command_under_auto_only():
     ]
 
 
+def test_several_streams_keep_spreading_batches_under_auto_only():
+    assert article_paths("auto", [ART], streams=3) == [
+        ArticlePath("orders", "per_command", "subscription_streams 3 (batches spread over the streams)")
+    ]
+    assert article_paths("net_change", [ART], streams=3)[0].apply == "net_change"
+
+
 def test_per_command_takes_every_article_literally():
     assert {p.apply for p in article_paths("per_command", [ART, SQL])} == {"per_command"}
     assert article_paths("per_command", [ART])[0].why == "apply_mode per_command"

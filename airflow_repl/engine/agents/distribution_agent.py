@@ -297,6 +297,7 @@ class _Delivery:
             self.settings.mode,
             articles.values(),
             updatable=str(mode) if mode.updatable else None,
+            streams=self.n,
             triggers=triggers,
             scripts=scripts,
         )

@@ -111,11 +111,13 @@ def article_paths(
     articles: Iterable[ResolvedArticle],
     *,
     updatable: str | None = None,
+    streams: int = 1,
     triggers: dict[tuple[str, str], list[str]] | None = None,
     scripts: Iterable[str] = (),
 ) -> list[ArticlePath]:
     """Each article's path under the apply ``mode`` (``auto``, ``per_command``, ``net_change``):
-    ``updatable``: the subscription's update mode when it is not read only; ``triggers``: the
+    ``updatable``: the subscription's update mode when it is not read only; ``streams``: its
+    ``subscription_streams`` (more than one: batches spread over them, command by command); ``triggers``: the
     subscriber tables' user triggers that fire for replicated changes (``ENABLE ALWAYS`` or
     ``ENABLE REPLICA``), by (schema, table); ``scripts``: the articles with a registered custom
     script.  ``net_change`` takes every article the set-based path covers; ``auto`` only those
@@ -130,6 +132,8 @@ def article_paths(
             fired = (triggers or {}).get((art.dest_schema, art.dest_table))
             if updatable is not None:
                 why = f"updatable subscriber ({updatable})"
+            elif streams > 1:
+                why = f"subscription_streams {streams} (batches spread over the streams)"
             elif fired:
                 why = "trigger(s) firing for replicated changes at the subscriber: " + ", ".join(fired)
             elif art.name in custom:
