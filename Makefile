@@ -45,7 +45,8 @@ format: install
 
 #: Arguments of benchmarks/native_compare.py (airflow-repl against PostgreSQL's native logical
 #: replication, docs/performance.md).  Its defaults (pgbench scale 10, 20k transactions, 1,000 tps for
-#: 30 s) take a few minutes; e.g. make bench BENCH_NATIVE="--scale 1 --transactions 2000 --lag-seconds 10"
+#: 30 s, then the sustained rate: 60 s per step of 500 tps) take 10 to 20 minutes; e.g. a quick run:
+#: make bench BENCH_NATIVE="--scale 1 --transactions 2000 --lag-seconds 10 --sustained-window 15"
 BENCH_NATIVE ?=
 #: Arguments of benchmarks/memory_bound.py (peak memory of the agents on one transaction of 5M row
 #: changes and a backlog of 10M: about 40 minutes here); e.g. BENCH_MEMORY="--backlog 1000000"

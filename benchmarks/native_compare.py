@@ -15,7 +15,13 @@ tables).  Then, for both, in the same run and one after the other (never at the 
 3. live lag under ``--tps`` pgbench transactions per second for ``--lag-seconds``: our agents run
    side by side with ``--continuous`` when they have it, else in a loop of one-shot runs as fast
    as they can, while a heartbeat row is updated every 100 ms at the publisher;
-   the lag is the age of the heartbeat each subscriber shows, sampled every 200 ms.
+   the lag is the age of the heartbeat each subscriber shows, sampled every 200 ms;
+4. sustained throughput: pgbench's ``--rate`` raised step by step (``--sustained-start``, then
+   ``--sustained-step`` more each time, up to ``--sustained-max``), each rate held for
+   ``--sustained-window`` seconds, against each system alone (native with our agents stopped; our
+   Log Reader and Distribution Agent side by side, continuous, with the native subscription
+   disabled), until a rate is not held: the highest rate held (pgbench reached it, the lag's p95
+   under ``SUSTAINED_P95`` seconds and not growing, :func:`held`) with the CPU by role at it.
 
 After each phase every table's checksum must match at the publisher, our subscriber and the native
 subscriber, or the benchmark exits with 1 naming the table.  Prints ``phase | native |
@@ -60,6 +66,15 @@ DEFAULT_JSON = "benchmarks/results/native_compare.json"
 
 class BenchFailure(Exception):
     """The benchmark cannot go on (a checksum differs, a phase never finishes)."""
+
+
+#: Sustained throughput: a rate is held when the lag's p95 over the window stays under this many seconds ...
+SUSTAINED_P95 = 2.0
+#: ... the lag grew by less than this many seconds from the window's first quarter to its last
+#: (medians: a backlog that builds up shows as a lag that keeps growing) ...
+SUSTAINED_GROWTH = 0.5
+#: ... and pgbench reached at least this share of the rate asked for (the publisher kept up).
+SUSTAINED_REACHED = 0.95
 
 
 # ---------------------------------------------------------------------------- pure parts (unit-tested)
@@ -114,6 +129,28 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 def results_json(rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
     """The run's result file: when, where, with which arguments, and the rows."""
     return json.dumps({**info, "rows": rows}, indent=2, default=str)
+
+
+def held(lags: Sequence[float], rate: float, achieved: float) -> tuple[bool, str]:
+    """Whether a step of the sustained phase held ``rate`` (pgbench's ``achieved`` tps and the lag
+    samples, oldest first, over its window), and the figure that decided it."""
+    p95 = percentile(lags, 95)
+    if p95 is None or len(lags) < 8:
+        return False, "too few lag samples"
+    quarter = len(lags) // 4
+    growth = percentile(lags[-quarter:], 50) - percentile(lags[:quarter], 50)  # type: ignore[operator]
+    if achieved < SUSTAINED_REACHED * rate:
+        return False, f"pgbench reached {achieved:,.0f} tps only"
+    if p95 >= SUSTAINED_P95:
+        return False, f"lag p95 {p95:.2f} s"
+    if growth >= SUSTAINED_GROWTH:
+        return False, f"lag grew {growth:.2f} s over the window"
+    return True, f"lag p95 {p95:.2f} s, growth {growth:+.2f} s"
+
+
+def rates(start: int, step: int, most: int) -> list[int]:
+    """The sustained phase's rates: ``start``, then ``step`` more each time, up to ``most``."""
+    return list(range(start, most + 1, step))
 
 
 def checksum_sql(table: str, key: str) -> Any:
@@ -910,6 +947,135 @@ def add_lag_rows(
     b.extra["agent_loop"] = agent_loop_mode()
 
 
+def phase_sustained(b: Bench, window: int, steps: list[int]) -> None:
+    """Step 4: each system alone against pgbench at each rate of ``steps`` for ``window`` seconds,
+    until one is not held; rows: the highest rate held by each, and the CPU by role at it."""
+    results: dict[str, dict[str, Any]] = {}
+    execute(b.native, "ALTER SUBSCRIPTION native_sub ENABLE")  # a catch-up phase may leave it either way
+    drain_native(b)
+    results["native"] = sustained_steps(b, "native", window, steps, [])
+    execute(b.native, "ALTER SUBSCRIPTION native_sub DISABLE")  # ours alone: its slot keeps the WAL meanwhile
+    agents = start_agents(b)
+    try:
+        drain_ours(b, agents)
+        results["ours"] = sustained_steps(b, "ours", window, steps, agents)
+    finally:
+        stop_agents(b, agents)
+    execute(b.native, "ALTER SUBSCRIPTION native_sub ENABLE")
+    drain_native(b)
+    add_sustained_rows(b, window, results)
+    check_checksums(b, "sustained throughput")
+
+
+def drain_native(b: Bench) -> None:
+    marker = mark(b)
+    wait_for(lambda: heartbeat_seq(b.native) >= marker, "native catch-up", 3600)
+
+
+def drain_ours(b: Bench, agents: list[subprocess.Popen[bytes]]) -> None:
+    marker = mark(b)
+    wait_for(lambda: running(b, agents) and heartbeat_seq(b.sub) >= marker, "our catch-up", 3600)
+
+
+def sustained_steps(
+    b: Bench, system: str, window: int, steps: list[int], agents: list[subprocess.Popen[bytes]]
+) -> dict[str, Any]:
+    """The steps against one ``system`` (its subscriber live; ``agents``: ours, to count their
+    CPU): each rate for ``window`` s, then a drain, until a rate is not held.  Returns every
+    step's verdict and the highest rate held with its CPU by role."""
+    import psutil
+
+    conninfo = b.native if system == "native" else b.sub
+    out: dict[str, Any] = {"steps": [], "rate": None, "cpu": None}
+    for rate in steps:
+        procs = [psutil.Process(a.pid) for a in agents]
+        before = [sum(p.cpu_times()[:2]) for p in procs]
+        cpu = b.cpu_by_role()
+        beat = Ticker(
+            b.pub,
+            HEARTBEAT_SECONDS,
+            lambda c: c.execute("UPDATE public.bench_heartbeat SET seq = seq + 1, at = clock_timestamp() WHERE id = 1"),
+        )
+        lags: list[float] = []
+        sampler = lag_sampler(conninfo, lags)
+        try:
+            achieved = pgbench_load(b, "--rate", str(rate), "-T", str(window))
+        finally:
+            sampler.stop()
+            beat.stop()
+        servers = cpu.stop()
+        agent_cpu = [round(sum(p.cpu_times()[:2]) - t, 3) for p, t in zip(procs, before, strict=True)]
+        ok, why = held(lags, rate, achieved)
+        p95 = percentile(lags, 95)
+        step = {"rate": rate, "achieved_tps": round(achieved, 1), "held": ok, "why": why, "lag_p95": p95}
+        out["steps"].append(step)
+        print(f"[sustained, {system}] {rate} tps: {'held' if ok else 'not held'} ({why})", flush=True)
+        if agents:
+            drain_ours(b, agents)
+        else:
+            drain_native(b)
+        if not ok:
+            break
+        out["rate"], out["achieved"] = rate, achieved
+        out["cpu"] = {"servers": servers, "agents": dict(zip(CONTINUOUS_AGENTS, agent_cpu, strict=False))}
+    return out
+
+
+def add_sustained_rows(b: Bench, window: int, results: dict[str, dict[str, Any]]) -> None:
+    """The highest rate each system held, and the CPU seconds by role (per second of the window)
+    at that rate."""
+    native, ours = results["native"], results["ours"]
+    label = f"highest sustained pgbench rate (held {window} s, lag p95 < {SUSTAINED_P95:g} s and not growing)"
+    b.rows.append(row(label, native["rate"], ours["rate"], "tps"))
+    b.extra["sustained"] = {"window_seconds": window, **results}
+
+    def role(result: dict[str, Any], cluster: str, name: str) -> float | None:
+        if result["cpu"] is None:
+            return None
+        return float(result["cpu"]["servers"].get(cluster, {}).get(name, 0.0)) / window
+
+    def every(result: dict[str, Any], clusters: Sequence[str], leave_out: Sequence[str] = ()) -> float | None:
+        if result["cpu"] is None:
+            return None
+        servers = result["cpu"]["servers"]
+        total = sum(v for c in clusters for k, v in servers.get(c, {}).items() if k not in leave_out)
+        return float(total + sum(result["cpu"]["agents"].values())) / window
+
+    at = f"CPU seconds per second at the highest sustained rate (native {native['rate']}, ours {ours['rate']} tps)"
+    b.rows += [
+        row(
+            f"{at}: the publisher's walsender",
+            role(native, "publisher", "walsender"),
+            role(ours, "publisher", "walsender"),
+            "s",
+        ),
+        row(
+            f"{at}: applying at the subscriber (native: its apply worker; ours: the subscriber's backend)",
+            role(native, "native", "apply worker"),
+            role(ours, "subscriber", "backend bench_sub"),
+            "s",
+        ),
+        row(
+            f"{at}: the publisher's pgbench backends",
+            role(native, "publisher", "backend bench_pub"),
+            role(ours, "publisher", "backend bench_pub"),
+            "s",
+        ),
+        row(f"{at}: our distribution database", None, role(ours, "publisher", "backend bench_dist"), "s", False),
+    ]
+    for agent in CONTINUOUS_AGENTS:
+        value = ours["cpu"]["agents"].get(agent, 0.0) / window if ours["cpu"] else None
+        b.rows.append(row(f"{at}: our {agent} process", None, value, "s", False))
+    b.rows.append(
+        row(
+            f"{at}: every process (servers, agents; the benchmark's polling left out)",
+            every(native, ("publisher", "native"), ("backend bench_native", ENDED)),
+            every(ours, ("publisher", "subscriber"), (ENDED,)),
+            "s",
+        )
+    )
+
+
 def agent_loop_mode() -> str:
     if continuous_supported():
         return f"continuous (log reader and distribution side by side, --poll-interval {CONTINUOUS_POLL})"
@@ -946,7 +1112,7 @@ def agent_loop(topology_file: str, stop_file: str) -> int:
 
 # ---------------------------------------------------------------------------- main
 #: The phases, in the order they run (``--phases``).
-PHASES = ("initial", "catch-up", "side-by-side", "live-lag")
+PHASES = ("initial", "catch-up", "side-by-side", "live-lag", "sustained")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -956,7 +1122,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tps", type=int, default=1000, help="pgbench --rate of the live-lag phase (default 1000)")
     parser.add_argument("--lag-seconds", type=int, default=30, help="length of the live-lag phase (default 30)")
     parser.add_argument("--json", default=DEFAULT_JSON, help=f"where to write the results (default {DEFAULT_JSON})")
-    parser.add_argument("--bulk-apply", action="store_true", help="give our subscription bulk_apply: true")
+    parser.add_argument(
+        "--apply-mode",
+        choices=("auto", "per_command", "net_change"),
+        help="give our subscription this apply_mode (default: none, so the default: auto)",
+    )
+    parser.add_argument("--bulk-apply", action="store_true", help="the same as --apply-mode net_change")
+    parser.add_argument(
+        "--sustained-window", type=int, default=60, help="seconds each rate of the sustained phase runs (default 60)"
+    )
+    parser.add_argument(
+        "--sustained-start", type=int, default=500, help="first pgbench rate of the sustained phase (default 500)"
+    )
+    parser.add_argument(
+        "--sustained-step", type=int, default=500, help="the rate's step in the sustained phase (default 500)"
+    )
+    parser.add_argument(
+        "--sustained-max", type=int, default=10_000, help="last rate tried in the sustained phase (default 10000)"
+    )
     parser.add_argument(
         "--phases",
         default=",".join(PHASES),
@@ -967,7 +1150,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--agent-loop", help=argparse.SUPPRESS)
     parser.add_argument("--stop-file", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    for name in ("scale", "transactions", "tps", "lag_seconds"):
+    for name in (
+        "scale",
+        "transactions",
+        "tps",
+        "lag_seconds",
+        "sustained_window",
+        "sustained_start",
+        "sustained_step",
+    ):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
@@ -975,6 +1166,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if unknown:
         parser.error(f"--phases: unknown phase {unknown[0]!r}; the phases are {', '.join(PHASES)}")
     args.phases = {"initial", *phases}
+    if args.bulk_apply:
+        if args.apply_mode not in (None, "net_change"):
+            parser.error("--bulk-apply means --apply-mode net_change: give one of them")
+        args.apply_mode = "net_change"
+    if args.sustained_max < args.sustained_start:
+        parser.error("--sustained-max must be at least --sustained-start")
     return args
 
 
@@ -993,7 +1190,10 @@ def run_info(args: argparse.Namespace, b: Bench) -> dict[str, Any]:
             "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         },
         "args": {
-            **{k: getattr(args, k) for k in ("scale", "transactions", "tps", "lag_seconds", "bulk_apply")},
+            **{
+                k: getattr(args, k)
+                for k in ("scale", "transactions", "tps", "lag_seconds", "apply_mode", "sustained_window")
+            },
             "phases": [p for p in PHASES if p in args.phases],
         },
         **b.extra,
@@ -1016,9 +1216,9 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     try:
         b.extra["load_average_at_start"] = [round(x, 2) for x in os.getloadavg()]
-        b.start({"bulk_apply": True} if args.bulk_apply else {})
+        b.start({"apply_mode": args.apply_mode} if args.apply_mode else {})
         setup(b, args.scale)
-        options = "bulk_apply: true" if args.bulk_apply else "defaults"
+        options = f"apply_mode: {args.apply_mode}" if args.apply_mode else "defaults (apply_mode: auto)"
         print(
             f"setup done: scale {args.scale}, apply {b.extra['apply_seconds']} s; our subscription: {options}",
             flush=True,
@@ -1030,6 +1230,9 @@ def main(argv: list[str] | None = None) -> int:
             phase_catchup_side_by_side(b, args.transactions)
         if "live-lag" in args.phases:
             phase_lag(b, args.tps, args.lag_seconds)
+        if "sustained" in args.phases and continuous_supported():
+            steps = rates(args.sustained_start, args.sustained_step, args.sustained_max)
+            phase_sustained(b, args.sustained_window, steps)
     except BenchFailure as exc:
         print(f"native_compare: error: {exc}", file=sys.stderr, flush=True)
         status = 1

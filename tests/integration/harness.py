@@ -31,6 +31,7 @@ from typing import Any
 
 import psycopg
 import yaml
+from hypothesis import HealthCheck
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
@@ -160,6 +161,31 @@ def assert_in_sync(topo, subscriber="sub1"):
     report = validation.compare(topo, "p", subscriber)
     assert report and all(r["match"] for r in report), validation.format_report(report)
     return report
+
+
+#: The property tests' hypothesis settings: the same examples every run (derandomized), no
+#: deadline (servers and Spark), a module-scoped world shared by the examples.
+PROPERTY_SETTINGS = {
+    "deadline": None,
+    "derandomize": True,
+    "suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+}
+
+
+def commit_on_every_table(conninfo: str, txns: list, tables, statements: Callable[[str, Any], list]) -> None:
+    """Each generated transaction (a list of steps) committed at ``conninfo`` against every one of
+    ``tables`` (``statements(table, step)``: its (query, params) pairs); one the publisher refuses
+    as a whole (a unique violation, a number out of range) is left out: nothing to replicate."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        for txn in txns:
+            for table in tables:
+                try:
+                    with conn.transaction():
+                        for step in txn:
+                            for query, params in statements(table, step):
+                                conn.execute(query, params)
+                except (psycopg.errors.UniqueViolation, psycopg.errors.NumericValueOutOfRange):
+                    pass
 
 
 def cycle(topo, subscriber="sub1"):

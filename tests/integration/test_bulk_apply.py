@@ -198,7 +198,7 @@ def test_the_agents_make_no_cyclic_garbage_per_change(env, spark, bulk):
     longer only because their objects form no reference cycles.  2,400 changes with the
     collector off leave (nearly) nothing for it: not one object per change, or per command."""
     tables = {"b_call": {"upd_cmd": "CALL"}, "b_multi": {"updates_as_delete_insert": "multi_row_key_changes"}}
-    topo = _env(env, spark, tables, bulk_apply=bulk)
+    topo = _env(env, spark, tables, bulk_apply=bulk, **({} if bulk else {"apply_mode": "per_command"}))
     with psycopg.connect(env.pub) as conn:
         for i in range(60):
             for t in tables:

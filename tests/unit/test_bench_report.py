@@ -163,3 +163,23 @@ def test_initial_sync_cpu_rows_compare_each_side_and_leave_out_the_benchmarks_po
     assert rows["every process"]["native"] == pytest.approx(3.9)
     assert rows["every process"]["airflow_repl"] == pytest.approx(1.4 + 0.1 + 2.6 + 2.3)
     assert rows["every process"]["ratio"] == pytest.approx(6.4 / 3.9)
+
+
+def test_a_sustained_rate_is_held_when_pgbench_reached_it_and_the_lag_stayed_low_and_flat(bench):
+    flat = [0.2, 0.3, 0.25, 0.2, 0.3, 0.2, 0.25, 0.3, 0.2, 0.3, 0.25, 0.2]
+    assert bench.held(flat, 1000, 998.0) == (True, "lag p95 0.30 s, growth +0.00 s")
+    assert bench.held(flat, 1000, 900.0) == (False, "pgbench reached 900 tps only")
+    growing = [0.1 * i for i in range(1, 13)]  # a backlog building up: 0.1 s to 1.2 s
+    assert bench.held(growing, 1000, 1000.0)[0] is False and "grew" in bench.held(growing, 1000, 1000.0)[1]
+    assert bench.held([2.5] * 12, 1000, 1000.0) == (False, "lag p95 2.50 s")
+    assert bench.held([0.1] * 3, 1000, 1000.0) == (False, "too few lag samples")
+    assert bench.rates(500, 500, 2000) == [500, 1000, 1500, 2000]
+
+
+def test_bulk_apply_is_the_apply_mode_net_change_and_the_sustained_options_are_checked(bench):
+    assert bench.parse_args(["--bulk-apply"]).apply_mode == "net_change"
+    assert bench.parse_args([]).apply_mode is None and bench.parse_args([]).sustained_window == 60
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--bulk-apply", "--apply-mode", "per_command"])
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--sustained-window", "0"])

@@ -91,7 +91,7 @@ def test_bad_numbers_and_options_are_usage_errors(capsys, tmp_path, argv, says):
 
 
 #: The output formats a command may offer; ``-o`` is always one of them, never a file.
-FORMATS = {"table", "json", "html"}
+FORMATS = {"table", "json", "html", "prometheus"}
 
 
 def _output_options() -> dict[str, argparse.Action]:

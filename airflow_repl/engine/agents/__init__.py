@@ -7,7 +7,7 @@ pgoutput row changes to commands; and ``command_lines``, its compiled hot path o
 ``_command_lines``: a row message straight to the COPY line that stores its command),
 ``distribution_agent`` (with ``stream_planning``, the pure logic that spreads its batches over
 subscription streams, and ``read_ahead``, the next batch read and netted while one is applied
-under ``bulk_apply``; and ``mariadb_distribution``, its delivery to a MariaDB subscriber
+by net change; and ``mariadb_distribution``, its delivery to a MariaDB subscriber
 through SQL statements), ``mariadb_snapshot`` (the Snapshot Agent's part at a MariaDB subscriber:
 tables by the type map, the load by multi-row INSERTs, keys and watermark), ``queue_reader_agent`` (queued updating: subscribers' queued transactions
 applied at the publisher, conflicts resolved by the publication's policy) and ``cleanup_agent``

@@ -52,7 +52,7 @@ from airflow_repl.engine.errors import AgentBusy, ReplError
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.topology import SKIPPABLE_ERRORS, Topology
 from airflow_repl.engine.monitoring import status
-from airflow_repl.engine.postgres import json_values, lsn
+from airflow_repl.engine.postgres import catalog, json_values, lsn
 from airflow_repl.engine.provisioning import pausing
 from airflow_repl.engine.runtime import continuous as continuous_mode
 from airflow_repl.engine.runtime import gc_pause, progress_lines, subscriber_writer
@@ -118,7 +118,7 @@ class _Settings:
     threshold: int  # commit_batch_threshold: about this many commands per subscriber commit
     streams: int  # subscription_streams
     skip: set[str]  # SQLSTATEs whose transactions are skipped (skip_errors)
-    bulk: bool = False  # bulk_apply: batches applied by net change when they allow it
+    mode: str = bulk_apply.PER_COMMAND  # apply_mode: auto, per_command or net_change
 
 
 @dataclass(frozen=True)
@@ -246,7 +246,12 @@ class _Delivery:
         self.turns: subscriber_writer.Turns | None = None
         #: what each subscriber table received (the run's summary: ``tables``)
         self.tables = TableChanges({a.name: a.destination for a in topology.publication(publication).articles})
-        #: bulk_apply: the next batch read from the distributor while one is applied (None: not here)
+        #: each article's apply path (apply_mode) and why, and the articles applied by net change
+        self.paths: dict[str, bulk_apply.ArticlePath] = {}
+        self.net: set[str] = set()
+        #: the articles' definitions as the subscriber has them (the applier's: a schema change updates them)
+        self.articles: dict[str, ResolvedArticle] = {}
+        #: net change: the next batch read from the distributor while one is applied (None: not here)
         self.ahead: read_ahead.ReadAhead | None = None
         #: the last transaction committed at the subscriber whose delivery the distributor has not
         #: recorded yet (None: all recorded), and when it last recorded (:meth:`record`)
@@ -279,11 +284,72 @@ class _Delivery:
         if self.queued or has_queue:  # a Queue Reader may write there too: take turns, batch by batch
             self.turns = subscriber_writer.Turns(self.streams.first, self.publication)
 
+    def choose_paths(self, articles: dict[str, ResolvedArticle], scripts: Iterable[str]) -> None:
+        """Each article's apply path under the run's ``apply_mode`` (``auto``: from the
+        subscriber's triggers, its update mode, the article's procedures and scripts), in the
+        run's summary as ``apply``."""
+        mode = self.topology.subscription(self.publication, self.subscriber).update_mode
+        triggers: dict[tuple[str, str], list[str]] = {}
+        if self.settings.mode == "auto":
+            tables = [(a.dest_schema, a.dest_table) for a in articles.values()]
+            triggers = catalog.replicated_change_triggers(self.streams.first, tables)
+            self.streams.first.rollback()
+        paths = bulk_apply.article_paths(
+            self.settings.mode,
+            articles.values(),
+            updatable=str(mode) if mode.updatable else None,
+            streams=self.n,
+            triggers=triggers,
+            scripts=scripts,
+        )
+        if self.settings.mode == bulk_apply.NET_CHANGE and (mode.queued or mode.failover):
+            paths = [
+                bulk_apply.ArticlePath(p.article, bulk_apply.PER_COMMAND, f"queued subscriber ({mode})") for p in paths
+            ]
+        self.paths = {p.article: p for p in paths}
+        self.net = {p.article for p in paths if p.apply == bulk_apply.NET_CHANGE}
+        self.articles = articles
+        self._report_paths()
+
+    def net_articles(self) -> dict[str, ResolvedArticle]:
+        """The definitions of the articles applied by net change."""
+        return {name: self.articles[name] for name in list(self.net)}
+
+    def _report_paths(self) -> None:
+        self.totals["apply"] = [p.to_json() for p in self.paths.values()]
+
+    def _net_batch(self, batch: _Batch) -> list[ResolvedArticle] | None:
+        """The articles of a batch that may go by net change (None: one of its articles goes
+        command by command, so the batch does)."""
+        names = dict.fromkeys(a for t in batch.txns for a in t.article_rows)
+        if not self.net or any(a not in self.net for a in names):
+            return None
+        return [self.articles[a] for a in names]
+
+    def _watched(self, arts: list[ResolvedArticle]) -> None:
+        """``auto``: lock the batch's tables and make sure no trigger there fires for replicated
+        changes (one created since the run chose its paths); such an article goes command by
+        command from now on (NotNetApplicable: this batch too)."""
+        if self.settings.mode != "auto" or not arts:
+            return
+        found = bulk_apply.unwatched(self.streams.first, arts)
+        if not found:
+            return
+        for art in arts:
+            fired = found.get((art.dest_schema, art.dest_table))
+            if fired:
+                why = "trigger(s) firing for replicated changes at the subscriber: " + ", ".join(fired)
+                self.paths[art.name] = bulk_apply.ArticlePath(art.name, bulk_apply.PER_COMMAND, why)
+                self.net.discard(art.name)
+                log.info("article %r is applied command by command from now on: %s", art.name, why)
+        self._report_paths()
+        raise bulk_apply.NotNetApplicable("a trigger fires for replicated changes at the subscriber")
+
     def open_read_ahead(self, run: AgentRun, applier: Applier) -> None:
-        """``bulk_apply``: read each next batch while one is applied, on a distributor connection
+        """Net change: read each next batch while one is applied, on a distributor connection
         of its own; not where batches converge with a queue or take turns with a Queue Reader
         (those read the distributor between their own steps)."""
-        if not self.settings.bulk or self.guard is not None or self.turns is not None:
+        if not self.net or self.guard is not None or self.turns is not None:
             return
         conn = run.connect(self.topology.distributor.require("distributor"), "distributor", autocommit=True)
         size, until, threshold = self.settings.size, self.settings.until, self.settings.threshold
@@ -292,7 +358,7 @@ class _Delivery:
             self.publication,
             size,
             lambda pending: _cut_batch(pending, until, threshold, self.own_origin),
-            lambda rows, txns: _prepare(applier, rows, txns),
+            lambda rows, txns: _prepare(applier, self.net_articles(), rows, txns),
         )
         run.cleanups.append(self.close_read_ahead)
 
@@ -453,7 +519,8 @@ class _Delivery:
     def _fast_path(self, dist: psycopg.Connection, applier: Applier, batch: _Batch) -> bool:
         """Plan, apply and commit the batch with the watermark, and record it; False when it
         failed (everything is still to roll back: the caller replays it)."""
-        if self.settings.bulk and self._net_change(dist, applier, batch):
+        arts = self._net_batch(batch)
+        if arts is not None and self._net_change(dist, applier, batch, arts):
             return True
         rows = dist_transactions.batch_commands(dist, self.publication, batch.first, batch.last)
         try:
@@ -478,8 +545,10 @@ class _Delivery:
             )
             return False
 
-    def _net_change(self, dist: psycopg.Connection, applier: Applier, batch: _Batch) -> bool:
-        """``bulk_apply``: the batch applied by net change (:mod:`~airflow_repl.engine.subscriber.bulk_apply`)
+    def _net_change(
+        self, dist: psycopg.Connection, applier: Applier, batch: _Batch, arts: list[ResolvedArticle]
+    ) -> bool:
+        """The batch (of the articles ``arts``) applied by net change (:mod:`~airflow_repl.engine.subscriber.bulk_apply`)
         on the first stream and committed with the watermark; False, rolled back and the
         watermark locked again, when it must be applied command by command.  A batch of more
         than ``CHUNK_COMMANDS`` commands is read through a cursor and applied chunk by chunk in
@@ -499,12 +568,13 @@ class _Delivery:
         try:
             if isinstance(prepared, bulk_apply.NotNetApplicable):
                 raise prepared
+            self._watched(arts)
             if prepared is not None:
                 move = subscriber_state.watermark_move(self.publication, batch.last, len(batch.txns))
                 n, chunks, moved = bulk_apply.execute(self.streams.first, prepared, [move]), 1, True
             commands = (cmd for _, _, cmd in self._located(applier, rows, batch))
             while chunk := list(islice(commands, bulk_apply.CHUNK_COMMANDS)):
-                n += bulk_apply.apply(self.streams.first, chunk, applier.articles)
+                n += bulk_apply.apply(self.streams.first, chunk, self.net_articles())
                 chunks += 1
         except (bulk_apply.NotNetApplicable, psycopg.Error) as why:
             if isinstance(rows, Generator):
@@ -751,12 +821,15 @@ def record_skipped(
         )
 
 
-def _prepare(applier: Applier, rows: list[CommandRow], txns: list[PendingTransaction]) -> read_ahead.Prepared:
+def _prepare(
+    applier: Applier, net: dict[str, ResolvedArticle], rows: list[CommandRow], txns: list[PendingTransaction]
+) -> read_ahead.Prepared:
     """A batch's net change from its stored commands (DELETE + INSERT pairs merged back into one
-    UPDATE as the applier does), or why it has none; made by the read-ahead's thread."""
+    UPDATE as the applier does) for the articles applied by net change ``net``, or why it has
+    none; made by the read-ahead's thread."""
     commands = [cmd for _, _, cmd in applier.commands(rows, _article_rows(txns))]
     try:
-        return bulk_apply.prepare(commands, applier.articles)
+        return bulk_apply.prepare(commands, net)
     except bulk_apply.NotNetApplicable as why:
         return why
 
@@ -805,6 +878,7 @@ def run_distribution(
         _start(run, delivery)
         applier = _check_subscription(run, dist, delivery)
         run_id = run.begin(dist)
+        dist_history.record_run_details(dist, run_id, {"apply": delivery.totals["apply"]})
         run.counts = run.details = delivery.totals
         run.step = "delivery"
         delivery.open_read_ahead(run, applier)
@@ -843,9 +917,7 @@ def _settings(topology: Topology, publication: str, subscriber: str, given: _Ove
         threshold=given.threshold or opts.commit_batch_threshold,
         streams=given.streams or opts.subscription_streams,
         skip={SKIPPABLE_ERRORS[str(e)] for e in skip},
-        bulk=opts.bulk_apply
-        and not (mode := topology.subscription(publication, subscriber).update_mode).queued
-        and not mode.failover,
+        mode=topology.apply_mode(publication, subscriber),
     )
 
 
@@ -872,7 +944,9 @@ def _check_subscription(run: AgentRun, dist: psycopg.Connection, delivery: _Deli
         delivery.chooser.resume(dist_history.last_stream_rates(dist, publication, subscriber, delivery.n))
     scripts = dist_publications.custom_scripts(dist, publication)
     dist.commit()
-    return Applier({a.name: a for a in articles}, SchemaContext(subscriber, scripts))
+    applier = Applier({a.name: a for a in articles}, SchemaContext(subscriber, scripts))
+    delivery.choose_paths(applier.articles, scripts)
+    return applier
 
 
 def _definitions_at_watermark(dist: psycopg.Connection, delivery: _Delivery) -> list[ResolvedArticle]:

@@ -1,4 +1,4 @@
-"""The Distribution Agent's read-ahead (``bulk_apply``): while one batch is applied at the
+"""The Distribution Agent's read-ahead (batches applied by net change): while one batch is applied at the
 subscriber, the next one's transactions and commands are read from the distribution database, on
 a connection and a thread of their own, and its net change is prepared there
 (:func:`~airflow_repl.engine.subscriber.bulk_apply.prepare`: the commands' JSON decoded, netted

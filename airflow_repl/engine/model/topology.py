@@ -59,6 +59,10 @@ DeleteInsertMode = Literal["key_changes", "all", "multi_row_key_changes"]
 #: (the default); every update (SQL Server trace flag 8202); or key changes except when the
 #: transaction changed a single row of the article, which stays one UPDATE (trace flag 8207).
 UPDATE_MODES: tuple[str, ...] = get_args(DeleteInsertMode)
+#: How the Distribution Agent applies a batch (docs/topology.md): ``auto`` (net change for the
+#: articles where nothing at the subscriber can tell it apart, command by command elsewhere),
+#: ``per_command`` (every command as it came) or ``net_change`` (net change wherever it applies).
+ApplyMode = Literal["auto", "per_command", "net_change"]
 
 #: SkipErrors names (and SQL Server's error numbers) -> SQLSTATE.
 SKIPPABLE_ERRORS = {"row_not_found": "RP598", "20598": "RP598", "duplicate_key": "23505", "2627": "23505"}
@@ -444,6 +448,8 @@ class Publication(_Thresholds):
     min_retention_hours: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
     max_retention_hours: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 72.0
     max_slot_wal_mb: Annotated[int, Field(ge=1)] | None = None
+    #: Distribution Agent: how its subscriptions' batches are applied (a subscription may override it).
+    apply_mode: ApplyMode = "auto"
 
     @model_validator(mode="after")
     def _retention(self) -> Publication:
@@ -541,8 +547,9 @@ class Subscription(_Thresholds):
     #: Distribution Agent: errors that skip the failing transaction (SQL Server's SkipErrors):
     #: "row_not_found" (20598) and/or "duplicate_key" (2627).
     skip_errors: list[SkipError] = Field(default_factory=list)
-    #: Distribution Agent: apply each batch by net change, with set-based statements per article
-    #: (see docs/performance.md); batches it does not cover are applied command by command.
+    #: Distribution Agent: how batches are applied (None: the publication's ``apply_mode``).
+    apply_mode: ApplyMode | None = None
+    #: The older spelling of ``apply_mode: net_change`` (``true``); ``false`` changes nothing.
     bulk_apply: bool = False
     #: How the subscriber's own changes reach the publisher (SQL Server's ``@update_mode``):
     #: read only (default), sync tran, queued tran, failover or queued failover.
@@ -559,14 +566,34 @@ class Subscription(_Thresholds):
         except TopologyError as exc:
             raise _error(str(exc)) from None
 
+    @model_validator(mode="after")
+    def _apply_mode(self) -> Subscription:
+        if self.bulk_apply and self.apply_mode not in (None, "net_change"):
+            raise _error(
+                f"subscription of subscriber {self.subscriber!r} to publication {self.publication!r} sets "
+                f"apply_mode {self.apply_mode!r} and bulk_apply true (which means net_change): keep apply_mode "
+                f"and remove bulk_apply",
+                at=("bulk_apply",),
+            )
+        return self
+
     @property
     def name(self) -> str:
         return f"{self.publication}__{self.subscriber}"
 
+    def own_apply_mode(self) -> ApplyMode | None:
+        """The apply mode the subscription sets itself (``bulk_apply: true`` is ``net_change``), or
+        None: its publication's."""
+        if self.apply_mode is not None:
+            return self.apply_mode
+        return "net_change" if self.bulk_apply else None
+
     def options(self) -> dict[str, Any]:
         """The Distribution Agent's options (everything but the two names, the update mode and
-        ``paused``, which the distribution database records in columns of their own)."""
-        return self.model_dump(exclude={"publication", "subscriber", "update_mode", "paused", *THRESHOLD_KEYS})
+        ``paused``, which the distribution database records in columns of their own;
+        ``apply_mode`` only when the subscription sets it)."""
+        exclude = {"publication", "subscriber", "update_mode", "paused", *THRESHOLD_KEYS}
+        return self.model_dump(exclude=exclude if self.apply_mode is not None else exclude | {"apply_mode"})
 
 
 # ---------------------------------------------------------------------- the whole file
@@ -719,6 +746,12 @@ class Topology:
                 return sub
         raise TopologyError(f"no subscription of subscriber {subscriber!r} to publication {publication!r}")
 
+    def apply_mode(self, publication: str, subscriber: str) -> ApplyMode:
+        """The subscription's apply mode: its own (``apply_mode`` or ``bulk_apply``) over its
+        publication's."""
+        own = self.subscription(publication, subscriber).own_apply_mode()
+        return own if own is not None else self.publication(publication).apply_mode
+
     def thresholds(self, publication: str, subscriber: str) -> dict[str, float | int]:
         """The monitoring thresholds of a subscription: its own keys over its publication's
         (only the publication's when the file has no such subscription)."""
@@ -795,6 +828,7 @@ class Topology:
                     "name": p.name,
                     **p.updating_options(),
                     **p.retention_options(),
+                    **({"apply_mode": p.apply_mode} if "apply_mode" in p.model_fields_set else {}),
                     "articles": [a.to_dict() for a in p.articles],
                 }
                 for p in self.publications.values()

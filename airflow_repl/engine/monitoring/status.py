@@ -1,7 +1,7 @@
 """Status at a glance (``airflow-repl status``): per subscription, its state at the
 distributor (``paused`` for a paused active one), backlog, lag in seconds (and the latest tracer
 token's latency per hop), delivered watermark, the last run of
-the agents that serve it, its last error and when it would expire under the publication's
+the agents that serve it, how the Distribution Agent applies each article (``apply``), its last error and when it would expire under the publication's
 maximum retention, with a warning once most of that retention has passed.
 
 :func:`subscription_status` reads the distributor; :func:`problems`, :func:`run_failed` and
@@ -19,7 +19,7 @@ from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.monitoring import tracer
 from airflow_repl.engine.postgres import connections
 from airflow_repl.engine.provisioning import pausing
-from airflow_repl.engine.state import dist_schema, progress
+from airflow_repl.engine.state import dist_history, dist_schema, progress
 
 #: A run with one of these outcomes makes ``status`` exit non-zero (``blocked``: a run refused
 #: before it did its work, its message naming the fix).
@@ -47,6 +47,8 @@ class SubscriptionStatus:
     warning: str | None = None  # its expiry nears (:func:`expiry_warning`)
     lag_seconds: float | None = None  # :func:`lag_seconds`, when the status was read
     tracer: progress.HistoryRow | None = None  # the latest tracer token that reached the subscriber
+    #: how the latest Distribution Agent run applies (applied) each article: ``{"article", "apply", "why"}``
+    apply: list[dict[str, str]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         s = self.sub
@@ -63,6 +65,7 @@ class SubscriptionStatus:
                 "tracer": tracer.latency(self.tracer).to_json() if self.tracer is not None else None,
             },
             "last_runs": {"distribution": _run(self.distribution), "logreader": _run(self.logreader)},
+            "apply": self.apply,
             "last_error": {"at": _iso(self.last_error[0]), "message": self.last_error[1]} if self.last_error else None,
             "expires_at": _iso(self.expires_at),
             "warning": self.warning,
@@ -156,6 +159,7 @@ def subscription_status(topology: Topology, publication: str | None = None) -> l
                     expiry_warning(row, expiry, pub.max_retention_hours, now) if pub is not None else None,
                     lag_seconds(row, now),
                     arrived[-1] if arrived else None,
+                    dist_history.last_apply_paths(dist, row.publication, row.subscriber),
                 )
             )
         return result

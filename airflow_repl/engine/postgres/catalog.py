@@ -315,3 +315,27 @@ def generated_columns(conn: psycopg.Connection, oid: int) -> list[GeneratedColum
             (oid,),
         )
     ]
+
+
+def replicated_change_triggers(
+    conn: psycopg.Connection, tables: list[tuple[str, str]]
+) -> dict[tuple[str, str], list[str]]:
+    """(schema, table) -> its user triggers (row or statement, its partitions' too) that fire for
+    replicated changes (in a session with ``session_replication_role = replica``): those set
+    ``ENABLE ALWAYS`` or ``ENABLE REPLICA``, each as ``name (ENABLE ALWAYS|REPLICA)``; tables
+    without any are left out, as are tables that do not exist."""
+    rows = conn.execute(
+        "SELECT s.sch, s.tab, t.tgname, t.tgenabled "
+        "FROM unnest(%s::text[], %s::text[]) AS s(sch, tab) "
+        "JOIN pg_catalog.pg_namespace n ON n.nspname = s.sch "
+        "JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = s.tab "
+        "CROSS JOIN LATERAL (SELECT c.oid::regclass AS relid UNION SELECT relid FROM pg_catalog.pg_partition_tree(c.oid)) AS p "
+        "JOIN pg_catalog.pg_trigger t ON t.tgrelid = p.relid "
+        "WHERE NOT t.tgisinternal AND t.tgenabled IN ('A', 'R') ORDER BY 1, 2, 3",
+        ([s for s, _ in tables], [t for _, t in tables]),
+    ).fetchall()
+    out: dict[tuple[str, str], list[str]] = {}
+    for schema, table, name, enabled in rows:
+        how = "ENABLE ALWAYS" if enabled == "A" else "ENABLE REPLICA"
+        out.setdefault((str(schema), str(table)), []).append(f"{str(name)!r} ({how})")
+    return out

@@ -83,6 +83,27 @@ def record_run_progress(conn: psycopg.Connection, run_id: int, transactions: int
     conn.commit()
 
 
+def record_run_details(conn: psycopg.Connection, run_id: int, details: dict[str, Any]) -> None:
+    """Details a running run knows from its start (e.g. the Distribution Agent's apply paths),
+    merged into its history row's; committed."""
+    conn.execute(
+        "UPDATE airflow_repl.agent_history SET details = coalesce(details, '{}'::jsonb) || %s WHERE run_id = %s",
+        (Jsonb(details), run_id),
+    )
+    conn.commit()
+
+
+def last_apply_paths(conn: psycopg.Connection, publication: str, subscriber: str) -> list[dict[str, str]] | None:
+    """The apply path of each article (``{"article", "apply", "why"}``) of the subscription's
+    latest Distribution Agent run that chose them (running or finished), or None."""
+    row = conn.execute(
+        "SELECT details->'apply' FROM airflow_repl.agent_history WHERE agent = 'distribution' "
+        "AND publication = %s AND subscriber = %s AND details ? 'apply' ORDER BY run_id DESC LIMIT 1",
+        (publication, subscriber),
+    ).fetchone()
+    return list(row[0]) if row is not None and row[0] is not None else None
+
+
 def last_stream_rates(conn: psycopg.Connection, publication: str, subscriber: str, streams: int) -> dict[str, float]:
     """The delivery rates (commands per second, spread over ``streams`` streams and on one) that
     the last successful Distribution Agent run of the subscription measured, or {}."""

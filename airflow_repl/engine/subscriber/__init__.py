@@ -5,7 +5,7 @@ Owns: ``statements`` (one prepared statement per article and operation, with the
 check), ``mariadb_apply`` (the same at a MariaDB subscriber: SQL statements, applied in a batch
 or replayed with a savepoint per transaction), ``applier`` (the apply backend: pipelined, over several streams at once, or replayed
 command by command), ``bulk_apply`` (a batch's net change per key applied with set-based
-statements: the subscription option ``bulk_apply``), ``conflicts`` (what a failed command means:
+statements: ``apply_mode``, and which articles go that way), ``conflicts`` (what a failed command means:
 skip its transaction or stop; and the queued updating conflict rules), ``superseded`` (the
 publisher's commands an updatable subscriber's own later changes supersede), ``convergence``
 (delivery to a queued updating subscriber: the publisher's commands converging with rows the

@@ -1,4 +1,4 @@
-"""Net-change application of a batch (subscription option ``bulk_apply``): the batch's row
+"""Net-change application of a batch (``apply_mode``: ``auto``, the default, or ``net_change``): the batch's row
 changes collapsed to their net effect per key and applied with set-based statements per article
 (a DELETE ... USING, an UPDATE ... FROM per set of changed columns, an INSERT ... SELECT) whose
 rows are their array parameters (``unnest``), all the batch's statements sent in one pipeline,
@@ -19,8 +19,12 @@ one leaves it.  The rules that keep it so:
   changes, NONE or custom procedures, queued subscribers) makes the caller apply the batch as
   before, command by command: the same errors, ``skip_errors`` and messages as without it.
 
-What differs is only what ``ENABLE ALWAYS`` triggers at the subscriber see: the net rows, not
-every intermediate command (ordinary triggers do not fire for replicated changes at all).
+What differs is only what ``ENABLE ALWAYS`` and ``ENABLE REPLICA`` triggers at the subscriber
+see: the net rows, not every intermediate command (ordinary triggers do not fire for replicated
+changes at all).  Which articles go by net change is :func:`article_paths`' choice: under
+``apply_mode: auto`` only those where nothing at the subscriber can tell (no such trigger, no
+custom procedure or script, not an updatable subscriber); the others, and every batch holding
+one of their commands, go command by command.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from psycopg import sql
 from airflow_repl.engine.articles.commands import DELETE, INSERT, UPDATE, Command, OpCode, Values
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.model.propagation import CallSyntax, Method, Operation
+from airflow_repl.engine.postgres import catalog
 
 #: Net change holds at most this many commands in memory: a larger batch (one huge transaction,
 #: or a batch of big ones) is applied in chunks of this many commands, in order, in the same
@@ -69,13 +74,88 @@ class _Key:
 def eligible(article: ResolvedArticle | None) -> bool:
     """Whether the article's commands may be applied by net change: inserts, updates and deletes
     by generated procedures or SQL statements (their effect is plain DML by key)."""
-    if article is None or article.include_children:
-        return False
+    return article is not None and not_net_reason(article) is None
+
+
+def not_net_reason(article: ResolvedArticle) -> str | None:
+    """Why the article's commands cannot be applied by net change (None: they can)."""
+    if article.include_children:
+        return "include_children"
     for op in (Operation.INSERT, Operation.UPDATE, Operation.DELETE):
         prop = article.propagation[op]
-        if prop.method == Method.NONE or (prop.method == Method.PROC and prop.custom):
-            return False
-    return True
+        if prop.method == Method.NONE:
+            return f"{op.value} propagated as NONE"
+        if prop.method == Method.PROC and prop.custom:
+            return "custom procedure"
+    return None
+
+
+NET_CHANGE = "net_change"
+PER_COMMAND = "per_command"
+
+
+@dataclass(frozen=True)
+class ArticlePath:
+    """How a run applies an article's commands (``net_change`` or ``per_command``), and why."""
+
+    article: str
+    apply: str
+    why: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"article": self.article, "apply": self.apply, "why": self.why}
+
+
+def article_paths(
+    mode: str,
+    articles: Iterable[ResolvedArticle],
+    *,
+    updatable: str | None = None,
+    streams: int = 1,
+    triggers: dict[tuple[str, str], list[str]] | None = None,
+    scripts: Iterable[str] = (),
+) -> list[ArticlePath]:
+    """Each article's path under the apply ``mode`` (``auto``, ``per_command``, ``net_change``):
+    ``updatable``: the subscription's update mode when it is not read only; ``streams``: its
+    ``subscription_streams`` (more than one: batches spread over them, command by command); ``triggers``: the
+    subscriber tables' user triggers that fire for replicated changes (``ENABLE ALWAYS`` or
+    ``ENABLE REPLICA``), by (schema, table); ``scripts``: the articles with a registered custom
+    script.  ``net_change`` takes every article the set-based path covers; ``auto`` only those
+    whose result nothing at the subscriber can tell apart from command by command."""
+    custom = set(scripts)
+    out = []
+    for art in articles:
+        why = not_net_reason(art)
+        if mode == PER_COMMAND:
+            why = "apply_mode per_command"
+        elif why is None and mode != NET_CHANGE:
+            fired = (triggers or {}).get((art.dest_schema, art.dest_table))
+            if updatable is not None:
+                why = f"updatable subscriber ({updatable})"
+            elif streams > 1:
+                why = f"subscription_streams {streams} (batches spread over the streams)"
+            elif fired:
+                why = "trigger(s) firing for replicated changes at the subscriber: " + ", ".join(fired)
+            elif art.name in custom:
+                why = "custom script registered"
+        if why is not None:
+            out.append(ArticlePath(art.name, PER_COMMAND, why))
+        else:
+            reason = "apply_mode net_change" if mode == NET_CHANGE else "nothing at the subscriber can tell"
+            out.append(ArticlePath(art.name, NET_CHANGE, reason))
+    return out
+
+
+def unwatched(conn: psycopg.Connection, articles: Sequence[ResolvedArticle]) -> dict[tuple[str, str], list[str]]:
+    """Lock the articles' subscriber tables (``ROW EXCLUSIVE``, as their DML would, in this
+    order) and return the triggers that fire there for replicated changes (empty: none).  Under
+    that lock no trigger can be created or enabled there before the transaction ends, so a batch
+    applied by net change after an empty answer is seen by no trigger.  One round trip."""
+    tables = [(a.dest_schema, a.dest_table) for a in articles]
+    with conn.pipeline():
+        names = sql.SQL(", ").join(sql.Identifier(schema, table) for schema, table in tables)
+        conn.execute(sql.SQL("LOCK TABLE {} IN ROW EXCLUSIVE MODE").format(names))
+        return catalog.replicated_change_triggers(conn, tables)
 
 
 _ROW_OPS = (INSERT, UPDATE, DELETE)
