@@ -12,7 +12,14 @@ import pytest
 from harness import AgentThread, resolved_topology, run_agent_process, spec_file, unused_port, wait_for
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
-from airflow_repl.engine.errors import ConnectionFailed, ConnectionLost, DeliveryError, ReplError, TopologyError
+from airflow_repl.engine.errors import (
+    AgentBusy,
+    ConnectionFailed,
+    ConnectionLost,
+    DeliveryError,
+    ReplError,
+    TopologyError,
+)
 
 
 def mariadb_topology(env, mariadb, articles, *, db=None, **sub_options):
@@ -316,3 +323,18 @@ def test_the_edge_data_reaches_a_mariadb_subscriber_by_the_type_map(env, spark, 
     assert values["txt"] == "emoji \U0001f600 quote ' backslash \\ line\nbreak"
     assert values["f8"] == 1.5e-300 and values["bo"] == 1
     assert values[LONG_COLUMN] == "long" and values[ODD_COLUMN] == "odd"
+
+
+def test_a_second_distribution_agent_is_refused_while_one_delivers(env, spark, mariadb):
+    topo, db = backlog(env, mariadb, spark, 10)
+    holder = mariadb.connect(db)
+    try:
+        with holder.cursor() as cur:
+            cur.execute("SELECT GET_LOCK(CONCAT('airflow_repl:', DATABASE(), ':', 'p'), 0)")
+        with pytest.raises(AgentBusy, match="another Distribution Agent is delivering"):
+            distribution_agent.run_distribution(topo, "p", "m1")
+        assert mariadb.rows(db, "SELECT COUNT(*) FROM items") == [(0,)]
+    finally:
+        holder.close()
+    distribution_agent.run_distribution(topo, "p", "m1")
+    assert_applied_once(mariadb, db, 10)

@@ -41,6 +41,7 @@ from airflow_repl.engine.state import (
     dist_transactions,
     progress,
     retention,
+    subscriber_state,
 )
 from airflow_repl.engine.state import mariadb_subscriber_state as state
 from airflow_repl.engine.state.dist_transactions import PendingTransaction
@@ -92,7 +93,10 @@ class MariaDBDelivery:
         run.step = "connecting"
         self.conn = mariadb_connections.connect(self.conninfo, self.role, client_flag=CLIENT.FOUND_ROWS)
         run.cleanups.append(self.close)
-        state.lock_watermark(self.conn, self.publication, self.subscriber)  # initialized, no other agent
+        # one agent per subscription: a session lock, released if this process dies
+        if not state.try_agent_lock(self.conn, self.publication):
+            raise subscriber_state.watermark_busy(self.publication, self.subscriber)
+        state.lock_watermark(self.conn, self.publication, self.subscriber)  # initialized?
         self.conn.rollback()
 
     def close(self) -> None:

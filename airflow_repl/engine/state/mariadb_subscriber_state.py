@@ -114,6 +114,14 @@ def lock_watermark(conn: Any, publication: str, subscriber: str) -> str:
     return str(row[0])
 
 
+def try_agent_lock(conn: Any, publication: str) -> bool:
+    """Take the Distribution Agent's session lock for the publication at this subscriber
+    (``GET_LOCK``, released when the connection ends, also when the process dies); False when
+    another session holds it."""
+    row = _one(conn, "SELECT GET_LOCK(CONCAT('airflow_repl:', DATABASE(), ':', %s), 0)", (publication,))
+    return bool(row and row[0] == 1)
+
+
 def watermark(conn: Any, publication: str) -> str | None:
     """The watermark as committed, without locking it; None when there is none."""
     try:
