@@ -20,7 +20,6 @@ from psycopg import sql
 from airflow_repl import cli
 from airflow_repl.engine.articles.commands import DELETE, INSERT, UPDATE, Command
 from airflow_repl.engine.articles.resolved import ResolvedArticle
-from airflow_repl.engine.codegen import call_syntax
 from airflow_repl.engine.codegen import mariadb as dialect
 from airflow_repl.engine.mariadb import types
 from airflow_repl.engine.model.propagation import Operation
@@ -111,9 +110,8 @@ def _rows(mdb, art: ResolvedArticle) -> list[tuple]:
 def _apply(mdb, art: ResolvedArticle, cmd: Command) -> None:
     """Call the procedure of ``cmd``'s operation as the Distribution Agent does."""
     op = {INSERT: Operation.INSERT, UPDATE: Operation.UPDATE, DELETE: Operation.DELETE}[cmd.op]
-    values = call_syntax.values(art, cmd, art.propagation[op].call_syntax)
     with mdb.server.connection(DATABASE) as conn, conn.cursor() as cur:
-        cur.execute(dialect.call_sql(art, op), values)
+        cur.execute(dialect.call_sql(art, op), dialect.call_values(art, op, cmd))
 
 
 def _row_not_found(mdb, art: ResolvedArticle, cmd: Command, what: str) -> None:
@@ -188,6 +186,34 @@ def test_keys_that_differ_only_in_case_stay_apart(env, tmp_path, capsys, mariadb
     with pytest.raises(pymysql.err.MySQLError) as err:
         _apply(mdb, art, Command(DELETE, "a", old=["A", "vA"]))
     assert err.value.args[0] == dialect.ROW_NOT_FOUND_ERRNO
+
+
+@pytest.mark.parametrize(("upd", "dele"), [("SCALL", "CALL"), ("XCALL", "XCALL")])
+def test_values_travel_as_the_type_map_converts_them(env, tmp_path, capsys, mariadb, upd, dele):
+    mdb = mariadb
+    columns = [
+        ("id", "bigint"),
+        ("flag", "boolean"),
+        ("blob", "bytea"),
+        ("tz", "timestamp with time zone"),
+        ("j", "jsonb"),
+        ("u", "uuid"),
+        ("arr", "integer[]"),
+    ]
+    topo, art = _publish(env, tmp_path, upd, dele, table="typed", columns=columns)
+    _subscriber_table(mdb, art)
+    code, script, _err = _script_procs(topo, capsys)
+    assert code == 0 and _client(mdb, tmp_path, script).returncode == 0
+    uuid = "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"
+    row = ["1", "t", "\\x00ff", "2026-03-01 14:00:00.5+02", '{"a": "😀"}', uuid, "{1,NULL,3}"]
+    _apply(mdb, art, Command(INSERT, "a", new=row))
+    when = datetime(2026, 3, 1, 12, 0, 0, 500000)  # in UTC
+    assert _rows(mdb, art) == [(1, 1, b"\x00\xff", when, '{"a": "😀"}', uuid, "{1,NULL,3}")]
+    changed = ["1", "f", "\\xdeadbeef", "2026-03-01 23:30:00-01:30", None, uuid, "{}"]
+    _apply(mdb, art, Command(UPDATE, "a", old=row, new=changed))
+    assert _rows(mdb, art) == [(1, 0, b"\xde\xad\xbe\xef", datetime(2026, 3, 2, 1), None, uuid, "{}")]
+    _apply(mdb, art, Command(DELETE, "a", old=changed))
+    assert _rows(mdb, art) == []
 
 
 def test_script_procs_refuses_a_name_mariadb_cannot_hold_before_printing(env, tmp_path, capsys):

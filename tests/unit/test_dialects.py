@@ -8,9 +8,10 @@ import pytest
 from article_builder import article, text_article
 
 from airflow_repl import cli
+from airflow_repl.engine.articles.commands import DELETE, UPDATE, Command
 from airflow_repl.engine.codegen import call_syntax, dialect, mariadb, procedures, tsql_script
 from airflow_repl.engine.errors import DeliveryError, TopologyError
-from airflow_repl.engine.model.propagation import OPERATIONS, Operation
+from airflow_repl.engine.model.propagation import OPERATIONS, CallSyntax, Operation
 from airflow_repl.engine.postgres.catalog import Column, TableInfo
 
 #: SQL Server's Purchasing.Vendor as the docs publish it (docs/propagation/index.md).
@@ -281,3 +282,26 @@ def test_tsql_schema_change_script():
         TopologyError, match=r"^article 't' cannot be scripted as T-SQL: its new column 'it''s' holds '"
     ):
         tsql_script.schema_change_sql(art, _change("rename_column", column="note", new_name="it's"))
+
+
+@pytest.mark.parametrize("props", SYNTAXES)
+def test_mariadb_call_values_convert_each_parameter_by_its_column(props):
+    art = article(VENDOR, **props)
+    old = ["1", "AW1", "Old", "1", "t", "f", None, "2026-01-01 00:00:00"]
+    new = ["1", "AW1", "New", "2", "f", "f", None, "2026-01-01 00:00:00"]
+    cmd = Command(UPDATE, "Vendor", old=old, new=new)
+    values = mariadb.call_values(art, Operation.UPDATE, cmd)
+    syntax = art.propagation[Operation.UPDATE].call_syntax
+    assert len(values) == len(call_syntax.parameters(art, Operation.UPDATE, syntax))
+    if syntax == CallSyntax.XCALL:  # the before image, then the after image
+        assert values[4:6] == [True, False] and values[12:14] == [False, False]
+    else:
+        flags = values[4:6]
+        assert flags == ([False, None] if syntax == CallSyntax.SCALL else [False, False])  # SCALL: changed only
+        assert values[8] == "1"  # pkc1: the old key
+        if syntax in (CallSyntax.SCALL, CallSyntax.MCALL):
+            assert values[9] == bytes([0b00011100])  # Name, CreditRating, PreferredVendorStatus
+    delete = mariadb.call_values(art, Operation.DELETE, Command(DELETE, "Vendor", old=old))
+    assert delete == (
+        ["1", "AW1", "Old", "1", True, False, None, "2026-01-01 00:00:00"] if props["delete"] == "XCALL" else ["1"]
+    )

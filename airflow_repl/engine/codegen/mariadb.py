@@ -40,6 +40,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from airflow_repl.engine.articles.commands import Command
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.codegen import call_syntax, dialect
 from airflow_repl.engine.errors import ROW_NOT_FOUND_SQLSTATE, TopologyError
@@ -197,9 +198,31 @@ def _pyformat(text: str) -> str:
 def call_sql(article: ResolvedArticle, operation: Operation) -> str:
     """``CALL `db`.`procedure`(%s, ...)``: the call of the procedure ``operation`` uses
     (generated or custom), one ``%s`` per parameter of its call syntax, in PyMySQL's ``format``
-    parameter style (every ``%`` of a name doubled); bind :func:`call_syntax.values`."""
+    parameter style (every ``%`` of a name doubled); bind :func:`call_values`."""
     count = len(call_syntax.parameters(article, operation, article.propagation[operation].call_syntax))
     return f"CALL {_pyformat(procedure_name(article, operation))}({', '.join(['%s'] * count)})"
+
+
+def call_values(article: ResolvedArticle, operation: Operation, cmd: Command) -> list[Any]:
+    """The arguments of :func:`call_sql` for one command: its call syntax's values
+    (:func:`call_syntax.values`, PostgreSQL's text) as the type map converts each column's values
+    (:func:`airflow_repl.engine.mariadb.types.to_param`: booleans, bytes, timestamps with time
+    zone in UTC; a value MariaDB cannot hold stops delivery naming the column), the bitmap as
+    its bytes."""
+    syntax = article.propagation[operation].call_syntax
+    where = f"article {article.name!r} ({article.destination!r}) at a MariaDB subscriber"
+    out: list[Any] = []
+    for value, (name, _) in zip(
+        call_syntax.values(article, cmd, syntax), call_syntax.parameters(article, operation, syntax), strict=True
+    ):
+        if name == "bitmap":
+            out.append(value)
+            continue
+        # c<k> is column (k - 1) mod n (XCALL's after image follows its before image); pkc<j> key column j
+        position = article.pk_positions[int(name[3:]) - 1] if name.startswith("pkc") else int(name[1:]) - 1
+        column = article.columns[position % len(article.columns)]
+        out.append(types.to_param(types.conversion(column.param_type), value, column.name, where))
+    return out
 
 
 def procedure_name(article: ResolvedArticle, operation: Operation) -> str:
