@@ -20,6 +20,7 @@ from airflow_repl.engine.errors import (
     ReplError,
     TopologyError,
 )
+from airflow_repl.engine.subscriber import validation
 
 
 def mariadb_topology(env, mariadb, articles, *, db=None, **sub_options):
@@ -338,3 +339,24 @@ def test_a_second_distribution_agent_is_refused_while_one_delivers(env, spark, m
         holder.close()
     distribution_agent.run_distribution(topo, "p", "m1")
     assert_applied_once(mariadb, db, 10)
+
+
+# ---------------------------------------------------------------------- validate
+def test_validate_finds_a_changed_a_missing_and_an_extra_row_by_value(env, spark, mariadb):
+    env.run(env.pub, EDGE_DDL)
+    env.run(env.pub, f"INSERT INTO edge VALUES ({EDGE_ROW})")
+    env.run(env.pub, "INSERT INTO edge (id) SELECT g FROM generate_series(2, 20) g")
+    topo, db = mariadb_topology(env, mariadb, ["public.edge"])
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    [line] = validation.compare(topo, "p", "m1")
+    assert line["match"] and line["publisher_rows"] == line["subscriber_rows"] == 20, line  # every edge value equal
+    mariadb.run(db, "UPDATE edge SET tstz = '2026-02-03 01:05:06.4' WHERE id = 1")
+    mariadb.run(db, "DELETE FROM edge WHERE id = 5")
+    mariadb.run(db, "INSERT INTO edge (id) VALUES (99)")
+    [line] = validation.compare(topo, "p", "m1")
+    assert (line["match"], line["missing"], line["extra"], line["different"]) == (False, 1, 1, 1)
+    assert sorted((d["key"], d["difference"]) for d in line["differences"]) == [
+        ("1", validation.DIFFERENT),
+        ("5", validation.MISSING),
+        ("99", validation.EXTRA),
+    ]
