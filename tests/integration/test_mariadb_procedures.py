@@ -20,8 +20,8 @@ from psycopg import sql
 from airflow_repl import cli
 from airflow_repl.engine.articles.commands import DELETE, INSERT, UPDATE, Command
 from airflow_repl.engine.articles.resolved import ResolvedArticle
-from airflow_repl.engine.codegen import call_syntax
 from airflow_repl.engine.codegen import mariadb as dialect
+from airflow_repl.engine.mariadb import types
 from airflow_repl.engine.model.propagation import Operation
 from airflow_repl.engine.provisioning import deploy
 
@@ -37,6 +37,8 @@ COLUMNS = [
     ("msg", "numeric(10,2)"),
     ("at", "timestamp without time zone"),
 ]
+#: The subscriber's database: MariaDB keeps every table of a subscriber in the one its address names.
+DATABASE = "sub'db`\n#x"
 SYNTAXES = [("CALL", "CALL"), ("SCALL", "CALL"), ("MCALL", "CALL"), ("XCALL", "XCALL")]
 
 
@@ -60,17 +62,20 @@ def _publish(env, tmp_path, upd: str, dele: str, table: str = TABLE, columns=COL
 
 
 def _subscriber_table(mdb, art: ResolvedArticle) -> None:
-    """The destination database and table at MariaDB (InnoDB, the key in utf8mb4_bin)."""
+    """The subscriber's database (named like the publisher's schema, hostile too) and the
+    article's table in it, as the snapshot creates it (InnoDB, the type map's types, keys in
+    utf8mb4_nopad_bin)."""
     cols = ", ".join(
-        f"{dialect.quote(c.name)} {dialect.column_type(c)}{' NOT NULL' if c.name in art.primary_key else ''}"
+        f"{dialect.quote(c.name)} {types.map_type('t', c.name, c.type, key=c.name in art.primary_key).ddl}"
+        f"{' NOT NULL' if c.name in art.primary_key else ''}"
         for c in art.columns
     )
     key = ", ".join(dialect.quote(c) for c in art.primary_key)
     with mdb.server.connection() as conn, conn.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {dialect.quote(art.dest_schema)}".replace("%", "%%"))
-        cur.execute(f"CREATE DATABASE {dialect.quote(art.dest_schema)} CHARACTER SET utf8mb4")
-        table = dialect.qualified(art.dest_schema, art.dest_table)
-        cur.execute(f"CREATE TABLE {table} ({cols}, PRIMARY KEY ({key})) ENGINE=InnoDB")
+        cur.execute(f"DROP DATABASE IF EXISTS {dialect.quote(DATABASE)}")
+        cur.execute(f"CREATE DATABASE {dialect.quote(DATABASE)} CHARACTER SET utf8mb4")
+    with mdb.server.connection(DATABASE) as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE {dialect.quote(art.dest_table)} ({cols}, PRIMARY KEY ({key})) ENGINE=InnoDB")
 
 
 def _client(mdb, tmp_path, script: str) -> subprocess.CompletedProcess:
@@ -82,7 +87,11 @@ def _client(mdb, tmp_path, script: str) -> subprocess.CompletedProcess:
     )
     cnf.chmod(0o600)
     return subprocess.run(
-        ["mariadb", f"--defaults-file={cnf}"], input=script, text=True, capture_output=True, check=False
+        ["mariadb", f"--defaults-file={cnf}", f"--database={DATABASE}"],
+        input=script,
+        text=True,
+        capture_output=True,
+        check=False,
     )
 
 
@@ -93,18 +102,16 @@ def _script_procs(topo: str, capsys, dialect: str = "mariadb") -> tuple[int, str
 
 
 def _rows(mdb, art: ResolvedArticle) -> list[tuple]:
-    table = dialect.qualified(art.dest_schema, art.dest_table)
-    with mdb.server.connection() as conn, conn.cursor() as cur:
-        cur.execute(f"SELECT * FROM {table} ORDER BY 1".replace("%", "%%"))
+    with mdb.server.connection(DATABASE) as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT * FROM {dialect.quote(art.dest_table)} ORDER BY 1".replace("%", "%%"))
         return list(cur.fetchall())
 
 
 def _apply(mdb, art: ResolvedArticle, cmd: Command) -> None:
     """Call the procedure of ``cmd``'s operation as the Distribution Agent does."""
     op = {INSERT: Operation.INSERT, UPDATE: Operation.UPDATE, DELETE: Operation.DELETE}[cmd.op]
-    values = call_syntax.values(art, cmd, art.propagation[op].call_syntax)
-    with mdb.server.connection() as conn, conn.cursor() as cur:
-        cur.execute(dialect.call_sql(art, op), values)
+    with mdb.server.connection(DATABASE) as conn, conn.cursor() as cur:
+        cur.execute(dialect.call_sql(art, op), dialect.call_values(art, op, cmd))
 
 
 def _row_not_found(mdb, art: ResolvedArticle, cmd: Command, what: str) -> None:
@@ -127,7 +134,9 @@ def test_generated_procedures_apply_every_call_syntax_at_mariadb(env, tmp_path, 
     loaded = _client(mdb, tmp_path, script)
     assert loaded.returncode == 0, loaded.stderr
     routines = mdb.rows(
-        "mysql", "SELECT ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = %s ORDER BY 1", (SCHEMA,)
+        "mysql",
+        "SELECT ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = %s ORDER BY 1",
+        (DATABASE,),
     )
     assert routines == sorted((art.default_procs[op],) for op in Operation)
 
@@ -179,6 +188,34 @@ def test_keys_that_differ_only_in_case_stay_apart(env, tmp_path, capsys, mariadb
     assert err.value.args[0] == dialect.ROW_NOT_FOUND_ERRNO
 
 
+@pytest.mark.parametrize(("upd", "dele"), [("SCALL", "CALL"), ("XCALL", "XCALL")])
+def test_values_travel_as_the_type_map_converts_them(env, tmp_path, capsys, mariadb, upd, dele):
+    mdb = mariadb
+    columns = [
+        ("id", "bigint"),
+        ("flag", "boolean"),
+        ("blob", "bytea"),
+        ("tz", "timestamp with time zone"),
+        ("j", "jsonb"),
+        ("u", "uuid"),
+        ("arr", "integer[]"),
+    ]
+    topo, art = _publish(env, tmp_path, upd, dele, table="typed", columns=columns)
+    _subscriber_table(mdb, art)
+    code, script, _err = _script_procs(topo, capsys)
+    assert code == 0 and _client(mdb, tmp_path, script).returncode == 0
+    uuid = "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"
+    row = ["1", "t", "\\x00ff", "2026-03-01 14:00:00.5+02", '{"a": "😀"}', uuid, "{1,NULL,3}"]
+    _apply(mdb, art, Command(INSERT, "a", new=row))
+    when = datetime(2026, 3, 1, 12, 0, 0, 500000)  # in UTC
+    assert _rows(mdb, art) == [(1, 1, b"\x00\xff", when, '{"a": "😀"}', uuid, "{1,NULL,3}")]
+    changed = ["1", "f", "\\xdeadbeef", "2026-03-01 23:30:00-01:30", None, uuid, "{}"]
+    _apply(mdb, art, Command(UPDATE, "a", old=row, new=changed))
+    assert _rows(mdb, art) == [(1, 0, b"\xde\xad\xbe\xef", datetime(2026, 3, 2, 1), None, uuid, "{}")]
+    _apply(mdb, art, Command(DELETE, "a", old=changed))
+    assert _rows(mdb, art) == []
+
+
 def test_script_procs_refuses_a_name_mariadb_cannot_hold_before_printing(env, tmp_path, capsys):
     env.run(env.pub, "CREATE TABLE orders (id int PRIMARY KEY, v text)")
     env.run(env.pub, 'CREATE TABLE "emoji😀" (id int PRIMARY KEY, v text)')
@@ -186,9 +223,9 @@ def test_script_procs_refuses_a_name_mariadb_cannot_hold_before_printing(env, tm
     code, out, err = _script_procs(topo, capsys)
     assert (code, out) == (2, "")
     assert err == (
-        "airflow-repl: error: article 'emoji😀' cannot be replicated to MariaDB: its destination table 'emoji😀' "
-        "holds a character outside Unicode's Basic Multilingual Plane (MariaDB names hold none, such as emoji); "
-        "give the article another destination\n"
+        "airflow-repl: error: table 'emoji😀' of article 'emoji😀' ('public.emoji😀') at a MariaDB subscriber cannot "
+        "be a MariaDB name (at most 64 characters, no NUL, no trailing space, no 4-byte UTF-8 character): rename it "
+        "at the publisher or leave it out of the article\n"
     )
 
 
@@ -196,7 +233,7 @@ def test_schema_change_ddl_runs_at_mariadb_and_the_procedures_follow(env, tmp_pa
     mdb = mariadb
     _topo, art = _publish(env, tmp_path, "SCALL", "CALL")
     _subscriber_table(mdb, art)
-    with mdb.server.connection() as conn, conn.cursor() as cur:
+    with mdb.server.connection(DATABASE) as conn, conn.cursor() as cur:
         for op in Operation:
             cur.execute(dialect.procedure_sql(art, op))
     _apply(mdb, art, Command(INSERT, "a", new=["1", "one", "7", "bm", "1.50", None]))
@@ -207,7 +244,7 @@ def test_schema_change_ddl_runs_at_mariadb_and_the_procedures_follow(env, tmp_pa
         {"kind": "rename_column", "column": "a`b -- c", "new_name": "renamed\n#x"},
         {"kind": "drop_column", "column": "msg"},
     ]
-    with mdb.server.connection() as conn, conn.cursor() as cur:
+    with mdb.server.connection(DATABASE) as conn, conn.cursor() as cur:
         for change in changes:
             for statement in dialect.schema_change_sql(art, {**change, "in_article": True}):
                 cur.execute(statement.replace("%", "%%"))
@@ -216,7 +253,7 @@ def test_schema_change_ddl_runs_at_mariadb_and_the_procedures_follow(env, tmp_pa
         "mysql",
         "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, COLUMN_DEFAULT FROM information_schema.COLUMNS "
         "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
-        (SCHEMA, TABLE),
+        (DATABASE, TABLE),
     )
     assert columns == [
         ("id", "int(11)", "NO", None),

@@ -4,6 +4,7 @@ restarts mid-batch, keys that differ only in case, and each bad input refused wi
 
 from __future__ import annotations
 
+import json
 from datetime import date, datetime, timedelta
 from urllib.parse import quote
 
@@ -20,6 +21,9 @@ from airflow_repl.engine.errors import (
     ReplError,
     TopologyError,
 )
+from airflow_repl.engine.mariadb import connections as mariadb_connections
+from airflow_repl.engine.model import topology as topology_mod
+from airflow_repl.engine.subscriber import validation
 
 
 def mariadb_topology(env, mariadb, articles, *, db=None, **sub_options):
@@ -338,3 +342,66 @@ def test_a_second_distribution_agent_is_refused_while_one_delivers(env, spark, m
         holder.close()
     distribution_agent.run_distribution(topo, "p", "m1")
     assert_applied_once(mariadb, db, 10)
+
+
+# ---------------------------------------------------------------------- validate
+def test_validate_finds_a_changed_a_missing_and_an_extra_row_by_value(env, spark, mariadb):
+    env.run(env.pub, EDGE_DDL)
+    env.run(env.pub, f"INSERT INTO edge VALUES ({EDGE_ROW})")
+    env.run(env.pub, "INSERT INTO edge (id) SELECT g FROM generate_series(2, 20) g")
+    topo, db = mariadb_topology(env, mariadb, ["public.edge"])
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    [line] = validation.compare(topo, "p", "m1")
+    assert line["match"] and line["publisher_rows"] == line["subscriber_rows"] == 20, line  # every edge value equal
+    mariadb.run(db, "UPDATE edge SET tstz = '2026-02-03 01:05:06.4' WHERE id = 1")
+    mariadb.run(db, "DELETE FROM edge WHERE id = 5")
+    mariadb.run(db, "INSERT INTO edge (id) VALUES (99)")
+    [line] = validation.compare(topo, "p", "m1")
+    assert (line["match"], line["missing"], line["extra"], line["different"]) == (False, 1, 1, 1)
+    assert sorted((d["key"], d["difference"]) for d in line["differences"]) == [
+        ("1", validation.DIFFERENT),
+        ("5", validation.MISSING),
+        ("99", validation.EXTRA),
+    ]
+
+
+# ---------------------------------------------------------------------- an Airflow mysql connection
+def test_a_subscriber_named_by_an_airflow_mysql_connection_with_extras(env, spark, mariadb, monkeypatch):
+    from airflow_repl.hooks import connections as airflow_connections
+
+    db = mariadb.new_database()
+    server = mariadb.server
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_REPL_T_MARIADB",
+        json.dumps(
+            {
+                "conn_type": "mysql",
+                "host": "127.0.0.1",
+                "port": server.port,
+                "login": "root",
+                "password": server.password,
+                "schema": db,
+                "extra": {"connect_timeout": 7, "cursor": "sscursor", "local_infile": True},
+            }
+        ),
+    )
+    env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+    env.run(env.pub, "INSERT INTO items VALUES (1, 'a')")
+    servers = env.servers(subscribers=[])
+    servers["subscribers"] = {"m1": "repl_t_mariadb"}
+    topo = airflow_connections.resolve_topology(
+        topology_mod.from_dict(
+            {
+                **servers,
+                "publications": [{"name": "p", "articles": ["public.items"]}],
+                "subscriptions": [{"publication": "p", "subscriber": "m1"}],
+            }
+        )
+    )
+    args = mariadb_connections.connect_args(topo.subscriber_conninfo("m1"))
+    assert (args["connect_timeout"], args["local_infile"], "cursor" in args) == (7, True, False)
+    assert topo.to_dict()["subscribers"]["m1"] == "repl_t_mariadb"  # no password in the displayed topology
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    env.run(env.pub, "INSERT INTO items VALUES (2, 'b')")
+    deliver(topo)
+    assert mariadb.rows(db, "SELECT id, v FROM items ORDER BY id") == [(1, "a"), (2, "b")]

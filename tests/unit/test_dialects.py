@@ -8,9 +8,10 @@ import pytest
 from article_builder import article, text_article
 
 from airflow_repl import cli
+from airflow_repl.engine.articles.commands import DELETE, UPDATE, Command
 from airflow_repl.engine.codegen import call_syntax, dialect, mariadb, procedures, tsql_script
 from airflow_repl.engine.errors import DeliveryError, TopologyError
-from airflow_repl.engine.model.propagation import OPERATIONS, Operation
+from airflow_repl.engine.model.propagation import OPERATIONS, CallSyntax, Operation
 from airflow_repl.engine.postgres.catalog import Column, TableInfo
 
 #: SQL Server's Purchasing.Vendor as the docs publish it (docs/propagation/index.md).
@@ -58,7 +59,7 @@ def test_each_dialect_calls_a_procedure_with_its_syntax_parameters(props):
         args = ", ".join(f"${i + 1}::{t}" for i, t in enumerate(types))
         assert procedures.call_sql(art, op) == f'CALL "Purchasing"."{name}"({args})'
         assert tsql_script.call_sql(art, op) == f"{{call [Purchasing].[{name}]({', '.join(['?'] * count)})}}"
-        assert mariadb.call_sql(art, op) == f"CALL `Purchasing`.`{name}`({', '.join(['%s'] * count)})"
+        assert mariadb.call_sql(art, op) == f"CALL `{name}`({', '.join(['%s'] * count)})"  # the subscriber's database
 
 
 def test_the_postgresql_call_is_the_text_the_agent_ran_before():
@@ -73,7 +74,7 @@ def test_the_postgresql_call_is_the_text_the_agent_ran_before():
 def test_a_custom_procedure_is_called_by_its_name_in_each_dialect():
     art = article(VENDOR, update="XCALL custom.upd_vendor", delete="CALL del_vendor")
     assert mariadb.call_sql(art, Operation.UPDATE) == f"CALL `custom`.`upd_vendor`({', '.join(['%s'] * 16)})"
-    assert mariadb.call_sql(art, Operation.DELETE) == "CALL `Purchasing`.`del_vendor`(%s)"
+    assert mariadb.call_sql(art, Operation.DELETE) == "CALL `del_vendor`(%s)"
     assert mariadb.procedure_sql(art, Operation.UPDATE) is None  # nothing generated for a custom one
     assert "sp_MSupd_" not in mariadb.publication_script([art]) and "sp_MSins_" in mariadb.publication_script([art])
 
@@ -82,31 +83,21 @@ def test_a_custom_procedure_is_called_by_its_name_in_each_dialect():
     ("pg", "maria"),
     [
         ("integer", "INT"),
-        ("bigint", "BIGINT"),
         ("boolean", "BOOLEAN"),
-        ("double precision", "DOUBLE"),
         ("numeric(12,2)", "DECIMAL(12,2)"),
-        ("numeric(3,5)", "DECIMAL(5,5)"),  # PostgreSQL 15: a scale above the precision
-        ("numeric(5,-2)", "DECIMAL(7,0)"),  # and a negative one
-        ("numeric(70,2)", "DECIMAL(65,30)"),  # beyond MariaDB's 65 digits
-        ("numeric(50,40)", "DECIMAL(65,30)"),  # beyond its 38 decimals
-        ("numeric", "DECIMAL(65,30)"),
-        ("character varying(15)", "VARCHAR(15) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"),
-        ("character varying(20000)", "LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"),
-        ("character(12)", "CHAR(12) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"),
-        ("character(300)", "VARCHAR(300) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"),
-        ("text", "LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"),
-        ("jsonb", "LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"),
-        ("integer[]", "LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"),
+        ("character varying(15)", "VARCHAR(15) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin"),
+        ("text", "LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin"),
+        ("jsonb", "JSON"),
+        ("integer[]", "LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin"),
         ("bytea", "LONGBLOB"),
-        ("uuid", "CHAR(36) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"),
-        ("timestamp without time zone", "DATETIME(6)"),
-        ("timestamp(3) with time zone", "DATETIME(3)"),
-        ("time(0) without time zone", "TIME(0)"),
-        ("date", "DATE"),
+        ("timestamp with time zone", "DATETIME(6)"),
+        # what the type map holds only by its kind (an enum, a range) or refuses travels as text
+        ('"pub"."mood"', "LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin"),
+        ("numeric", "LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin"),
+        ("money", "LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin"),
     ],
 )
-def test_mariadb_types(pg, maria):
+def test_mariadb_parameter_types_are_the_type_maps(pg, maria):
     assert mariadb.type_of(pg) == maria
 
 
@@ -124,25 +115,23 @@ def test_mariadb_literals_and_names_mean_the_same_whatever_sql_mode_is():
     assert mariadb.literal("a\\b") == "CONVERT(X'615C62' USING utf8mb4)"  # NO_BACKSLASH_ESCAPES or not
     assert mariadb.literal("é\n") == "CONVERT(X'C3A90A' USING utf8mb4)"  # whatever the connection's charset
     assert mariadb.quote("a`b") == "`a``b`" and mariadb.qualified("s", "t`") == "`s`.`t```"
-    with pytest.raises(ValueError, match="NUL"):
-        mariadb.quote("a\x00")
 
 
 def test_the_mariadb_scall_update_tests_each_columns_bit():
     art = article(VENDOR, update="SCALL")
     text = mariadb.procedure_sql(art, Operation.UPDATE)
     assert text.startswith(
-        "CREATE OR REPLACE PROCEDURE `Purchasing`.`sp_MSupd_PurchasingVendor`(IN c1 INT, "
-        "IN c2 VARCHAR(15) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin, "
+        "CREATE OR REPLACE PROCEDURE `sp_MSupd_PurchasingVendor`(IN c1 INT, "
+        "IN c2 VARCHAR(15) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin, "
     )
     assert ", IN pkc1 INT, IN bitmap LONGBLOB)\nMODIFIES SQL DATA\n-- SCALL syntax: c1, c2, " in text
     assert (
-        "`Purchasing`.`Vendor`.`CreditRating` = CASE WHEN ASCII(SUBSTRING(bitmap, 1, 1)) & 8 <> 0 THEN c4 "
-        "ELSE `Purchasing`.`Vendor`.`CreditRating` END" in text
+        "`Vendor`.`CreditRating` = CASE WHEN ASCII(SUBSTRING(bitmap, 1, 1)) & 8 <> 0 THEN c4 "
+        "ELSE `Vendor`.`CreditRating` END" in text
     )
-    assert "WHERE `Purchasing`.`Vendor`.`VendorID` = pkc1;" in text
+    assert "WHERE `Vendor`.`VendorID` = pkc1;" in text
     wide = text_article([f"c{i}" for i in range(2, 11)], update="MCALL")  # 10 columns: two bytes
-    assert "`public`.`t`.`c10` = CASE WHEN ASCII(SUBSTRING(bitmap, 2, 1)) & 2 <> 0 THEN c10" in (
+    assert "`t`.`c10` = CASE WHEN ASCII(SUBSTRING(bitmap, 2, 1)) & 2 <> 0 THEN c10" in (
         mariadb.procedure_sql(wide, Operation.UPDATE)
     )
 
@@ -152,8 +141,7 @@ def test_mariadb_procedures_raise_20598_only_when_the_key_is_missing():
     update = mariadb.procedure_sql(art, Operation.UPDATE)
     assert (
         "    IF ROW_COUNT() = 0 THEN\n"
-        "        IF NOT EXISTS (SELECT 1 FROM `Purchasing`.`Vendor` WHERE `Purchasing`.`Vendor`.`VendorID` = c1) THEN\n"
-        in update
+        "        IF NOT EXISTS (SELECT 1 FROM `Vendor` WHERE `Vendor`.`VendorID` = c1) THEN\n" in update
     )
     assert "SIGNAL SQLSTATE 'RP598' SET MYSQL_ERRNO = 20598, MESSAGE_TEXT = msg;" in update
     delete = mariadb.procedure_sql(art, Operation.DELETE)
@@ -163,12 +151,10 @@ def test_mariadb_procedures_raise_20598_only_when_the_key_is_missing():
 
 def test_mariadb_statements_double_a_percent_for_pymysql():
     art = text_article(["100%"], dest_schema="s%", dest_table="t%s")
-    assert mariadb.call_sql(art, Operation.DELETE) == "CALL `s%%`.`sp_MSdel_s%%t%%s`(%s)"
-    assert mariadb.statement_sql(art, Operation.INSERT) == "INSERT INTO `s%%`.`t%%s` (`id`, `100%%`) VALUES (%s, %s)"
-    assert mariadb.statement_sql(art, Operation.UPDATE) == (
-        "UPDATE `s%%`.`t%%s` SET `id` = %s, `100%%` = %s WHERE `id` = %s"
-    )
-    assert mariadb.statement_sql(art, Operation.DELETE) == "DELETE FROM `s%%`.`t%%s` WHERE `id` = %s"
+    assert mariadb.call_sql(art, Operation.DELETE) == "CALL `sp_MSdel_s%%t%%s`(%s)"
+    assert mariadb.statement_sql(art, Operation.INSERT) == "INSERT INTO `t%%s` (`id`, `100%%`) VALUES (%s, %s)"
+    assert mariadb.statement_sql(art, Operation.UPDATE) == "UPDATE `t%%s` SET `id` = %s, `100%%` = %s WHERE `id` = %s"
+    assert mariadb.statement_sql(art, Operation.DELETE) == "DELETE FROM `t%%s` WHERE `id` = %s"
 
 
 def test_the_mariadb_script_changes_the_delimiter_to_one_no_procedure_holds():
@@ -185,21 +171,22 @@ def test_the_mariadb_script_changes_the_delimiter_to_one_no_procedure_holds():
         (
             "emoji\U0001f600",
             ["a"],
-            "article 'emoji\U0001f600' cannot be replicated to MariaDB: its destination table 'emoji\U0001f600' holds "
-            "a character outside Unicode's Basic Multilingual Plane (MariaDB names hold none, such as emoji); give "
-            "the article another destination",
+            "table 'emoji\U0001f600' of article 'emoji\U0001f600' ('public.emoji\U0001f600') at a MariaDB subscriber "
+            "cannot be a MariaDB name (at most 64 characters, no NUL, no trailing space, no 4-byte UTF-8 character): "
+            "rename it at the publisher or leave it out of the article",
         ),
         (
-            "t",
+            "t\nx",
             ["tail "],
-            "article 't' cannot be replicated to MariaDB: its column 'tail ' holds a space or line break at its end "
-            "(MariaDB refuses such a name); leave the column out (columns:) or rename it",
+            "column 'tail ' of article 't\\nx' ('public.t\\nx') at a MariaDB subscriber cannot be a MariaDB name (at "
+            "most 64 characters, no NUL, no trailing space, no 4-byte UTF-8 character): rename it at the publisher "
+            "or leave it out of the article",
         ),
         (
             "t",
             ["Name", "name"],
-            "article 't' cannot be replicated to MariaDB: its columns 'Name' and 'name' differ only in case, and "
-            "MariaDB compares column names ignoring case; leave the column out (columns:) or rename it",
+            "columns 'Name' and 'name' of article 't' ('public.t') at a MariaDB subscriber differ only in case, "
+            "which MariaDB's column names ignore: rename one at the publisher or leave it out of the article (columns:)",
         ),
     ],
 )
@@ -217,20 +204,30 @@ def _change(kind: str, **fields) -> dict:
 
 def test_mariadb_schema_change_ddl():
     art = text_article(["note"], dest_schema="dst", dest_table="T x")
-    table = "`dst`.`T x`"
+    table = "`T x`"
     assert mariadb.schema_change_sql(art, _change("drop_column", column="note")) == [
         f"ALTER TABLE {table} DROP COLUMN `note`"
     ]
     assert mariadb.schema_change_sql(art, _change("rename_column", column="note", new_name="n`\n#")) == [
         f"ALTER TABLE {table} RENAME COLUMN `note` TO `n``\n#`"
     ]
-    # a widening restates the column's NULL-ness, which MODIFY would otherwise reset
+    # a widening restates the column's NULL-ness, which MODIFY would otherwise reset; a key keeps
+    # the type map's key type
     assert mariadb.schema_change_sql(art, _change("alter_type", column="id", type="bigint")) == [
         f"ALTER TABLE {table} MODIFY COLUMN `id` BIGINT NOT NULL"
     ]
     assert mariadb.schema_change_sql(art, _change("alter_type", column="note", type="text")) == [
-        f"ALTER TABLE {table} MODIFY COLUMN `note` LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL"
+        f"ALTER TABLE {table} MODIFY COLUMN `note` LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NULL"
     ]
+    keyed = text_article(["note"])
+    keyed.table.primary_key.append("note")
+    assert mariadb.schema_change_sql(keyed, _change("alter_type", column="note", type="character varying(80)")) == [
+        "ALTER TABLE `t` MODIFY COLUMN `note` VARCHAR(80) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NULL"
+    ]
+    with pytest.raises(
+        TopologyError, match=r"^column 'c' of article 't' \('dst.T x'\) .* has type money, which a Maria"
+    ):
+        mariadb.schema_change_sql(art, _change("add_column", column="c", type="money"))
     assert mariadb.schema_change_sql(art, _change("add_column", column="c", type="integer")) == [
         f"ALTER TABLE {table} ADD COLUMN `c` INT NULL"
     ]
@@ -240,7 +237,9 @@ def test_mariadb_schema_change_ddl():
         f"ALTER TABLE {table} ALTER COLUMN `c` DROP DEFAULT",
     ]
     assert mariadb.schema_change_sql(art, {"kind": "drop_column", "column": "x", "in_article": False}) == []
-    with pytest.raises(TopologyError, match=r"^article 't' cannot be replicated to MariaDB: its new column 'x '"):
+    with pytest.raises(
+        TopologyError, match=r"^column 'x ' of article 't' \('dst.T x'\) at a MariaDB subscriber cannot be"
+    ):
         mariadb.schema_change_sql(art, _change("add_column", column="x ", type="integer"))
     for module in (procedures, tsql_script, mariadb):
         with pytest.raises(DeliveryError, match="schema change 'add_index' of article 't' is not known"):
@@ -253,14 +252,13 @@ def test_mariadb_schema_change_ddl():
         ("boolean", "t", "TRUE"),
         ("boolean", "f", "FALSE"),
         ("bytea", "\\x01ff", "X'01FF'"),
-        ("timestamp with time zone", "2026-03-01 14:00:00+02", "'2026-03-01 12:00:00'"),
-        ("timestamp with time zone", "infinity", "'infinity'"),
+        ("timestamp with time zone", "2026-03-01 14:00:00+02", "'2026-03-01 12:00:00.000000'"),
         ("integer", "7", "'7'"),
         ("text", "it's é", "CONVERT(X'6974277320C3A9' USING utf8mb4)"),
     ],
 )
-def test_mariadb_value_literals(pg_type, text, literal):
-    assert mariadb.value_literal(pg_type, text) == literal
+def test_mariadb_value_literals_are_the_type_maps_values(pg_type, text, literal):
+    assert mariadb.value_literal(pg_type, text, "c", "article 't'") == literal
 
 
 def test_tsql_schema_change_script():
@@ -284,3 +282,26 @@ def test_tsql_schema_change_script():
         TopologyError, match=r"^article 't' cannot be scripted as T-SQL: its new column 'it''s' holds '"
     ):
         tsql_script.schema_change_sql(art, _change("rename_column", column="note", new_name="it's"))
+
+
+@pytest.mark.parametrize("props", SYNTAXES)
+def test_mariadb_call_values_convert_each_parameter_by_its_column(props):
+    art = article(VENDOR, **props)
+    old = ["1", "AW1", "Old", "1", "t", "f", None, "2026-01-01 00:00:00"]
+    new = ["1", "AW1", "New", "2", "f", "f", None, "2026-01-01 00:00:00"]
+    cmd = Command(UPDATE, "Vendor", old=old, new=new)
+    values = mariadb.call_values(art, Operation.UPDATE, cmd)
+    syntax = art.propagation[Operation.UPDATE].call_syntax
+    assert len(values) == len(call_syntax.parameters(art, Operation.UPDATE, syntax))
+    if syntax == CallSyntax.XCALL:  # the before image, then the after image
+        assert values[4:6] == [True, False] and values[12:14] == [False, False]
+    else:
+        flags = values[4:6]
+        assert flags == ([False, None] if syntax == CallSyntax.SCALL else [False, False])  # SCALL: changed only
+        assert values[8] == "1"  # pkc1: the old key
+        if syntax in (CallSyntax.SCALL, CallSyntax.MCALL):
+            assert values[9] == bytes([0b00011100])  # Name, CreditRating, PreferredVendorStatus
+    delete = mariadb.call_values(art, Operation.DELETE, Command(DELETE, "Vendor", old=old))
+    assert delete == (
+        ["1", "AW1", "Old", "1", True, False, None, "2026-01-01 00:00:00"] if props["delete"] == "XCALL" else ["1"]
+    )

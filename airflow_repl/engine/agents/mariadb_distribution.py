@@ -91,7 +91,9 @@ class MariaDBDelivery:
 
     def connect(self, run: AgentRun) -> None:
         run.step = "connecting"
-        self.conn = mariadb_connections.connect(self.conninfo, self.role, client_flag=CLIENT.FOUND_ROWS)
+        self.conn = mariadb_connections.connect(
+            self.conninfo, self.role, client_flag=CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS
+        )
         run.cleanups.append(self.close)
         # one agent per subscription: a session lock, released if this process dies
         if not state.try_agent_lock(self.conn, self.publication):

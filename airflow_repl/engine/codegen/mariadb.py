@@ -3,13 +3,17 @@ MySQL subscribers: the generated procedures ``sp_MSins_`` / ``sp_MSupd_`` / ``sp
 every call syntax, the ``CALL`` the Distribution Agent runs (generated or custom procedure), the
 SQL-statement method's statements, and the DDL of a replicated schema change.
 
-The procedures take the parameters of :mod:`~airflow_repl.engine.codegen.call_syntax`, with SQL
-Server's names (``c1``.., ``pkc1``.., ``bitmap``).  A MariaDB statement inside a procedure reads a
-bare name that is also a parameter as the parameter, backticks or not, so the bodies name every
-column in an expression by its table (```db`.`table`.`column```); only the INSERT's column list,
-which holds nothing but columns, names them alone.  Text parameters are ``utf8mb4`` with the
-binary collation ``utf8mb4_bin``, so that a key compares as the publisher compares it (``'a'``
-and ``'A'`` differ) whatever the database's default collation is.
+A MariaDB subscriber keeps every table in the database its address names, whatever the
+table's schema at the publisher; the procedures are created there too, so a table or a
+generated procedure is named alone (a custom procedure written ``schema.name`` is called in the
+database ``schema``).  The procedures take the parameters of
+:mod:`~airflow_repl.engine.codegen.call_syntax`, with SQL Server's names (``c1``.., ``pkc1``..,
+``bitmap``), typed by the type map (:mod:`airflow_repl.engine.mariadb.types`: text is
+``utf8mb4`` with the no-pad binary collation of the columns, so keys ``'a'``, ``'A'`` and
+``'a '`` stay apart).  A MariaDB statement inside a procedure reads a bare name that is also a
+parameter as the parameter, backticks or not, so the bodies name every column in an expression
+by its table (```table`.`column```); only the INSERT's column list, which holds nothing but
+columns, names them alone.
 
 Update and delete procedures raise SQLSTATE ``RP598`` with error number 20598 (SQL Server's
 error) when the key matched no row.  MariaDB's ``ROW_COUNT()`` after an UPDATE counts the rows
@@ -19,11 +23,10 @@ matched its row and left it as it was is told apart by looking the key up again.
 Names are quoted with backticks (a backtick doubled), which MariaDB reads the same whatever
 ``sql_mode`` is; string literals are ``'...'`` only when they are printable ASCII without a
 backslash, and ``CONVERT(X'hex' USING utf8mb4)`` otherwise (``NO_BACKSLASH_ESCAPES`` and the
-connection's character set change nothing).  A name MariaDB cannot hold is refused by
-:func:`check_names` before anything is generated: one with a character outside Unicode's Basic
-Multilingual Plane (a 4-byte UTF-8 character such as an emoji), one ending in a space or another
-ASCII whitespace, and a column named like another one but for case (MariaDB compares column
-names ignoring case).  PostgreSQL's 63 bytes are always within MariaDB's 64 characters.
+connection's character set change nothing).  A name MariaDB cannot hold
+(:func:`airflow_repl.engine.mariadb.quoting.check_name`: a 4-byte UTF-8 character such as an
+emoji, a trailing space) and columns named alike but for case are refused by
+:func:`check_names` before anything is generated.
 
 The script (``airflow-repl script-procs --dialect mariadb``) is for the ``mariadb`` (or
 ``mysql``) command-line client: it starts with ``SET NAMES utf8mb4`` and changes the client's
@@ -35,13 +38,13 @@ on one line, as :func:`~airflow_repl.engine.postgres.quoting.comment` writes the
 from __future__ import annotations
 
 import itertools
-import re
-from datetime import datetime, timezone
 from typing import Any
 
+from airflow_repl.engine.articles.commands import Command
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.codegen import call_syntax, dialect
 from airflow_repl.engine.errors import ROW_NOT_FOUND_SQLSTATE, TopologyError
+from airflow_repl.engine.mariadb import quoting, types
 from airflow_repl.engine.model.propagation import OPERATIONS, CallSyntax, Operation
 from airflow_repl.engine.postgres.catalog import Column
 from airflow_repl.engine.postgres.quoting import comment
@@ -52,75 +55,31 @@ NAME = "mariadb"
 SERVER = "MariaDB"
 #: The error number the generated procedures raise when a key matched no row (SQL Server's).
 ROW_NOT_FOUND_ERRNO = 20598
-#: The character set and collation of every text parameter and column this dialect declares.
-TEXT = "CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
-#: MariaDB's limits: DECIMAL's digits and scale, and a VARCHAR's characters in utf8mb4.
-MAX_DECIMAL, MAX_SCALE, MAX_VARCHAR = 65, 38, 16383
 
-_FIXED = {
-    "smallint": "SMALLINT",
-    "integer": "INT",
-    "bigint": "BIGINT",
-    "boolean": "BOOLEAN",
-    "real": "FLOAT",
-    "double precision": "DOUBLE",
-    "date": "DATE",
-    "bytea": "LONGBLOB",
-    "uuid": f"CHAR(36) {TEXT}",
-    "timestamp without time zone": "DATETIME(6)",
-    "timestamp with time zone": "DATETIME(6)",
-    "time without time zone": "TIME(6)",
-}
-
-
-def quote(name: str) -> str:
-    """A MariaDB quoted identifier (```my ``odd`` name```)."""
-    if "\x00" in name:
-        raise ValueError("identifiers cannot contain NUL characters")
-    return "`" + name.replace("`", "``") + "`"
-
-
-def qualified(schema: str, name: str) -> str:
-    return f"{quote(schema)}.{quote(name)}"
+quote = quoting.ident
+qualified = quoting.qualified
 
 
 def literal(text: str) -> str:
-    """A string literal meaning ``text`` whatever ``sql_mode`` and the connection's character
-    set are: ``'it''s'`` when ``text`` is printable ASCII without a backslash, otherwise its UTF-8
-    bytes in hexadecimal, converted (``CONVERT(X'C3A9' USING utf8mb4)``)."""
-    if "\x00" not in text and text.isascii() and text.isprintable() and "\\" not in text:
+    """A string literal meaning ``text`` whatever ``sql_mode`` (``NO_BACKSLASH_ESCAPES``) and the
+    connection's character set are: ``'it''s'`` when ``text`` is printable ASCII without a
+    backslash, otherwise its UTF-8 bytes in hexadecimal, converted
+    (``CONVERT(X'C3A9' USING utf8mb4)``)."""
+    if text.isascii() and text.isprintable() and "\\" not in text:
         return "'" + text.replace("'", "''") + "'"
     return f"CONVERT(X'{text.encode().hex().upper()}' USING utf8mb4)"
 
 
 def type_of(pg_type: str) -> str:
-    """The MariaDB type of a parameter or column carrying values of PostgreSQL type ``pg_type``
-    (``format_type`` text); text, JSON, arrays, ranges and every type without a MariaDB
-    counterpart travel as ``LONGTEXT`` in their PostgreSQL text form."""
-    if pg_type in _FIXED:
-        return _FIXED[pg_type]
-    if m := re.fullmatch(r"numeric\((\d+),(-?\d+)\)", pg_type):
-        return _decimal(int(m.group(1)), int(m.group(2)))
-    if m := re.fullmatch(r"(timestamp|time)\((\d)\) with(out)? time zone", pg_type):
-        return f"{'DATETIME' if m.group(1) == 'timestamp' else 'TIME'}({m.group(2)})"
-    if m := re.fullmatch(r"character\((\d+)\)", pg_type):
-        n = int(m.group(1))
-        return f"{'CHAR' if n <= 255 else 'VARCHAR'}({n}) {TEXT}" if n <= MAX_VARCHAR else f"LONGTEXT {TEXT}"
-    if (m := re.fullmatch(r"character varying\((\d+)\)", pg_type)) and int(m.group(1)) <= MAX_VARCHAR:
-        return f"VARCHAR({m.group(1)}) {TEXT}"
-    if pg_type == "numeric":
-        return f"DECIMAL({MAX_DECIMAL},30)"
-    return f"LONGTEXT {TEXT}"
-
-
-def _decimal(precision: int, scale: int) -> str:
-    """MariaDB's DECIMAL holding the digits of PostgreSQL's numeric(precision, scale), whose
-    scale may be negative or above the precision: the same digits on each side of the point;
-    DECIMAL(65,30) beyond MariaDB's 65 digits or 38 decimals."""
-    whole, fraction = max(precision - scale, 0), max(scale, 0)
-    if whole + fraction > MAX_DECIMAL or fraction > MAX_SCALE:
-        return f"DECIMAL({MAX_DECIMAL},30)"
-    return f"DECIMAL({whole + fraction},{fraction})"
+    """The MariaDB type of a parameter carrying values of PostgreSQL type ``pg_type``
+    (``format_type`` text): the type map's (:func:`airflow_repl.engine.mariadb.types.map_type`,
+    as for a column outside the keys), and for a type the map holds only by its kind (an enum, a
+    range) or refuses, ``LONGTEXT`` (values travel as their text; the subscription refuses a
+    column the map refuses)."""
+    try:
+        return types.map_type("a procedure parameter", "", pg_type, key=False).ddl
+    except TopologyError:
+        return f"LONGTEXT {types.TEXT}"
 
 
 def column_type(column: Column) -> str:
@@ -129,57 +88,32 @@ def column_type(column: Column) -> str:
 
 
 # ---------------------------------------------------------------------- names
-def _hazard(name: str) -> str | None:
-    """Why MariaDB cannot hold ``name`` as a database, table, column or procedure name, or None."""
-    if any(ord(c) > 0xFFFF for c in name):
-        return "a character outside Unicode's Basic Multilingual Plane (MariaDB names hold none, such as emoji)"
-    if name[-1:] in (" ", "\t", "\n", "\x0b", "\x0c", "\r"):
-        return "a space or line break at its end (MariaDB refuses such a name)"
-    return None
-
-
 def check_names(article: ResolvedArticle) -> None:
-    """Refuse an article with a name MariaDB cannot hold (see the module's docstring): one line
-    naming the article, the name and the fix."""
-    key = set(article.primary_key)
-    fix_destination = "give the article another destination"
-    names = [
-        ("its destination schema", article.dest_schema, fix_destination),
-        ("its destination table", article.dest_table, fix_destination),
-        *[
-            ("its key column" if c in key else "its column", c, "rename the column" if c in key else _LEAVE_OUT)
-            for c in article.column_names
-        ],
-        *[
-            (f"its {op} procedure", article.default_procs[op], fix_destination)
-            for op in OPERATIONS
-            if article.propagation[op].generated
-        ],
-    ]
-    for what, name, fix in names:
-        if hazard := _hazard(name):
-            raise _refusal(article, f"{what} {comment(name)} holds {hazard}; {fix}")
+    """Refuse an article with a name MariaDB cannot hold (:func:`quoting.check_name`: 64
+    characters, no trailing space, no 4-byte UTF-8 character) or with columns named alike but for
+    case (MariaDB compares column names ignoring case): one line naming the name and the fix."""
+    where = f"article {article.name!r} ({article.destination!r}) at a MariaDB subscriber"
+    quoting.check_name("table", article.dest_table, where)
+    for op in OPERATIONS:
+        if article.propagation[op].generated:
+            quoting.check_name(f"{op} procedure", article.default_procs[op], where)
     seen: dict[str, str] = {}
     for c in article.column_names:
+        quoting.check_name("column", c, where)
         if (other := seen.setdefault(c.lower(), c)) != c:
-            raise _refusal(
-                article,
-                f"its columns {comment(other)} and {comment(c)} differ only in case, and MariaDB compares column "
-                f"names ignoring case; {_LEAVE_OUT}",
+            raise TopologyError(
+                f"columns {other!r} and {c!r} of {where} differ only in case, which MariaDB's column names "
+                f"ignore: {_LEAVE_OUT}"
             )
 
 
-_LEAVE_OUT = "leave the column out (columns:) or rename it"
-
-
-def _refusal(article: ResolvedArticle, why: str) -> TopologyError:
-    return TopologyError(f"article {comment(article.name)} cannot be replicated to MariaDB: {why}")
+_LEAVE_OUT = "rename one at the publisher or leave it out of the article (columns:)"
 
 
 # ---------------------------------------------------------------------- procedures
 def _column(article: ResolvedArticle) -> Any:
     """A column in an expression: by its table, never read as a parameter of the same name."""
-    table = qualified(article.dest_schema, article.dest_table)
+    table = quote(article.dest_table)
     return lambda name: f"{table}.{quote(name)}"
 
 
@@ -196,7 +130,7 @@ def _body_statement(article: ResolvedArticle, operation: Operation, syntax: Call
         operation,
         syntax,
         lambda i: params[i - 1][0],
-        table=qualified(article.dest_schema, article.dest_table),
+        table=quote(article.dest_table),
         quote=quote,
         column=_column(article),
         flagged=_flagged,
@@ -222,7 +156,7 @@ def procedure_sql(article: ResolvedArticle, operation: Operation) -> str | None:
     if operation != Operation.INSERT:
         lines += _row_not_found_check(article, operation, syntax)
     lines.append("END")
-    name = qualified(article.dest_schema, article.default_procs[operation])
+    name = quote(article.default_procs[operation])
     return f"CREATE OR REPLACE PROCEDURE {name}({decl})\nMODIFIES SQL DATA\n" + "\n".join(lines)
 
 
@@ -234,7 +168,7 @@ def _row_not_found_check(article: ResolvedArticle, operation: Operation, syntax:
     keys = call_syntax.key_placeholders(article, operation, syntax, lambda i: params[i - 1][0])
     col = _column(article)
     where = " AND ".join(f"{col(c)} = {k}" for c, k in zip(article.primary_key, keys, strict=True))
-    table = qualified(article.dest_schema, article.dest_table)
+    table = quote(article.dest_table)
     message = (
         f"CONCAT('row not found at the subscriber: {operation} of ', {literal(article.destination)}, "
         f"' with key (', {literal(', '.join(article.primary_key))}, ')=(', CONCAT_WS(', ', {', '.join(keys)}), "
@@ -264,10 +198,40 @@ def _pyformat(text: str) -> str:
 def call_sql(article: ResolvedArticle, operation: Operation) -> str:
     """``CALL `db`.`procedure`(%s, ...)``: the call of the procedure ``operation`` uses
     (generated or custom), one ``%s`` per parameter of its call syntax, in PyMySQL's ``format``
-    parameter style (every ``%`` of a name doubled); bind :func:`call_syntax.values`."""
-    schema, name = article.called_procedure(operation)
+    parameter style (every ``%`` of a name doubled); bind :func:`call_values`."""
     count = len(call_syntax.parameters(article, operation, article.propagation[operation].call_syntax))
-    return f"CALL {_pyformat(qualified(schema, name))}({', '.join(['%s'] * count)})"
+    return f"CALL {_pyformat(procedure_name(article, operation))}({', '.join(['%s'] * count)})"
+
+
+def call_values(article: ResolvedArticle, operation: Operation, cmd: Command) -> list[Any]:
+    """The arguments of :func:`call_sql` for one command: its call syntax's values
+    (:func:`call_syntax.values`, PostgreSQL's text) as the type map converts each column's values
+    (:func:`airflow_repl.engine.mariadb.types.to_param`: booleans, bytes, timestamps with time
+    zone in UTC; a value MariaDB cannot hold stops delivery naming the column), the bitmap as
+    its bytes."""
+    syntax = article.propagation[operation].call_syntax
+    where = f"article {article.name!r} ({article.destination!r}) at a MariaDB subscriber"
+    out: list[Any] = []
+    for value, (name, _) in zip(
+        call_syntax.values(article, cmd, syntax), call_syntax.parameters(article, operation, syntax), strict=True
+    ):
+        if name == "bitmap":
+            out.append(value)
+            continue
+        # c<k> is column (k - 1) mod n (XCALL's after image follows its before image); pkc<j> key column j
+        position = article.pk_positions[int(name[3:]) - 1] if name.startswith("pkc") else int(name[1:]) - 1
+        column = article.columns[position % len(article.columns)]
+        out.append(types.to_param(types.conversion(column.param_type), value, column.name, where))
+    return out
+
+
+def procedure_name(article: ResolvedArticle, operation: Operation) -> str:
+    """The quoted name of the procedure ``operation`` calls at a MariaDB subscriber: in the
+    subscriber's database (where its tables are, whatever their schema at the publisher), or, for
+    a custom procedure named ``schema.name``, in the database ``schema``."""
+    prop = article.propagation[operation]
+    schema, name = article.called_procedure(operation)
+    return qualified(schema, name) if prop.procedure and "." in prop.procedure else quote(name)
 
 
 def statement_sql(article: ResolvedArticle, operation: Operation) -> str:
@@ -280,7 +244,7 @@ def statement_sql(article: ResolvedArticle, operation: Operation) -> str:
         operation,
         CallSyntax.CALL,
         lambda i: "%s",
-        table=_pyformat(qualified(article.dest_schema, article.dest_table)),
+        table=_pyformat(quote(article.dest_table)),
         quote=lambda c: _pyformat(quote(c)),
     )
 
@@ -289,50 +253,47 @@ def statement_sql(article: ResolvedArticle, operation: Operation) -> str:
 def schema_change_sql(before: ResolvedArticle, change: dict[str, Any]) -> list[str]:
     """The statements of a replicated schema change at a MariaDB subscriber (none when the
     changed column is not in the article): ADD, DROP and RENAME COLUMN, and a widening as
-    ``MODIFY COLUMN`` with the column's NOT NULL restated.  The new column's type is
-    :func:`type_of` the publisher's; the value the publisher gave existing rows becomes a default
-    that is dropped again.  MariaDB commits before and after each ALTER TABLE (its DDL is not
-    transactional)."""
+    ``MODIFY COLUMN`` with the column's NOT NULL restated.  The column's type is the type map's
+    (:func:`airflow_repl.engine.mariadb.types.map_type`: a type it refuses, or a name MariaDB
+    cannot hold, is refused naming the column); the value the publisher gave existing rows
+    becomes a default that is dropped again.  MariaDB commits before and after each ALTER TABLE
+    (its DDL is not transactional)."""
     kind = dialect.schema_change_kind(before, change)
     if kind is None:
         return []
-    new = change["new_name"] if kind == "rename_column" else change["column"]
-    if hazard := _hazard(new):
-        raise _refusal(before, f"its new column {comment(new)} holds {hazard}; name the column otherwise")
-    table, col = qualified(before.dest_schema, before.dest_table), quote(change["column"])
+    where = f"article {before.name!r} ({before.destination!r}) at a MariaDB subscriber"
+    new = quoting.check_name("column", change["new_name"] if kind == "rename_column" else change["column"], where)
+    table, col = quote(before.dest_table), quote(change["column"])
     if kind == "drop_column":
         return [f"ALTER TABLE {table} DROP COLUMN {col}"]
     if kind == "rename_column":
         return [f"ALTER TABLE {table} RENAME COLUMN {col} TO {quote(new)}"]
-    typ = type_of(change["type"])
+    keys = {before.column_names[i] for i in before.key_positions}
+    typ = types.map_type(where, change["column"], change["type"], key=change["column"] in keys).ddl
     if kind == "alter_type":
         (old,) = [c for c in before.columns if c.name == change["column"]]
         return [f"ALTER TABLE {table} MODIFY COLUMN {col} {typ}{' NOT NULL' if old.not_null else ' NULL'}"]
     null = " NOT NULL" if change.get("not_null") else " NULL"
     if change.get("existing") is None:
         return [f"ALTER TABLE {table} ADD COLUMN {col} {typ}{null}"]
-    default = value_literal(change["type"], change["existing"])
+    default = value_literal(change["type"], change["existing"], change["column"], where)
     return [
         f"ALTER TABLE {table} ADD COLUMN {col} {typ}{null} DEFAULT {default}",
         f"ALTER TABLE {table} ALTER COLUMN {col} DROP DEFAULT",
     ]
 
 
-def value_literal(pg_type: str, text: str) -> str:
-    """A MariaDB literal of the value PostgreSQL writes as ``text`` for type ``pg_type``:
-    ``TRUE``/``FALSE`` for a boolean, ``X'..'`` for bytea, a timestamp with time zone in UTC,
-    and otherwise the text itself, which MariaDB converts to the column's type."""
-    if pg_type == "boolean":
-        return "TRUE" if text == "t" else "FALSE"
-    if pg_type == "bytea" and text.startswith("\\x"):
-        return f"X'{text[2:].upper()}'"
-    if pg_type.startswith("timestamp") and pg_type.endswith("with time zone"):
-        try:
-            moment = datetime.fromisoformat(text).astimezone(timezone.utc).replace(tzinfo=None)
-        except ValueError:  # infinity, a BC date: MariaDB refuses it as it is
-            return literal(text)
-        return literal(moment.isoformat(sep=" "))
-    return literal(text)
+def value_literal(pg_type: str, text: str, column: str, where: str) -> str:
+    """A MariaDB literal of the value PostgreSQL writes as ``text`` for type ``pg_type``, as the
+    type map converts it (:func:`airflow_repl.engine.mariadb.types.to_param`): ``TRUE`` /
+    ``FALSE``, ``X'..'`` for bytes, otherwise a string literal MariaDB converts to the column's
+    type (a timestamp with time zone in UTC)."""
+    value = types.to_param(types.conversion(pg_type), text, column, where)
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, bytes):
+        return f"X'{value.hex().upper()}'"
+    return literal(str(value))
 
 
 # ---------------------------------------------------------------------- the script

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import math
 import re
+import struct
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any
 
 from airflow_repl.engine.errors import DeliveryError, TopologyError
@@ -200,6 +202,43 @@ def to_param(conversion: str, value: Any, column: str, where: str) -> Any:
     return text
 
 
+def canonical(conversion: str, pg_type: str, value: Any) -> Any:
+    """A value in one form whichever side it was read from: the publisher's text once converted
+    (:func:`to_param`), or what the driver read at the MariaDB subscriber.  What validation
+    compares: numbers as numbers (``real`` at single precision), times as times, bytes as hex,
+    text as it is."""
+    if value is None:
+        return None
+    t = pg_type.strip().lower()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if conversion == BOOL:
+        return int(value in ("t", "true", True, 1)) if isinstance(value, str) else int(bool(value))
+    if conversion == FLOAT:
+        number = float(value)
+        return struct.unpack("f", struct.pack("f", number))[0] if t == "real" else number
+    if t.startswith("numeric") or isinstance(value, Decimal):
+        return str(Decimal(str(value)).normalize())
+    if t in ("smallint", "integer", "bigint", "oid"):
+        return int(value)
+    if conversion in (DATETIME, TIMESTAMPTZ) or isinstance(value, (datetime, date)):
+        if isinstance(value, (datetime, date)):
+            return value.isoformat()
+        text = str(value)
+        return (date.fromisoformat(text) if t == "date" else datetime.fromisoformat(text)).isoformat()
+    if isinstance(value, timedelta) or t.startswith("time"):
+        return _time_of(value)
+    return str(value)
+
+
+def _time_of(value: Any) -> str:
+    """A ``time`` value (PostgreSQL's text, or the driver's timedelta) as microseconds since midnight."""
+    if isinstance(value, timedelta):
+        return str(value // timedelta(microseconds=1))
+    hh, mm, rest = str(value).split(":")
+    return str(round((int(hh) * 3600 + int(mm) * 60 + float(rest)) * 1_000_000))
+
+
 def _utc(text: str, column: str, where: str) -> str:
     """A ``timestamptz`` text (``2026-01-02 03:04:05.5+00``, the session is in UTC) as UTC without offset."""
     m = re.fullmatch(r"(.+?)([+-]\d\d(?::?\d\d(?::?\d\d)?)?)", text)
@@ -211,8 +250,6 @@ def _utc(text: str, column: str, where: str) -> str:
     sign = 1 if offset[0] == "+" else -1
     digits = offset[1:].replace(":", "")
     hh, mm, ss = int(digits[0:2]), int(digits[2:4] or 0), int(digits[4:6] or 0)
-    from datetime import timedelta
-
     fmt = "%Y-%m-%d %H:%M:%S.%f" if "." in stamp else "%Y-%m-%d %H:%M:%S"
     moment = datetime.strptime(stamp, fmt) - sign * timedelta(hours=hh, minutes=mm, seconds=ss)
     return moment.replace(tzinfo=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")

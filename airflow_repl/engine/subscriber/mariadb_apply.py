@@ -11,8 +11,8 @@ operation propagated by ``NONE`` is not applied; the generated-procedure default
 these statements (MariaDB has no generated procedures of ours yet); a custom procedure is
 refused by :func:`check_propagation`.
 
-:func:`apply_fast` runs a batch without savepoints (consecutive INSERTs of one article as one
-multi-row INSERT); :func:`replay` runs it command by command with a savepoint per transaction,
+:func:`apply_fast` runs a batch without savepoints, many statements per round trip
+(consecutive INSERTs of one article as one multi-row INSERT); :func:`replay` runs it command by command with a savepoint per transaction,
 naming the failing command and skipping what ``skip_errors`` allows.  Neither commits: the
 caller commits the changes with the watermark, in one InnoDB transaction.
 """
@@ -68,6 +68,7 @@ class _Statements:
     conversions: list[str]
     insert: str
     insert_head: str
+    values: str
     update: str | None
     exists: str
     delete: str
@@ -97,6 +98,7 @@ def _statements(art: ResolvedArticle) -> _Statements:
         conversions(art),
         f"INSERT INTO {table} ({cols}) VALUES ({marks})",
         f"INSERT INTO {table} ({cols}) VALUES ",
+        f"({marks})",
         update,
         f"SELECT 1 FROM {table} WHERE {where}",
         f"DELETE FROM {table} WHERE {where}",
@@ -137,48 +139,55 @@ class MariaDBApplier:
             return True
         return st.article.propagation[_operation(cmd)].method != Method.NONE
 
-    def execute(self, cur: Any, cmd: Command) -> bool:
-        """Run ``cmd``'s statement; False when nothing ran.  An UPDATE or DELETE without its row
-        raises :class:`RowNotFound`."""
+    def statement(self, cmd: Command) -> tuple[str, list[Any], bool] | None:
+        """``cmd``'s statement, its parameters, and whether it must match a row (an UPDATE or
+        DELETE: none matched is row not found); None when nothing runs."""
         if cmd.op == SCHEMA:
             raise DeliveryError(
                 f"a schema change of article {cmd.article!r} cannot be applied at a MariaDB subscriber yet: "
                 f"reinitialize the subscriber (Snapshot Agent with reinitialize) after the change"
             )
         if not self.applies(cmd):
-            return False
+            return None
         st = self._of(cmd.article)
         assert st is not None
         art = st.article
         if cmd.op == TRUNCATE:
-            cur.execute(st.truncate)
-            return True
+            return st.truncate, [], False
         if cmd.op == INSERT:
             assert cmd.new is not None
-            cur.execute(st.insert, st.params(cmd.new, range(len(cmd.new))))
-            return True
+            return st.insert, st.params(cmd.new, range(len(cmd.new))), False
         assert cmd.old is not None
         key = st.params(cmd.old, art.pk_positions)
-        if cmd.op == UPDATE:
-            assert cmd.new is not None
-            if st.update is None:  # only key columns, unchanged: the row must be there
-                found = cur.execute(st.exists, key)
-            else:
-                others = [i for i in range(len(cmd.new)) if i not in art.pk_positions]
-                found = cur.execute(st.update, [*st.params(cmd.new, others), *key])
-        else:
-            found = cur.execute(st.delete, key)
-        if not found:
+        if cmd.op == DELETE:
+            return st.delete, key, True
+        assert cmd.new is not None
+        if st.update is None:  # only key columns, unchanged: the row must be there
+            return st.exists, key, True
+        others = [i for i in range(len(cmd.new)) if i not in art.pk_positions]
+        return st.update, [*st.params(cmd.new, others), *key], True
+
+    def execute(self, cur: Any, cmd: Command) -> bool:
+        """Run ``cmd``'s statement; False when nothing ran.  An UPDATE or DELETE without its row
+        raises :class:`RowNotFound`."""
+        found = self.statement(cmd)
+        if found is None:
+            return False
+        query, params, must_match = found
+        if not cur.execute(query, params) and must_match:
             raise RowNotFound(f"the row to {_operation(cmd)} was not found at the subscriber (row not found, 20598)")
         return True
 
-    def insert_many(self, cur: Any, article: str, images: list[list[str | None]]) -> None:
-        """Consecutive INSERTs of one article as one multi-row INSERT (the driver splits it to
-        fit the server's packet size)."""
+    def insert_values(self, cur: Any, cmd: Command) -> str:
+        """An INSERT's row as ``(v1, v2, ...)``, each value escaped by the driver."""
+        st = self._of(cmd.article)
+        assert st is not None and cmd.new is not None
+        return str(cur.mogrify(st.values, st.params(cmd.new, range(len(cmd.new)))))
+
+    def insert_head(self, article: str) -> str:
         st = self._of(article)
         assert st is not None
-        rows = [st.params(image, range(len(image))) for image in images]
-        cur.executemany(st.insert, rows)
+        return st.insert_head
 
 
 def _operation(cmd: Command) -> Operation:
@@ -198,28 +207,88 @@ def sqlstate_of(exc: BaseException) -> tuple[str | None, str]:
     return None, str(exc)
 
 
+#: Statements sent in one round trip by :func:`apply_fast` (a multi-statement query), and the
+#: most text one holds.
+ROUND_TRIP_STATEMENTS = 500
+ROUND_TRIP_BYTES = 1 << 20
+
+
+class _RoundTrips:
+    """Statements of a batch sent many per round trip (the connection allows multi-statements):
+    the driver escapes every value; each UPDATE and DELETE must match a row, checked on its own
+    result."""
+
+    def __init__(self, cur: Any) -> None:
+        self.cur = cur
+        self.texts: list[str] = []
+        self.checks: list[tuple[bool, Command]] = []
+        self.size = 0
+        self.run: tuple[str, str, list[str], Command] | None = None  # INSERTs of one article, to join
+
+    def add(self, text: str, must_match: bool, cmd: Command) -> None:
+        self.end_run()
+        self._push(text, must_match, cmd)
+
+    def insert(self, head: str, values: str, cmd: Command) -> None:
+        """One INSERT's row, joined with the rows of the INSERTs of the same article just before it."""
+        if self.run is not None and self.run[0] != cmd.article:
+            self.end_run()
+        if self.run is None:
+            self.run = (cmd.article, head, [], cmd)
+        self.run[2].append(values)
+        self.size += len(values)
+        if self.size >= ROUND_TRIP_BYTES:
+            self.flush()
+
+    def end_run(self) -> None:
+        if self.run is not None:
+            _, head, rows, cmd = self.run
+            self.run = None
+            self._push(head + ", ".join(rows), False, cmd)
+
+    def _push(self, text: str, must_match: bool, cmd: Command) -> None:
+        self.texts.append(text)
+        self.checks.append((must_match, cmd))
+        self.size += 0 if text.startswith("INSERT") else len(text)  # a run's rows are counted already
+        if len(self.texts) >= ROUND_TRIP_STATEMENTS or self.size >= ROUND_TRIP_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        self.end_run()
+        if not self.texts:
+            return
+        texts, checks = self.texts, self.checks
+        self.texts, self.checks, self.size = [], [], 0
+        self.cur.execute(";\n".join(texts))
+        for i, (must_match, cmd) in enumerate(checks):
+            if i:
+                self.cur.nextset()
+            if must_match and not self.cur.rowcount:
+                while self.cur.nextset():  # read the rest before the caller rolls back
+                    pass
+                raise RowNotFound(
+                    f"the row to {_operation(cmd)} was not found at the subscriber (row not found, 20598)"
+                )
+
+
 def apply_fast(conn: Any, applier: MariaDBApplier, commands: Iterable[Located]) -> int:
-    """Apply the batch's commands in order without savepoints; how many statements ran.  Any
+    """Apply the batch's commands in order without savepoints, many statements per round trip
+    (consecutive INSERTs of one article as one multi-row INSERT); how many commands ran.  Any
     error propagates (the caller rolls back and replays)."""
     n = 0
-    pending: list[list[str | None]] = []
-    pending_article: str | None = None
     with conn.cursor() as cur:
+        trips = _RoundTrips(cur)
         for _, _, cmd in commands:
-            if cmd.op == INSERT and applier.applies(cmd) and cmd.new is not None:
-                if pending and pending_article != cmd.article:
-                    applier.insert_many(cur, str(pending_article), pending)
-                    pending = []
-                pending_article = cmd.article
-                pending.append(cmd.new)
-                n += 1
+            found = applier.statement(cmd)
+            if found is None:
                 continue
-            if pending:
-                applier.insert_many(cur, str(pending_article), pending)
-                pending = []
-            n += int(applier.execute(cur, cmd))
-        if pending:
-            applier.insert_many(cur, str(pending_article), pending)
+            n += 1
+            if cmd.op == INSERT:
+                trips.insert(applier.insert_head(cmd.article), applier.insert_values(cur, cmd), cmd)
+            else:
+                query, params, must_match = found
+                trips.add(cur.mogrify(query, params) if params else query, must_match, cmd)
+        trips.flush()
     return n
 
 

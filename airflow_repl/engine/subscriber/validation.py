@@ -48,6 +48,7 @@ from airflow_repl.engine.errors import ConnectionLost, NotInitialized, ReplError
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import catalog, connections, raw_sql
 from airflow_repl.engine.state import dist_publications
+from airflow_repl.engine.subscriber import mariadb_validation
 
 #: Ranges of the key-hash space per article (a power of two is not required).
 RANGES = 1024
@@ -326,6 +327,27 @@ def validate(
         with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
             articles = dist_publications.load_articles(dist, publication)
     failed = _Failed(failures)
+    at_mariadb: dict[str, list[dict[str, Any]]] = {}
+    for name in [n for n in subscribers if topology.is_mariadb_subscriber(n)]:  # by value, on the driver
+        with failed.of(name):
+            at_mariadb[name] = mariadb_validation.compare(topology, publication, name, articles, max_keys)
+    subscribers = [n for n in subscribers if not topology.is_mariadb_subscriber(n)]
+    if not subscribers:
+        return at_mariadb
+    return {**at_mariadb, **_validate_postgres(topology, subscribers, articles, failed, map_tasks, (ranges, max_keys))}
+
+
+def _validate_postgres(
+    topology: Topology,
+    subscribers: list[str],
+    articles: list[ResolvedArticle],
+    failed: _Failed,
+    map_tasks: MapTasks,
+    limits: tuple[int, int],
+) -> dict[str, list[dict[str, Any]]]:
+    """:func:`validate` of PostgreSQL subscribers: key-hash ranges summed in Spark tasks, then the
+    rows of the differing ranges."""
+    ranges, max_keys = limits
     pub_ci = topology.publisher.require("publisher")
     chunks = {"": _table_blocks(pub_ci, "", articles)}
     for name in subscribers:  # checks the tables exist
