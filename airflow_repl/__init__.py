@@ -6,7 +6,7 @@ Airflow provider layer (hooks, operators, sensors, triggers) is a thin shell aro
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def get_provider_info() -> dict:

@@ -10,10 +10,12 @@ import argparse
 import json
 import logging
 import math
+import shlex
 import sys
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, NoReturn
 
 from airflow_repl import __version__
@@ -398,7 +400,6 @@ def _check_status(topo: Any, rows: list[Any]) -> None:
 
 def _cmd_report(args: argparse.Namespace) -> dict[str, Any] | None:
     """One self-contained HTML page: status, backlog and throughput charts, conflicts, errors (docs/report.md)."""
-    from pathlib import Path
 
     from airflow_repl.presentation import report_html
 
@@ -459,6 +460,16 @@ def _cmd_regenerate_procs(args: argparse.Namespace) -> dict[str, Any]:
 def _cmd_sandbox(args: argparse.Namespace) -> dict[str, Any] | None:
     from airflow_repl.sandbox import Sandbox
 
+    if args.action == "env":
+        from airflow_repl import demo
+
+        for name, value in demo.sandbox_environment(Path(args.root)).items():
+            print(f"export {name}={shlex.quote(value)}")
+        return None
+    if args.action == "init-demo":
+        from airflow_repl import demo
+
+        return demo.init_demo(Path(args.root))
     sb = Sandbox(args.root)
     if args.action == "start":
         return {name: connections.describe(ci) for name, ci in sb.start().items()}
@@ -672,7 +683,12 @@ def _add_pause_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
 def _add_sandbox_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     """``sandbox`` and ``demo``."""
     p = sub.add_parser("sandbox", help="the embedded PostgreSQL sandbox")
-    p.add_argument("action", choices=["start", "stop", "status", "destroy"], help="what to do with the sandbox")
+    p.add_argument(
+        "action",
+        choices=["start", "stop", "status", "destroy", "init-demo", "env"],
+        help="what to do with the sandbox: init-demo starts it and makes the demo's databases, schema and rows; "
+        "env prints the shell exports (connections with their password) for eval",
+    )
     p.add_argument("--root", default=".sandbox", help="the sandbox's folder (default .sandbox)")
     p.set_defaults(func=_cmd_sandbox)
     p = sub.add_parser("demo", help="run the end-to-end demo on the sandbox")

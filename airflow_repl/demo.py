@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_repl import demo_updatable
+from airflow_repl.engine.errors import ReplError
 
 REPO = Path(__file__).resolve().parent.parent
 DAGS = Path(os.environ.get("AIRFLOW_REPL_DAGS", REPO / "dags"))
@@ -34,28 +35,55 @@ def _say(msg: str) -> None:
     print(f"\n=== {msg}", flush=True)
 
 
+#: The demo's databases on the sandbox: role -> (cluster, database).  The example topologies
+#: (dags/demo_topology.yaml, dags/demo_updatable_topology.yaml) name them by the connection ids
+#: ``repl_<role>`` (:data:`CONNECTION_IDS`).
+DATABASES = {
+    "publisher": ("publisher", "shop"),
+    "distributor": ("publisher", "distribution"),
+    "subscriber": ("subscriber", "shop_copy"),
+    **{b: ("subscriber", f"shop_{b}") for b in demo_updatable.BRANCHES},
+}
+CONNECTION_IDS = {role: f"repl_{role}" for role in DATABASES}
+
+
+def sandbox_conninfos(sandbox: Any, *, create: bool = False) -> dict[str, str]:
+    """The connection strings of the demo's databases on ``sandbox``; ``create``: (re)create them
+    empty first (their replication slots dropped)."""
+    if create:
+        return {role: sandbox.create_database(c, db, recreate=True) for role, (c, db) in DATABASES.items()}
+    return {role: sandbox.conninfo(c, db) for role, (c, db) in DATABASES.items()}
+
+
+def connection_environment(root: Path, conninfos: dict[str, str], airflow_home: Path | None = None) -> dict[str, str]:
+    """What the example topologies and DAGs need in the environment: the Airflow home, the
+    connections of the demo's databases (``AIRFLOW_CONN_REPL_*``, URIs with the password) and of
+    Spark (local mode), and the snapshot folder."""
+    from airflow_repl.engine.postgres.connections import to_uri
+
+    return {
+        "AIRFLOW_HOME": str(airflow_home or root / "airflow"),
+        **{f"AIRFLOW_CONN_{CONNECTION_IDS[role].upper()}": to_uri(ci) for role, ci in conninfos.items()},
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        "AIRFLOW_REPL_SNAPSHOT_FOLDER": str(root / "snapshots"),
+    }
+
+
 def prepare_environment(root: Path, conninfos: dict[str, str], airflow_home: Path | None = None) -> None:
     """Airflow home, connections and Spark settings for running the example DAGs."""
     from airflow_repl.engine.postgres.addresses import table_address
-    from airflow_repl.engine.postgres.connections import to_uri
 
-    home = airflow_home or root / "airflow"
-    home.mkdir(parents=True, exist_ok=True)
+    env = connection_environment(root, conninfos, airflow_home)
+    Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
     os.environ.update(
         {
-            "AIRFLOW_HOME": str(home),
+            **env,
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
             "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
-            "AIRFLOW_CONN_REPL_PUBLISHER": to_uri(conninfos["publisher"]),
-            "AIRFLOW_CONN_REPL_DISTRIBUTOR": to_uri(conninfos["distributor"]),
-            "AIRFLOW_CONN_REPL_SUBSCRIBER": to_uri(conninfos["subscriber"]),
-            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-            "AIRFLOW_REPL_SNAPSHOT_FOLDER": str(root / "snapshots"),
             # the table the asset-scheduled example DAG waits for (repl_on_replicated_table.py)
             "AIRFLOW_REPL_ORDERS_ASSET": table_address(conninfos["subscriber"], "public.orders").uri,
             "PYSPARK_PYTHON": sys.executable,
-            **demo_updatable.connection_ids(conninfos),
         }
     )
     os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
@@ -150,17 +178,75 @@ def _start(root: Path) -> dict[str, str]:
     _say(f"starting the PostgreSQL sandbox in {root}")
     sb = Sandbox(root)
     sb.start()
-    conninfos = {
-        "publisher": sb.create_database("publisher", "shop", recreate=True),
-        "distributor": sb.create_database("publisher", "distribution", recreate=True),
-        "subscriber": sb.create_database("subscriber", "shop_copy", recreate=True),
-        **{b: sb.create_database("subscriber", f"shop_{b}", recreate=True) for b in demo_updatable.BRANCHES},
-    }
+    conninfos = sandbox_conninfos(sb, create=True)
     demo_workload.create(conninfos["publisher"])
     prepare_environment(root, conninfos)
     _say("migrating the Airflow metadata database")
     migrate_airflow_db()
     return conninfos
+
+
+def init_demo(root: Path) -> dict[str, Any]:
+    """``airflow-repl sandbox init-demo``: the sandbox started, the demo's databases made again
+    (empty), the shop's schema and seed rows and the notes of the updatable part at the
+    publisher; nothing deployed, no DAG run.  Returns what it made (no password)."""
+    import psycopg
+    from psycopg import sql
+
+    from airflow_repl import demo_workload
+    from airflow_repl.engine.postgres import raw_sql
+    from airflow_repl.engine.postgres.connections import describe
+    from airflow_repl.sandbox import Sandbox
+
+    sb = Sandbox(root)
+    sb.start()
+    conninfos = sandbox_conninfos(sb, create=True)
+    demo_workload.create(conninfos["publisher"])
+    demo_updatable.create_notes(conninfos["publisher"])
+    with psycopg.connect(conninfos["publisher"]) as conn:
+        tables = ("customers", "products", "orders", "order_lines", "store_notes")
+        rows = {
+            t: raw_sql.one_row(conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(t))))[0]
+            for t in tables
+        }
+    return {
+        "sandbox": str(sb.root),
+        "databases": {CONNECTION_IDS[role]: describe(ci) for role, ci in conninfos.items()},
+        "publisher_rows": rows,
+        "next": f'eval "$(airflow-repl sandbox env --root {sb.root})"',
+    }
+
+
+def sandbox_environment(root: Path) -> dict[str, str]:
+    """``airflow-repl sandbox env``: :func:`connection_environment` of the sandbox in ``root``
+    (the password read from its 0600 state file), and ``PGSERVICEFILE``: a 0600 libpq service
+    file, written there, with a service per connection id (``psql service=repl_publisher``), so
+    that psql needs no password on its command line."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    from airflow_repl.sandbox import Sandbox
+
+    sb = Sandbox(root)
+    if not sb.state_file.exists():
+        raise ReplError(
+            f"no sandbox in {sb.root}: start one with 'airflow-repl sandbox init-demo' (the demo's databases) "
+            f"or 'airflow-repl sandbox start'"
+        )
+    conninfos = sandbox_conninfos(sb)
+    services = sb.root / "pg_service.conf"
+    lines = []
+    for role, conninfo in conninfos.items():
+        params = conninfo_to_dict(conninfo)
+        lines += [
+            f"[{CONNECTION_IDS[role]}]",
+            *(f"{k}={params[k]}" for k in ("host", "port", "user", "password", "dbname")),
+            "",
+        ]
+    fd = os.open(services, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write("\n".join(lines))
+    os.chmod(services, 0o600)
+    return {**connection_environment(sb.root, conninfos), "PGSERVICEFILE": str(services)}
 
 
 #: The schema change the demo makes while the workload writes (see dags/repl_schema_change.py).

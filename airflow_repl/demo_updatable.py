@@ -29,6 +29,15 @@ def connection_ids(conninfos: dict[str, str]) -> dict[str, str]:
     return {f"AIRFLOW_CONN_REPL_{b.upper()}": to_uri(conninfos[b]) for b in BRANCHES if b in conninfos}
 
 
+def create_notes(publisher: str) -> None:
+    """The published table ``store_notes`` with its three notes, at the publisher."""
+    _run(
+        publisher,
+        "CREATE TABLE store_notes (id int PRIMARY KEY, note text NOT NULL)",
+        "INSERT INTO store_notes VALUES (1, 'open 9-17'), (2, 'closed on Sunday'), (3, 'parking at the back')",
+    )
+
+
 def _run(conninfo: str, *statements: str) -> None:
     import psycopg
 
@@ -71,11 +80,7 @@ def run(demo: Any, conninfos: dict[str, str]) -> bool:
     path = str(demo.DAGS / TOPOLOGY_FILE)
     pub, dist = conninfos["publisher"], conninfos["distributor"]
     demo._say(f"updatable subscriptions: publication {PUBLICATION} (queued updating, pub wins) to branch_a, branch_b")
-    _run(
-        pub,
-        "CREATE TABLE store_notes (id int PRIMARY KEY, note text NOT NULL)",
-        "INSERT INTO store_notes VALUES (1, 'open 9-17'), (2, 'closed on Sunday'), (3, 'parking at the back')",
-    )
+    create_notes(pub)
     snap = subprocess.run(["airflow-repl", "snapshot", "-t", path, "-p", PUBLICATION], capture_output=True, text=True)
     if snap.returncode != 0:
         print(snap.stderr[-3000:], file=sys.stderr)

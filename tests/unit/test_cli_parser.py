@@ -156,3 +156,10 @@ def test_provider_info_has_no_path_of_the_build_machine_for_a_url():
     (integration,) = airflow_repl.get_provider_info()["integrations"]
     assert "external-doc-url" not in integration
     assert (ROOT / "airflow_repl" / "py.typed").is_file()
+
+
+def test_sandbox_env_without_a_sandbox_says_how_to_make_one(capsys, tmp_path):
+    assert cli.main(["sandbox", "env", "--root", str(tmp_path / "none")]) == ReplError.exit_code
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert f"no sandbox in {tmp_path / 'none'}: start one with 'airflow-repl sandbox init-demo'" in err
