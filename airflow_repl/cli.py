@@ -844,6 +844,11 @@ def _check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         wrong = _DROP_OPTIONS[args.what](args)
         if wrong:
             parser.error(f"drop {args.what} {wrong}")
+    if args.func is _cmd_status and args.output == "prometheus" and (args.check or args.max_pending is not None):
+        parser.error(
+            f"status -o prometheus takes no {'--check' if args.check else '--max-pending'}: it writes the metrics "
+            f"and exits 0; alert on them, or run status --check (or -o json --max-pending N) for an exit code"
+        )
     if args.func is not _cmd_agent:
         return
     try:

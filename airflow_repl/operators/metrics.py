@@ -6,8 +6,8 @@ Each metric is sent twice: named ``airflow_repl.<agent>.<metric>`` with the tags
 ``publication`` (and ``subscriber``) for backends that keep tags (OpenTelemetry, DogStatsD,
 StatsD with ``statsd_influxdb_enabled``), and named
 ``airflow_repl.<agent>.<metric>.<publication>[.<subscriber>]`` for plain StatsD, which drops
-tags (names there are made safe for a metric name: a dot becomes ``__``, any character other
-than letters, digits, ``_`` and ``-`` becomes ``_``).  The list is :data:`METRICS` (and
+tags (the topology allows only lower-case letters, digits and underscores in those names;
+:func:`name_part` keeps a name one part of the dotted name all the same).  The list is :data:`METRICS` (and
 docs/monitoring.md).
 
 Sending never fails a run: a ``[metrics]`` setting Airflow rejects (a StatsD port that is not a

@@ -5,8 +5,10 @@ beside this module (``templates/report.html.j2``, its tables and charts in
 
 Owns the page's layout: summary, status table (the rows of
 :mod:`~airflow_repl.presentation.status_rows`, as ``airflow-repl status`` shows them), charts
-(backlog per subscription, backlog at the start of recent Distribution Agent runs, throughput of
-recent runs), recent runs, conflicts and errors.  :mod:`airflow_repl.engine.monitoring.report` reads
+(backlog per subscription, backlog at the start of recent Distribution Agent runs, and, over
+time, one chart per kind of throughput: delivered commands/s per subscription, Log Reader
+commands/s, snapshot rows/s), recent runs, conflicts and errors.  A Distribution Agent run that
+left a backlog behind is drawn as a warning, not a clean success.  :mod:`airflow_repl.engine.monitoring.report` reads
 the data; :func:`write` reads it and writes the page.
 
 Every value the templates write is escaped: autoescape is on, and the environment's ``finalize``
@@ -35,7 +37,7 @@ from airflow_repl.engine.monitoring import report
 from airflow_repl.engine.monitoring.report import ReportData
 from airflow_repl.presentation.status_rows import COLUMNS, CONFLICT_COLUMNS, Cell, StatusRow, run_state
 
-__all__ = ["ReportData", "bar_chart", "render", "write"]
+__all__ = ["ReportData", "bar_chart", "render", "time_chart", "write"]
 
 #: How much of a last error's message the status table shows (the errors table has it whole).
 ERROR_WIDTH = 240
@@ -94,6 +96,51 @@ class Chart:
         return self.row * len(self.bars) + 6
 
 
+@dataclass(frozen=True)
+class Point:
+    """One run on a chart over time, placed."""
+
+    x: str
+    y: str
+    state: str  # its CSS class: ok, warn (it left a backlog behind), bad, run
+    tip: str
+
+
+@dataclass(frozen=True)
+class Series:
+    name: str
+    css: str  # its line's CSS class (s0, s1, ...)
+    points: list[Point]
+
+    @property
+    def path(self) -> str:
+        return " ".join(f"{p.x},{p.y}" for p in self.points)
+
+
+@dataclass(frozen=True)
+class TimeChart:
+    """A chart over time: x the time a run ended, y its throughput; one series per line."""
+
+    caption: str
+    series: list[Series]
+    x_ticks: list[tuple[str, str, str]]  # (x, label, text-anchor)
+    y_ticks: list[tuple[str, str]]  # (y, label)
+    width: int = 560
+    height: int = 210
+    left: int = 64
+    right: int = 14
+    top: int = 10
+    bottom: int = 40
+
+    @property
+    def base(self) -> int:
+        return self.height - self.bottom
+
+
+#: The most series a chart over time draws (the busiest subscriptions; the rest are left out).
+MOST_SERIES = 8
+
+
 def write(
     topology: Topology, path: Path | None, publication: str | None = None, title: str = "topology", fmt: str = "html"
 ) -> ReportData:
@@ -136,7 +183,8 @@ def render(data: ReportData) -> str:
             [row.cells(_time, ERROR_WIDTH) for row in rows],
             "no subscriptions in the distribution database",
         ),
-        charts=[_backlog_chart(rows), _backlog_runs_chart(data.runs), _throughput_chart(data.runs)],
+        charts=[_backlog_chart(rows), _backlog_runs_chart(data.runs)],
+        time_charts=_throughput_charts(data.runs),
         runs=_runs_table(data.runs),
         conflicts=_conflicts_table(data.conflicts),
         errors=_errors_table(data.errors),
@@ -148,6 +196,12 @@ def bar_chart(caption: str, bars: list[tuple[str, float, str, str]], unit: str) 
     """A horizontal bar chart as an inline SVG figure (``role='img'``, labelled by ``caption``);
     ``bars``: (label, value, CSS class, tooltip)."""
     return str(_TEMPLATES.get_template("parts.html.j2").module.bar_chart(_chart(caption, bars, unit)))  # type: ignore[attr-defined]
+
+
+def time_chart(caption: str, series: dict[str, list[tuple[datetime, float, str, str]]], unit: str) -> str:
+    """A chart over time as an inline SVG figure; ``series``: name -> (time, value, CSS class,
+    tooltip) of each point."""
+    return str(_TEMPLATES.get_template("parts.html.j2").module.time_chart(_time_chart(caption, series, unit)))  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------------- text of the cells
@@ -184,7 +238,7 @@ def _runs_table(runs: list[dict[str, Any]]) -> Table:
             Cell(_text(r["subscriber"])),
             Cell(_text(r["started_at"])),
             Cell(_seconds_text(r), "n"),
-            Cell(_text(r["status"]), run_state(r["status"])),
+            Cell(_status_text(r), _run_look(r)),
             Cell(_text(r["transactions"]), "n"),
             Cell(_text(r["commands"]), "n"),
             Cell(_text(r["rows_copied"]), "n"),
@@ -205,6 +259,29 @@ def _errors_table(errors: list[dict[str, Any]]) -> Table:
     keys = ["occurred_at", "agent", "publication", "subscriber", "article", "xact_seqno", "sqlstate"]
     rows = [[Cell(_text(e.get(k))) for k in keys] + [Cell(_error_text(e), "bad")] for e in errors]
     return Table(headers, rows, "no errors recorded")
+
+
+def _left_behind(run: dict[str, Any]) -> int:
+    """How many transactions a Distribution Agent run left undelivered: its ``backlog_at_end``,
+    or (a run recorded before it kept one) its backlog at start less what it delivered."""
+    end, start = run.get("backlog_at_end"), run.get("backlog_at_start")
+    if isinstance(end, dict):
+        return int(end.get("transactions") or 0)
+    if isinstance(start, dict):
+        return max(0, int(start.get("transactions") or 0) - int(run.get("transactions") or 0))
+    return 0
+
+
+def _run_look(run: dict[str, Any]) -> str:
+    """A run's CSS class: its outcome's (:func:`run_state`), but a warning for a run that
+    succeeded and left a backlog behind."""
+    state = run_state(run["status"])
+    return "warn" if state == "ok" and run["agent"] == "distribution" and _left_behind(run) else state
+
+
+def _status_text(run: dict[str, Any]) -> str:
+    left = _left_behind(run) if run["agent"] == "distribution" and run_state(run["status"]) == "ok" else 0
+    return f"{run['status']}, {left} transactions left pending" if left else _text(run["status"])
 
 
 def _error_text(error: dict[str, Any]) -> str:
@@ -259,8 +336,8 @@ def _backlog_runs_chart(runs: list[dict[str, Any]]) -> Chart:
         (
             f"#{r['run_id']} {r['subscriber'] or ''}",
             float(r["backlog_at_start"]["transactions"]),
-            run_state(r["status"]) or "q",
-            f"run {r['run_id']} ({r['status']}), {_time(r['started_at'])}: "
+            _run_look(r) or "q",
+            f"run {r['run_id']} ({_status_text(r)}), {_time(r['started_at'])}: "
             f"{r['backlog_at_start']['transactions']} transactions pending at its start, {r['transactions']} delivered",
         )
         for r in runs
@@ -269,20 +346,64 @@ def _backlog_runs_chart(runs: list[dict[str, Any]]) -> Chart:
     return _chart("Backlog at the start of recent Distribution Agent runs", bars[-15:], "tx")
 
 
-def _throughput_chart(runs: list[dict[str, Any]]) -> Chart:
-    bars = []
-    for r in runs:
-        seconds = _seconds(r)
-        amount = r["rows_copied"] if r["agent"] == "snapshot" else r["commands"]
-        if not seconds or not amount:
-            continue
-        what = "rows" if r["agent"] == "snapshot" else "commands"
-        bars.append(
-            (
-                f"#{r['run_id']} {r['agent']} {r['subscriber'] or ''}".strip(),
-                amount / seconds,
-                run_state(r["status"]) or "q",
-                f"run {r['run_id']} ({r['status']}): {amount} {what} in {seconds:.1f}s",
-            )
+def _throughput_charts(runs: list[dict[str, Any]]) -> list[TimeChart]:
+    """One chart over time per kind of throughput: delivered commands/s (a line per
+    subscription), Log Reader commands/s, snapshot rows/s."""
+    kinds = [
+        ("distribution", "commands", "Delivered commands per second, per subscription", "/s"),
+        ("logreader", "commands", "Log Reader: commands read per second", "/s"),
+        ("snapshot", "rows_copied", "Snapshot Agent: rows copied per second", "/s"),
+    ]
+    charts = []
+    for agent, amount_key, caption, unit in kinds:
+        series: dict[str, list[tuple[datetime, float, str, str]]] = {}
+        for r in runs:
+            seconds, end = _seconds(r), r.get("finished_at")
+            if r["agent"] != agent or not seconds or not isinstance(end, datetime):
+                continue
+            amount = int(r[amount_key] or 0)
+            if agent == "snapshot" and not amount:
+                continue  # a snapshot that initialized nothing copied nothing: no throughput to show
+            tip = f"run {r['run_id']} ({_status_text(r)}), ended {_time(end)}: {amount} "
+            tip += f"{'rows' if agent == 'snapshot' else 'commands'} in {seconds:.1f}s"
+            name = f"{r['publication']} / {r['subscriber']}" if agent == "distribution" else str(r["publication"])
+            series.setdefault(name, []).append((end, amount / seconds, _run_look(r) or "q", tip))
+        charts.append(_time_chart(caption, series, unit))
+    return charts
+
+
+def _time_chart(caption: str, series: dict[str, list[tuple[datetime, float, str, str]]], unit: str) -> TimeChart:
+    """The points placed: x by time between the first and the last, y from 0 to the largest
+    value; the busiest :data:`MOST_SERIES` series, each sorted by time."""
+    chart = TimeChart(caption, [], [], [])
+    kept = sorted(series.items(), key=lambda item: -sum(p[1] for p in item[1]))[:MOST_SERIES]
+    points = [p for _, ps in kept for p in ps]
+    if not points:
+        return chart
+    first, last = min(p[0] for p in points), max(p[0] for p in points)
+    span = (last - first).total_seconds() or 1.0
+    top = max(p[1] for p in points) or 1.0
+    plot_w, plot_h = chart.width - chart.left - chart.right, chart.base - chart.top
+
+    def x(at: datetime) -> float:
+        if last == first:
+            return chart.left + plot_w / 2
+        return chart.left + plot_w * (at - first).total_seconds() / span
+
+    def y(value: float) -> float:
+        return chart.base - plot_h * value / top
+
+    placed = [
+        Series(
+            name[:60],
+            f"s{i}",
+            [Point(f"{x(at):.1f}", f"{y(v):.1f}", css, tip) for at, v, css, tip in sorted(ps, key=lambda p: p[0])],
         )
-    return _chart("Throughput of recent runs (commands or rows per second)", bars[-15:], "/s")
+        for i, (name, ps) in enumerate(kept)
+    ]
+    if last == first:
+        x_ticks = [(f"{x(first):.1f}", _time(first), "middle")]
+    else:
+        x_ticks = [(f"{x(first):.1f}", _time(first), "start"), (f"{x(last):.1f}", _time(last), "end")]
+    y_ticks = [(f"{y(v):.1f}", f"{_number(v)} {unit}") for v in (0.0, top / 2, top)]
+    return TimeChart(caption, placed, x_ticks, y_ticks)

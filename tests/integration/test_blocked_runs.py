@@ -163,3 +163,20 @@ def test_a_lost_slot_leaves_a_blocked_log_reader_run(env, spark, tmp_path, capsy
     code, record, err, table = _status(_file(env, tmp_path, ["public.items"]), capsys)
     assert code == ReplError.exit_code and "the Log Reader's last run was blocked" in err
     assert record["last_runs"]["logreader"]["status"] == "blocked" and re.search(r"\bblocked 20\d\d-", table)
+
+
+def test_a_refusal_after_the_run_began_is_blocked_not_failed(env, spark):
+    """The Snapshot Agent checks the subscribers' types after its history row is started: a
+    subscriber whose enum differs refuses the snapshot, and the run is recorded ``blocked``
+    with the reason (a refusal to act on), like a refusal before the row, not ``failed``."""
+    env.run(env.pub, "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy'); CREATE TABLE t (id int PRIMARY KEY, m mood)")
+    env.run(env.sub, "CREATE TYPE mood AS ENUM ('sad', 'ok')")
+    with pytest.raises(ReplError, match=r"enum public\.mood differs"):
+        snapshot_agent.run_snapshot(env.topology(["public.t"]), "p", spark)
+    status, message, finished = env.rows(
+        env.dist,
+        "SELECT status, message, finished_at IS NOT NULL FROM airflow_repl.agent_history "
+        "WHERE agent = 'snapshot' ORDER BY run_id DESC LIMIT 1",
+    )[0]
+    assert (status, finished) == ("blocked", True) and "enum public.mood differs" in message
+    assert env.rows(env.dist, "SELECT count(*) FROM airflow_repl.errors WHERE message = %s", (message,)) == [(1,)]

@@ -6,7 +6,8 @@ spark-submit the real agents (Spark local mode):
   Reader and Distribution Agent operators send, named by publication and subscriber; the
   ReplicationHealthSensor passes once the subscription is caught up;
 * retries: an agent task that exits 5 (a distributor it cannot reach) is retried with back-off
-  until its retries are spent, one that exits 2 (an unknown publication) is not; each, once
+  until its retries are spent (each failed try counted in ``airflow_repl.logreader.failed``),
+  one that exits 2 (an unknown publication) is not; each, once
   failed for good, posts its alert (ReplicationAlert, Airflow's notifier interface) to a real
   HTTP listener.
 """
@@ -86,15 +87,19 @@ def statsd(monkeypatch):
     sock.close()
 
 
-def received(sock: socket.socket) -> dict[str, str]:
-    """The airflow-repl metrics the socket received: name -> value|type."""
+def _lines(sock: socket.socket) -> list[str]:
+    """Every metric line the socket received so far."""
     lines: list[str] = []
     while True:
         try:
             lines += sock.recv(65536).decode().splitlines()
         except TimeoutError:
-            break
-    return {ln.split(":")[0]: ln.split(":", 1)[1] for ln in lines if ln.startswith("airflow.airflow_repl.")}
+            return lines
+
+
+def received(sock: socket.socket) -> dict[str, str]:
+    """The airflow-repl metrics the socket received: name -> value|type."""
+    return {ln.split(":")[0]: ln.split(":", 1)[1] for ln in _lines(sock) if ln.startswith("airflow.airflow_repl.")}
 
 
 @pytest.fixture
@@ -141,7 +146,7 @@ def test_agent_runs_send_their_metrics_to_statsd(env, spark, tmp_path, airflow_d
 
 
 def test_exit_5_is_retried_with_back_off_and_exit_2_is_not_and_both_alert(
-    env, tmp_path, airflow_db, scheduled, webhook
+    env, tmp_path, airflow_db, scheduled, webhook, statsd
 ):
     unreachable = tmp_path / "unreachable.yaml"
     data = yaml.safe_load(Path(items_topology_file(env, tmp_path)).read_text())
@@ -154,6 +159,8 @@ def test_exit_5_is_retried_with_back_off_and_exit_2_is_not_and_both_alert(
     (alert,) = [a for a in webhook if a["task_id"] == "log_reader"]
     assert alert["try_number"] == 4 and "cannot connect to the distributor" in alert["reason"]
     assert "[retryable]" in alert["reason"]
+    failed = [ln for ln in _lines(statsd) if ln.startswith("airflow.airflow_repl.logreader.failed.p:")]
+    assert failed == ["airflow.airflow_repl.logreader.failed.p:1|c"] * 4  # each try's failed run counted
 
     webhook.clear()
     dr = run(scheduled(items_topology_file(env, tmp_path), "nope"), 220)

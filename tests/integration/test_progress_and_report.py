@@ -91,7 +91,8 @@ def _queued_topology_file(env, tmp_path) -> str:
 
 
 def _realistic_history(env, spark) -> None:
-    """Runs of every agent, a conflict (sub1), a backlog of 5 transactions and an error (sub2)."""
+    """Runs of every agent, a conflict (sub1), a backlog of 6 transactions and an error (sub2),
+    and a delivery to sub1 that succeeded but left a transaction pending (``until`` before it)."""
     topo = setup_queued(env, spark)
     env.run(env.subs["sub1"], "UPDATE items SET v = 'sub' WHERE id = 1")
     env.run(env.pub, "UPDATE items SET v = 'pub' WHERE id = 1")
@@ -106,6 +107,11 @@ def _realistic_history(env, spark) -> None:
     env.run(env.subs["sub2"], "DROP TABLE items")
     with pytest.raises(ReplError):
         distribution_agent.run_distribution(topo, "p", "sub2")
+    before = env.rows(env.pub, "SELECT now()")[0][0]
+    env.run(env.pub, "UPDATE items SET n = n + 1 WHERE id = 1")
+    log_reader_agent.run_log_reader(topo, "p")
+    left = distribution_agent.run_distribution(topo, "p", "sub1", until=before)
+    assert left["backlog_at_end"] == {"transactions": 1, "commands": 1} and left["transactions"] == 0
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/bootstrap.sh installs it)")
@@ -126,16 +132,25 @@ def test_report_renders_in_a_headless_browser(env2, spark, tmp_path, capsys):
     text = page.read_text()
     assert not re.search(r"""(src|href)\s*=\s*['"]?(https?:)?//""", text) and "<script" not in text  # no network
     dom = chromium("--dump-dom", page.as_uri())
-    assert "<svg" in dom and "Backlog now" in dom and "Throughput of recent runs" in dom
+    assert "<svg" in dom and "Backlog now" in dom and "Throughput over time" in dom
     sub2_row = re.search(r"<tr><td>p</td><td>sub2</td>.*?</tr>", dom)
     assert sub2_row, dom
     cells = re.findall(r"<td[^>]*>(.*?)</td>", sub2_row[0])
-    assert cells[3:5] == ["5", "20"] and cells[COLUMNS.index("distribution")].startswith(
+    assert cells[3:5] == ["6", "21"] and cells[COLUMNS.index("distribution")].startswith(
         "failed"
     )  # backlog; the failed delivery
     assert "does not exist" in cells[COLUMNS.index("last error")]  # its last error
     assert "Conflicts (1)" in dom and "update/update" in dom
     assert re.search(r"<rect class=\"q\"[^>]*width=\"[1-9]", dom)  # a backlog bar drawn
+    # throughput over time: a line per subscription, snapshot rows/s on a chart of its own
+    delivered = re.search(
+        r"<figcaption>Delivered commands per second, per subscription</figcaption>.*?</figure>", dom, re.S
+    )
+    assert delivered and "<polyline" in delivered[0] and "<title>p / sub1</title>" in delivered[0]
+    assert re.search(r"<figcaption>Snapshot Agent: rows copied per second</figcaption><svg", dom)
+    # the run that left a transaction pending is amber, not a clean success, in the chart and the table
+    assert re.search(r"<circle class=\"warn\"[^>]*><title>run \d+ \(succeeded, 1 transactions left pending\)", dom)
+    assert '<td class="warn">succeeded, 1 transactions left pending</td>' in dom
 
     shot = tmp_path / "report.png"
     chromium(f"--screenshot={shot}", "--window-size=1400,1500", page.as_uri())

@@ -83,6 +83,8 @@ def test_a_bad_time_is_a_usage_error_naming_the_format(capsys, tmp_path, option)
         (["resolve-in-doubt", "--follow", "--interval", "-1"], "argument --interval: '-1' is not a number > 0"),
         (["tracer", "history", "--token", "-3"], "argument --token: '-3' is not an integer > 0"),
         (["apply", "--bogus"], "unrecognized arguments: --bogus"),
+        (["status", "-o", "prometheus", "--check"], "status -o prometheus takes no --check: it writes the metrics"),
+        (["status", "-o", "prometheus", "--max-pending", "5"], "status -o prometheus takes no --max-pending"),
     ],
 )
 def test_bad_numbers_and_options_are_usage_errors(capsys, tmp_path, argv, says):

@@ -43,14 +43,15 @@ def _run(run_id: int, agent: str, status: str = "succeeded", **kw) -> dict:
         "agent": agent,
         "publication": "p",
         "subscriber": kw.get("subscriber"),
-        "started_at": T0,
-        "finished_at": T0 + timedelta(seconds=2),
+        "started_at": kw.get("finished_at", T0 + timedelta(seconds=2)) - timedelta(seconds=2),
+        "finished_at": kw.get("finished_at", T0 + timedelta(seconds=2)),
         "status": status,
-        "transactions": 10,
+        "transactions": kw.get("transactions", 10),
         "commands": kw.get("commands", 40),
         "rows_copied": kw.get("rows_copied", 0),
         "message": kw.get("message"),
         "backlog_at_start": kw.get("backlog"),
+        "backlog_at_end": kw.get("left"),
     }
 
 
@@ -124,7 +125,7 @@ def test_the_page_is_self_contained_and_escapes_every_value():
     assert "boom &amp; &lt;b&gt;" in page
     text = " ".join(parsed.text)
     assert f"relation {EVIL} does not exist" in text  # shown as text
-    assert parsed.tags.count("svg") == 3 and parsed.tags.count("table") == 4
+    assert parsed.tags.count("svg") == 5 and parsed.tags.count("table") == 4
 
 
 def test_the_page_shows_status_backlog_throughput_conflicts_and_errors():
@@ -141,7 +142,7 @@ def test_the_page_shows_status_backlog_throughput_conflicts_and_errors():
 def test_an_empty_distribution_database_says_so():
     page = render(ReportData("t", T0))
     assert "no subscriptions in the distribution database" in page and "no errors recorded" in page
-    assert page.count("nothing to show yet") == 3
+    assert page.count("nothing to show yet") == 5
 
 
 def test_bar_lengths_are_proportional():
@@ -174,3 +175,59 @@ def test_the_interval_defaults_and_zero_means_every_batch(monkeypatch):
     assert progress_lines.interval() == progress_lines.DEFAULT_INTERVAL
     monkeypatch.setenv(progress_lines.INTERVAL_VARIABLE, "0")
     assert progress_lines.interval() == 0
+
+
+def _figure(page: str, caption: str) -> str:
+    found = re.search(r"<figure><figcaption>" + re.escape(caption) + r"</figcaption>.*?</figure>", page, re.S)
+    assert found, caption
+    return found[0]
+
+
+def test_throughput_is_drawn_over_time_one_chart_per_kind_and_a_line_per_subscription():
+    at = [T0 + timedelta(minutes=m) for m in (0, 10, 20, 30)]
+    runs = [
+        _run(1, "snapshot", rows_copied=1000, finished_at=at[0]),
+        _run(2, "distribution", subscriber="a", commands=20, finished_at=at[1]),
+        _run(3, "distribution", subscriber="b", commands=80, finished_at=at[2]),
+        _run(4, "distribution", subscriber="a", commands=40, finished_at=at[3]),
+    ]
+    page = render(ReportData("t", T0, runs=runs))
+    delivered = _figure(page, "Delivered commands per second, per subscription")
+    snapshot = _figure(page, "Snapshot Agent: rows copied per second")
+    assert "rows" not in delivered and "500 /s" in snapshot and "40 /s" in delivered  # apart: own axes
+    lines = re.findall(r"<g class='series s\d'><title>(.*?)</title>\s*<polyline points='(.*?)'/>", delivered)
+    assert {name for name, _ in lines} == {"p / a", "p / b"}
+    a_points = [tuple(map(float, xy.split(","))) for xy in dict(lines)["p / a"].split()]
+    b_x = float(dict(lines)["p / b"].split(",")[0])
+    assert len(a_points) == 2 and a_points[0][0] < b_x < a_points[1][0]  # x is time: b's run between a's two
+    assert a_points[1][1] < a_points[0][1]  # a faster run is drawn higher (smaller y)
+    assert _time_labels(delivered) == ["2026-11-23 13:10:00+00:00", "2026-11-23 13:30:00+00:00"]
+
+
+def _time_labels(figure: str) -> list[str]:
+    return re.findall(r"text-anchor='(?:start|end|middle)'>(2026-[^<]*)</text>", figure)
+
+
+def test_a_run_that_left_a_backlog_behind_is_not_drawn_as_a_clean_success():
+    runs = [
+        _run(1, "distribution", subscriber="s", commands=0, transactions=0, backlog={"transactions": 3, "commands": 3}),
+        _run(2, "distribution", subscriber="s", commands=6, transactions=2, left={"transactions": 1, "commands": 2}),
+        _run(3, "distribution", subscriber="s", commands=6, transactions=3, backlog={"transactions": 3, "commands": 6}),
+    ]
+    page = render(ReportData("t", T0, runs=runs))
+    circles = re.findall(r"<circle class='(\w+)'[^>]*><title>run (\d) \((.*?)\)", page)
+    assert {run: (css, status) for css, run, status in circles} == {
+        "1": ("warn", "succeeded, 3 transactions left pending"),  # delivered 0 of 3 pending
+        "2": ("warn", "succeeded, 1 transactions left pending"),
+        "3": ("ok", "succeeded"),
+    }
+    cells = re.findall(r"<td class='(\w+)'>(succeeded[^<]*)</td>", page)
+    assert cells == [
+        ("ok", "succeeded"),
+        ("warn", "succeeded, 1 transactions left pending"),
+        ("warn", "succeeded, 3 transactions left pending"),
+    ]
+    backlog_bars = re.findall(
+        r"<rect class='(\w+)'", _figure(page, "Backlog at the start of recent Distribution Agent runs")
+    )
+    assert backlog_bars == ["warn", "ok"]  # runs 1 and 3 kept their backlog at start

@@ -31,9 +31,10 @@ agent's cleanups, closes every connection the run opened and re-raises, translat
 
 A run that stops before :meth:`AgentRun.begin` (a check refused it: articles changed, expired,
 not initialized, an unfinished drop; or a subscriber could not be reached) gets a history row
-too, ``blocked`` for a refusal whose message names the fix and ``failed`` for an error (the
-error class's ``outcome``), with an error row, as long as the distributor was reached: nothing
-blocked is invisible to ``status``.  Another agent holding the lock (AgentBusy) leaves no row.
+too, with an error row, as long as the distributor was reached: nothing blocked is invisible to
+``status``.  Before or after :meth:`AgentRun.begin`, the row's outcome is the error class's
+(``outcome``): ``blocked`` for a refusal whose message names the fix (a subscriber's types
+that differ, checked after the row began, too), ``failed`` for an error.  Another agent holding the lock (AgentBusy) leaves no row.
 
 Everything else is re-raised as it is.  Messages never carry a password: servers are named
 by role and host:port only.
@@ -317,8 +318,8 @@ class AgentRun:
                     translated = self._lost_outcome(translated)
                 elif self.run_id is None:
                     self._record_refusal(translated)
-                else:
-                    self._record_failure(translated)
+                else:  # a refusal after the row began (a check of the subscribers) is blocked too
+                    self._record_failure(translated, outcome_of(translated))
                 if translated is not exc:
                     log.debug("%s failed", self.label, exc_info=exc)
                     raise translated from None

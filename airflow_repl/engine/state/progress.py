@@ -312,15 +312,17 @@ RUN_COLUMNS = (
     "rows_copied",
     "message",
     "backlog_at_start",
+    "backlog_at_end",
 )
 
 
 def recent_runs(conn: psycopg.Connection[Any], publication: str | None, limit: int) -> list[dict[str, Any]]:
     """The latest ``limit`` agent runs of ``publication`` (all: None), oldest first; a
-    Distribution Agent run's ``backlog_at_start`` is ``{"transactions", "commands"}`` or None."""
+    Distribution Agent run's ``backlog_at_start`` and ``backlog_at_end`` (what it left
+    undelivered) are ``{"transactions", "commands"}`` or None."""
     rows = conn.execute(
         "SELECT * FROM (SELECT run_id, agent, publication, subscriber, started_at, finished_at, status, "
-        "transactions, commands, rows_copied, message, details->'backlog_at_start' "
+        "transactions, commands, rows_copied, message, details->'backlog_at_start', details->'backlog_at_end' "
         "FROM airflow_repl.agent_history WHERE %(p)s::text IS NULL OR publication = %(p)s::text "
         "ORDER BY run_id DESC LIMIT %(n)s) AS r ORDER BY run_id",
         {"p": publication, "n": limit},
