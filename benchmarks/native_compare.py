@@ -959,10 +959,10 @@ def phase_sustained(b: Bench, window: int, steps: list[int]) -> None:
     try:
         drain_ours(b, agents)
         results["ours"] = sustained_steps(b, "ours", window, steps, agents)
+        execute(b.native, "ALTER SUBSCRIPTION native_sub ENABLE")
+        drain(b, agents)  # both subscribers show one last transaction before the agents stop
     finally:
         stop_agents(b, agents)
-    execute(b.native, "ALTER SUBSCRIPTION native_sub ENABLE")
-    drain_native(b)
     add_sustained_rows(b, window, results)
     check_checksums(b, "sustained throughput")
 
