@@ -182,6 +182,7 @@ def _cmd_agent(args: argparse.Namespace) -> dict[str, Any]:
             subscribers=args.subscriber,
             until=until,
             reinitialize=getattr(args, "reinitialize", False),
+            article=getattr(args, "article", None),
             continuous=continuous,
         )
     except SubscribersFailed as exc:  # every subscriber's summary first, then a line per failure
@@ -678,6 +679,9 @@ def _add_agent_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = _with_topology(sub.add_parser("snapshot", help="run the Snapshot Agent"))
     p.add_argument("--subscriber", action="append", help=_SUBSCRIBERS_HELP)
     p.add_argument("--reinitialize", action="store_true", help="re-initialize active subscriptions too")
+    p.add_argument(
+        "--article", help="with --reinitialize: copy only this article again, on its own (the others keep flowing)"
+    )
     p.set_defaults(func=_cmd_agent)
     p = _with_topology(sub.add_parser("logreader", help="run the Log Reader Agent"))
     continuous_mode.add_arguments(p)

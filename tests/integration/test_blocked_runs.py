@@ -10,8 +10,7 @@ import json
 import re
 
 import pytest
-import yaml
-from harness import CHROMIUM, chromium, make_items, resolved_topology, to_uri
+from harness import CHROMIUM, chromium, every_subscriber_file, make_items, resolved_topology, to_uri
 
 from airflow_repl import cli
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
@@ -22,15 +21,7 @@ RUN, ERROR = COLUMNS.index("distribution"), COLUMNS.index("last error")
 REINITIALIZE = "airflow-repl snapshot -p p --subscriber sub1 --reinitialize"
 
 
-def _file(env, tmp_path, articles: list[str]) -> str:
-    path = tmp_path / "topology.yaml"
-    data = {
-        **env.servers(),
-        "publications": [{"name": "p", "articles": articles}],
-        "subscriptions": [{"publication": "p", "subscriber": name} for name in env.subs],
-    }
-    path.write_text(yaml.safe_dump(data))
-    return str(path)
+_file = every_subscriber_file
 
 
 def _last_distribution_run(env, subscriber: str = "sub1") -> tuple:

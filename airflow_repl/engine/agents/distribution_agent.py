@@ -60,6 +60,7 @@ from airflow_repl.engine.state import (
     dist_drops,
     dist_history,
     dist_publications,
+    dist_subscription_articles,
     dist_subscriptions,
     dist_transactions,
     progress,
@@ -320,7 +321,7 @@ class _Delivery:
             if self.turns is not None and not self.turns.take(loop.must_end):
                 break  # the run ends while another agent (Queue Reader, Snapshot Agent) writes there
             try:
-                batch = self._next_batch(dist)
+                batch = self._next_batch(dist, applier)
                 if batch is not None:
                     with gc_pause.paused():
                         self._deliver(dist, run_id, applier, batch)
@@ -383,9 +384,15 @@ class _Delivery:
         has = subscriber_state.articles_hash(self.streams.first, self.publication)
         self.streams.first.rollback()
         has = has or dist_subscriptions.subscription_articles_hash(dist, self.publication, self.subscriber)
+        held = dist_subscription_articles.held_articles(dist, self.publication, self.subscriber)
         dist.commit()
+        copied = dist_subscription_articles.held_names(held, dist_subscription_articles.ACTIVE)
+        if copied - set(applier.articles):
+            return "an article was copied to the subscriber"
         if has is None or has == definition_hash(list(applier.articles.values())):
             return None
+        if has == definition_hash([a for name, a in applier.articles.items() if name in copied]):
+            return None  # an article's own copy is under way
         return "article definitions changed"
 
     def _catch_up_record(self, dist: psycopg.Connection) -> None:
@@ -399,9 +406,10 @@ class _Delivery:
             progress.record_arrivals(dist, self.publication, self.subscriber, watermark)
         dist.commit()
 
-    def _next_batch(self, dist: psycopg.Connection) -> _Batch | None:
+    def _next_batch(self, dist: psycopg.Connection, applier: Applier) -> _Batch | None:
         """Read the transactions after the (locked) watermark; None, all rolled back, when
-        there are none."""
+        there are none.  An article copied on its own (or still to copy) limits the batch
+        (:func:`~airflow_repl.engine.state.dist_subscription_articles.delivery_limits`)."""
         watermark = subscriber_state.lock_watermark(self.streams.first, self.publication, self.subscriber)
         ahead = self.ahead.take(watermark) if self.ahead is not None else None
         if ahead is not None:
@@ -413,12 +421,17 @@ class _Delivery:
             pending = dist_transactions.pending_transactions(dist, self.publication, watermark, self.settings.size)
         # neither the cleanup (expiring it) nor airflow-repl pause can change it while the batch is delivered
         self.paused = retention.lock_unexpired(dist, self.publication, self.subscriber)
+        held = dist_subscription_articles.held_articles(dist, self.publication, self.subscriber)
+        limits = dist_subscription_articles.delivery_limits(held, watermark, set(applier.articles))
+        applier.skip = limits.skip
+        if limits.stop is not None:  # an article's own copy is under way: up to its hand-off
+            pending = [t for t in pending if lsn.lsn_to_int(t.xact) <= limits.stop]
         txns = [] if self.paused else _cut_batch(pending, self.settings.until, self.settings.threshold, self.own_origin)
         if not txns:
             self.streams.rollback_all()
             dist.rollback()
             return None
-        prepared = ahead.prepared_for(txns) if ahead is not None else None
+        prepared = ahead.prepared_for(txns) if ahead is not None and limits.none else None
         if prepared is not None and self.ahead is not None:
             self.ahead.used += 1
         return _Batch(watermark, txns, prepared)
@@ -834,10 +847,18 @@ def _check_subscription(run: AgentRun, dist: psycopg.Connection, delivery: _Deli
         raise ReplError(unfinished)
     retention.lock_unexpired(dist, publication, subscriber)  # an expired subscription is refused
     articles = _definitions_at_watermark(dist, delivery)
+    held = dist_subscription_articles.held_articles(dist, publication, subscriber)
+    if held:  # those copied (or being copied on their own) only: an article added is copied on its own
+        copying = dist_subscription_articles.held_names(held, dist_subscription_articles.COPYING)
+        copied = dist_subscription_articles.held_names(held, dist_subscription_articles.ACTIVE)
+        articles = [a for a in articles if a.name in copied | copying]
+        accepted = {definition_hash(articles), definition_hash([a for a in articles if a.name in copied])}
+    else:
+        accepted = {definition_hash(articles)}
     has = subscriber_state.articles_hash(delivery.streams.first, publication)
     delivery.streams.first.rollback()
     has = has or dist_subscriptions.subscription_articles_hash(dist, publication, subscriber)
-    if has is not None and has != definition_hash(articles):
+    if has is not None and has not in accepted:
         raise ReplError(
             f"the articles of publication {publication!r} changed since subscriber {subscriber!r} "
             f"was initialized: run the Snapshot Agent with reinitialize for it "
