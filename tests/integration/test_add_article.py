@@ -15,12 +15,22 @@ import time
 from pathlib import Path
 
 import psycopg
-from harness import AgentThread, assert_in_sync, cycle, every_subscriber_file, wait_for
+from harness import (
+    AgentThread,
+    assert_in_sync,
+    cycle,
+    drain,
+    every_subscriber_file,
+    resolved_topology,
+    setup_queued,
+    wait_for,
+)
 
 from airflow_repl import cli
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
 from airflow_repl.engine.model.topology import load
 from airflow_repl.engine.postgres.connections import resolve_topology
+from airflow_repl.engine.provisioning import plan
 
 ROOT = Path(__file__).resolve().parents[2]
 ITEMS, STORES = 2000, 1000
@@ -273,3 +283,28 @@ def _copying(env) -> bool:
             "AND handoff_xact_seqno IS NOT NULL",
         )[0][0]
     )
+
+
+def test_an_article_added_to_a_queued_publication_gets_its_queue_trigger_and_both_ways_flow(env2, spark):
+    topo = setup_queued(env2, spark)
+    env2.run(env2.pub, "CREATE TABLE stores (id int PRIMARY KEY, v text)")
+    env2.run(env2.pub, "INSERT INTO stores SELECT g, 's' || g FROM generate_series(1, 30) g")
+    data = topo.to_dict(with_secrets=True)
+    data["publications"][0]["articles"].append("public.stores")
+    bigger = resolved_topology(data)
+    plan.apply(bigger)
+    env2.run(env2.subs["sub1"], "UPDATE items SET v = 'from sub1' WHERE id = 1")  # queued: not refused
+    drain(bigger)  # the Queue Readers and Distribution Agents go on: no refusal before the copy
+    summary = snapshot_agent.run_snapshot(bigger, "p", spark)
+    assert sorted(summary["articles_copied"]) == ["sub1", "sub2"] and list(summary["tables"]) == ["public.stores"]
+    env2.run(env2.subs["sub2"], "UPDATE stores SET v = 'from sub2' WHERE id = 2")  # through its new queue trigger
+    env2.run(env2.pub, "UPDATE stores SET v = 'from pub' WHERE id = 3")
+    drain(bigger)
+    assert env2.rows(env2.pub, "SELECT v FROM stores WHERE id IN (1, 2, 3) ORDER BY id") == [
+        ("s1",),
+        ("from sub2",),
+        ("from pub",),
+    ]
+    assert env2.rows(env2.pub, "SELECT v FROM items WHERE id = 1") == [("from sub1",)]
+    for sub in ("sub1", "sub2"):
+        assert_in_sync(bigger, sub)

@@ -386,13 +386,10 @@ class _Delivery:
         has = has or dist_subscriptions.subscription_articles_hash(dist, self.publication, self.subscriber)
         held = dist_subscription_articles.held_articles(dist, self.publication, self.subscriber)
         dist.commit()
-        copied = dist_subscription_articles.held_names(held, dist_subscription_articles.ACTIVE)
-        if copied - set(applier.articles):
+        if dist_subscription_articles.held_names(held, dist_subscription_articles.ACTIVE) - set(applier.articles):
             return "an article was copied to the subscriber"
-        if has is None or has == definition_hash(list(applier.articles.values())):
+        if has is None or has in dist_subscription_articles.holding(held, list(applier.articles.values()))[1]:
             return None
-        if has == definition_hash([a for name, a in applier.articles.items() if name in copied]):
-            return None  # an article's own copy is under way
         return "article definitions changed"
 
     def _catch_up_record(self, dist: psycopg.Connection) -> None:
@@ -848,13 +845,7 @@ def _check_subscription(run: AgentRun, dist: psycopg.Connection, delivery: _Deli
     retention.lock_unexpired(dist, publication, subscriber)  # an expired subscription is refused
     articles = _definitions_at_watermark(dist, delivery)
     held = dist_subscription_articles.held_articles(dist, publication, subscriber)
-    if held:  # those copied (or being copied on their own) only: an article added is copied on its own
-        copying = dist_subscription_articles.held_names(held, dist_subscription_articles.COPYING)
-        copied = dist_subscription_articles.held_names(held, dist_subscription_articles.ACTIVE)
-        articles = [a for a in articles if a.name in copied | copying]
-        accepted = {definition_hash(articles), definition_hash([a for a in articles if a.name in copied])}
-    else:
-        accepted = {definition_hash(articles)}
+    articles, accepted = dist_subscription_articles.holding(held, articles)  # an added one: once copied
     has = subscriber_state.articles_hash(delivery.streams.first, publication)
     delivery.streams.first.rollback()
     has = has or dist_subscriptions.subscription_articles_hash(dist, publication, subscriber)

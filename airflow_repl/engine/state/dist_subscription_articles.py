@@ -21,6 +21,7 @@ from typing import Any
 
 import psycopg
 
+from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
 from airflow_repl.engine.postgres import lsn
 from airflow_repl.engine.state.dist_schema import deployed
 
@@ -165,3 +166,14 @@ def delivery_limits(held: list[HeldArticle], watermark: str, applied: set[str]) 
 def held_names(held: list[HeldArticle], *statuses: str) -> set[str]:
     """The articles held in one of ``statuses``."""
     return {h.article for h in held if h.status in statuses}
+
+
+def holding(held: list[HeldArticle], articles: list[ResolvedArticle]) -> tuple[list[ResolvedArticle], set[str]]:
+    """Of ``articles``, those the subscription holds (copied, or being copied on their own),
+    and the hashes of its definitions its agents accept: with those being copied or without
+    them (their copy is not done).  Without any record (``held`` empty): every article."""
+    if not held:
+        return articles, {definition_hash(articles)}
+    copied = held_names(held, ACTIVE)
+    mine = [a for a in articles if a.name in copied | held_names(held, COPYING)]
+    return mine, {definition_hash(mine), definition_hash([a for a in mine if a.name in copied])}
