@@ -98,7 +98,7 @@ def run(b: nc.Bench, args: argparse.Namespace) -> None:
     added, summary = _snapshot(b)
     if list(summary.get("tables", {})) != [f"public.{TABLE}"]:
         raise nc.BenchFailure(f"adding the article copied {sorted(summary.get('tables', {}))}, not {TABLE} alone")
-    full, _ = _snapshot(b, "--reinitialize")
+    full, everything = _snapshot(b, "--reinitialize")
 
     rows = args.article_rows
     label = f"add one {rows:,}-row article to a publication of {b.extra['accounts_rows']:,} accounts rows"
@@ -107,7 +107,11 @@ def run(b: nc.Bench, args: argparse.Namespace) -> None:
     b.rows.append(
         nc.row("of which the Snapshot Agent's own run, copying the article alone", None, summary["seconds"], "s", False)
     )
+    b.rows.append(
+        nc.row("of which the Snapshot Agent's own run, a full reinitialize", None, everything["seconds"], "s", False)
+    )
     b.extra["add_vs_full_reinitialize"] = round(added / full, 3) if full else None
+    b.extra["own_runs"] = {"add": summary["seconds"], "full_reinitialize": everything["seconds"]}
     b.extra["article_rows"] = rows
     query = nc.checksum_sql(TABLE, "id")  # the other tables: check_checksums
     if not nc.query_one(b.pub, query) == nc.query_one(b.sub, query) == nc.query_one(b.native, query):
