@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import psycopg
+import pytest
 from harness import (
     AgentThread,
     assert_in_sync,
@@ -235,7 +236,8 @@ def _snapshot_process(path: str) -> subprocess.Popen:
     )
 
 
-def test_an_article_copy_killed_halfway_is_finished_by_running_it_again(env, spark, tmp_path, capsys):
+@pytest.mark.parametrize("where", ["export", "load"])
+def test_an_article_copy_killed_halfway_is_finished_by_running_it_again(env, spark, tmp_path, capsys, where):
     _tables(env)
     path = _write(env, tmp_path, ["public.items"])
     snapshot_agent.run_snapshot(_topology(path), "p", spark)
@@ -243,14 +245,18 @@ def test_an_article_copy_killed_halfway_is_finished_by_running_it_again(env, spa
     assert cli.main(["apply", "-t", path]) == 0
     capsys.readouterr()
     topo = _topology(path)
-    # the copy waits to load stores at the subscriber (its table is locked there): killed then
-    holder = psycopg.connect(env.sub)
-    holder.execute("CREATE TABLE stores (id int)")  # the copy drops and creates it: it waits on the lock
-    holder.execute("LOCK TABLE stores IN ACCESS EXCLUSIVE MODE")
+    if where == "export":  # the copy's slot waits for this transaction at the publisher: killed then
+        holder = psycopg.connect(env.pub)
+        holder.execute("SELECT pg_current_xact_id()")
+    else:  # the copy waits to load stores at the subscriber (its table is locked there): killed then
+        holder = psycopg.connect(env.sub)
+        holder.execute("CREATE TABLE stores (id int)")  # the copy drops and creates it: it waits on the lock
+        holder.execute("LOCK TABLE stores IN ACCESS EXCLUSIVE MODE")
     with _Writer(env) as writer:
         proc = _snapshot_process(path)
         try:
-            assert wait_for(lambda: _copying(env), 120), proc.stderr.read() if proc.poll() is not None else ""
+            started = wait_for(lambda: _copying(env, handoff=where == "load"), 120)
+            assert started is not None, proc.stderr.read() if proc.poll() is not None else ""
             assert wait_for(lambda: writer.n > 30, 30)
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(10)
@@ -258,13 +264,19 @@ def test_an_article_copy_killed_halfway_is_finished_by_running_it_again(env, spa
             holder.rollback()
             holder.close()
         assert proc.returncode == -signal.SIGKILL
-        # delivery goes on up to the copy's hand-off, and no further, while the copy is unfinished
-        cycle(topo)
+        # while the copy is unfinished, delivery goes on up to its hand-off and no further (no
+        # hand-off yet: it stays where it is)
+        before = env.rows(env.sub, "SELECT xact_seqno FROM airflow_repl.subscription_state")[0][0]
+        delivered = cycle(topo)[1]["transactions"]
         handoff = env.rows(
             env.dist, "SELECT handoff_xact_seqno::text FROM airflow_repl.subscription_articles WHERE article = 'stores'"
         )[0][0]
         watermark = env.rows(env.sub, "SELECT xact_seqno FROM airflow_repl.subscription_state")[0][0]
-        assert env.rows(env.dist, "SELECT %s::pg_lsn <= %s::pg_lsn", (watermark, handoff)) == [(True,)]
+        if where == "export":
+            assert handoff is None and delivered == 0 and watermark == before
+        else:
+            assert delivered > 0
+            assert env.rows(env.dist, "SELECT %s::pg_lsn <= %s::pg_lsn", (watermark, handoff)) == [(True,)]
         again = _snapshot_process(path)
         _, err = again.communicate(timeout=300)
         assert again.returncode == 0, err
@@ -275,14 +287,15 @@ def test_an_article_copy_killed_halfway_is_finished_by_running_it_again(env, spa
     assert env.rows(env.sub, "SELECT count(*) FROM items") == env.rows(env.pub, "SELECT count(*) FROM items")
 
 
-def _copying(env) -> bool:
-    return bool(
-        env.rows(
-            env.dist,
-            "SELECT count(*) FROM airflow_repl.subscription_articles WHERE status = 'copying' "
-            "AND handoff_xact_seqno IS NOT NULL",
-        )[0][0]
+def _copying(env, *, handoff: bool) -> bool:
+    """A copy of its own is under way, its hand-off recorded (or not yet)."""
+    found = env.rows(
+        env.dist,
+        "SELECT count(*) FROM airflow_repl.subscription_articles WHERE status = 'copying' "
+        "AND (handoff_xact_seqno IS NOT NULL) = %s",
+        (handoff,),
     )
+    return bool(found[0][0])
 
 
 def test_an_article_added_to_a_queued_publication_gets_its_queue_trigger_and_both_ways_flow(env2, spark):
