@@ -52,6 +52,10 @@ BENCH_NATIVE ?=
 #: changes and a backlog of 10M: about 40 minutes here); e.g. BENCH_MEMORY="--backlog 1000000"
 BENCH_MEMORY ?=
 
+#: Arguments of benchmarks/add_article.py (one article added to a live publication, against a full
+#: reinitialize and native's REFRESH PUBLICATION); e.g. make bench BENCH_ADD_ARTICLE="--scale 1 --article-rows 10000"
+BENCH_ADD_ARTICLE ?=
+
 bench: install
 	$(PY) benchmarks/native_compare.py $(BENCH_NATIVE)
 	$(PY) benchmarks/memory_bound.py --bulk-apply $(BENCH_MEMORY)
@@ -59,6 +63,7 @@ bench: install
 	$(PY) benchmarks/streams.py
 	$(PY) benchmarks/queue_reader.py
 	$(PY) benchmarks/topology_scale.py
+	$(PY) benchmarks/add_article.py $(BENCH_ADD_ARTICLE)
 
 sandbox-stop:
 	-$(VENV)/bin/airflow-repl sandbox stop

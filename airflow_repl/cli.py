@@ -193,6 +193,7 @@ def _cmd_agent(args: argparse.Namespace) -> dict[str, Any]:
             subscribers=args.subscriber,
             until=until,
             reinitialize=getattr(args, "reinitialize", False),
+            article=getattr(args, "article", None),
             continuous=continuous,
         )
     except SubscribersFailed as exc:  # every subscriber's summary first, then a line per failure
@@ -749,6 +750,9 @@ def _add_agent_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = _agent_parser(sub, "snapshot")
     p.add_argument("--subscriber", action="append", help=_SUBSCRIBERS_HELP)
     p.add_argument("--reinitialize", action="store_true", help="re-initialize active subscriptions too")
+    p.add_argument(
+        "--article", help="with --reinitialize: copy only this article again, on its own (the others keep flowing)"
+    )
     _agent_parser(sub, "logreader").set_defaults(subscriber=None)
     p = _agent_parser(sub, "distribution")
     p.add_argument("--subscriber", action="append", help=_SUBSCRIBERS_HELP)

@@ -181,6 +181,10 @@ def _start(root: Path) -> dict[str, str]:
     conninfos = sandbox_conninfos(sb, create=True)
     demo_workload.create(conninfos["publisher"])
     prepare_environment(root, conninfos)
+    # the DAGs' topology, a copy the demo changes (an article added after the first cycle)
+    topology = root / "demo_topology.yaml"
+    topology.write_text((DAGS / "demo_topology.yaml").read_text())
+    os.environ["AIRFLOW_REPL_TOPOLOGY"] = str(topology)
     _say("migrating the Airflow metadata database")
     migrate_airflow_db()
     return conninfos
@@ -256,7 +260,7 @@ SCHEMA_CHANGE = "ALTER TABLE public.orders ADD COLUMN channel text NOT NULL DEFA
 def _topology() -> Any:
     from airflow_repl.hooks.connections import load_topology  # connection ids: Airflow's lookup
 
-    return load_topology(DAGS / "demo_topology.yaml")
+    return load_topology(os.environ.get("AIRFLOW_REPL_TOPOLOGY", DAGS / "demo_topology.yaml"))
 
 
 def _post_token() -> None:
@@ -266,9 +270,55 @@ def _post_token() -> None:
     tracer.post_tracer_token(_topology(), "shop")
 
 
+#: The table the demo adds to the live publication after its first cycle, and its rows.
+NEW_ARTICLE, NEW_ARTICLE_ROWS = "public.stores", 2000
+
+
+def _add_article(publisher: str, initial: Any) -> None:
+    """Add ``NEW_ARTICLE`` to the running publication: plan, apply, then the initial-sync DAG,
+    whose snapshot copies that article alone while the workload keeps writing the others."""
+    import psycopg
+
+    from airflow_repl.engine.provisioning import plan
+
+    _say(f"adding article {NEW_ARTICLE} to the live publication 'shop': plan, then apply")
+    with psycopg.connect(publisher, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {NEW_ARTICLE} (id int PRIMARY KEY, city text NOT NULL, opened date)")
+        conn.execute(
+            f"INSERT INTO {NEW_ARTICLE} SELECT g, 'city ' || g, date '2020-01-01' + g FROM generate_series(1, %s) g",
+            (NEW_ARTICLE_ROWS,),
+        )
+    path = Path(os.environ["AIRFLOW_REPL_TOPOLOGY"])
+    articles = "    articles:\n"
+    path.write_text(path.read_text().replace(articles, f"{articles}      - table: {NEW_ARTICLE}\n", 1))
+    print(plan.plan(_topology(), ["shop"]).format_table(), flush=True)
+    plan.apply(_topology(), ["shop"])
+    with psycopg.connect(publisher, autocommit=True) as conn:  # changed before its copy: in it, applied once
+        conn.execute(f"UPDATE {NEW_ARTICLE} SET city = city || ' (moved)' WHERE id <= 100")
+    _say("DAG airflow_repl_initial_sync: its snapshot copies only the new article, the others keep flowing")
+    run_dag(initial)
+    print(_last_snapshot(), flush=True)
+
+
+def _last_snapshot() -> str:
+    """What the last Snapshot Agent run copied, from its history row."""
+    import psycopg
+
+    with psycopg.connect(os.environ["AIRFLOW_CONN_REPL_DISTRIBUTOR"], autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT rows_copied, details->'tables', message FROM airflow_repl.agent_history "
+            "WHERE agent = 'snapshot' ORDER BY run_id DESC LIMIT 1"
+        ).fetchone()
+    if row is None:
+        return "  no snapshot run recorded"
+    rows, tables, message = row
+    return f"  the snapshot copied {rows} rows: {json.dumps(tables)}\n  {message}"
+
+
 def _replicate(publisher: str, cycles: int) -> tuple[int, list[str]]:
     """The example DAGs while the workload writes: initial sync, scheduled cycles, then the
-    schema-change DAG (a column added between the workload's writes before and after it); then
+    schema-change DAG (a column added between the workload's writes before and after it), an
+    article added after the first cycle (copied alone by the next snapshot); then
     rows using the new column and a last cycle once the workload stopped.  Returns (transactions
     committed, workload errors)."""
     from airflow_repl import demo_workload
@@ -285,6 +335,8 @@ def _replicate(publisher: str, cycles: int) -> tuple[int, list[str]]:
             _post_token()
             start = current_interval_start(datetime.now(timezone.utc)) + timedelta(minutes=10 * cycle)
             run_dag(scheduled, start, run_conf={"validate_every": 0})  # changes in flight: no validation
+            if cycle == 1:
+                _add_article(publisher, initial)
         _say(f"DAG airflow_repl_schema_change while the workload writes: {SCHEMA_CHANGE}")
         run_dag(schema, run_conf={"sql": SCHEMA_CHANGE})
     finally:

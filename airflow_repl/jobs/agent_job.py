@@ -72,6 +72,7 @@ class Request:
     #: Log Reader, Distribution, Queue Reader: run_* keyword arguments of continuous mode
     continuous: dict[str, Any] | None = None
     validation: dict[str, Any] | None = None  # validate: keyword arguments of validation.validate (ranges, max_keys)
+    article: str | None = None  # snapshot with reinitialize: copy this article alone again
 
 
 #: An agent's entry: runs it for the request, in the given SparkSession or (None) one it starts
@@ -107,6 +108,7 @@ def _snapshot(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any],
         spark,
         subscribers=req.subscribers,
         reinitialize=req.reinitialize,
+        article=req.article,
         max_partitions=max_partitions,
         identify=executor_id,
     )
@@ -300,6 +302,7 @@ def run_agent(
     spark: SparkSession | None = None,
     continuous: dict[str, Any] | None = None,
     validation: dict[str, Any] | None = None,
+    article: str | None = None,
 ) -> dict[str, Any]:
     """Run one agent; the same entry point serves spark-submit, the CLI and the tests.
     ``continuous``: the Log Reader's or Distribution Agent's continuous mode, as keyword
@@ -311,7 +314,13 @@ def run_agent(
     if until is not None:
         distribution_agent.parse_until(until)  # a bad time -> clear error before anything runs
     continuous_mode.check_request(agent, until, continuous)  # bad continuous options: before anything runs
-    request = Request(topo, publication, subscribers, until, reinitialize, continuous, validation)
+    if article is not None:  # one line, before Spark starts
+        if agent != "snapshot":
+            raise ReplError(f"--article is an option of the snapshot agent, not of the {agent} agent")
+        from airflow_repl.engine.agents import snapshot_agent
+
+        snapshot_agent.check_article(topo, publication, article, reinitialize)
+    request = Request(topo, publication, subscribers, until, reinitialize, continuous, validation, article)
     result, spark = AGENTS[agent](request, spark)
     if spark is not None:
         result["spark_application_id"] = spark.sparkContext.applicationId
@@ -388,6 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--subscriber", action="append", help="limit to these subscribers")
     parser.add_argument("--until", help="deliver transactions committed up to this ISO-8601 time")
     parser.add_argument("--reinitialize", action="store_true")
+    parser.add_argument("--article", help="snapshot with --reinitialize: copy this article alone again")
     continuous_options.add_arguments(parser)
     parser.add_argument("--ranges", type=int, help="validate: key ranges per article")
     parser.add_argument("--max-keys", type=int, help="validate: differing keys listed per article and subscriber")
@@ -404,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
             subscribers=args.subscriber,
             until=args.until or None,
             reinitialize=args.reinitialize,
+            article=args.article,
             continuous=continuous_options.from_arguments(args),
             validation=_validation_options(args),
         )

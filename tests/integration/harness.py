@@ -373,6 +373,19 @@ def topology_file(env, tmp_path, articles: list, *, snapshot_folder: str = "snap
     return str(path)
 
 
+def every_subscriber_file(env, tmp_path, articles: list) -> str:
+    """A topology YAML file of the test's servers: publication ``p`` of ``articles`` subscribed
+    by every subscriber of the test."""
+    path = tmp_path / "topology.yaml"
+    data = {
+        **env.servers(),
+        "publications": [{"name": "p", "articles": articles}],
+        "subscriptions": [{"publication": "p", "subscriber": name} for name in env.subs],
+    }
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
 def orders_topology_file(env, tmp_path) -> str:
     """A topology YAML file publishing ``orders`` (``upd_cmd`` MCALL) in ``p`` to ``sub1``, its
     snapshot folder ``snaps`` relative to the working folder."""

@@ -10,8 +10,7 @@ import json
 import re
 
 import pytest
-import yaml
-from harness import CHROMIUM, chromium, make_items, resolved_topology, to_uri
+from harness import CHROMIUM, chromium, every_subscriber_file, make_items, resolved_topology, to_uri
 
 from airflow_repl import cli
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
@@ -22,15 +21,7 @@ RUN, ERROR = COLUMNS.index("distribution"), COLUMNS.index("last error")
 REINITIALIZE = "airflow-repl snapshot -p p --subscriber sub1 --reinitialize"
 
 
-def _file(env, tmp_path, articles: list[str]) -> str:
-    path = tmp_path / "topology.yaml"
-    data = {
-        **env.servers(),
-        "publications": [{"name": "p", "articles": articles}],
-        "subscriptions": [{"publication": "p", "subscriber": name} for name in env.subs],
-    }
-    path.write_text(yaml.safe_dump(data))
-    return str(path)
+_file = every_subscriber_file
 
 
 def _last_distribution_run(env, subscriber: str = "sub1") -> tuple:
@@ -65,16 +56,16 @@ def _shown(env, tmp_path, capsys, outcome: str) -> tuple[str, str]:
 
 
 def _changed_articles(env, spark, tmp_path) -> str:
-    """sub1 initialized with ``items``, then ``extra`` added: the Distribution Agent refuses."""
+    """sub1 initialized with ``items``, then its row filter changed: the Distribution Agent refuses."""
     make_items(env, 5)
     env.run(env.pub, "CREATE TABLE extra (id int PRIMARY KEY)")
     snapshot_agent.run_snapshot(env.topology(["public.items"]), "p", spark)
-    bigger = env.topology(["public.items", "public.extra"])
+    bigger = env.topology([{"table": "public.items", "row_filter": "id <> 2"}, "public.extra"])
     with pytest.raises(ReplError, match="changed since"):  # the new articles stored, sub1 left as it is
         snapshot_agent.run_snapshot(bigger, "p", spark)
     with pytest.raises(ReplError, match="changed since subscriber 'sub1' was initialized.*" + re.escape(REINITIALIZE)):
         distribution_agent.run_distribution(bigger, "p", "sub1")
-    return _file(env, tmp_path, ["public.items", "public.extra"])
+    return _file(env, tmp_path, [{"table": "public.items", "row_filter": "id <> 2"}, "public.extra"])
 
 
 def test_changed_articles_leave_a_blocked_run_that_status_and_the_report_show(env, spark, tmp_path, capsys):

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from airflow_repl.engine.errors import ConnectionFailed, TopologyError
-from airflow_repl.engine.provisioning import deploy
+from airflow_repl.engine.provisioning import deploy, plan
 
 
 def test_catalog_errors_name_table_and_fix(env):
@@ -48,8 +48,12 @@ def test_apply_is_idempotent_and_prepares_publisher(env):
         env.pub, "SELECT tablename FROM pg_publication_tables WHERE pubname = 'airflow_repl_p' ORDER BY 1"
     ) == [("t1",), ("t2",)]
     assert env.rows(env.dist, "SELECT count(*) FROM airflow_repl.articles")[0][0] == 2
-    # removing an article from the topology removes it everywhere on the next apply
-    deploy.apply_topology(env.topology(["public.t1"]))
+    # removing an article from the topology is a drop: refused by a bare apply_topology (as by the
+    # Snapshot Agent, which calls it), carried out by apply with allow_drop
+    with pytest.raises(TopologyError, match=r"article\(s\) 't2' of publication 'p' are deployed but not in the"):
+        deploy.apply_topology(env.topology(["public.t1"]))
+    assert env.rows(env.dist, "SELECT count(*) FROM airflow_repl.articles")[0][0] == 2
+    plan.apply(env.topology(["public.t1"]), allow_drop=True)
     assert env.rows(env.pub, "SELECT tablename FROM pg_publication_tables WHERE pubname = 'airflow_repl_p'") == [
         ("t1",)
     ]

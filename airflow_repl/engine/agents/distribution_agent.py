@@ -62,6 +62,7 @@ from airflow_repl.engine.state import (
     dist_drops,
     dist_history,
     dist_publications,
+    dist_subscription_articles,
     dist_subscriptions,
     dist_transactions,
     progress,
@@ -388,7 +389,7 @@ class _Delivery:
             if self.turns is not None and not self.turns.take(loop.must_end):
                 break  # the run ends while another agent (Queue Reader, Snapshot Agent) writes there
             try:
-                batch = self._next_batch(dist)
+                batch = self._next_batch(dist, applier)
                 if batch is not None:
                     with gc_pause.paused():
                         self._deliver(dist, run_id, applier, batch)
@@ -460,8 +461,11 @@ class _Delivery:
         has = subscriber_state.articles_hash(self.streams.first, self.publication)
         self.streams.first.rollback()
         has = has or dist_subscriptions.subscription_articles_hash(dist, self.publication, self.subscriber)
+        held = dist_subscription_articles.held_articles(dist, self.publication, self.subscriber)
         dist.commit()
-        if has is None or has == definition_hash(list(applier.articles.values())):
+        if dist_subscription_articles.held_names(held, dist_subscription_articles.ACTIVE) - set(applier.articles):
+            return "an article was copied to the subscriber"
+        if has is None or has in dist_subscription_articles.holding(held, list(applier.articles.values()))[1]:
             return None
         return "article definitions changed"
 
@@ -476,9 +480,10 @@ class _Delivery:
             progress.record_arrivals(dist, self.publication, self.subscriber, watermark)
         dist.commit()
 
-    def _next_batch(self, dist: psycopg.Connection) -> _Batch | None:
+    def _next_batch(self, dist: psycopg.Connection, applier: Applier) -> _Batch | None:
         """Read the transactions after the (locked) watermark; None, all rolled back, when
-        there are none."""
+        there are none.  An article copied on its own (or still to copy) limits the batch
+        (:func:`~airflow_repl.engine.state.dist_subscription_articles.delivery_limits`)."""
         watermark = subscriber_state.lock_watermark(self.streams.first, self.publication, self.subscriber)
         ahead = self.ahead.take(watermark) if self.ahead is not None else None
         if ahead is not None:
@@ -490,12 +495,17 @@ class _Delivery:
             pending = dist_transactions.pending_transactions(dist, self.publication, watermark, self.settings.size)
         # neither the cleanup (expiring it) nor airflow-repl pause can change it while the batch is delivered
         self.paused = retention.lock_unexpired(dist, self.publication, self.subscriber)
+        held = dist_subscription_articles.held_articles(dist, self.publication, self.subscriber)
+        limits = dist_subscription_articles.delivery_limits(held, watermark, set(applier.articles))
+        applier.skip = limits.skip
+        if limits.stop is not None:  # an article's own copy is under way: up to its hand-off
+            pending = [t for t in pending if lsn.lsn_to_int(t.xact) <= limits.stop]
         txns = [] if self.paused else _cut_batch(pending, self.settings.until, self.settings.threshold, self.own_origin)
         if not txns:
             self.streams.rollback_all()
             dist.rollback()
             return None
-        prepared = ahead.prepared_for(txns) if ahead is not None else None
+        prepared = ahead.prepared_for(txns) if ahead is not None and limits.none else None
         if prepared is not None and self.ahead is not None:
             self.ahead.used += 1
         return _Batch(watermark, txns, prepared)
@@ -931,10 +941,12 @@ def _check_subscription(run: AgentRun, dist: psycopg.Connection, delivery: _Deli
         raise ReplError(unfinished)
     retention.lock_unexpired(dist, publication, subscriber)  # an expired subscription is refused
     articles = _definitions_at_watermark(dist, delivery)
+    held = dist_subscription_articles.held_articles(dist, publication, subscriber)
+    articles, accepted = dist_subscription_articles.holding(held, articles)  # an added one: once copied
     has = subscriber_state.articles_hash(delivery.streams.first, publication)
     delivery.streams.first.rollback()
     has = has or dist_subscriptions.subscription_articles_hash(dist, publication, subscriber)
-    if has is not None and has != definition_hash(articles):
+    if has is not None and has not in accepted:
         raise ReplError(
             f"the articles of publication {publication!r} changed since subscriber {subscriber!r} "
             f"was initialized: run the Snapshot Agent with reinitialize for it "

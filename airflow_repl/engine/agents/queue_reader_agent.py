@@ -74,6 +74,7 @@ from airflow_repl.engine.state import (
     dist_conflicts,
     dist_publications,
     dist_schema,
+    dist_subscription_articles,
     dist_subscriptions,
     publisher_state,
     subscriber_state,
@@ -139,9 +140,9 @@ class _QueueReader:
         """The articles, and the subscription's status in the distribution database."""
         self.run.step = "the subscription check"
         dist_schema.ensure_schema(self.dist)
-        articles = dist_publications.load_articles(self.dist, self.publication)
+        articles, accepted = self._held()
         initialized_with = dist_subscriptions.subscription_articles_hash(self.dist, self.publication, self.subscriber)
-        if initialized_with is not None and initialized_with != definition_hash(articles):
+        if initialized_with is not None and initialized_with not in accepted:
             raise ReplError(
                 f"the articles of publication {self.publication!r} changed since subscriber {self.subscriber!r} "
                 f"was initialized, so its queued changes may not fit the publisher's tables: run the Snapshot "
@@ -163,12 +164,21 @@ class _QueueReader:
         """Between rounds of a continuous run: why it must end because the publication's article
         definitions (or those the subscriber was initialized with) are no longer the ones it
         applies with, or None.  The next run checks them as :meth:`check` does."""
-        stored = definition_hash(dist_publications.load_articles(self.dist, self.publication))
+        articles, accepted = self._held()
         initialized_with = dist_subscriptions.subscription_articles_hash(self.dist, self.publication, self.subscriber)
         self.dist.commit()
-        if stored == self.articles_hash and initialized_with in (None, self.articles_hash):
+        if definition_hash(articles) == self.articles_hash and (
+            initialized_with is None or initialized_with in accepted
+        ):
             return None
         return "article definitions changed"
+
+    def _held(self) -> tuple[list[ResolvedArticle], set[str]]:
+        """The articles the subscription holds (an article added is not, until its copy of its
+        own) and the definitions' hashes it may have been initialized with."""
+        articles = dist_publications.load_articles(self.dist, self.publication)
+        held = dist_subscription_articles.held_articles(self.dist, self.publication, self.subscriber)
+        return dist_subscription_articles.holding(held, articles)
 
     def start_applying(self) -> None:
         """Before the first queued transaction: the subscriber's record of taken rows and the

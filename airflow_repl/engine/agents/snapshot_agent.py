@@ -48,7 +48,13 @@ from airflow_repl.engine.postgres import connections, slots, trigger_switching
 from airflow_repl.engine.provisioning import deploy
 from airflow_repl.engine.runtime import progress_lines, subscriber_writer
 from airflow_repl.engine.runtime.lifecycle import AgentRun
-from airflow_repl.engine.state import dist_publications, dist_subscriptions, subscriber_immediate, subscriber_state
+from airflow_repl.engine.state import (
+    dist_publications,
+    dist_subscription_articles,
+    dist_subscriptions,
+    subscriber_immediate,
+    subscriber_state,
+)
 from airflow_repl.engine.subscriber import in_doubt
 
 AGENT = "snapshot"
@@ -87,20 +93,27 @@ def run_snapshot(
     *,
     subscribers: list[str] | None = None,
     reinitialize: bool = False,
+    article: str | None = None,
     max_partitions: int | None = None,
     identify: Identify | None = None,
 ) -> dict[str, Any]:
     """Snapshot ``publication`` and initialize its subscriptions that need it (all named ones
-    with ``reinitialize``).  Returns a summary; with ``identify``, it names the executors that
+    with ``reinitialize``), and copy to each active one, on its own, every article it does not
+    hold yet (an article added to the live publication; ``article`` with ``reinitialize``: that
+    article again).  Returns a summary; with ``identify``, it names the executors that
     read the partitions (``read_executors``) and loaded the files (``load_executors``)."""
     names = _named_subscribers(topology, publication, subscribers)
+    check_article(topology, publication, article, reinitialize)
     snapshot_folder.check_writable(Path(topology.snapshot_folder) / publication)
     with AgentRun(AGENT, publication) as run:
         snap = _SnapshotRun(run, topology, publication)
         run.lock(snap.dist)
-        articles, targets = snap.plan_subscriptions(names, reinitialize)
+        articles, targets, copies = snap.plan_subscriptions(names, reinitialize, article)
         run.begin(snap.dist)
         has_slot = snap.check_slot(targets)
+        if has_slot and not targets and copies:
+            result = _copy_articles(snap, articles, copies, spark, max_partitions, identify)
+            return run.succeed(result, message=result["message"], rows_copied=result["rows"])
         if has_slot and not targets:
             message = "every subscription is already initialized; nothing to do"
             nothing: dict[str, Any] = {
@@ -122,9 +135,71 @@ def run_snapshot(
         finally:
             for turn in turns:
                 turn.give_back()
-        return run.succeed(
-            {**taken.summary(targets, loaded), "tables": _table_rows(articles, taken.files)}, rows_copied=taken.rows
+        summary = {**taken.summary(targets, loaded), "tables": _table_rows(articles, taken.files)}
+        rows = taken.rows
+        if copies:  # the subscriptions already active get their new articles on their own
+            copied = _copy_articles(snap, articles, copies, spark, max_partitions, identify)
+            summary["articles_copied"], rows = copied["articles_copied"], rows + copied["rows"]
+        return run.succeed(summary, rows_copied=rows)
+
+
+def check_article(topology: Topology, publication: str, article: str | None, reinitialize: bool) -> None:
+    """``article`` is one of the publication's, given with ``reinitialize`` (before anything changes)."""
+    if article is None:
+        return
+    names = [a.name for a in topology.publication(publication).articles]
+    if article not in names:
+        raise ReplError(
+            f"article {article!r} does not exist in publication {publication!r} (its articles: "
+            f"{', '.join(repr(n) for n in names)}): name one of them"
         )
+    if not reinitialize:
+        raise ReplError(
+            f"--article {article!r} copies that article again: give --reinitialize with it (an article not "
+            f"copied yet is copied by any Snapshot Agent run, without --article)"
+        )
+
+
+def _copy_articles(
+    snap: _SnapshotRun,
+    articles: list[ResolvedArticle],
+    copies: dict[str, list[str]],
+    spark: SparkSession,
+    max_partitions: int | None,
+    identify: Identify | None,
+) -> dict[str, Any]:
+    """Copy to active subscriptions the articles each lacks (subscriber -> article names), on
+    their own: subscriptions lacking the same articles share one exported snapshot, whose
+    consistent point is those articles' hand-off there; nothing else is copied again."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for name, names in sorted(copies.items()):
+        groups.setdefault(tuple(sorted(names)), []).append(name)
+    copied: dict[str, dict[str, int]] = {}
+    out: dict[str, Any] = {"rows": 0, "initialized": [], "tables": {}, "copies": []}
+    for arts, subs in groups.items():
+        chosen = [a for a in articles if a.name in arts]
+        init = _ArticleCopy(articles, snap.topology, snap.publication, chosen, subs, snap.dist, snap.run)
+        snap.run.step = "waiting for the delivery of a batch to end"
+        dist_subscription_articles.lock_subscriptions(snap.dist, snap.publication, subs)
+        dist_subscription_articles.start_copies(snap.dist, snap.publication, init.copies)
+        snap.dist.commit()  # no lock held while the slot is created (it waits for every transaction)
+        taken = snap.take(chosen, True, spark, max_partitions, identify, init)
+        manifest = snap.write_folder(chosen, taken)
+        loaded = init.activate_all(manifest, taken.files)
+        tables = _table_rows(chosen, taken.files)
+        for sub in subs:
+            copied[sub] = {f["name"]: int(f["rows"]) for f in manifest["articles"]}
+        out["copies"].append({**taken.summary([], loaded), "subscribers": subs, "tables": tables})
+        out["rows"] += taken.rows
+        out["tables"].update(tables)
+    out["articles_copied"] = copied
+    out["snapshot_id"] = out["copies"][-1]["snapshot_id"]
+    out["message"] = "; ".join(
+        f"copied article(s) {', '.join(map(repr, sorted(arts)))} to subscriber(s) {', '.join(map(repr, subs))} "
+        f"on their own (the other articles were not copied again)"
+        for arts, subs in groups.items()
+    )
+    return out
 
 
 def _table_rows(articles: list[ResolvedArticle], files: list[DataFile]) -> dict[str, int]:
@@ -182,15 +257,22 @@ class _SnapshotRun:
         run.step = "connecting"
         self.dist = run.connect(topology.distributor.require("distributor"), "distributor")
 
-    def plan_subscriptions(self, names: list[str], reinitialize: bool) -> tuple[list[ResolvedArticle], list[str]]:
-        """Check, apply the topology, and say which subscriptions to initialize."""
+    def plan_subscriptions(
+        self, names: list[str], reinitialize: bool, article: str | None = None
+    ) -> tuple[list[ResolvedArticle], list[str], dict[str, list[str]]]:
+        """Check, apply the topology, and say which subscriptions to initialize and which
+        articles to copy on their own to which active subscriptions."""
         self.run.step = "the checks"
-        _precheck_custom_procedures(self.run, self.topology, self.publication, names, reinitialize, self.dist)
+        full = reinitialize and article is None
+        _precheck_custom_procedures(self.run, self.topology, self.publication, names, full, self.dist)
         self.run.step = "applying the topology"
         articles = deploy.apply_topology(self.topology, [self.publication])[self.publication]
-        targets = _pending_subscribers(self.dist, self.publication, names, reinitialize, articles)
+        if article is not None:
+            targets, copies = list[str](), _one_article(self.dist, self.publication, names, article)
+        else:
+            targets, copies = _pending_subscribers(self.dist, self.publication, names, reinitialize, articles)
         self.dist.commit()
-        return articles, targets
+        return articles, targets, copies
 
     def check_slot(self, targets: list[str]) -> bool:
         """Does the publication's slot exist?  A missing one must not have lost changes."""
@@ -235,6 +317,7 @@ class _SnapshotRun:
             consistent_lsn, snapshot = slots.create_with_snapshot(
                 repl_conn, temp_slot if has_slot else self.slot, permanent=not has_slot
             )
+            init.at_consistent_point(snapshot_id, consistent_lsn)
             parallelism = max_partitions or max(1, spark.sparkContext.defaultParallelism * 2)
             started = time.monotonic()
             tasks, needs = self._plan(snapshot, articles, parallelism)
@@ -372,6 +455,9 @@ class _Initialization:
         self.updatable = {s for s in subscribers if topology.subscription(publication, s).update_mode.updatable}
         self.seconds = 0.0  # spent preparing and activating (the rows load while the snapshot is read)
 
+    def at_consistent_point(self, snapshot_id: str, consistent_lsn: str) -> None:
+        """The snapshot's slot was created (a copy of articles of their own records its hand-off)."""
+
     def prepare_all(self, folder: Path, snapshot_id: str, objects: list[user_types.UserObject]) -> list[LoadTarget]:
         """Check the snapshot's user types at every subscriber first, then prepare each; returns
         the subscribers the read tasks load."""
@@ -453,26 +539,36 @@ class _Initialization:
             self.dist.commit()
             return
         with self.connect(name, self.conninfos[name]) as sub:
-            self._add_keys(sub, name)
-            _check_loaded_rows(sub, self.articles, manifest, name)
-            for art in self.articles:
-                sub.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(art.dest_schema, art.dest_table)))
+            self._check_loaded(sub, name, manifest)
             subscriber_state.start_watermark(sub, self.publication, self.snapshot_id, manifest["consistent_lsn"])
-            immediate_now = self._immediate_now(name)
-            if name in self.queued:
-                install_queue(sub, self.articles, enabled=not immediate_now)
-            if name in self.immediate:
-                link = subscriber_immediate.PublisherLink(
-                    name,
-                    naming.immediate_gid_prefix(self.publication, name),
-                    naming.queue_origin(name),
-                    self.pub_conninfo,
-                )
-                install_immediate(sub, self.articles, link, enabled=immediate_now)
+            self._install_updating(sub, name)
         dist_subscriptions.activate_subscription(
             self.dist, self.publication, name, manifest["consistent_lsn"], definition_hash(self.articles)
         )
+        names = [a.name for a in self.articles]
+        dist_subscription_articles.record_all_active(self.dist, self.publication, name, names, self.snapshot_id)
         self.dist.commit()
+
+    def _check_loaded(self, sub: psycopg.Connection[Any], name: str, manifest: dict[str, Any]) -> None:
+        """The loaded tables' keys, the row check against the manifest, and their statistics."""
+        self._add_keys(sub, name)
+        _check_loaded_rows(sub, self.articles, manifest, name)
+        for art in self.articles:
+            sub.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(art.dest_schema, art.dest_table)))
+
+    def _install_updating(self, sub: psycopg.Connection[Any], name: str) -> None:
+        """An updatable subscriber's queue or immediate triggers on the loaded tables."""
+        immediate_now = self._immediate_now(name)
+        if name in self.queued:
+            install_queue(sub, self.articles, enabled=not immediate_now)
+        if name in self.immediate:
+            link = subscriber_immediate.PublisherLink(
+                name,
+                naming.immediate_gid_prefix(self.publication, name),
+                naming.queue_origin(name),
+                self.pub_conninfo,
+            )
+            install_immediate(sub, self.articles, link, enabled=immediate_now)
 
     def _add_keys(self, sub: psycopg.Connection[Any], name: str) -> None:
         """The tables' keys, built once over the loaded rows (in the activation's transaction)."""
@@ -499,6 +595,74 @@ class _Initialization:
             or state.update_mode not in dist_subscriptions.FAILOVER_MODES
             or state.update_mode == "failover"
         )
+
+
+class _ArticleCopy(_Initialization):
+    """Articles copied on their own to active subscriptions (an article added to the live
+    publication, or ``--article A --reinitialize``): the other articles keep being delivered.
+
+    The caller marks the copies 'copying' while it holds the subscriptions' rows at the
+    distributor (a batch being delivered ends first); their delivery stops there until the
+    hand-off, recorded at the snapshot's consistent point; then it goes on up to the hand-off
+    until the copy is done, and then skips the articles' commands up to it
+    (:mod:`~airflow_repl.engine.state.dist_subscription_articles`).  Only those articles'
+    tables are created (dropped first), loaded and given their procedures and triggers; the
+    watermark and the queue stay.  A copy that stops halfway stays ``copying``: the next run
+    copies those articles again."""
+
+    def __init__(self, everything: list[ResolvedArticle], *args: Any) -> None:
+        super().__init__(*args)  # (topology, publication, the articles to copy, subscribers, dist, run)
+        self.everything = everything  # every article of the publication, as applied
+        self.copying = {a.name for a in self.articles}
+        #: subscriber -> the articles it held before (those the copy adds to its definitions' hash)
+        self.had = {
+            name: dist_subscription_articles.held_names(
+                dist_subscription_articles.held_articles(self.dist, self.publication, name),
+                dist_subscription_articles.ACTIVE,
+            )
+            for name in self.conninfos
+        }
+
+    @property
+    def copies(self) -> dict[str, list[str]]:
+        return {name: sorted(self.copying) for name in self.conninfos}
+
+    def at_consistent_point(self, snapshot_id: str, consistent_lsn: str) -> None:
+        dist_subscription_articles.set_handoff(self.dist, self.publication, self.copies, snapshot_id, consistent_lsn)
+        self.dist.commit()
+
+    def prepare(self, name: str) -> None:
+        """The articles' tables (dropped first), row versions and procedures, and nothing else."""
+        with self.connect(name, self.conninfos[name]) as sub:
+            _check_custom_procedures(sub, self.articles, name)
+            sub.execute(self.schema_sql)
+            if name in self.updatable:
+                sub.execute("".join(updating_scripts.row_version_script(a) for a in self.articles).encode())
+            if self.procs_sql.strip():
+                sub.execute(self.procs_sql)
+
+    def activate(self, name: str, manifest: dict[str, Any]) -> None:
+        """Check the loaded rows, add the keys and the updating triggers, the articles into the
+        subscriber's definitions; then they are active at the distributor."""
+        before = [a for a in self.everything if a.name in self.had[name]]
+        after = [a for a in self.everything if a.name in self.had[name] | self.copying]
+        with self.connect(name, self.conninfos[name]) as sub:
+            self._check_loaded(sub, name, manifest)
+            self._install_updating(sub, name)
+            position = subscriber_state.watermark(sub, self.publication)
+            stored = subscriber_state.articles_hash(sub, self.publication)
+            new = dist_publications.rehashed(self.dist, self.publication, stored, position, before, after)
+            if new is not None:
+                subscriber_state.set_articles_hash(sub, self.publication, new)
+        self.dist.rollback()
+        stored = dist_subscriptions.subscription_articles_hash(self.dist, self.publication, name)
+        position = dist_subscriptions.delivered_position(self.dist, self.publication, name)
+        new = dist_publications.rehashed(self.dist, self.publication, stored, position, before, after)
+        if new is not None:
+            dist_subscriptions.set_subscription_articles_hash(self.dist, self.publication, name, new)
+        rows = {a["name"]: int(a["rows"]) for a in manifest["articles"]}
+        dist_subscription_articles.finish_copy(self.dist, self.publication, name, rows, self.snapshot_id)
+        self.dist.commit()
 
 
 def install_queue(sub: psycopg.Connection[Any], articles: list[ResolvedArticle], *, enabled: bool = True) -> None:
@@ -553,25 +717,55 @@ def _pending_subscribers(
     names: list[str],
     reinitialize: bool,
     articles: list[ResolvedArticle],
-) -> list[str]:
-    """The named subscriptions to initialize: those not active (all with ``reinitialize``).  An
-    active one whose article definitions (those it was initialized with, changed by the schema
-    changes delivered to it) are not the publication's must be reinitialized."""
+) -> tuple[list[str], dict[str, list[str]]]:
+    """The named subscriptions to initialize: those not active (all with ``reinitialize``); and
+    the articles to copy on their own to the active ones: those each does not hold yet (added
+    to the publication since, or whose copy of their own did not finish).  An active one
+    whose article definitions (those it was initialized with, changed by the schema changes
+    delivered to it) are not the publication's, but for the articles it lacks, must be
+    reinitialized."""
     if reinitialize:
-        return names
+        return names, {}
     active = dist_subscriptions.active_subscriptions(dist, publication)
+    copies: dict[str, list[str]] = {}
 
-    def has(name: str) -> str:
+    def has(name: str, stored: str | None) -> bool:
         position = dist_subscriptions.delivered_position(dist, publication, name)
-        return definition_hash(dist_publications.definitions_at(dist, publication, position, articles))
+        held = dist_subscription_articles.held_articles(dist, publication, name)
+        copied = dist_subscription_articles.held_names(held, dist_subscription_articles.ACTIVE)
+        mine = [a for a in articles if a.name in copied] if held else articles
+        lacking = [a.name for a in articles if a.name not in copied] if held else []
+        if stored is not None and stored not in {
+            definition_hash(dist_publications.definitions_at(dist, publication, position, d))
+            for d in (mine, [a for a in articles if a.name in copied or a.name in lacking])
+        }:
+            return False
+        if lacking:
+            copies[name] = lacking
+        return True
 
-    changed = sorted(n for n, h in active.items() if n in names and h is not None and h != has(n))
+    changed = sorted(n for n, h in active.items() if n in names and not has(n, h))
     if changed:
         raise ReplError(
             f"the articles of publication {publication!r} changed since subscriber(s) "
             f"{', '.join(changed)} were initialized: run the Snapshot Agent with reinitialize for them"
         )
-    return [n for n in names if n not in active]
+    return [n for n in names if n not in active], copies
+
+
+def _one_article(
+    dist: psycopg.Connection[Any], publication: str, names: list[str], article: str
+) -> dict[str, list[str]]:
+    """``--article A --reinitialize``: A copied again, on its own, to each named subscription
+    (each must be active: one not initialized yet gets every article with its snapshot)."""
+    active = dist_subscriptions.active_subscriptions(dist, publication)
+    idle = [n for n in names if n not in active]
+    if idle:
+        raise ReplError(
+            f"subscriber(s) {', '.join(map(repr, idle))} of publication {publication!r} are not initialized, so "
+            f"article {article!r} cannot be copied to them on its own: run the Snapshot Agent without --article"
+        )
+    return {n: [article] for n in names}
 
 
 def _check_slot_loss(

@@ -275,6 +275,7 @@ def apply_topology(topology: Topology, publications: list[str] | None = None) ->
     with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
         dist_schema.check_encoding(dist)  # before the publisher is changed
         updating_setup.refuse_turning_off(topology, dist_publications.recorded_updating_options(dist, names))
+        refuse_removed_articles(dist, topology, names)
         dist.rollback()
     with connections.connect(topology.publisher.require("publisher"), "publisher") as pub_conn:
         dbname = pub_conn.info.dbname
@@ -289,6 +290,23 @@ def apply_topology(topology: Topology, publications: list[str] | None = None) ->
                 _save_publication(dist, topology, name, dbname, resolved[name])
     log.info("applied topology: %s", ", ".join(f"{n} ({len(a)} articles)" for n, a in resolved.items()))
     return resolved
+
+
+def refuse_removed_articles(dist: psycopg.Connection, topology: Topology, names: list[str]) -> None:
+    """TopologyError, before anything changes, when a recorded article of one of the
+    publications is not in the topology file: removing one is a drop, which ``plan`` lists and
+    only ``apply --allow-drop`` (or ``airflow-repl drop article``) carries out."""
+    for name in names:
+        if not dist_publications.publication_deployed(dist, name):
+            continue
+        wanted = {a.name for a in topology.publication(name).articles}
+        removed = [a for a in dist_publications.article_names(dist, name) if a not in wanted]
+        if removed:
+            raise TopologyError(
+                f"article(s) {', '.join(map(repr, removed))} of publication {name!r} are deployed but not in the "
+                f"topology file: drop them first (airflow-repl plan lists the drop; airflow-repl apply --allow-drop "
+                f"or airflow-repl drop article carries it out), or put them back in the file; nothing was changed"
+            )
 
 
 def refuse_unread(conn: psycopg.Connection, publication: str, doing: str) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
+from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.codegen import immediate_triggers, queue_triggers, updating_scripts
 from airflow_repl.engine.errors import AgentBusy, ReplError
 from airflow_repl.engine.model import naming
@@ -199,7 +199,9 @@ def drop_article(topology: Topology, publication: str, article: str) -> dict[str
             positions[name] = _drop_article_at(sub, dist, publication, art, before, after)
         discarded = dist_drops.forget_article(dist, publication, article)
         for s in subs:
-            new = _rehash(dist, publication, s.articles_hash, positions.get(s.subscriber), before, after)
+            new = dist_publications.rehashed(
+                dist, publication, s.articles_hash, positions.get(s.subscriber), before, after
+            )
             if new is not None:
                 dist_subscriptions.set_subscription_articles_hash(dist, publication, s.subscriber, new)
         dist.commit()
@@ -244,7 +246,9 @@ def _drop_article_at(
         if not subscriber_state.has_state(sub):
             return None
         position = subscriber_state.watermark(sub, publication)
-        new = _rehash(dist, publication, subscriber_state.articles_hash(sub, publication), position, before, after)
+        new = dist_publications.rehashed(
+            dist, publication, subscriber_state.articles_hash(sub, publication), position, before, after
+        )
         if new is not None:
             subscriber_state.set_articles_hash(sub, publication, new)
     dist.rollback()
@@ -267,24 +271,6 @@ def _drop_article_objects(sub: psycopg.Connection[Any], art: ResolvedArticle) ->
                 sql.Identifier(updating_scripts.ROW_VERSION_TRIGGER), table
             )
         )
-
-
-def _rehash(
-    dist: psycopg.Connection[Any],
-    publication: str,
-    stored: str | None,
-    position: str | None,
-    before: list[ResolvedArticle],
-    after: list[ResolvedArticle],
-) -> str | None:
-    """The hash of the article definitions a subscription has once the article is dropped, when
-    ``stored`` is the hash of those it has now (at ``position``); None to leave it (no hash kept,
-    already rewritten by an earlier run, or a subscription that must be reinitialized anyway)."""
-    if stored is None or stored != definition_hash(
-        dist_publications.definitions_at(dist, publication, position, before)
-    ):
-        return None
-    return definition_hash(dist_publications.definitions_at(dist, publication, position, after))
 
 
 # ---------------------------------------------------------------------- subscription

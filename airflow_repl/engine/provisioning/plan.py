@@ -6,7 +6,9 @@ options, the articles with their definitions: table, columns, row filter, propag
 procedures; the subscriptions with their options, update mode and ``paused``) and returns a
 :class:`Plan`: one :class:`Action` per thing to create, alter or drop, and a ``reinitialize``
 action for each initialized subscription whose articles would change (its Distribution Agent
-refuses until the Snapshot Agent reinitializes it, which copies every article again).
+refuses until the Snapshot Agent reinitializes it, which copies every article again), and a
+``copy`` action for each article an initialized subscription does not hold yet (an article
+added to the live publication: the next Snapshot Agent run copies it alone).
 
 :func:`apply` carries out a plan: the drops (refused, before anything changes, unless
 ``allow_drop``) through :mod:`~airflow_repl.engine.provisioning.drop`, then the rest through
@@ -32,19 +34,19 @@ from airflow_repl.engine.errors import TopologyError
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import connections
 from airflow_repl.engine.provisioning import deploy, drop, updating_setup
-from airflow_repl.engine.state import dist_publications, dist_schema, dist_subscriptions
+from airflow_repl.engine.state import dist_publications, dist_schema, dist_subscription_articles, dist_subscriptions
 
 log = logging.getLogger(__name__)
 
 #: The kinds of action, in the order apply carries them out.
-KINDS = ("drop", "create", "alter", "reinitialize")
+KINDS = ("drop", "create", "alter", "copy", "reinitialize")
 
 
 @dataclass(frozen=True)
 class Action:
     """One change applying the topology makes (or, for ``reinitialize``, needs)."""
 
-    kind: str  # create, alter, drop, reinitialize
+    kind: str  # create, alter, drop, copy, reinitialize
     object: str  # publication, article, subscription
     publication: str
     name: str  # the publication's, the article's or the subscriber's name
@@ -199,7 +201,20 @@ def _subscription_actions(
         )
         if diff:
             out.append(Action("alter", "subscription", name, sub.subscriber, diff))
-        if _needs_reinitialize(dist, name, old, definitions):
+        reinitialize, lacking = _needs_reinitialize(dist, name, old, definitions)
+        if not reinitialize:
+            out += [
+                Action(
+                    "copy",
+                    "article",
+                    name,
+                    article,
+                    f"to subscriber {sub.subscriber!r}: the next Snapshot Agent run copies it alone, from a snapshot "
+                    f"of its own; the other articles keep being delivered",
+                )
+                for article in lacking
+            ]
+        if reinitialize:
             command = (
                 f"airflow-repl snapshot -t TOPOLOGY -p {shlex.quote(name)} --subscriber "
                 f"{shlex.quote(sub.subscriber)} --reinitialize"
@@ -227,16 +242,22 @@ def _needs_reinitialize(
     name: str,
     sub: dist_subscriptions.DeployedSubscription,
     definitions: tuple[list[ResolvedArticle], list[ResolvedArticle], list[ResolvedArticle]],
-) -> bool:
-    """Will the subscription's agents refuse it once applied (the article definitions it was
-    initialized with are not those recorded; a dropped article's are rewritten by its drop)?"""
+) -> tuple[bool, list[str]]:
+    """Will the subscription's agents refuse it once applied (the article definitions it holds
+    are not those recorded, but for the articles it does not hold yet; a dropped article's
+    are rewritten by its drop)?  And the articles it does not hold yet (copied on their own)."""
     if sub.articles_hash is None:  # not initialized yet: the Snapshot Agent initializes it anyway
-        return False
-    before, kept, after = (
-        definition_hash(dist_publications.definitions_at(dist, name, sub.delivered, d)) for d in definitions
-    )
-    has = kept if sub.articles_hash == before else sub.articles_hash
-    return has != after
+        return False, []
+    held = dist_subscription_articles.held_articles(dist, name, sub.subscriber)
+    before, _, after = definitions
+    copied = dist_subscription_articles.held_names(held, "active") if held else {a.name for a in before}
+    lacking = [a.name for a in after if a.name not in copied]
+    hashes = [
+        definition_hash(dist_publications.definitions_at(dist, name, sub.delivered, [a for a in d if a.name in copied]))
+        for d in definitions
+    ]
+    has = hashes[1] if sub.articles_hash == hashes[0] else sub.articles_hash
+    return has != hashes[2], lacking
 
 
 def _differences(old: dict[str, Any], new: dict[str, Any]) -> str:

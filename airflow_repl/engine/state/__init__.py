@@ -6,6 +6,8 @@ Owns: the distribution database, by entity: ``dist_schema`` (its schema as versi
 migrations, recorded in ``airflow_repl.schema_version``, and whether it is deployed),
 ``dist_publications`` (publications, their articles and updating options, custom scripts,
 snapshots), ``dist_subscriptions`` (subscriptions: options, update mode, status, delivery),
+``dist_subscription_articles`` (the articles each subscription holds, each copied on its own
+with its hand-off, and the limits they put on a batch's delivery),
 ``dist_transactions`` (the replicated transactions and commands: the Log Reader's writes, the
 Distribution Agent's reads), ``dist_history`` (agent runs and their errors), ``dist_conflicts``
 (the conflicts of queued updating), ``dist_drops`` (drops under way, and each drop's last step

@@ -64,6 +64,11 @@ def forget_article(conn: psycopg.Connection[Any], publication: str, article: str
     conn.execute(
         "DELETE FROM airflow_repl.custom_scripts WHERE publication = %s AND article = %s", (publication, article)
     )
+    if deployed(conn, "subscription_articles"):
+        conn.execute(
+            "DELETE FROM airflow_repl.subscription_articles WHERE publication = %s AND article = %s",
+            (publication, article),
+        )
     conn.execute("DELETE FROM airflow_repl.articles WHERE publication = %s AND name = %s", (publication, article))
     conn.execute(
         "DELETE FROM airflow_repl.drops WHERE publication = %s AND kind = 'article' AND name = %s",

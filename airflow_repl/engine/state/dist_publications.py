@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from airflow_repl.engine.articles.resolved import ResolvedArticle
+from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
 from airflow_repl.engine.errors import NotInitialized
 from airflow_repl.engine.state.dist_schema import SCHEMA, deployed, one_row
 
@@ -33,8 +33,9 @@ def save_publication(
     articles: list[ResolvedArticle],
     updating: UpdatingOptions | None = None,
 ) -> None:
-    """Upsert the publication and its articles.  Updating options once allowed stay allowed
-    (``apply`` refuses a topology that turns them off before anything changes)."""
+    """Upsert the publication and its articles (an article recorded but not among them stays:
+    only a drop removes one).  Updating options once allowed stay allowed (``apply`` refuses a
+    topology that turns them off before anything changes)."""
     updating = updating or UpdatingOptions()
     conn.execute(
         "INSERT INTO airflow_repl.publications (name, pg_publication, slot_name, allow_sync_tran, "
@@ -52,10 +53,6 @@ def save_publication(
             updating.conflict_policy,
         ),
     )  # the slot keeps the name it was first given
-    names = [a.name for a in articles]
-    conn.execute(
-        "DELETE FROM airflow_repl.articles WHERE publication = %s AND NOT (name = ANY(%s))", (publication, names)
-    )
     for art in articles:
         conn.execute(
             "INSERT INTO airflow_repl.articles (publication, name, definition) VALUES (%s, %s, %s) "
@@ -110,6 +107,23 @@ def definitions_at(
     if position is not None:  # a dropped article's schema change still stored is not the subscriber's
         out.update({k: v for k, v in definitions_before(conn, publication, position).items() if k in out})
     return [out[name] for name in sorted(out)]
+
+
+def rehashed(
+    conn: psycopg.Connection,
+    publication: str,
+    stored: str | None,
+    position: str | None,
+    before: list[ResolvedArticle],
+    after: list[ResolvedArticle],
+) -> str | None:
+    """The hash of the article definitions a subscription has once its articles go from
+    ``before`` to ``after`` (an article dropped, or one copied on its own), when ``stored`` is
+    the hash of those it has now (at ``position``); None to leave it (no hash kept, already
+    rewritten by an earlier run, or a subscription that must be reinitialized anyway)."""
+    if stored is None or stored != definition_hash(definitions_at(conn, publication, position, before)):
+        return None
+    return definition_hash(definitions_at(conn, publication, position, after))
 
 
 def save_custom_script(conn: psycopg.Connection, publication: str, article: str, kind: str, body: str) -> None:

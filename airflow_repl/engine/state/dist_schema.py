@@ -306,6 +306,32 @@ CREATE TABLE IF NOT EXISTS airflow_repl.schema_version (
 COMMENT ON SCHEMA airflow_repl IS 'airflow-repl distribution schema (its version: airflow_repl.schema_version)';
 """,
     ),
+    Migration(
+        12,
+        "the articles each subscription holds, and the hand-off of each article copied on its own",
+        """-- the articles each subscription holds (dist_subscription_articles): 'active' once copied (with the
+-- subscription's snapshot, or on its own), 'copying' while a copy of its own is under way; an article of
+-- the publication without a row is not copied yet.  handoff_xact_seqno: the article's commands at or
+-- before it are in its copy (NULL: copied with the subscription's snapshot)
+CREATE TABLE IF NOT EXISTS airflow_repl.subscription_articles (
+    publication         text NOT NULL,
+    subscriber          text NOT NULL,
+    article             text NOT NULL,
+    status              text NOT NULL CHECK (status IN ('copying', 'active')),
+    handoff_xact_seqno  pg_lsn,
+    snapshot_id         text,
+    rows_copied         bigint,
+    updated_at          timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (publication, subscriber, article),
+    FOREIGN KEY (publication, subscriber) REFERENCES airflow_repl.subscriptions ON DELETE CASCADE
+);
+INSERT INTO airflow_repl.subscription_articles (publication, subscriber, article, status)
+SELECT s.publication, s.subscriber, a.name, 'active'
+FROM airflow_repl.subscriptions s JOIN airflow_repl.articles a ON a.publication = s.publication
+WHERE s.status = 'active'
+ON CONFLICT DO NOTHING;
+""",
+    ),
 )
 
 #: The comments :func:`ensure_schema` left on the schema before versions were recorded (the

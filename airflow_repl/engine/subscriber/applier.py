@@ -27,7 +27,7 @@ import psycopg
 from airflow_repl.engine.articles.commands import DELETE, INSERT, SCHEMA, TRUNCATE, UPDATE, Command
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import DeliveryError
-from airflow_repl.engine.postgres import raw_sql
+from airflow_repl.engine.postgres import lsn, raw_sql
 from airflow_repl.engine.state.dist_transactions import CommandRow
 from airflow_repl.engine.subscriber import conflicts, schema_changes, statements
 
@@ -64,6 +64,9 @@ class Applier:
         self._stmts: dict[tuple[str, str, bool], statements.Statement | None] = {}
         self._constraints: dict[str, list[tuple[Constraint, list[int]]]] = {}
         self.schema_changes = 0  # schema changes applied
+        #: article -> its commands at or before this position (int LSN) are left out, being in a
+        #: copy of the article taken on its own (None: all of them); set batch by batch
+        self.skip: dict[str, int | None] = {}
 
     def change_schema(self, conn: psycopg.Connection, cmd: Command) -> None:
         """Apply a schema-change command; the commands after it use the article's new definition."""
@@ -82,12 +85,15 @@ class Applier:
         return self._stmts[key]
 
     def commands(self, rows: Iterable[CommandRow], article_rows: Mapping[str, Mapping[str, int]]) -> Iterator[Located]:
-        """(xact, command_id, Command) in order.  For articles whose single-row key updates stay
+        """(xact, command_id, Command) in order, without those :attr:`skip` leaves out.  For articles whose single-row key updates stay
         UPDATEs, a transaction's only row change of the article (``article_rows``: per
         transaction, the rows it changed per article), stored as a DELETE + INSERT pair, is
         merged back into one UPDATE."""
         held: Located | None = None
+        skip = self.skip
         for xact, cid, article, op, data in rows:
+            if skip and article in skip and ((upto := skip[article]) is None or lsn.lsn_to_int(xact) <= upto):
+                continue  # in the article's copy (or in one still to take)
             cmd = Command.from_json(op, article, data)
             if held is not None:
                 hx, hc, hd = held
