@@ -425,3 +425,42 @@ def test_a_backlog_across_wal_0_10000000_is_delivered_in_order(wal_env, spark, m
     [(text, position)] = mariadb.rows(db, "SELECT xact_seqno, position FROM airflow_repl_subscription_state")
     assert lsn_to_int(text) == position > lsn_to_int("0/10000000") and text == done["last_xact_seqno"]
     assert deliver(topo)["transactions"] == 0
+
+
+def test_reinitialize_replaces_a_drifted_subscriber_and_a_file_loads_once(env, spark, mariadb):
+    import contextlib
+
+    import pyarrow as pa
+
+    from airflow_repl.engine.agents.mariadb_snapshot import TableLoad
+    from airflow_repl.engine.state import dist_publications
+
+    env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+    env.run(env.pub, "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 30) g")
+    topo, db = mariadb_topology(env, mariadb, ["public.items"])
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    mariadb.run(db, "DELETE FROM items WHERE id <= 10")
+    mariadb.run(db, "INSERT INTO items VALUES (99, 'extra')")
+    assert not validation.compare(topo, "p", "m1")[0]["match"]
+    again = snapshot_agent.run_snapshot(topo, "p", spark, reinitialize=True)
+    assert again["initialized"] == ["m1"]
+    assert validation.compare(topo, "p", "m1")[0]["match"]
+    [(snapshot_id, files, rows)] = mariadb.rows(
+        db, "SELECT snapshot_id, COUNT(*), SUM(`rows`) FROM airflow_repl_snapshot_files GROUP BY snapshot_id"
+    )
+    assert snapshot_id == again["snapshot_id"] and rows == 30 and files >= 1
+    # a Spark task run again finds its file in the ledger: nothing is loaded twice
+    [(path,)] = mariadb.rows(db, "SELECT path FROM airflow_repl_snapshot_files LIMIT 1")
+    with psycopg.connect(env.dist) as dist:
+        [article] = dist_publications.load_articles(dist, "p")
+    with contextlib.ExitStack() as stack:
+        load = TableLoad(stack, "m1", topo.subscriber_conninfo("m1"), article, snapshot_id, path)
+        assert not load.claimed
+    with contextlib.ExitStack() as stack:
+        load = TableLoad(
+            stack, "m1", topo.subscriber_conninfo("m1"), article, snapshot_id, "data/new/part-00009.parquet"
+        )
+        assert load.claimed
+        load.write_batch(pa.record_batch([pa.array([500], pa.int32()), pa.array(["new"])], names=["id", "v"]))
+        load.end(1)  # not committed: the stack rolls it back
+    assert mariadb.rows(db, "SELECT COUNT(*) FROM items WHERE id = 500") == [(0,)]
