@@ -271,7 +271,7 @@ def test_a_subscriber_table_it_cannot_apply_to_exactly_once_is_refused(env, spar
 
 # ---------------------------------------------------------------------- fidelity: the edge data
 LONG_COLUMN = "c" + "\u00e9" * 31  # 63 bytes in UTF-8, 32 characters
-ODD_COLUMN = 'Quoted "Col"\nline `x` -- /* go'
+ODD_COLUMN = 'Quoted "Col"\nline `x` -- /* go 100%s %% %(v)s'
 EDGE_DDL = f"""
 CREATE TYPE mood AS ENUM ('sad', 'ok', 'h\u00e4ppy ''q''');
 CREATE DOMAIN posint AS int CHECK (VALUE > 0);
