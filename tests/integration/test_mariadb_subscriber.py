@@ -10,6 +10,7 @@ from urllib.parse import quote
 
 import psycopg
 import pytest
+import yaml
 from harness import AgentThread, resolved_topology, run_agent_process, spec_file, unused_port, wait_for
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
@@ -23,6 +24,7 @@ from airflow_repl.engine.errors import (
 )
 from airflow_repl.engine.mariadb import connections as mariadb_connections
 from airflow_repl.engine.model import topology as topology_mod
+from airflow_repl.engine.postgres.connections import to_uri
 from airflow_repl.engine.postgres.lsn import lsn_to_int
 from airflow_repl.engine.subscriber import validation
 
@@ -464,3 +466,39 @@ def test_reinitialize_replaces_a_drifted_subscriber_and_a_file_loads_once(env, s
         load.write_batch(pa.record_batch([pa.array([500], pa.int32()), pa.array(["new"])], names=["id", "v"]))
         load.end(1)  # not committed: the stack rolls it back
     assert mariadb.rows(db, "SELECT COUNT(*) FROM items WHERE id = 500") == [(0,)]
+
+
+# ---------------------------------------------------------------------- the command line
+def test_cli_snapshots_delivers_to_and_validates_a_mariadb_subscriber(env, spark, mariadb, tmp_path, capsys):
+    from airflow_repl import cli
+
+    env.run(env.pub, "CREATE TABLE orders (id int PRIMARY KEY, v text)")
+    env.run(env.pub, "INSERT INTO orders SELECT g, 'v' FROM generate_series(1, 100) g")
+    db = mariadb.new_database()
+    path = tmp_path / "topology.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "publisher": to_uri(env.pub),
+                "distributor": to_uri(env.dist),
+                "subscribers": {"m1": mariadb.uri(db)},
+                "snapshot_folder": str(tmp_path / "snaps"),
+                "publications": [{"name": "p", "articles": ["public.orders"]}],
+                "subscriptions": [{"publication": "p", "subscriber": "m1"}],
+            }
+        )
+    )
+    topo = str(path)
+    assert cli.main(["snapshot", "-t", topo]) == 0
+    assert json.loads(capsys.readouterr().out)["initialized"] == ["m1"]
+    env.run(env.pub, "UPDATE orders SET v = 'w' WHERE id <= 10")
+    assert cli.main(["logreader", "-t", topo]) == 0
+    assert cli.main(["distribution", "-t", topo, "--subscriber", "m1"]) == 0
+    capsys.readouterr()
+    assert cli.main(["validate", "-t", topo, "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["subscribers"]["m1"][0]["match"] is True
+    mariadb.run(db, "DELETE FROM orders WHERE id = 1")
+    assert cli.main(["validate", "-t", topo]) == 6
+    out, err = capsys.readouterr()
+    assert "subscriber m1:" in out and "missing" in out
+    assert mariadb.server.password not in out + err
