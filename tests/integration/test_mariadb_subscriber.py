@@ -502,3 +502,6 @@ def test_cli_snapshots_delivers_to_and_validates_a_mariadb_subscriber(env, spark
     out, err = capsys.readouterr()
     assert "subscriber m1:" in out and "missing" in out
     assert mariadb.server.password not in out + err
+    assert cli.main(["status", "-t", topo]) == 0
+    out, err = capsys.readouterr()
+    assert "m1" in out and mariadb.server.password not in out + err
