@@ -114,9 +114,11 @@ def test_the_quickstart_walk_runs_as_written(tmp_path):
         "airflow-repl snapshot -t dags/demo_topology.yaml",
     ):
         assert not [n for n in NOISE if n in out[command] + err[command]], (command, err[command][-2000:])
-    assert json.loads(out["airflow-repl status   -t dags/demo_topology.yaml -o json"])[0]["pending_transactions"] == 0
+    assert (
+        json.loads(out["airflow-repl status   -t dags/demo_topology.yaml -o json"])[0]["backlog"]["transactions"] == 0
+    )
     page = (work / "report.html").read_text()
-    assert page.startswith("<!DOCTYPE html>") and "reporting" in page
+    assert page.lstrip().startswith("<!DOCTYPE html>") and "reporting" in page
     assert "CREATE OR REPLACE PROCEDURE" in (work / "procs.sql").read_text()
 
     conflicts = out["airflow-repl conflicts        -t dags/demo_updatable_topology.yaml"].splitlines()
