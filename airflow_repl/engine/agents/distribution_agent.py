@@ -333,7 +333,7 @@ class _Delivery:
         command from now on (NotNetApplicable: this batch too)."""
         if self.settings.mode != "auto" or not arts:
             return
-        found = bulk_apply.unwatched(self.streams.first, arts)
+        found = bulk_apply.watching_triggers(self.streams.first, arts)
         if not found:
             return
         for art in arts:

@@ -146,7 +146,9 @@ def article_paths(
     return out
 
 
-def unwatched(conn: psycopg.Connection, articles: Sequence[ResolvedArticle]) -> dict[tuple[str, str], list[str]]:
+def watching_triggers(
+    conn: psycopg.Connection, articles: Sequence[ResolvedArticle]
+) -> dict[tuple[str, str], list[str]]:
     """Lock the articles' subscriber tables (``ROW EXCLUSIVE``, as their DML would, in this
     order) and return the triggers that fire there for replicated changes (empty: none).  Under
     that lock no trigger can be created or enabled there before the transaction ends, so a batch
