@@ -257,4 +257,8 @@ def test_airflow_providers_lists_our_hooks_and_triggers(what, ours):
             }
         ]
     else:
-        assert {r["class"] for r in rows} == {"airflow_repl.triggers.quiescing", "airflow_repl.triggers.wal_retention"}
+        assert {r["class"] for r in rows} == {
+            "airflow_repl.triggers.quiescing",
+            "airflow_repl.triggers.wal_retention",
+            "airflow_repl.triggers.health",
+        }
