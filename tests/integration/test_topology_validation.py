@@ -750,7 +750,7 @@ def test_unreadable_file_is_one_line_and_changes_nothing(servers, tmp_path):
             "--",
             *command,
         ]
-    repo = str(Path(cli.__file__).resolve().parents[1])
+    repo = str(Path(cli.__file__).resolve().parents[2])
     before = state(servers)
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": repo})
     _assert_one_error_line(
