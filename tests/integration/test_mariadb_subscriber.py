@@ -23,6 +23,7 @@ from airflow_repl.engine.errors import (
 )
 from airflow_repl.engine.mariadb import connections as mariadb_connections
 from airflow_repl.engine.model import topology as topology_mod
+from airflow_repl.engine.postgres.lsn import lsn_to_int
 from airflow_repl.engine.subscriber import validation
 
 
@@ -405,3 +406,22 @@ def test_a_subscriber_named_by_an_airflow_mysql_connection_with_extras(env, spar
     env.run(env.pub, "INSERT INTO items VALUES (2, 'b')")
     deliver(topo)
     assert mariadb.rows(db, "SELECT id, v FROM items ORDER BY id") == [(1, "a"), (2, "b")]
+
+
+def test_a_backlog_across_wal_0_10000000_is_delivered_in_order(wal_env, spark, mariadb):
+    env = wal_env("0/10000000")
+    env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+    topo, db = mariadb_topology(env, mariadb, ["public.items"], commit_batch_size=3)
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    for i in range(1, 6):  # before the boundary: LSNs of 7 hex digits
+        env.run(env.pub, "INSERT INTO items VALUES (%s, 'before')", (i,))
+    env.cross_boundary()
+    for i in range(6, 11):  # after it: 8 digits, greater as numbers, smaller as text
+        env.run(env.pub, "INSERT INTO items VALUES (%s, 'after')", (i,))
+    env.run(env.pub, "UPDATE items SET v = 'last' WHERE id = 1")
+    done = deliver(topo)
+    assert done["transactions"] == 11
+    assert mariadb.rows(db, "SELECT COUNT(*), SUM(v = 'after'), MAX(v = 'last') FROM items") == [(10, 5, 1)]
+    [(text, position)] = mariadb.rows(db, "SELECT xact_seqno, position FROM airflow_repl_subscription_state")
+    assert lsn_to_int(text) == position > lsn_to_int("0/10000000") and text == done["last_xact_seqno"]
+    assert deliver(topo)["transactions"] == 0
