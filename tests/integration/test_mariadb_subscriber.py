@@ -10,7 +10,16 @@ from urllib.parse import quote
 
 import psycopg
 import pytest
-from harness import AgentThread, resolved_topology, run_agent_process, spec_file, unused_port, wait_for
+from harness import (
+    AgentThread,
+    deliver,
+    mariadb_topology,
+    resolved_topology,
+    run_agent_process,
+    spec_file,
+    unused_port,
+    wait_for,
+)
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
 from airflow_repl.engine.errors import (
@@ -25,26 +34,6 @@ from airflow_repl.engine.mariadb import connections as mariadb_connections
 from airflow_repl.engine.model import topology as topology_mod
 from airflow_repl.engine.postgres.lsn import lsn_to_int
 from airflow_repl.engine.subscriber import validation
-
-
-def mariadb_topology(env, mariadb, articles, *, db=None, **sub_options):
-    """Publication ``p`` of ``articles`` to one MariaDB subscriber ``m1`` (a fresh database)."""
-    db = db or mariadb.new_database()
-    servers = env.servers(subscribers=[])
-    servers["subscribers"] = {"m1": mariadb.uri(db)}
-    topo = resolved_topology(
-        {
-            **servers,
-            "publications": [{"name": "p", "articles": articles}],
-            "subscriptions": [{"publication": "p", "subscriber": "m1", **sub_options}],
-        }
-    )
-    return topo, db
-
-
-def deliver(topo, **options):
-    log_reader_agent.run_log_reader(topo, "p")
-    return distribution_agent.run_distribution(topo, "p", "m1", **options)
 
 
 def test_snapshot_then_changes_reach_a_mariadb_subscriber_exactly_once(env, spark, mariadb):
