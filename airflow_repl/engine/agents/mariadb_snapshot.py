@@ -61,7 +61,7 @@ def plan_tables(articles: list[ResolvedArticle], kinds: dict[int, str], subscrib
     plans: list[TablePlan] = []
     tables: dict[str, str] = {}
     for art in articles:
-        where = f"article {art.name!r} ({art.destination}) at MariaDB subscriber {subscriber!r}"
+        where = f"article {art.name!r} ({art.destination!r}) at MariaDB subscriber {subscriber!r}"
         table = check_name("table", art.dest_table, where)
         if table in tables:
             raise TopologyError(

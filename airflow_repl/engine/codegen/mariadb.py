@@ -60,14 +60,7 @@ quote = quoting.ident
 qualified = quoting.qualified
 
 
-def literal(text: str) -> str:
-    """A string literal meaning ``text`` whatever ``sql_mode`` (``NO_BACKSLASH_ESCAPES``) and the
-    connection's character set are: ``'it''s'`` when ``text`` is printable ASCII without a
-    backslash, otherwise its UTF-8 bytes in hexadecimal, converted
-    (``CONVERT(X'C3A9' USING utf8mb4)``)."""
-    if text.isascii() and text.isprintable() and "\\" not in text:
-        return "'" + text.replace("'", "''") + "'"
-    return f"CONVERT(X'{text.encode().hex().upper()}' USING utf8mb4)"
+literal = quoting.literal
 
 
 def type_of(pg_type: str) -> str:
