@@ -50,6 +50,9 @@ BENCH_NATIVE ?=
 #: Arguments of benchmarks/memory_bound.py (peak memory of the agents on one transaction of 5M row
 #: changes and a backlog of 10M: about 40 minutes here); e.g. BENCH_MEMORY="--backlog 1000000"
 BENCH_MEMORY ?=
+#: Arguments of benchmarks/mariadb_catchup.py (a pgbench backlog to a MariaDB subscriber beside a
+#: PostgreSQL one; 100,000 transactions by default); e.g. BENCH_MARIADB="--transactions 10000"
+BENCH_MARIADB ?=
 
 bench: install
 	$(PY) benchmarks/native_compare.py $(BENCH_NATIVE)
@@ -58,6 +61,7 @@ bench: install
 	$(PY) benchmarks/streams.py
 	$(PY) benchmarks/queue_reader.py
 	$(PY) benchmarks/topology_scale.py
+	$(PY) benchmarks/mariadb_catchup.py $(BENCH_MARIADB)
 
 sandbox-stop:
 	-$(VENV)/bin/airflow-repl sandbox stop
