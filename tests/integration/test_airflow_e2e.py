@@ -498,3 +498,21 @@ def test_updatable_dag_runs_the_queue_reader_through_spark_submit(airflow_env, s
     assert summary["conflicts"] == 1, summary
     out, err = capfd.readouterr()
     assert "Spark-Submit cmd: spark-submit" in out + err
+
+
+def test_the_demos_mariadb_part_replicates_the_shop_to_a_mariadb_subscriber(airflow_env, sandbox, capfd):
+    """``make demo``'s last part: the demo publication to the sandbox's MariaDB server (an Airflow
+    mysql connection), initialized alone, a burst of changes delivered, counts and checksums equal."""
+    from airflow_repl import demo_mariadb
+
+    assert demo_mariadb.run(demo, airflow_env, sandbox.root) is True
+    out = capfd.readouterr().out
+    assert "skipped" not in out
+    for article in ("customers", "products", "orders", "order_lines"):
+        assert re.search(rf"^  {article}\s+(\d+)\s+\1\s+(\S+)\s+\2\s+yes$", out, re.MULTILINE), out[-3000:]
+    server = sandbox.mariadb()
+    with server.connection(demo_mariadb.DATABASE) as conn, conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM customers WHERE name LIKE %s", ("%\U0001f600",))
+        assert cur.fetchone()[0] > 0
+    password = server.password
+    assert password not in (sandbox.root / demo_mariadb.TOPOLOGY_FILE).read_text()
