@@ -10,6 +10,7 @@ from urllib.parse import quote
 
 import psycopg
 import pytest
+import yaml
 from harness import (
     AgentThread,
     deliver,
@@ -32,6 +33,7 @@ from airflow_repl.engine.errors import (
 )
 from airflow_repl.engine.mariadb import connections as mariadb_connections
 from airflow_repl.engine.model import topology as topology_mod
+from airflow_repl.engine.postgres.connections import to_uri
 from airflow_repl.engine.postgres.lsn import lsn_to_int
 from airflow_repl.engine.subscriber import validation
 
@@ -260,7 +262,7 @@ def test_a_subscriber_table_it_cannot_apply_to_exactly_once_is_refused(env, spar
 
 # ---------------------------------------------------------------------- fidelity: the edge data
 LONG_COLUMN = "c" + "\u00e9" * 31  # 63 bytes in UTF-8, 32 characters
-ODD_COLUMN = 'Quoted "Col"\nline `x` -- /* go'
+ODD_COLUMN = 'Quoted "Col"\nline `x` -- /* go 100%s %% %(v)s'
 EDGE_DDL = f"""
 CREATE TYPE mood AS ENUM ('sad', 'ok', 'h\u00e4ppy ''q''');
 CREATE DOMAIN posint AS int CHECK (VALUE > 0);
@@ -414,3 +416,81 @@ def test_a_backlog_across_wal_0_10000000_is_delivered_in_order(wal_env, spark, m
     [(text, position)] = mariadb.rows(db, "SELECT xact_seqno, position FROM airflow_repl_subscription_state")
     assert lsn_to_int(text) == position > lsn_to_int("0/10000000") and text == done["last_xact_seqno"]
     assert deliver(topo)["transactions"] == 0
+
+
+def test_reinitialize_replaces_a_drifted_subscriber_and_a_file_loads_once(env, spark, mariadb):
+    import contextlib
+
+    import pyarrow as pa
+
+    from airflow_repl.engine.agents.mariadb_snapshot import TableLoad
+    from airflow_repl.engine.state import dist_publications
+
+    env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+    env.run(env.pub, "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 30) g")
+    topo, db = mariadb_topology(env, mariadb, ["public.items"])
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    mariadb.run(db, "DELETE FROM items WHERE id <= 10")
+    mariadb.run(db, "INSERT INTO items VALUES (99, 'extra')")
+    assert not validation.compare(topo, "p", "m1")[0]["match"]
+    again = snapshot_agent.run_snapshot(topo, "p", spark, reinitialize=True)
+    assert again["initialized"] == ["m1"]
+    assert validation.compare(topo, "p", "m1")[0]["match"]
+    [(snapshot_id, files, rows)] = mariadb.rows(
+        db, "SELECT snapshot_id, COUNT(*), SUM(`rows`) FROM airflow_repl_snapshot_files GROUP BY snapshot_id"
+    )
+    assert snapshot_id == again["snapshot_id"] and rows == 30 and files >= 1
+    # a Spark task run again finds its file in the ledger: nothing is loaded twice
+    [(path,)] = mariadb.rows(db, "SELECT path FROM airflow_repl_snapshot_files LIMIT 1")
+    with psycopg.connect(env.dist) as dist:
+        [article] = dist_publications.load_articles(dist, "p")
+    with contextlib.ExitStack() as stack:
+        load = TableLoad(stack, "m1", topo.subscriber_conninfo("m1"), article, snapshot_id, path)
+        assert not load.claimed
+    with contextlib.ExitStack() as stack:
+        load = TableLoad(
+            stack, "m1", topo.subscriber_conninfo("m1"), article, snapshot_id, "data/new/part-00009.parquet"
+        )
+        assert load.claimed
+        load.write_batch(pa.record_batch([pa.array([500], pa.int32()), pa.array(["new"])], names=["id", "v"]))
+        load.end(1)  # not committed: the stack rolls it back
+    assert mariadb.rows(db, "SELECT COUNT(*) FROM items WHERE id = 500") == [(0,)]
+
+
+# ---------------------------------------------------------------------- the command line
+def test_cli_snapshots_delivers_to_and_validates_a_mariadb_subscriber(env, spark, mariadb, tmp_path, capsys):
+    from airflow_repl import cli
+
+    env.run(env.pub, "CREATE TABLE orders (id int PRIMARY KEY, v text)")
+    env.run(env.pub, "INSERT INTO orders SELECT g, 'v' FROM generate_series(1, 100) g")
+    db = mariadb.new_database()
+    path = tmp_path / "topology.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "publisher": to_uri(env.pub),
+                "distributor": to_uri(env.dist),
+                "subscribers": {"m1": mariadb.uri(db)},
+                "snapshot_folder": str(tmp_path / "snaps"),
+                "publications": [{"name": "p", "articles": ["public.orders"]}],
+                "subscriptions": [{"publication": "p", "subscriber": "m1"}],
+            }
+        )
+    )
+    topo = str(path)
+    assert cli.main(["snapshot", "-t", topo]) == 0
+    assert json.loads(capsys.readouterr().out)["initialized"] == ["m1"]
+    env.run(env.pub, "UPDATE orders SET v = 'w' WHERE id <= 10")
+    assert cli.main(["logreader", "-t", topo]) == 0
+    assert cli.main(["distribution", "-t", topo, "--subscriber", "m1"]) == 0
+    capsys.readouterr()
+    assert cli.main(["validate", "-t", topo, "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["subscribers"]["m1"][0]["match"] is True
+    mariadb.run(db, "DELETE FROM orders WHERE id = 1")
+    assert cli.main(["validate", "-t", topo]) == 6
+    out, err = capsys.readouterr()
+    assert "subscriber m1:" in out and "missing" in out
+    assert mariadb.server.password not in out + err
+    assert cli.main(["status", "-t", topo]) == 0
+    out, err = capsys.readouterr()
+    assert "m1" in out and mariadb.server.password not in out + err

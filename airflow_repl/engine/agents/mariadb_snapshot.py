@@ -27,7 +27,7 @@ from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import ReplError, ServerLost, TopologyError
 from airflow_repl.engine.mariadb import connections as mariadb_connections
 from airflow_repl.engine.mariadb import types
-from airflow_repl.engine.mariadb.quoting import check_name, ident
+from airflow_repl.engine.mariadb.quoting import check_name, ident, ident_in_format
 from airflow_repl.engine.state import mariadb_subscriber_state as state
 from airflow_repl.engine.subscriber import mariadb_apply, mariadb_calls
 
@@ -178,9 +178,9 @@ class TableLoad:
         self.conn = mariadb_connections.connect(conninfo, self.role)
         stack.callback(self.conn.close)
         self.conversions = mariadb_apply.conversions(article)
-        names = ", ".join(ident(n) for n in article.column_names)
+        names = ", ".join(ident_in_format(n) for n in article.column_names)
         marks = ", ".join(["%s"] * len(article.columns))
-        self.insert = f"INSERT INTO {ident(article.dest_table)} ({names}) VALUES ({marks})"
+        self.insert = f"INSERT INTO {ident_in_format(article.dest_table)} ({names}) VALUES ({marks})"
         self.where = f"article {article.name!r}"
         with self._errors():
             self.claimed = state.claim_snapshot_file(self.conn, article.publication, snapshot_id, rel_path)

@@ -14,6 +14,12 @@ def ident(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def ident_in_format(name: str) -> str:
+    """:func:`ident` for a statement the driver fills with parameters (``%s``): PyMySQL formats
+    it with Python's ``%``, so a ``%`` in the name is doubled."""
+    return ident(name).replace("%", "%%")
+
+
 def qualified(database: str, table: str) -> str:
     return f"{ident(database)}.{ident(table)}"
 

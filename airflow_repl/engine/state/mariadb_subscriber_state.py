@@ -114,11 +114,16 @@ def lock_watermark(conn: Any, publication: str, subscriber: str) -> str:
     return str(row[0])
 
 
-def try_agent_lock(conn: Any, publication: str) -> bool:
+#: Seconds a Distribution Agent waits for the lock of another session: the session of an agent
+#: killed in the middle of a batch lives on at the server until its statement ends there.
+AGENT_LOCK_WAIT = 15
+
+
+def try_agent_lock(conn: Any, publication: str, wait: int = AGENT_LOCK_WAIT) -> bool:
     """Take the Distribution Agent's session lock for the publication at this subscriber
-    (``GET_LOCK``, released when the connection ends, also when the process dies); False when
-    another session holds it."""
-    row = _one(conn, "SELECT GET_LOCK(CONCAT('airflow_repl:', DATABASE(), ':', %s), 0)", (publication,))
+    (``GET_LOCK``, released when the connection ends, also when the process dies), waiting up
+    to ``wait`` seconds; False when another session still holds it."""
+    row = _one(conn, "SELECT GET_LOCK(CONCAT('airflow_repl:', DATABASE(), ':', %s), %s)", (publication, wait))
     return bool(row and row[0] == 1)
 
 

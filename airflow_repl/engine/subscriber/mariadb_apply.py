@@ -29,7 +29,7 @@ from airflow_repl.engine.articles.commands import DELETE, INSERT, SCHEMA, TRUNCA
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import ROW_NOT_FOUND_SQLSTATE, DeliveryError
 from airflow_repl.engine.mariadb import types
-from airflow_repl.engine.mariadb.quoting import ident
+from airflow_repl.engine.mariadb.quoting import ident, ident_in_format
 from airflow_repl.engine.model.propagation import Method, Operation
 from airflow_repl.engine.state.dist_transactions import CommandRow
 from airflow_repl.engine.subscriber import conflicts
@@ -72,25 +72,29 @@ class _Statements:
 
 
 def _statements(art: ResolvedArticle) -> _Statements:
-    table = ident(art.dest_table)
+    """The article's statements: those with ``%s`` parameters quote names for the driver's
+    formatting (:func:`ident_in_format`), the multi-row INSERT's head and the TRUNCATE as they are."""
+    table, ftable = ident(art.dest_table), ident_in_format(art.dest_table)
     names = art.column_names
     pk = art.pk_positions
     others = [i for i in range(len(names)) if i not in pk]
-    where = " AND ".join(f"{ident(names[i])} = %s" for i in pk)
-    cols = ", ".join(ident(n) for n in names)
+    where = " AND ".join(f"{ident_in_format(names[i])} = %s" for i in pk)
+    fcols = ", ".join(ident_in_format(n) for n in names)
     marks = ", ".join(["%s"] * len(names))
     update = (
-        f"UPDATE {table} SET {', '.join(f'{ident(names[i])} = %s' for i in others)} WHERE {where}" if others else None
+        f"UPDATE {ftable} SET {', '.join(f'{ident_in_format(names[i])} = %s' for i in others)} WHERE {where}"
+        if others
+        else None
     )
     return _Statements(
         art,
         conversions(art),
-        f"INSERT INTO {table} ({cols}) VALUES ({marks})",
-        f"INSERT INTO {table} ({cols}) VALUES ",
+        f"INSERT INTO {ftable} ({fcols}) VALUES ({marks})",
+        f"INSERT INTO {table} ({', '.join(ident(n) for n in names)}) VALUES ",
         f"({marks})",
         update,
-        f"SELECT 1 FROM {table} WHERE {where}",
-        f"DELETE FROM {table} WHERE {where}",
+        f"SELECT 1 FROM {ftable} WHERE {where}",
+        f"DELETE FROM {ftable} WHERE {where}",
         f"DELETE FROM {table}",
     )
 
