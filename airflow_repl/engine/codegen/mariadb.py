@@ -83,7 +83,7 @@ def column_type(column: Column) -> str:
 # ---------------------------------------------------------------------- names
 def check_names(article: ResolvedArticle) -> None:
     """Refuse an article with a name MariaDB cannot hold (:func:`quoting.check_name`: 64
-    characters, no trailing space, no 4-byte UTF-8 character) or with columns named alike but for
+    characters, no trailing whitespace, no 4-byte UTF-8 character) or with columns named alike but for
     case (MariaDB compares column names ignoring case): one line naming the name and the fix."""
     where = f"article {article.name!r} ({article.destination!r}) at a MariaDB subscriber"
     quoting.check_name("table", article.dest_table, where)
