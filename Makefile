@@ -51,6 +51,9 @@ BENCH_NATIVE ?=
 #: Arguments of benchmarks/memory_bound.py (peak memory of the agents on one transaction of 5M row
 #: changes and a backlog of 10M: about 40 minutes here); e.g. BENCH_MEMORY="--backlog 1000000"
 BENCH_MEMORY ?=
+#: Arguments of benchmarks/mariadb_catchup.py (a pgbench backlog to a MariaDB subscriber beside a
+#: PostgreSQL one; 100,000 transactions by default); e.g. BENCH_MARIADB="--transactions 10000"
+BENCH_MARIADB ?=
 
 #: Arguments of benchmarks/add_article.py (one article added to a live publication, against a full
 #: reinitialize and native's REFRESH PUBLICATION); e.g. make bench BENCH_ADD_ARTICLE="--scale 1 --article-rows 10000"
@@ -64,6 +67,7 @@ bench: install
 	$(PY) benchmarks/queue_reader.py
 	$(PY) benchmarks/topology_scale.py
 	$(PY) benchmarks/add_article.py $(BENCH_ADD_ARTICLE)
+	$(PY) benchmarks/mariadb_catchup.py $(BENCH_MARIADB)
 
 sandbox-stop:
 	-$(VENV)/bin/airflow-repl sandbox stop

@@ -6,9 +6,10 @@ Spark local mode: initial sync while the workload writes, scheduled replication 
 keeps writing (a tracer token before each), a schema change (``airflow_repl_schema_change``: a
 column added while the workload writes before and after it), then a last cycle once it stops.  Ends with per-article row counts and checksums
 at the publisher and the subscriber (the new column included), the tracer tokens' latency per
-hop, the measured throughput, and queued updating subscriptions
+hop, the measured throughput, queued updating subscriptions
 (:mod:`airflow_repl.demo_updatable`): a subscriber's change reaching the publisher and the other
-subscriber, and one conflict.
+subscriber, and one conflict; and the demo publication at a MariaDB subscriber beside the
+PostgreSQL one (:mod:`airflow_repl.demo_mariadb`), its row counts and checksums.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from airflow_repl import demo_updatable
+from airflow_repl import demo_mariadb, demo_updatable
 from airflow_repl.engine.errors import ReplError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -398,7 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     if errors:
         print(f"workload errors: {errors[:3]}", file=sys.stderr)
     updatable_ok = demo_updatable.run(sys.modules[__name__], conninfos)
-    ok = all(r["match"] for r in report) and updatable_ok
+    mariadb_ok = demo_mariadb.run(sys.modules[__name__], conninfos, Path(args.root).resolve())
+    ok = all(r["match"] for r in report) and updatable_ok and mariadb_ok
     print("\nRESULT:", "every article matches" if ok else "MISMATCH", flush=True)
     return 0 if ok else 1
 

@@ -150,6 +150,26 @@ WAL_HEADROOM = 4 << 20
 AGENT_RUNNER = str(Path(__file__).with_name("agent_runner.py"))
 
 
+def mariadb_topology(env, mariadb, articles, *, db=None, **sub_options):
+    """Publication ``p`` of ``articles`` to one MariaDB subscriber ``m1`` (a fresh database)."""
+    db = db or mariadb.new_database()
+    servers = env.servers(subscribers=[])
+    servers["subscribers"] = {"m1": mariadb.uri(db)}
+    topo = resolved_topology(
+        {
+            **servers,
+            "publications": [{"name": "p", "articles": articles}],
+            "subscriptions": [{"publication": "p", "subscriber": "m1", **sub_options}],
+        }
+    )
+    return topo, db
+
+
+def deliver(topo, **options):
+    log_reader_agent.run_log_reader(topo, "p")
+    return distribution_agent.run_distribution(topo, "p", "m1", **options)
+
+
 def spec_file(topo: topology_mod.Topology, tmp_path: Path) -> str:
     """The topology as AGENT_RUNNER's SPEC_JSON file (secrets included)."""
     path = tmp_path / "spec.json"

@@ -550,3 +550,21 @@ def test_a_templated_publication_names_the_alias_after_rendering(airflow_env, ca
         assert {e.asset.uri for e in mine} == {_subscriber_uri(airflow_env, t) for t in TABLES}, mine
         assert all(e.extra["publication"] == "shop" for e in mine)
     assert not {n for n in names if "{" in n or "not-this-one" in n}, names
+
+
+def test_the_demos_mariadb_part_replicates_the_shop_to_a_mariadb_subscriber(airflow_env, sandbox, capfd):
+    """``make demo``'s last part: the demo publication to the sandbox's MariaDB server (an Airflow
+    mysql connection), initialized alone, a burst of changes delivered, counts and checksums equal."""
+    from airflow_repl import demo_mariadb
+
+    assert demo_mariadb.run(demo, airflow_env, sandbox.root) is True
+    out = capfd.readouterr().out
+    assert "skipped" not in out
+    for article in ("customers", "products", "orders", "order_lines"):
+        assert re.search(rf"^  {article}\s+(\d+)\s+\1\s+(\S+)\s+\2\s+yes$", out, re.MULTILINE), out[-3000:]
+    server = sandbox.mariadb()
+    with server.connection(demo_mariadb.DATABASE) as conn, conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM customers WHERE name LIKE %s", ("%\U0001f600",))
+        assert cur.fetchone()[0] > 0
+    password = server.password
+    assert password not in (sandbox.root / demo_mariadb.TOPOLOGY_FILE).read_text()

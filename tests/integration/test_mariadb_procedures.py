@@ -224,8 +224,9 @@ def test_script_procs_refuses_a_name_mariadb_cannot_hold_before_printing(env, tm
     assert (code, out) == (2, "")
     assert err == (
         "airflow-repl: error: table 'emoji😀' of article 'emoji😀' ('public.emoji😀') at a MariaDB subscriber cannot "
-        "be a MariaDB name (at most 64 characters, no NUL, no trailing space, no 4-byte UTF-8 character): rename it "
-        "at the publisher or leave it out of the article\n"
+        "be a MariaDB name (at most 64 characters, no NUL, no trailing space, tab, line break, vertical tab, form "
+        "feed or carriage return, no 4-byte UTF-8 character): rename it at the publisher or leave it out of the "
+        "article\n"
     )
 
 

@@ -11,7 +11,16 @@ from urllib.parse import quote
 import psycopg
 import pytest
 import yaml
-from harness import AgentThread, resolved_topology, run_agent_process, spec_file, unused_port, wait_for
+from harness import (
+    AgentThread,
+    deliver,
+    mariadb_topology,
+    resolved_topology,
+    run_agent_process,
+    spec_file,
+    unused_port,
+    wait_for,
+)
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
 from airflow_repl.engine.errors import (
@@ -27,26 +36,6 @@ from airflow_repl.engine.model import topology as topology_mod
 from airflow_repl.engine.postgres.connections import to_uri
 from airflow_repl.engine.postgres.lsn import lsn_to_int
 from airflow_repl.engine.subscriber import validation
-
-
-def mariadb_topology(env, mariadb, articles, *, db=None, **sub_options):
-    """Publication ``p`` of ``articles`` to one MariaDB subscriber ``m1`` (a fresh database)."""
-    db = db or mariadb.new_database()
-    servers = env.servers(subscribers=[])
-    servers["subscribers"] = {"m1": mariadb.uri(db)}
-    topo = resolved_topology(
-        {
-            **servers,
-            "publications": [{"name": "p", "articles": articles}],
-            "subscriptions": [{"publication": "p", "subscriber": "m1", **sub_options}],
-        }
-    )
-    return topo, db
-
-
-def deliver(topo, **options):
-    log_reader_agent.run_log_reader(topo, "p")
-    return distribution_agent.run_distribution(topo, "p", "m1", **options)
 
 
 def test_snapshot_then_changes_reach_a_mariadb_subscriber_exactly_once(env, spark, mariadb):
@@ -97,11 +86,11 @@ def open_batch_rows(mariadb) -> int:
     return int(rows)
 
 
-def backlog(env, mariadb, spark, transactions, **sub_options):
+def backlog(env, mariadb, spark, transactions, article="public.items", **sub_options):
     """``items`` snapshotted to a MariaDB subscriber, then ``transactions`` publisher
     transactions of 5 inserts each waiting for delivery (read by the Log Reader)."""
     env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text)")
-    topo, db = mariadb_topology(env, mariadb, ["public.items"], **sub_options)
+    topo, db = mariadb_topology(env, mariadb, [article], **sub_options)
     snapshot_agent.run_snapshot(topo, "p", spark)
     count_applied(mariadb, db)
     with psycopg.connect(env.pub, autocommit=True) as conn:
@@ -129,8 +118,13 @@ def test_a_backlog_delivered_in_commit_order_batch_by_batch(env, spark, mariadb)
     assert_applied_once(mariadb, db, 2000)
 
 
-def test_distribution_agent_killed_mid_batch_applies_everything_exactly_once(env, spark, mariadb, tmp_path):
-    topo, db = backlog(env, mariadb, spark, 4000, commit_batch_size=1000, commit_batch_threshold=5000)
+@pytest.mark.parametrize(
+    "article",
+    ["public.items", {"table": "public.items", "ins_cmd": "CALL sp_MSins_publicitems"}],
+    ids=["statements", "generated procedure"],
+)
+def test_distribution_agent_killed_mid_batch_applies_everything_exactly_once(env, spark, mariadb, tmp_path, article):
+    topo, db = backlog(env, mariadb, spark, 4000, article, commit_batch_size=1000, commit_batch_threshold=5000)
     spec = spec_file(topo, tmp_path)
     outcome = run_agent_process(
         "distribution", spec, {"subscriber": "m1"}, kill_when=lambda: open_batch_rows(mariadb) > 500

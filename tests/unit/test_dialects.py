@@ -172,15 +172,23 @@ def test_the_mariadb_script_changes_the_delimiter_to_one_no_procedure_holds():
             "emoji\U0001f600",
             ["a"],
             "table 'emoji\U0001f600' of article 'emoji\U0001f600' ('public.emoji\U0001f600') at a MariaDB subscriber "
-            "cannot be a MariaDB name (at most 64 characters, no NUL, no trailing space, no 4-byte UTF-8 character): "
-            "rename it at the publisher or leave it out of the article",
+            "cannot be a MariaDB name (at most 64 characters, no NUL, no trailing space, tab, line break, vertical tab, "
+            "form feed or carriage return, no 4-byte UTF-8 character): rename it at the publisher or leave it out of "
+            "the article",
         ),
         (
             "t\nx",
             ["tail "],
             "column 'tail ' of article 't\\nx' ('public.t\\nx') at a MariaDB subscriber cannot be a MariaDB name (at "
-            "most 64 characters, no NUL, no trailing space, no 4-byte UTF-8 character): rename it at the publisher "
-            "or leave it out of the article",
+            "most 64 characters, no NUL, no trailing space, tab, line break, vertical tab, form feed or carriage "
+            "return, no 4-byte UTF-8 character): rename it at the publisher or leave it out of the article",
+        ),
+        (
+            "t",
+            ["tab\t"],
+            "column 'tab\\t' of article 't' ('public.t') at a MariaDB subscriber cannot be a MariaDB name (at "
+            "most 64 characters, no NUL, no trailing space, tab, line break, vertical tab, form feed or carriage "
+            "return, no 4-byte UTF-8 character): rename it at the publisher or leave it out of the article",
         ),
         (
             "t",

@@ -81,13 +81,18 @@ def test_values_converted():
 
 def test_quoting():
     assert ident("a`b") == "`a``b`"
-    assert literal("it's \\ \0") == "'it\\'s \\\\ \\0'"
+    assert literal("it's") == "'it''s'"
+    assert literal("it's \\ \0") == "CONVERT(X'69742773205C2000' USING utf8mb4)"  # no backslash escape
     with pytest.raises(TopologyError, match="64 characters"):
         check_name("column", "x" * 65, "t")
     with pytest.raises(TopologyError, match="trailing space"):
         check_name("column", "x ", "t")
     with pytest.raises(TopologyError, match="4-byte"):
         check_name("column", "x\U0001f600", "t")
+    for end in " \t\n\v\f\r":
+        with pytest.raises(TopologyError, match="trailing space, tab, line break") as err:
+            check_name("column", "x" + end, "table " + repr("t\nx"))
+        assert "\n" not in str(err.value) and repr("x" + end) in str(err.value)
     assert check_name("column", 'a "b"\n`c` ' + "\u00e9" * 30 + "x", "t")
 
 

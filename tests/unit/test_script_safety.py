@@ -550,8 +550,9 @@ MARIADB_SAFE = MARIADB_NAMES.map(_mariadb_safe)
 
 
 def mariadb_hazard(name: str) -> bool:
-    """What the MariaDB dialect refuses in a name: a character outside the BMP, a trailing space."""
-    return any(ord(c) > 0xFFFF for c in name) or name.endswith(" ")
+    """What the MariaDB dialect refuses in a name: a character outside the BMP, trailing
+    whitespace (space, tab, line break, vertical tab, form feed, carriage return)."""
+    return any(ord(c) > 0xFFFF for c in name) or name.endswith((" ", "\t", "\n", "\v", "\f", "\r"))
 
 
 def mariadb_client_statements(script: str) -> list[str]:

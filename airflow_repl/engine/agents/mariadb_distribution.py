@@ -10,7 +10,8 @@ command by command with a savepoint per transaction: ``skip_errors`` skips what 
 other error stops delivery naming the command, with what was applied before it committed.
 
 Before anything is delivered the run checks the subscription (nothing changed when refused):
-its articles unchanged since the snapshot, no custom procedure, and every subscriber table
+its articles unchanged since the snapshot, the procedures it calls there
+(:mod:`~airflow_repl.engine.subscriber.mariadb_calls`), and every subscriber table
 transactional (InnoDB), with its primary key and binary key collations
 (:func:`~airflow_repl.engine.mariadb.catalog.check_table`).  One stream: ``subscription_streams``
 and ``bulk_apply`` are PostgreSQL's (refused here).
@@ -45,7 +46,7 @@ from airflow_repl.engine.state import (
 )
 from airflow_repl.engine.state import mariadb_subscriber_state as state
 from airflow_repl.engine.state.dist_transactions import PendingTransaction
-from airflow_repl.engine.subscriber import mariadb_apply
+from airflow_repl.engine.subscriber import mariadb_apply, mariadb_calls
 from airflow_repl.engine.subscriber.mariadb_apply import MariaDBApplier
 
 log = logging.getLogger(__name__)
@@ -128,12 +129,12 @@ class MariaDBDelivery:
                 f"was initialized: run the Snapshot Agent with reinitialize for it "
                 f"({retention.reinitialize_command(self.publication, self.subscriber)})"
             )
-        mariadb_apply.check_propagation(articles, self.subscriber)
         database = mariadb_connections.database(self.conninfo)
         for expected in expected_tables(articles):
             catalog.check_table(self.conn, database, expected, self.subscriber)
+        applier = mariadb_calls.applier(self.conn, database, articles, self.subscriber)  # statements or CALLs
         self.conn.rollback()
-        return MariaDBApplier({a.name: a for a in articles})
+        return applier
 
     # ------------------------------------------------------------------ the loop
     def run(

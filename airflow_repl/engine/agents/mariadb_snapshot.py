@@ -29,7 +29,7 @@ from airflow_repl.engine.mariadb import connections as mariadb_connections
 from airflow_repl.engine.mariadb import types
 from airflow_repl.engine.mariadb.quoting import check_name, ident, ident_in_format
 from airflow_repl.engine.state import mariadb_subscriber_state as state
-from airflow_repl.engine.subscriber import mariadb_apply
+from airflow_repl.engine.subscriber import mariadb_apply, mariadb_calls
 
 #: Rows per multi-row INSERT of the load (the driver also splits by the server's packet size).
 INSERT_ROWS = 1000
@@ -57,11 +57,11 @@ def user_type_kinds(pub: psycopg.Connection[Any], articles: list[ResolvedArticle
 
 def plan_tables(articles: list[ResolvedArticle], kinds: dict[int, str], subscriber: str) -> list[TablePlan]:
     """Each article's table at the MariaDB subscriber, or a refusal (nothing has changed yet)."""
-    mariadb_apply.check_propagation(articles, subscriber)
+    mariadb_calls.check_propagation(articles, subscriber)
     plans: list[TablePlan] = []
     tables: dict[str, str] = {}
     for art in articles:
-        where = f"article {art.name!r} ({art.destination}) at MariaDB subscriber {subscriber!r}"
+        where = f"article {art.name!r} ({art.destination!r}) at MariaDB subscriber {subscriber!r}"
         table = check_name("table", art.dest_table, where)
         if table in tables:
             raise TopologyError(

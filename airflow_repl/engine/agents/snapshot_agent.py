@@ -41,6 +41,7 @@ from airflow_repl.engine.agents.snapshot_folder import DataFile, LoadTarget, Par
 from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
 from airflow_repl.engine.codegen import call_syntax, immediate_triggers, queue_triggers, updating_scripts, user_types
 from airflow_repl.engine.errors import ReplError
+from airflow_repl.engine.mariadb import connections as mariadb_connections
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.propagation import Operation
 from airflow_repl.engine.model.topology import Topology
@@ -55,7 +56,7 @@ from airflow_repl.engine.state import (
     subscriber_immediate,
     subscriber_state,
 )
-from airflow_repl.engine.subscriber import in_doubt
+from airflow_repl.engine.subscriber import in_doubt, mariadb_calls
 
 AGENT = "snapshot"
 
@@ -511,6 +512,7 @@ class _Initialization:
         if self.topology.is_mariadb_subscriber(name):
             self.run.step = f"the initialization of MariaDB subscriber {name!r}"
             mariadb_snapshot.prepare(self.conninfos[name], name, self.publication, self._mariadb_plan(name))
+            mariadb_calls.create_procedures(self.conninfos[name], name, self.articles)
             return
         with self.connect(name, self.conninfos[name]) as sub:
             _check_custom_procedures(sub, self.articles, name)  # before anything is dropped
@@ -803,7 +805,12 @@ def _precheck_custom_procedures(
         if name not in active and topology.is_mariadb_subscriber(name):
             run.step = f"the checks of MariaDB subscriber {name!r}"
             mariadb_snapshot.plan_tables(articles, kinds, name)
-            mariadb_snapshot.connect(topology.subscriber_conninfo(name), name).close()
+            conn = mariadb_snapshot.connect(topology.subscriber_conninfo(name), name)
+            try:  # custom procedures there (generated ones are created by the snapshot)
+                database = mariadb_connections.database(topology.subscriber_conninfo(name))
+                mariadb_calls.check_procedures(conn, database, articles, name, custom_only=True)
+            finally:
+                conn.close()
     if not any(prop.method == "proc" and prop.custom for a in articles for prop in a.propagation.values()):
         return
     for name in names:

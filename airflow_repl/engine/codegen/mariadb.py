@@ -60,14 +60,7 @@ quote = quoting.ident
 qualified = quoting.qualified
 
 
-def literal(text: str) -> str:
-    """A string literal meaning ``text`` whatever ``sql_mode`` (``NO_BACKSLASH_ESCAPES``) and the
-    connection's character set are: ``'it''s'`` when ``text`` is printable ASCII without a
-    backslash, otherwise its UTF-8 bytes in hexadecimal, converted
-    (``CONVERT(X'C3A9' USING utf8mb4)``)."""
-    if text.isascii() and text.isprintable() and "\\" not in text:
-        return "'" + text.replace("'", "''") + "'"
-    return f"CONVERT(X'{text.encode().hex().upper()}' USING utf8mb4)"
+literal = quoting.literal
 
 
 def type_of(pg_type: str) -> str:
@@ -90,7 +83,7 @@ def column_type(column: Column) -> str:
 # ---------------------------------------------------------------------- names
 def check_names(article: ResolvedArticle) -> None:
     """Refuse an article with a name MariaDB cannot hold (:func:`quoting.check_name`: 64
-    characters, no trailing space, no 4-byte UTF-8 character) or with columns named alike but for
+    characters, no trailing whitespace, no 4-byte UTF-8 character) or with columns named alike but for
     case (MariaDB compares column names ignoring case): one line naming the name and the fix."""
     where = f"article {article.name!r} ({article.destination!r}) at a MariaDB subscriber"
     quoting.check_name("table", article.dest_table, where)

@@ -90,7 +90,8 @@ _CHAR = re.compile(r"(?:character|bpchar)(?:\((\d+)\))?")
 
 def _refuse(where: str, column: str, pg_type: str, why: str) -> TopologyError:
     return TopologyError(
-        f"column {column!r} of {where} has type {pg_type}, which a MariaDB subscriber cannot hold: {why}"
+        f"column {column!r} of {where} has type {pg_type if pg_type.isprintable() else repr(pg_type)}, which a "
+        f"MariaDB subscriber cannot hold: {why}"
     )
 
 

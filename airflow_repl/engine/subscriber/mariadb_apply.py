@@ -8,8 +8,8 @@ TRUNCATE commits at once, outside the batch's transaction).  An UPDATE or DELETE
 row fails with the row-not-found error (20598, SQLSTATE ``RP598``), a duplicate key with
 ``23505``, so that ``skip_errors`` means what it means at a PostgreSQL subscriber.  An article
 operation propagated by ``NONE`` is not applied; the generated-procedure default is applied as
-these statements (MariaDB has no generated procedures of ours yet); a custom procedure is
-refused by :func:`check_propagation`.
+these statements.  An operation whose article names a procedure (generated or custom) is a
+``CALL`` (:mod:`mariadb_calls`).
 
 :func:`apply_fast` runs a batch without savepoints, many statements per round trip
 (consecutive INSERTs of one article as one multi-row INSERT); :func:`replay` runs it command by command with a savepoint per transaction,
@@ -27,7 +27,7 @@ import pymysql
 
 from airflow_repl.engine.articles.commands import DELETE, INSERT, SCHEMA, TRUNCATE, UPDATE, Command
 from airflow_repl.engine.articles.resolved import ResolvedArticle
-from airflow_repl.engine.errors import ROW_NOT_FOUND_SQLSTATE, DeliveryError, ReplError
+from airflow_repl.engine.errors import ROW_NOT_FOUND_SQLSTATE, DeliveryError
 from airflow_repl.engine.mariadb import types
 from airflow_repl.engine.mariadb.quoting import ident, ident_in_format
 from airflow_repl.engine.model.propagation import Method, Operation
@@ -42,17 +42,6 @@ DUPLICATE_KEY_SQLSTATE = "23505"
 
 class RowNotFound(Exception):
     """An UPDATE or DELETE found no row at the subscriber."""
-
-
-def check_propagation(articles: Iterable[ResolvedArticle], subscriber: str) -> None:
-    """Refuse what a MariaDB subscriber cannot apply yet: custom procedures."""
-    for art in articles:
-        for op, prop in art.propagation.items():
-            if prop.method == Method.PROC and prop.custom:
-                raise ReplError(
-                    f"article {art.name!r} calls custom procedure {prop.procedure} for its {op}s, which MariaDB "
-                    f"subscriber {subscriber!r} cannot run yet: set its {op.option} to SQL or NONE"
-                )
 
 
 def conversions(art: ResolvedArticle) -> list[str]:
@@ -182,6 +171,15 @@ class MariaDBApplier:
             raise RowNotFound(f"the row to {_operation(cmd)} was not found at the subscriber (row not found, 20598)")
         return True
 
+    def joins(self, cmd: Command) -> bool:
+        """Whether ``cmd`` is an INSERT statement that may join a multi-row INSERT."""
+        return cmd.op == INSERT
+
+    def ends_round_trip(self, cmd: Command) -> bool:
+        """Whether nothing may follow ``cmd``'s statement in its round trip (a statement that may
+        return result sets of its own)."""
+        return False
+
     def insert_values(self, cur: Any, cmd: Command) -> str:
         """An INSERT's row as ``(v1, v2, ...)``, each value escaped by the driver."""
         st = self._of(cmd.article)
@@ -287,11 +285,13 @@ def apply_fast(conn: Any, applier: MariaDBApplier, commands: Iterable[Located]) 
             if found is None:
                 continue
             n += 1
-            if cmd.op == INSERT:
+            if applier.joins(cmd):
                 trips.insert(applier.insert_head(cmd.article), applier.insert_values(cur, cmd), cmd)
             else:
                 query, params, must_match = found
                 trips.add(cur.mogrify(query, params) if params else query, must_match, cmd)
+                if applier.ends_round_trip(cmd):
+                    trips.flush()
         trips.flush()
     return n
 
