@@ -5,6 +5,7 @@ restarts mid-batch, keys that differ only in case, and each bad input refused wi
 from __future__ import annotations
 
 import json
+import re
 from datetime import date, datetime, timedelta
 from urllib.parse import quote
 
@@ -499,3 +500,26 @@ def test_cli_snapshots_delivers_to_and_validates_a_mariadb_subscriber(env, spark
     assert cli.main(["status", "-t", topo]) == 0
     out, err = capsys.readouterr()
     assert "m1" in out and mariadb.server.password not in out + err
+
+
+@pytest.mark.parametrize(
+    ("option", "named"),
+    [
+        ({"apply_mode": "net_change"}, "apply_mode: net_change (or bulk_apply: true)"),
+        ({"subscription_streams": 2}, "subscription_streams"),
+    ],
+)
+def test_options_only_postgresql_subscribers_have_are_refused_and_auto_applies_statements(
+    env, spark, mariadb, option, named
+):
+    """The default ``apply_mode: auto`` delivers to a MariaDB subscriber statement by statement;
+    net change and several streams, which only PostgreSQL subscribers have, are one line each."""
+    topo, db = backlog(env, mariadb, spark, 3)
+    done = distribution_agent.run_distribution(topo, "p", "m1")  # apply_mode auto (the default)
+    assert done["transactions"] == 3
+    assert_applied_once(mariadb, db, 3)
+    spec = topo.to_dict(with_secrets=True)
+    spec["subscriptions"][0].update(option)
+    with pytest.raises(ReplError, match=re.escape(f"sets {named}, which only PostgreSQL subscribers have")) as refused:
+        distribution_agent.run_distribution(topology_mod.from_dict(spec), "p", "m1")
+    assert "\n" not in str(refused.value)

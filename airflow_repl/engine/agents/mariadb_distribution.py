@@ -46,7 +46,7 @@ from airflow_repl.engine.state import (
 )
 from airflow_repl.engine.state import mariadb_subscriber_state as state
 from airflow_repl.engine.state.dist_transactions import PendingTransaction
-from airflow_repl.engine.subscriber import mariadb_apply, mariadb_calls
+from airflow_repl.engine.subscriber import bulk_apply, mariadb_apply, mariadb_calls
 from airflow_repl.engine.subscriber.mariadb_apply import MariaDBApplier
 
 log = logging.getLogger(__name__)
@@ -83,8 +83,9 @@ class MariaDBDelivery:
 
     # ------------------------------------------------------------------ checks
     def refuse_options(self) -> None:
-        if self.settings.streams > 1 or self.settings.bulk:
-            option = "subscription_streams" if self.settings.streams > 1 else "bulk_apply"
+        net_change = self.settings.mode == bulk_apply.NET_CHANGE  # auto: statement by statement here
+        if self.settings.streams > 1 or net_change:
+            option = "subscription_streams" if self.settings.streams > 1 else "apply_mode: net_change (or bulk_apply: true)"
             raise ReplError(
                 f"subscription of MariaDB subscriber {self.subscriber!r} to publication {self.publication!r} sets "
                 f"{option}, which only PostgreSQL subscribers have: remove it"
