@@ -112,6 +112,9 @@ def run(b: nc.Bench, args: argparse.Namespace) -> None:
     )
     b.extra["add_vs_full_reinitialize"] = round(added / full, 3) if full else None
     b.extra["own_runs"] = {"add": summary["seconds"], "full_reinitialize": everything["seconds"]}
+    copy = summary["copies"][0]  # the article's copy: its COPYs (and Parquet file), then keys and row check
+    b.extra["add_breakdown"] = {k: copy[k] for k in ("plan_seconds", "read_seconds", "load_seconds")}
+    print(f"the copy of the article alone: {b.extra['add_breakdown']} (the rest of {added:.2f} s: start, bookkeeping)")
     b.extra["article_rows"] = rows
     query = nc.checksum_sql(TABLE, "id")  # the other tables: check_checksums
     if not nc.query_one(b.pub, query) == nc.query_one(b.sub, query) == nc.query_one(b.native, query):

@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from airflow_repl.engine.agents import distribution_agent, log_reader_agent, queue_reader_agent
 from airflow_repl.engine.errors import (
     INTERNAL_EXIT_CODE,
     DifferencesFound,
@@ -117,7 +116,11 @@ def _snapshot(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any],
     return {**summary, "tasks": "spark"}, starting.result() if starting is not None else spark
 
 
+# Each agent's module is imported by its entry: a run imports the agent it runs, not the others
+# (the CLI's Snapshot Agent starts without the Distribution Agent's modules).
 def _logreader(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any], SparkSession | None]:
+    from airflow_repl.engine.agents import log_reader_agent
+
     return log_reader_agent.run_log_reader(req.topology, req.publication, **(req.continuous or {})), spark
 
 
@@ -141,8 +144,12 @@ def _run_one(
     """One subscriber's run of a per-subscriber agent, with the subscriber in its summary."""
     options = continuous or {}
     if agent == "distribution":
+        from airflow_repl.engine.agents import distribution_agent
+
         summary = distribution_agent.run_distribution(topo, publication, subscriber, until=until, **options)
     else:
+        from airflow_repl.engine.agents import queue_reader_agent
+
         summary = queue_reader_agent.run_queue_reader(topo, publication, subscriber, **options)
     return {"subscriber": subscriber, **summary}
 
@@ -312,6 +319,8 @@ def run_agent(
         raise ReplError(f"unknown agent {agent!r}; choose one of {', '.join(AGENTS)}")
     topo.publication(publication)  # unknown publication -> clear error
     if until is not None:
+        from airflow_repl.engine.agents import distribution_agent
+
         distribution_agent.parse_until(until)  # a bad time -> clear error before anything runs
     continuous_mode.check_request(agent, until, continuous)  # bad continuous options: before anything runs
     if article is not None:  # one line, before Spark starts

@@ -361,3 +361,37 @@ def test_importing_the_model_loads_no_driver_and_the_engine_no_airflow_or_pyspar
     assert "airflow_repl.engine.model.topology" in result["model"] and len(result["engine"]) > 30
     assert result["after_model"] == [], f"importing the model loads a database driver: {result['after_model']}"
     assert result["after_engine"] == [], f"importing the engine loads {result['after_engine']}"
+
+
+_SNAPSHOT_PROBE = """
+import json, sys
+import airflow_repl.cli, airflow_repl.jobs.agent_job, airflow_repl.engine.agents.snapshot_agent
+print(json.dumps(sorted(sys.modules)))
+"""
+
+#: What the CLI's Snapshot Agent run (threads, PostgreSQL servers) does not need at its start:
+#: the other agents, the MariaDB driver and modules, Spark and Airflow (each costs its import).
+_NOT_FOR_A_SNAPSHOT = (
+    "airflow",
+    "pyspark",
+    "pymysql",
+    "airflow_repl.engine.agents.distribution_agent",
+    "airflow_repl.engine.agents.log_reader_agent",
+    "airflow_repl.engine.agents.queue_reader_agent",
+    "airflow_repl.engine.agents.mariadb_snapshot",
+)
+
+
+def test_the_snapshot_command_imports_only_what_its_run_needs():
+    run = subprocess.run(
+        [sys.executable, "-c", _SNAPSHOT_PROBE],
+        cwd=REPO,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    modules = json.loads(run.stdout)
+    assert "pyarrow" in modules and "psycopg" in modules  # the probe did import the agent
+    assert [m for m in modules if m in _NOT_FOR_A_SNAPSHOT or m.split(".")[0] in _NOT_FOR_A_SNAPSHOT] == []

@@ -85,7 +85,9 @@ class MariaDBDelivery:
     def refuse_options(self) -> None:
         net_change = self.settings.mode == bulk_apply.NET_CHANGE  # auto: statement by statement here
         if self.settings.streams > 1 or net_change:
-            option = "subscription_streams" if self.settings.streams > 1 else "apply_mode: net_change (or bulk_apply: true)"
+            option = (
+                "subscription_streams" if self.settings.streams > 1 else "apply_mode: net_change (or bulk_apply: true)"
+            )
             raise ReplError(
                 f"subscription of MariaDB subscriber {self.subscriber!r} to publication {self.publication!r} sets "
                 f"{option}, which only PostgreSQL subscribers have: remove it"

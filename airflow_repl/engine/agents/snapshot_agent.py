@@ -31,17 +31,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import psycopg
 from psycopg import sql
 
-from airflow_repl.engine.agents import mariadb_snapshot, snapshot_folder
+from airflow_repl.engine.agents import snapshot_folder
 from airflow_repl.engine.agents.snapshot_folder import DataFile, LoadTarget, Partition
 from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
 from airflow_repl.engine.codegen import call_syntax, immediate_triggers, queue_triggers, updating_scripts, user_types
 from airflow_repl.engine.errors import ReplError
-from airflow_repl.engine.mariadb import connections as mariadb_connections
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.propagation import Operation
 from airflow_repl.engine.model.topology import Topology
@@ -56,7 +55,10 @@ from airflow_repl.engine.state import (
     subscriber_immediate,
     subscriber_state,
 )
-from airflow_repl.engine.subscriber import in_doubt, mariadb_calls
+from airflow_repl.engine.subscriber import in_doubt
+
+if TYPE_CHECKING:  # MariaDB subscribers' modules: imported by the steps of such a subscriber
+    from airflow_repl.engine.agents import mariadb_snapshot
 
 AGENT = "snapshot"
 
@@ -510,6 +512,9 @@ class _Initialization:
         dist_subscriptions.mark_initializing(self.dist, self.publication, name, self.snapshot_id)
         self.dist.commit()
         if self.topology.is_mariadb_subscriber(name):
+            from airflow_repl.engine.agents import mariadb_snapshot
+            from airflow_repl.engine.subscriber import mariadb_calls
+
             self.run.step = f"the initialization of MariaDB subscriber {name!r}"
             mariadb_snapshot.prepare(self.conninfos[name], name, self.publication, self._mariadb_plan(name))
             mariadb_calls.create_procedures(self.conninfos[name], name, self.articles)
@@ -524,6 +529,8 @@ class _Initialization:
                 sub.execute(self.procs_sql)
 
     def _mariadb_plan(self, name: str) -> list[mariadb_snapshot.TablePlan]:
+        from airflow_repl.engine.agents import mariadb_snapshot
+
         if not hasattr(self, "_kinds"):
             with self.run.connect(self.topology.publisher.require("publisher"), "publisher") as pub:
                 self._kinds = mariadb_snapshot.user_type_kinds(pub, self.articles)
@@ -532,6 +539,8 @@ class _Initialization:
     def activate(self, name: str, manifest: dict[str, Any]) -> None:
         """Check the loaded rows, start the watermark, and mark the subscription 'active'."""
         if self.topology.is_mariadb_subscriber(name):
+            from airflow_repl.engine.agents import mariadb_snapshot
+
             self.run.step = f"the activation of MariaDB subscriber {name!r}"
             plan = self._mariadb_plan(name)
             mariadb_snapshot.activate(self.conninfos[name], name, self.publication, plan, manifest, self.snapshot_id)
@@ -796,21 +805,26 @@ def _precheck_custom_procedures(
 ) -> None:
     """Custom procedures must exist at every subscription about to be initialized: checked
     before the topology is applied, so that a rejection leaves nothing half-made."""
-    with run.connect(topology.publisher.require("publisher"), "publisher") as pub_conn:
-        articles = deploy.resolve_publication(pub_conn, topology.publication(publication))
-        kinds = mariadb_snapshot.user_type_kinds(pub_conn, articles)
     active = set() if reinitialize else set(dist_subscriptions.active_subscriptions(dist, publication))
     dist.commit()
-    for name in names:  # MariaDB subscribers: reachable, and every column mapped (mariadb_snapshot)
-        if name not in active and topology.is_mariadb_subscriber(name):
-            run.step = f"the checks of MariaDB subscriber {name!r}"
-            mariadb_snapshot.plan_tables(articles, kinds, name)
-            conn = mariadb_snapshot.connect(topology.subscriber_conninfo(name), name)
-            try:  # custom procedures there (generated ones are created by the snapshot)
-                database = mariadb_connections.database(topology.subscriber_conninfo(name))
-                mariadb_calls.check_procedures(conn, database, articles, name, custom_only=True)
-            finally:
-                conn.close()
+    mariadb = [n for n in names if n not in active and topology.is_mariadb_subscriber(n)]
+    with run.connect(topology.publisher.require("publisher"), "publisher") as pub_conn:
+        articles = deploy.resolve_publication(pub_conn, topology.publication(publication))
+        if mariadb:  # MariaDB subscribers: reachable, and every column mapped (its modules loaded only then)
+            from airflow_repl.engine.agents import mariadb_snapshot
+            from airflow_repl.engine.mariadb import connections as mariadb_connections
+            from airflow_repl.engine.subscriber import mariadb_calls
+
+            kinds = mariadb_snapshot.user_type_kinds(pub_conn, articles)
+            for name in mariadb:
+                run.step = f"the checks of MariaDB subscriber {name!r}"
+                mariadb_snapshot.plan_tables(articles, kinds, name)
+                conn = mariadb_snapshot.connect(topology.subscriber_conninfo(name), name)
+                try:  # custom procedures there (generated ones are created by the snapshot)
+                    database = mariadb_connections.database(topology.subscriber_conninfo(name))
+                    mariadb_calls.check_procedures(conn, database, articles, name, custom_only=True)
+                finally:
+                    conn.close()
     if not any(prop.method == "proc" and prop.custom for a in articles for prop in a.propagation.values()):
         return
     for name in names:

@@ -13,12 +13,13 @@ The string carries the password: it is never logged; :func:`describe` is the saf
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
-import pymysql
-
 from airflow_repl.engine.errors import ConnectionFailed, TopologyError
+
+if TYPE_CHECKING:  # the driver is imported by what connects: a PostgreSQL-only run never loads it
+    import pymysql
 
 SCHEMES = ("mariadb", "mysql")
 DEFAULT_PORT = 3306
@@ -199,6 +200,8 @@ def authority(conninfo: str) -> tuple[str, str]:
 def connect(conninfo: str, role: str, **overrides: Any) -> pymysql.connections.Connection:
     """Connect with the session settings; an unreachable server or a refused login is one
     :class:`ConnectionFailed` line naming the server (without its password) and the fix."""
+    import pymysql
+
     args = {**connect_args(conninfo), **overrides}
     try:
         conn = pymysql.connect(**args)
@@ -219,6 +222,8 @@ LOST_CONNECTION = (2003, 2006, 2013, 2055)
 
 def is_lost(exc: BaseException) -> bool:
     """Whether a driver error means the connection to the server is gone."""
+    import pymysql
+
     args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))
     return isinstance(exc, pymysql.err.InterfaceError) or (bool(args) and args[0] in LOST_CONNECTION)
 
