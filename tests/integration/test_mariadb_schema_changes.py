@@ -8,9 +8,17 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from harness import assert_in_sync, run_agent_process, spec_file
-from test_mariadb_subscriber import count_applied, deliver, mariadb_topology
-from test_schema_changes import CHANGES, _dml, _dml_after
+from harness import (
+    SCHEMA_CHANGES,
+    assert_in_sync,
+    count_applied,
+    deliver,
+    mariadb_topology,
+    run_agent_process,
+    schema_change_dml,
+    schema_change_dml_after,
+    spec_file,
+)
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
 from airflow_repl.engine.errors import ReplError
@@ -50,18 +58,18 @@ MARIADB_TYPES = {
 }
 
 
-@pytest.mark.parametrize("change", list(CHANGES))
+@pytest.mark.parametrize("change", list(SCHEMA_CHANGES))
 def test_each_change_reaches_a_mariadb_subscriber_in_commit_order(env, spark, mariadb, change):
     topo, db = _items(env, mariadb, spark)
-    template, expected = CHANGES[change]
+    template, expected = SCHEMA_CHANGES[change]
     with psycopg.connect(env.pub) as conn:
-        _dml(conn, "items", 100)  # a transaction just before the change
+        schema_change_dml(conn, "items", 100)  # a transaction just before the change
         conn.commit()
-        _dml(conn, "items", 200)  # row changes before and after it in its own transaction
+        schema_change_dml(conn, "items", 200)  # row changes before and after it in its own transaction
         schema_change(topo, "p", template.format(t="items"), connection=conn)
-        _dml_after(conn, "items", 300, change)
+        schema_change_dml_after(conn, "items", 300, change)
         conn.commit()
-        _dml_after(conn, "items", 400, change)  # and just after it
+        schema_change_dml_after(conn, "items", 400, change)  # and just after it
         conn.commit()
     done = deliver(topo)
     assert done["transactions"] == 3 and done["schema_changes"] == 1, done
@@ -77,7 +85,7 @@ def test_each_change_reaches_a_mariadb_subscriber_in_commit_order(env, spark, ma
     assert mariadb.rows(db, f"SELECT COUNT(*) FROM {PROGRESS}") == [(0,)]
     # the next delivery is a plain one, with the new columns
     with psycopg.connect(env.pub) as conn:
-        _dml_after(conn, "items", 500, change)
+        schema_change_dml_after(conn, "items", 500, change)
         conn.commit()
     assert deliver(topo)["transactions"] == 1
     assert_in_sync(topo, "m1")

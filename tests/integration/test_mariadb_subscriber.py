@@ -11,7 +11,17 @@ from urllib.parse import quote
 import psycopg
 import pytest
 import yaml
-from harness import AgentThread, resolved_topology, run_agent_process, spec_file, unused_port, wait_for
+from harness import (
+    AgentThread,
+    count_applied,
+    deliver,
+    mariadb_topology,
+    resolved_topology,
+    run_agent_process,
+    spec_file,
+    unused_port,
+    wait_for,
+)
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
 from airflow_repl.engine.errors import (
@@ -27,26 +37,6 @@ from airflow_repl.engine.model import topology as topology_mod
 from airflow_repl.engine.postgres.connections import to_uri
 from airflow_repl.engine.postgres.lsn import lsn_to_int
 from airflow_repl.engine.subscriber import validation
-
-
-def mariadb_topology(env, mariadb, articles, *, db=None, **sub_options):
-    """Publication ``p`` of ``articles`` to one MariaDB subscriber ``m1`` (a fresh database)."""
-    db = db or mariadb.new_database()
-    servers = env.servers(subscribers=[])
-    servers["subscribers"] = {"m1": mariadb.uri(db)}
-    topo = resolved_topology(
-        {
-            **servers,
-            "publications": [{"name": "p", "articles": articles}],
-            "subscriptions": [{"publication": "p", "subscriber": "m1", **sub_options}],
-        }
-    )
-    return topo, db
-
-
-def deliver(topo, **options):
-    log_reader_agent.run_log_reader(topo, "p")
-    return distribution_agent.run_distribution(topo, "p", "m1", **options)
 
 
 def test_snapshot_then_changes_reach_a_mariadb_subscriber_exactly_once(env, spark, mariadb):
@@ -82,15 +72,6 @@ def test_snapshot_then_changes_reach_a_mariadb_subscriber_exactly_once(env, spar
 
 
 # ---------------------------------------------------------------------- crashes: exactly once
-def count_applied(mariadb, db, table="items"):
-    """A MariaDB trigger that logs every row the agent applies (rolled back with its batch)."""
-    mariadb.run(db, "CREATE TABLE applied (op CHAR(1)) ENGINE=InnoDB")
-    for op, when in (("I", "INSERT"), ("U", "UPDATE"), ("D", "DELETE")):
-        mariadb.run(
-            db, f"CREATE TRIGGER applied_{op} AFTER {when} ON {table} FOR EACH ROW INSERT INTO applied VALUES ('{op}')"
-        )
-
-
 def open_batch_rows(mariadb) -> int:
     """Rows changed by the open (uncommitted) InnoDB transactions at the server."""
     [(rows,)] = mariadb.rows("mysql", "SELECT COALESCE(SUM(trx_rows_modified), 0) FROM information_schema.INNODB_TRX")

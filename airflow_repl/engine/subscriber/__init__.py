@@ -3,7 +3,8 @@ subscriber's tables with the publisher's.
 
 Owns: ``statements`` (one prepared statement per article and operation, with the row-not-found
 check), ``mariadb_apply`` (the same at a MariaDB subscriber: SQL statements, applied in a batch
-or replayed with a savepoint per transaction), ``mariadb_validation`` (a MariaDB subscriber
+or replayed with a savepoint per transaction), ``mariadb_schema_changes`` (a replicated schema
+change there in MariaDB's DDL, exactly once although that DDL commits on its own), ``mariadb_validation`` (a MariaDB subscriber
 compared with the publisher by canonical value), ``applier`` (the apply backend: pipelined, over several streams at once, or replayed
 command by command), ``bulk_apply`` (a batch's net change per key applied with set-based
 statements: ``apply_mode``, and which articles go that way), ``conflicts`` (what a failed command means:
