@@ -13,13 +13,14 @@ from pathlib import Path
 import psycopg
 import pytest
 import yaml
-from harness import assert_in_sync, cycle, resolved_topology, wait_for
+from harness import assert_in_sync, cycle, deliver, mariadb_topology, resolved_topology, wait_for
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
 from airflow_repl.engine.codegen import mariadb as mariadb_dialect
 from airflow_repl.engine.errors import AgentBusy
 from airflow_repl.engine.model.propagation import OPERATIONS
 from airflow_repl.engine.provisioning import drop
+from airflow_repl.engine.provisioning.schema_change import schema_change
 from airflow_repl.engine.state import dist_publications
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -204,3 +205,27 @@ def test_a_drop_killed_halfway_is_finished_by_running_it_again(env, spark, maria
     env.run(env.pub, "UPDATE items SET v = 'again'")
     cycle(topo, "sub1")
     assert_in_sync(topo, "sub1")
+
+
+def test_drop_article_after_a_schema_change_keeps_the_mariadb_subscription_flowing(env, spark, mariadb):
+    env.run(
+        env.pub,
+        "CREATE TABLE items (id int PRIMARY KEY, v text); INSERT INTO items VALUES (1, 'a');"
+        "CREATE TABLE others (id int PRIMARY KEY); INSERT INTO others VALUES (1)",
+    )
+    topo, db = mariadb_topology(env, mariadb, ["public.items", "public.others"])
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    with psycopg.connect(env.dist) as conn:
+        [others] = [a for a in dist_publications.load_articles(conn, "p") if a.name == "others"]
+    for op in OPERATIONS:
+        mariadb.run(db, mariadb_dialect.procedure_sql(others, op))
+    schema_change(topo, "p", "ALTER TABLE items ADD COLUMN w int")  # the subscriber's definitions change
+    env.run(env.pub, "INSERT INTO items VALUES (2, 'b', 2)")
+    assert deliver(topo)["schema_changes"] == 1
+    drop.drop_article(topo, "p", "others")
+    assert _procedures(mariadb, db) == []
+    assert mariadb.rows(db, "SELECT COUNT(*) FROM others") == [(1,)]  # the table stays
+    env.run(env.pub, "INSERT INTO items VALUES (3, 'c', 3); INSERT INTO others VALUES (2)")
+    assert deliver(topo)["transactions"] == 1  # no reinitialize asked for
+    assert mariadb.rows(db, "SELECT id, v, w FROM items ORDER BY id") == [(1, "a", None), (2, "b", 2), (3, "c", 3)]
+    assert mariadb.rows(db, "SELECT COUNT(*) FROM others") == [(1,)]
