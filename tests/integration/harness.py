@@ -681,3 +681,54 @@ def assert_no_secret(trigger, env):
     assert passwords  # the sandbox's servers have passwords: the check means something
     assert not any(p in text for p in passwords) and "postgresql://" not in text
     return classpath, kwargs
+
+
+# ---------------------------------------------------------------------- schema changes
+#: (statement template, the column the subscriber must have afterwards (name, type), or None)
+SCHEMA_CHANGES = {
+    "add_nullable": ("ALTER TABLE {t} ADD COLUMN extra text", ("extra", "text")),
+    "add_default_not_null": ("ALTER TABLE {t} ADD COLUMN flag int NOT NULL DEFAULT 7", ("flag", "integer")),
+    "drop": ("ALTER TABLE {t} DROP COLUMN note", None),
+    "rename": ("ALTER TABLE {t} RENAME COLUMN note TO remark", ("remark", "character varying")),
+    "widen_int": ("ALTER TABLE {t} ALTER COLUMN qty TYPE bigint", ("qty", "bigint")),
+    "widen_varchar": ("ALTER TABLE {t} ALTER COLUMN note TYPE text", ("note", "text")),
+}
+
+
+def schema_change_dml(conn, t, base, columns=""):
+    """Insert, update (a plain one and a key change) and delete rows of ``t``."""
+    conn.execute(f"INSERT INTO {t} (id, qty, note) VALUES ({base}, {base}, 'ins {base}')")
+    conn.execute(f"UPDATE {t} SET qty = qty + 1 WHERE id = {base % 20 + 1}")
+    conn.execute(f"UPDATE {t} SET id = id + 1000 WHERE id = {(base + 7) % 20 + 1}")
+    conn.execute(f"DELETE FROM {t} WHERE id = {(base + 13) % 20 + 1}")
+
+
+def schema_change_dml_after(conn, t, base, change):
+    """Row changes that use the changed column (its new name or type)."""
+    if change == "rename":
+        conn.execute(f"INSERT INTO {t} (id, qty, remark) VALUES ({base}, 1, 'renamed {base}')")
+        conn.execute(f"UPDATE {t} SET remark = 'upd' WHERE id = {base}")
+    elif change == "drop":
+        conn.execute(f"INSERT INTO {t} (id, qty) VALUES ({base}, 1)")
+        conn.execute(f"UPDATE {t} SET qty = 5 WHERE id = {base}")
+    elif change == "add_nullable":
+        conn.execute(f"INSERT INTO {t} (id, qty, note, extra) VALUES ({base}, 1, 'x', 'extra {base}')")
+        conn.execute(f"UPDATE {t} SET extra = 'changed' WHERE id = {base % 20 + 2}")
+    elif change == "add_default_not_null":
+        conn.execute(f"INSERT INTO {t} (id, qty, note, flag) VALUES ({base}, 1, 'x', 42)")
+        conn.execute(f"UPDATE {t} SET flag = 8 WHERE id = {base % 20 + 2}")
+    elif change == "widen_int":
+        conn.execute(f"INSERT INTO {t} (id, qty, note) VALUES ({base}, 9000000000, 'big')")
+    else:
+        conn.execute(f"INSERT INTO {t} (id, qty, note) VALUES ({base}, 1, '{'long text ' * 5}')")
+    conn.execute(f"DELETE FROM {t} WHERE id = {(base + 3) % 20 + 1}")
+
+
+# ---------------------------------------------------------------------- MariaDB subscribers
+def count_applied(mariadb, db, table="items"):
+    """A MariaDB trigger that logs every row the agent applies (rolled back with its batch)."""
+    mariadb.run(db, "CREATE TABLE applied (op CHAR(1)) ENGINE=InnoDB")
+    for op, when in (("I", "INSERT"), ("U", "UPDATE"), ("D", "DELETE")):
+        mariadb.run(
+            db, f"CREATE TRIGGER applied_{op} AFTER {when} ON {table} FOR EACH ROW INSERT INTO applied VALUES ('{op}')"
+        )

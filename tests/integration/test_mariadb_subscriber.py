@@ -14,6 +14,7 @@ import pytest
 import yaml
 from harness import (
     AgentThread,
+    count_applied,
     deliver,
     mariadb_topology,
     resolved_topology,
@@ -72,15 +73,6 @@ def test_snapshot_then_changes_reach_a_mariadb_subscriber_exactly_once(env, spar
 
 
 # ---------------------------------------------------------------------- crashes: exactly once
-def count_applied(mariadb, db, table="items"):
-    """A MariaDB trigger that logs every row the agent applies (rolled back with its batch)."""
-    mariadb.run(db, "CREATE TABLE applied (op CHAR(1)) ENGINE=InnoDB")
-    for op, when in (("I", "INSERT"), ("U", "UPDATE"), ("D", "DELETE")):
-        mariadb.run(
-            db, f"CREATE TRIGGER applied_{op} AFTER {when} ON {table} FOR EACH ROW INSERT INTO applied VALUES ('{op}')"
-        )
-
-
 def open_batch_rows(mariadb) -> int:
     """Rows changed by the open (uncommitted) InnoDB transactions at the server."""
     [(rows,)] = mariadb.rows("mysql", "SELECT COALESCE(SUM(trx_rows_modified), 0) FROM information_schema.INNODB_TRX")

@@ -14,7 +14,14 @@ import time
 
 import psycopg
 import pytest
-from harness import AGENT_RUNNER, assert_in_sync, cycle
+from harness import (
+    AGENT_RUNNER,
+    SCHEMA_CHANGES,
+    assert_in_sync,
+    cycle,
+    schema_change_dml,
+    schema_change_dml_after,
+)
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
 from airflow_repl.engine.errors import DeliveryError, ReplError, TopologyError
@@ -32,16 +39,6 @@ SYNTAX_TABLES = {
     "t_sql": {"ins_cmd": "SQL", "upd_cmd": "SQL", "del_cmd": "SQL"},
 }
 
-#: (statement template, the column the subscriber must have afterwards (name, type), or None)
-CHANGES = {
-    "add_nullable": ("ALTER TABLE {t} ADD COLUMN extra text", ("extra", "text")),
-    "add_default_not_null": ("ALTER TABLE {t} ADD COLUMN flag int NOT NULL DEFAULT 7", ("flag", "integer")),
-    "drop": ("ALTER TABLE {t} DROP COLUMN note", None),
-    "rename": ("ALTER TABLE {t} RENAME COLUMN note TO remark", ("remark", "character varying")),
-    "widen_int": ("ALTER TABLE {t} ALTER COLUMN qty TYPE bigint", ("qty", "bigint")),
-    "widen_varchar": ("ALTER TABLE {t} ALTER COLUMN note TYPE text", ("note", "text")),
-}
-
 
 def _tables_env(env, spark, tables=SYNTAX_TABLES, subscribers=None):
     for t in tables:
@@ -55,35 +52,6 @@ def _tables_env(env, spark, tables=SYNTAX_TABLES, subscribers=None):
     return topo
 
 
-def _dml(conn, t, base, columns=""):
-    """Insert, update (a plain one and a key change) and delete rows of ``t``."""
-    conn.execute(f"INSERT INTO {t} (id, qty, note) VALUES ({base}, {base}, 'ins {base}')")
-    conn.execute(f"UPDATE {t} SET qty = qty + 1 WHERE id = {base % 20 + 1}")
-    conn.execute(f"UPDATE {t} SET id = id + 1000 WHERE id = {(base + 7) % 20 + 1}")
-    conn.execute(f"DELETE FROM {t} WHERE id = {(base + 13) % 20 + 1}")
-
-
-def _dml_after(conn, t, base, change):
-    """Row changes that use the changed column (its new name or type)."""
-    if change == "rename":
-        conn.execute(f"INSERT INTO {t} (id, qty, remark) VALUES ({base}, 1, 'renamed {base}')")
-        conn.execute(f"UPDATE {t} SET remark = 'upd' WHERE id = {base}")
-    elif change == "drop":
-        conn.execute(f"INSERT INTO {t} (id, qty) VALUES ({base}, 1)")
-        conn.execute(f"UPDATE {t} SET qty = 5 WHERE id = {base}")
-    elif change == "add_nullable":
-        conn.execute(f"INSERT INTO {t} (id, qty, note, extra) VALUES ({base}, 1, 'x', 'extra {base}')")
-        conn.execute(f"UPDATE {t} SET extra = 'changed' WHERE id = {base % 20 + 2}")
-    elif change == "add_default_not_null":
-        conn.execute(f"INSERT INTO {t} (id, qty, note, flag) VALUES ({base}, 1, 'x', 42)")
-        conn.execute(f"UPDATE {t} SET flag = 8 WHERE id = {base % 20 + 2}")
-    elif change == "widen_int":
-        conn.execute(f"INSERT INTO {t} (id, qty, note) VALUES ({base}, 9000000000, 'big')")
-    else:
-        conn.execute(f"INSERT INTO {t} (id, qty, note) VALUES ({base}, 1, '{'long text ' * 5}')")
-    conn.execute(f"DELETE FROM {t} WHERE id = {(base + 3) % 20 + 1}")
-
-
 def _subscriber_column(env, t, name, sub=None):
     rows = env.rows(
         sub or env.sub,
@@ -94,21 +62,21 @@ def _subscriber_column(env, t, name, sub=None):
     return rows[0][0] if rows else None
 
 
-@pytest.mark.parametrize("change", list(CHANGES))
+@pytest.mark.parametrize("change", list(SCHEMA_CHANGES))
 def test_each_supported_change_in_commit_order_under_every_call_syntax(env, spark, change):
     topo = _tables_env(env, spark)
-    template, expected = CHANGES[change]
+    template, expected = SCHEMA_CHANGES[change]
     with psycopg.connect(env.pub) as conn:
         for t in SYNTAX_TABLES:  # a transaction just before the change
-            _dml(conn, t, 100)
+            schema_change_dml(conn, t, 100)
         conn.commit()
         for t in SYNTAX_TABLES:  # data changes before and after it in its own transaction
-            _dml(conn, t, 200)
+            schema_change_dml(conn, t, 200)
             schema_change(topo, "p", template.format(t=t), connection=conn)
-            _dml_after(conn, t, 300, change)
+            schema_change_dml_after(conn, t, 300, change)
         conn.commit()
         for t in SYNTAX_TABLES:  # and just after it
-            _dml_after(conn, t, 400, change)
+            schema_change_dml_after(conn, t, 400, change)
         conn.commit()
     _, delivered = cycle(topo)
     assert delivered["schema_changes"] == len(SYNTAX_TABLES)
@@ -132,7 +100,7 @@ def test_each_supported_change_in_commit_order_under_every_call_syntax(env, spar
     # the next cycle is a plain one, with the new definitions
     with psycopg.connect(env.pub, autocommit=True) as conn:
         for t in SYNTAX_TABLES:
-            _dml_after(conn, t, 500, change)
+            schema_change_dml_after(conn, t, 500, change)
     cycle(topo)
     assert_in_sync(topo)
 

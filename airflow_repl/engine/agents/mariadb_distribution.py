@@ -8,13 +8,17 @@ a crash anywhere (of the agent, of the MariaDB server) rolls the subscriber back
 watermark, and the next run resumes from it.  A batch that fails is rolled back and replayed
 command by command with a savepoint per transaction: ``skip_errors`` skips what it allows, any
 other error stops delivery naming the command, with what was applied before it committed.
+A transaction holding a schema change is a batch of its own, applied with MariaDB's DDL by
+:mod:`~airflow_repl.engine.subscriber.mariadb_schema_changes` (exactly once although that DDL
+commits on its own).
 
 Before anything is delivered the run checks the subscription (nothing changed when refused):
-its articles unchanged since the snapshot, the procedures it calls there
-(:mod:`~airflow_repl.engine.subscriber.mariadb_calls`), and every subscriber table
+its articles unchanged since the snapshot (or since the last schema change delivered), the procedures it
+calls there (:mod:`~airflow_repl.engine.subscriber.mariadb_calls`), and every subscriber table
 transactional (InnoDB), with its primary key and binary key collations
 (:func:`~airflow_repl.engine.mariadb.catalog.check_table`).  One stream: ``subscription_streams``
-and ``bulk_apply`` are PostgreSQL's (refused here).
+and ``apply_mode: net_change`` are PostgreSQL's (refused here; ``auto`` applies command by
+command).
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from airflow_repl.engine.state import (
 )
 from airflow_repl.engine.state import mariadb_subscriber_state as state
 from airflow_repl.engine.state.dist_transactions import PendingTransaction
-from airflow_repl.engine.subscriber import bulk_apply, mariadb_apply, mariadb_calls
+from airflow_repl.engine.subscriber import bulk_apply, mariadb_apply, mariadb_calls, mariadb_schema_changes
 from airflow_repl.engine.subscriber.mariadb_apply import MariaDBApplier
 
 log = logging.getLogger(__name__)
@@ -124,7 +128,8 @@ class MariaDBDelivery:
         articles = dist_publications.definitions_at(
             dist, self.publication, watermark, dist_publications.load_articles(dist, self.publication)
         )
-        has = dist_subscriptions.subscription_articles_hash(dist, self.publication, self.subscriber)
+        has = state.articles_hash(self.conn, self.publication)  # a schema change's, committed with it
+        has = has or dist_subscriptions.subscription_articles_hash(dist, self.publication, self.subscriber)
         dist.commit()
         if has is not None and has != definition_hash(articles):
             raise ReplError(
@@ -198,6 +203,9 @@ class MariaDBDelivery:
         first, last = txns[0].xact, txns[-1].xact
         article_rows = {t.xact: t.article_rows for t in txns}
         rows = dist_transactions.batch_commands_list(dist, self.publication, first, last)
+        if txns[0].schema_change:  # a batch of its own
+            self._schema_batch(dist, applier, txns, list(applier.commands(rows, article_rows)))
+            return
         try:
             n = self._guard(lambda: mariadb_apply.apply_fast(self.conn, applier, applier.commands(rows, article_rows)))
             self._guard(lambda: state.set_watermark(self.conn, self.publication, last, len(txns)))
@@ -209,6 +217,23 @@ class MariaDBDelivery:
             self._guard(self.conn.rollback)
             self._replay(dist, run_id, applier, watermark, txns, rows)
             return
+        self._delivered(dist, txns, n)
+
+    def _schema_batch(
+        self, dist: psycopg.Connection[Any], applier: MariaDBApplier, txns: list[PendingTransaction], located: list[Any]
+    ) -> None:
+        """A transaction with a schema change (:mod:`~airflow_repl.engine.subscriber.mariadb_schema_changes`),
+        its definitions recorded with its delivery."""
+        database = mariadb_connections.database(self.conninfo)
+        n, changes = self._guard(
+            lambda: mariadb_schema_changes.deliver(
+                self.conn, applier, located, txns[0].xact, self.publication, self.subscriber, database
+            )
+        )
+        self._guard(self.conn.commit)
+        has = mariadb_schema_changes.articles_hash(applier)
+        dist_subscriptions.set_subscription_articles_hash(dist, self.publication, self.subscriber, has)
+        self.totals["schema_changes"] = self.totals.get("schema_changes", 0) + changes
         self._delivered(dist, txns, n)
 
     def _replay(

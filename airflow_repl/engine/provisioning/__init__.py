@@ -12,7 +12,8 @@ checked first, the row versions added at the publisher), ``update_mode``
 queued updating), ``pausing`` (``airflow-repl pause|resume`` and the topology key ``paused``:
 one subscription paused, which the Distribution Agent skips, and resumed) and ``drop``
 (``airflow-repl drop``: an article, a subscription or a publication retired, with what the
-product installed for it, resumable when stopped halfway) and ``procedure_regeneration``
+product installed for it, resumable when stopped halfway; ``mariadb_drop``: the same at a
+MariaDB subscriber) and ``procedure_regeneration``
 (``airflow-repl regenerate-procs``: procedures recreated at subscribers on demand).
 
 May import: ``errors``, ``model``, ``mariadb``, ``postgres``, ``articles``, ``codegen``, ``state``,

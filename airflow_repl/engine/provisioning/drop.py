@@ -35,10 +35,12 @@ from psycopg import sql
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.codegen import immediate_triggers, queue_triggers, updating_scripts
 from airflow_repl.engine.errors import AgentBusy, ReplError
+from airflow_repl.engine.mariadb import connections as mariadb_connections
 from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.propagation import OPERATIONS
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import advisory_locks, connections, slots
+from airflow_repl.engine.provisioning import mariadb_drop
 from airflow_repl.engine.state import (
     dist_drops,
     dist_history,
@@ -67,6 +69,7 @@ class _Drop:
         self.started = time.monotonic()
         self.dist = connections.connect(topology.distributor.require("distributor"), "distributor")
         self.subs: dict[str, psycopg.Connection[Any]] = {}
+        self.mariadb: dict[str, Any] = {}  # MariaDB subscribers' connections (mariadb_drop)
         self.run_id: int | None = None
 
     def __enter__(self) -> _Drop:
@@ -77,7 +80,7 @@ class _Drop:
             if exc is not None and self.run_id is not None and not self.dist.broken:
                 self._record_failure(exc)
         finally:
-            for conn in [*self.subs.values(), self.dist]:
+            for conn in [*self.subs.values(), *self.mariadb.values(), self.dist]:
                 conn.close()
 
     # ------------------------------------------------------------------ checks and locks
@@ -105,8 +108,13 @@ class _Drop:
         for agent, label in _DISTRIBUTOR_AGENTS.items():
             _try_lock(self.dist, agent, self.publication, label, "")
 
-    def lock_subscriber(self, subscriber: str, conninfo: str) -> psycopg.Connection[Any]:
-        """Connect to the subscriber and take its agents' locks for the publication."""
+    def lock_subscriber(self, subscriber: str, conninfo: str) -> psycopg.Connection[Any] | None:
+        """Connect to the subscriber and take its agents' locks for the publication (None: a
+        MariaDB subscriber, whose connection is in :attr:`mariadb`)."""
+        if mariadb_connections.is_mariadb(conninfo):
+            if subscriber not in self.mariadb:
+                self.mariadb[subscriber] = mariadb_drop.lock(conninfo, subscriber, self.publication)
+            return None
         conn = self.subs.get(subscriber)
         if conn is None:
             conn = self.subs[subscriber] = connections.connect(conninfo, f"subscriber {subscriber!r}")
@@ -197,6 +205,8 @@ def drop_article(topology: Topology, publication: str, article: str) -> dict[str
         positions: dict[str, str | None] = {}
         for name, sub in drop.subs.items():
             positions[name] = _drop_article_at(sub, dist, publication, art, before, after)
+        for name, conn in drop.mariadb.items():
+            positions[name] = mariadb_drop.drop_article_at(conn, dist, publication, art, before, after)
         discarded = dist_drops.forget_article(dist, publication, article)
         for s in subs:
             new = dist_publications.rehashed(
@@ -281,7 +291,8 @@ def drop_subscription(topology: Topology, publication: str, subscriber: str) -> 
     and dblink once no other subscription there uses them); at the publisher, the queued
     transactions it had taken and its replication origin when no other subscription of that
     subscriber remains; at the distributor, its row, errors, conflicts and tracer arrivals.
-    The subscriber's tables and rows stay."""
+    The subscriber's tables and rows stay.  At a MariaDB subscriber: its rows in the product's
+    state tables, and those tables once no other subscription uses them (:mod:`mariadb_drop`)."""
     with _Drop(topology, publication, "subscription", subscriber) as drop:
         drop.check_deployed()
         summary = _drop_subscription(drop, topology, publication, subscriber)
@@ -312,7 +323,10 @@ def _drop_subscription(drop: _Drop, topology: Topology, publication: str, subscr
     drop.lock_distributor()
     sub = drop.lock_subscriber(subscriber, conninfo)
     drop.begin(subscriber)
-    shared = _drop_subscription_at(sub, publication, articles)
+    if sub is None:
+        shared = mariadb_drop.drop_subscription_at(drop.mariadb[subscriber], publication, articles)
+    else:
+        shared = _drop_subscription_at(sub, publication, articles)
     with connections.connect(pub_conninfo, "publisher") as pub:
         with pub.transaction():
             taken = publisher_state.forget_subscriber(pub, publication, subscriber)

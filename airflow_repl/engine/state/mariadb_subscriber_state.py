@@ -1,7 +1,10 @@
 """A MariaDB subscriber's own state, in two InnoDB tables of its database (MariaDB has no
 schemas): the watermark, ``airflow_repl_subscription_state`` (the last transaction applied
 there, moved in the same InnoDB transaction as the changes: exactly once), and the snapshot's
-ledger, ``airflow_repl_snapshot_files`` (each data file loaded once).  The PostgreSQL
+ledger, ``airflow_repl_snapshot_files`` (each data file loaded once), and where a transaction
+holding a schema change stands, ``airflow_repl_schema_progress`` (MariaDB's DDL commits on its
+own: the commands applied of the transaction being delivered, see
+:mod:`~airflow_repl.engine.subscriber.mariadb_schema_changes`).  The PostgreSQL
 subscriber's counterpart is :mod:`~airflow_repl.engine.state.subscriber_state`; positions are
 kept as their ``pg_lsn`` text and as an unsigned 64-bit number, which orders them."""
 
@@ -16,7 +19,8 @@ from airflow_repl.engine.state import subscriber_state
 
 STATE = "airflow_repl_subscription_state"
 FILES = "airflow_repl_snapshot_files"
-TABLES = (STATE, FILES)
+PROGRESS = "airflow_repl_schema_progress"
+TABLES = (STATE, FILES, PROGRESS)
 
 DDL = (
     f"CREATE TABLE IF NOT EXISTS {STATE} ("
@@ -33,6 +37,10 @@ DDL = (
     "path VARCHAR(512) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, "  # data/<safe folder>/part-N.parquet
     "`rows` BIGINT NOT NULL, "
     "PRIMARY KEY (publication, snapshot_id, path)) ENGINE=InnoDB",
+    f"CREATE TABLE IF NOT EXISTS {PROGRESS} ("
+    "publication VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL PRIMARY KEY, "
+    "xact_seqno VARCHAR(32) CHARACTER SET ascii NOT NULL, "
+    "command_id BIGINT NOT NULL) ENGINE=InnoDB",
 )
 
 
@@ -50,10 +58,10 @@ def _run(conn: Any, query: str, params: tuple[Any, ...] = ()) -> int:
 def reset_for_snapshot(conn: Any, publication: str) -> None:
     """Create the state tables where missing and forget the publication's watermark and loaded
     files: the subscription is about to be initialized again (committed by the caller)."""
-    for ddl in DDL:
-        _run(conn, ddl)
+    ensure_tables(conn)
     _run(conn, f"DELETE FROM {STATE} WHERE publication = %s", (publication,))
     _run(conn, f"DELETE FROM {FILES} WHERE publication = %s", (publication,))
+    _run(conn, f"DELETE FROM {PROGRESS} WHERE publication = %s", (publication,))
 
 
 def claim_snapshot_file(conn: Any, publication: str, snapshot_id: str, path: str) -> bool:
@@ -150,3 +158,38 @@ def set_watermark(conn: Any, publication: str, xact: str, transactions: int) -> 
 def articles_hash(conn: Any, publication: str) -> str | None:
     row = _one(conn, f"SELECT articles_hash FROM {STATE} WHERE publication = %s", (publication,))
     return None if row is None or row[0] is None else str(row[0])
+
+
+def set_articles_hash(conn: Any, publication: str, articles_hash: str) -> None:
+    """The article definitions the subscriber has now (after a schema change), in the caller's
+    transaction with the watermark."""
+    _run(conn, f"UPDATE {STATE} SET articles_hash = %s WHERE publication = %s", (articles_hash, publication))
+
+
+def ensure_tables(conn: Any) -> None:
+    """Create the state tables a subscriber initialized by an older version lacks (MariaDB
+    commits a CREATE TABLE at once: call it with nothing pending)."""
+    for ddl in DDL:
+        _run(conn, ddl)
+
+
+def schema_progress(conn: Any, publication: str, xact: str) -> int | None:
+    """The last command applied of transaction ``xact`` (one holding a schema change) when it
+    is partly applied; None when none of it is."""
+    row = _one(conn, f"SELECT xact_seqno, command_id FROM {PROGRESS} WHERE publication = %s", (publication,))
+    return int(row[1]) if row is not None and row[0] == xact else None
+
+
+def set_schema_progress(conn: Any, publication: str, xact: str, command_id: int) -> None:
+    """Transaction ``xact`` is applied up to command ``command_id`` (committed by the caller)."""
+    _run(
+        conn,
+        f"INSERT INTO {PROGRESS} (publication, xact_seqno, command_id) VALUES (%s, %s, %s) "
+        "ON DUPLICATE KEY UPDATE xact_seqno = VALUES(xact_seqno), command_id = VALUES(command_id)",
+        (publication, xact, command_id),
+    )
+
+
+def clear_schema_progress(conn: Any, publication: str) -> None:
+    """The partly applied transaction is whole (in the transaction that moves the watermark past it)."""
+    _run(conn, f"DELETE FROM {PROGRESS} WHERE publication = %s", (publication,))

@@ -5,7 +5,8 @@ Owns: ``statements`` (one prepared statement per article and operation, with the
 check), ``mariadb_apply`` (the same at a MariaDB subscriber: SQL statements, applied in a batch
 or replayed with a savepoint per transaction), ``mariadb_calls`` (the generated and custom
 procedures a MariaDB subscriber's articles call, created, checked and called with their call
-syntax's parameters), ``mariadb_validation`` (a MariaDB subscriber
+syntax's parameters), ``mariadb_schema_changes`` (a replicated schema change there in MariaDB's
+DDL, exactly once although that DDL commits on its own), ``mariadb_validation`` (a MariaDB subscriber
 compared with the publisher by canonical value), ``applier`` (the apply backend: pipelined, over several streams at once, or replayed
 command by command), ``bulk_apply`` (a batch's net change per key applied with set-based
 statements: ``apply_mode``, and which articles go that way), ``conflicts`` (what a failed command means:

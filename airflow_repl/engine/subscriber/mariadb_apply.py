@@ -113,6 +113,11 @@ class MariaDBApplier:
     def describe(self, cmd: Command) -> str:
         return self._order.describe(cmd)
 
+    def redefine(self, article: ResolvedArticle) -> None:
+        """The article's definition after a schema change: the commands after it use it."""
+        self.articles[article.name] = article
+        self._stmts.pop(article.name, None)
+
     def _of(self, article: str) -> _Statements | None:
         art = self.articles.get(article)
         if art is None:
