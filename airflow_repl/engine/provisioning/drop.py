@@ -40,7 +40,6 @@ from airflow_repl.engine.model import naming
 from airflow_repl.engine.model.propagation import OPERATIONS
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import advisory_locks, connections, slots
-from airflow_repl.engine.provisioning import mariadb_drop
 from airflow_repl.engine.state import (
     dist_drops,
     dist_history,
@@ -113,6 +112,8 @@ class _Drop:
         MariaDB subscriber, whose connection is in :attr:`mariadb`)."""
         if mariadb_connections.is_mariadb(conninfo):
             if subscriber not in self.mariadb:
+                from airflow_repl.engine.provisioning import mariadb_drop  # the MariaDB driver only when needed
+
                 self.mariadb[subscriber] = mariadb_drop.lock(conninfo, subscriber, self.publication)
             return None
         conn = self.subs.get(subscriber)
@@ -206,6 +207,8 @@ def drop_article(topology: Topology, publication: str, article: str) -> dict[str
         for name, sub in drop.subs.items():
             positions[name] = _drop_article_at(sub, dist, publication, art, before, after)
         for name, conn in drop.mariadb.items():
+            from airflow_repl.engine.provisioning import mariadb_drop  # the MariaDB driver only when needed
+
             positions[name] = mariadb_drop.drop_article_at(conn, dist, publication, art, before, after)
         discarded = dist_drops.forget_article(dist, publication, article)
         for s in subs:
@@ -324,6 +327,8 @@ def _drop_subscription(drop: _Drop, topology: Topology, publication: str, subscr
     sub = drop.lock_subscriber(subscriber, conninfo)
     drop.begin(subscriber)
     if sub is None:
+        from airflow_repl.engine.provisioning import mariadb_drop  # the MariaDB driver only when needed
+
         shared = mariadb_drop.drop_subscription_at(drop.mariadb[subscriber], publication, articles)
     else:
         shared = _drop_subscription_at(sub, publication, articles)
