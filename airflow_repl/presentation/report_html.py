@@ -318,6 +318,14 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:.1f}"
 
 
+def _axis_number(value: float) -> str:
+    """An axis label short enough for the chart's left margin: 168935.5 is ``169k``."""
+    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= 10 * size:
+            return f"{value / size:.0f}{suffix}"
+    return _number(value)
+
+
 def _backlog_chart(rows: list[StatusRow]) -> Chart:
     bars = [
         (
@@ -405,5 +413,5 @@ def _time_chart(caption: str, series: dict[str, list[tuple[datetime, float, str,
         x_ticks = [(f"{x(first):.1f}", _time(first), "middle")]
     else:
         x_ticks = [(f"{x(first):.1f}", _time(first), "start"), (f"{x(last):.1f}", _time(last), "end")]
-    y_ticks = [(f"{y(v):.1f}", f"{_number(v)} {unit}") for v in (0.0, top / 2, top)]
+    y_ticks = [(f"{y(v):.1f}", f"{_axis_number(v)} {unit}") for v in (0.0, top / 2, top)]
     return TimeChart(caption, placed, x_ticks, y_ticks)

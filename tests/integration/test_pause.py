@@ -23,7 +23,7 @@ from airflow_repl.engine.provisioning import pausing
 from airflow_repl.jobs.agent_job import run_agent
 
 ROWS = 100
-RESUME = "airflow-repl resume -p p --subscriber sub1"
+RESUME = "airflow-repl resume -t TOPOLOGY -p p --subscriber sub1"
 
 
 class _Writer(threading.Thread):

@@ -18,11 +18,20 @@ T0 = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)
 def test_the_resume_command_survives_hostile_names():
     for pub, sub in [("p", "sub1"), ("shop's", "a b;rm -rf /"), ("go\n--x", "/*ü*/"), ("p" * 63, "$(id)")]:
         words = shlex.split(pausing.resume_command(pub, sub))
-        assert words == ["airflow-repl", "resume", "-p", pub, "--subscriber", sub]
+        assert words == ["airflow-repl", "resume", "-t", "TOPOLOGY", "-p", pub, "--subscriber", sub]
     message = pausing.paused_message("p", "sub1")
     assert "subscriber 'sub1' to publication 'p' is paused: nothing was delivered" in message
-    assert message.endswith("resume it with: airflow-repl resume -p p --subscriber sub1")
+    assert message.endswith("resume it with: airflow-repl resume -t TOPOLOGY -p p --subscriber sub1")
     assert "3 transaction(s) delivered before the pause" in pausing.paused_message("p", "sub1", 3)
+
+
+def test_the_resume_command_parses_once_the_topology_is_named():
+    # the suggested command had no -t: pasted as printed, it failed on the required --topology
+    from airflow_repl.cli import build_parser
+
+    words = shlex.split(pausing.resume_command("shop", "reporting"))
+    args = build_parser().parse_args([w.replace("TOPOLOGY", "dags/demo_topology.yaml") for w in words[1:]])
+    assert (args.topology, args.publication, args.subscriber) == ("dags/demo_topology.yaml", "shop", "reporting")
 
 
 def test_expired_message_says_paused_and_that_it_stays_paused():
@@ -55,7 +64,8 @@ def test_expiry_warning_after_80_percent_of_max_retention():
     warning = status.expiry_warning(row, expiry, 72.0, T0 + timedelta(hours=58))  # 80.6%
     assert warning is not None and "(paused) expires at 2026-11-26T12:00:00+00:00" in warning
     assert (
-        "more than 80% of max_retention_hours (72)" in warning and "airflow-repl resume -p p --subscriber s1" in warning
+        "more than 80% of max_retention_hours (72)" in warning
+        and "airflow-repl resume -t TOPOLOGY -p p --subscriber s1" in warning
     )
     active = status.expiry_warning(_row(), expiry, 72.0, T0 + timedelta(hours=70))
     assert active is not None and "run the Distribution Agent for it" in active and "resume" not in active

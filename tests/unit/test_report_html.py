@@ -204,6 +204,16 @@ def test_throughput_is_drawn_over_time_one_chart_per_kind_and_a_line_per_subscri
     assert _time_labels(delivered) == ["2026-11-23 13:10:00+00:00", "2026-11-23 13:30:00+00:00"]
 
 
+def test_a_large_throughput_axis_label_fits_the_left_margin():
+    # a snapshot of 162,000 rows in 0.96 s: the label "168935.5 /s" was wider than the 60 px
+    # margin and the page showed "68935.5 /s" above "84467.7 /s"
+    runs = [_run(1, "snapshot", rows_copied=337871, finished_at=T0)]
+    snapshot = _figure(render(ReportData("t", T0, runs=runs)), "Snapshot Agent: rows copied per second")
+    labels = re.findall(r"text-anchor='end'>([^<]*/s)</text>", snapshot)
+    assert labels == ["0 /s", "84k /s", "169k /s"]
+    assert all(len(label) <= 8 for label in labels)
+
+
 def _time_labels(figure: str) -> list[str]:
     return re.findall(r"text-anchor='(?:start|end|middle)'>(2026-[^<]*)</text>", figure)
 

@@ -36,8 +36,9 @@ log = logging.getLogger(__name__)
 
 
 def resume_command(publication: str, subscriber: str) -> str:
-    """The command line that resumes the subscription (names quoted for a POSIX shell)."""
-    return f"airflow-repl resume -p {shlex.quote(publication)} --subscriber {shlex.quote(subscriber)}"
+    """The command line that resumes the subscription (names quoted for a POSIX shell; TOPOLOGY stands
+    for the topology file, which the engine does not know)."""
+    return f"airflow-repl resume -t TOPOLOGY -p {shlex.quote(publication)} --subscriber {shlex.quote(subscriber)}"
 
 
 def paused_message(publication: str, subscriber: str, delivered: int = 0) -> str:
