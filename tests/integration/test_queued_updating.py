@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 
 import psycopg
 import pytest
@@ -53,6 +54,13 @@ def test_queued_change_reaches_publisher_and_other_subscriber_once_and_not_its_o
     assert read["transactions"] == 2
     origins = env2.rows(env2.dist, "SELECT origin FROM airflow_repl.transactions ORDER BY xact_seqno")
     assert origins == [(naming.queue_origin("sub1"),)] * 2
+    # each carries its own commit time at the publisher (not one stale origin timestamp for both,
+    # nor PostgreSQL's epoch 2000-01-01 of an unset one)
+    times = [
+        t for (t,) in env2.rows(env2.dist, "SELECT commit_time FROM airflow_repl.transactions ORDER BY xact_seqno")
+    ]
+    [(now,)] = env2.rows(env2.pub, "SELECT now()")
+    assert now - timedelta(minutes=10) < times[0] < times[1] <= now, times
     assert (back["transactions"], back["own_queued"]) == (0, 2)  # not applied at its origin
     assert (other["transactions"], other["own_queued"]) == (2, 0)  # applied once at the other subscriber
     assert_in_sync(topo, "sub1")

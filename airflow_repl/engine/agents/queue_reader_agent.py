@@ -280,6 +280,8 @@ class _QueueReader:
             publisher_state.record_applied(self.pub, self.publication, self.subscriber, txn.xid, outcome.to_json())
             if outcome.resolution.returns_to_origin:
                 publisher_state.without_origin(self.pub)
+            else:
+                publisher_state.stamp_commit_time(self.pub)
         if outcome.resolution.returns_to_origin:
             publisher_state.use_origin(self.pub, self.origin)
         return outcome

@@ -88,6 +88,13 @@ def record_applied(
     )
 
 
+def stamp_commit_time(conn: psycopg.Connection[Any]) -> None:
+    """The transaction in progress, committed under the session's replication origin, carries the
+    publisher's clock as its origin timestamp: logical decoding reports that timestamp as the
+    commit time (unset, it would be 0: 2000-01-01), so lag and ``--until`` see when it committed."""
+    conn.execute("SELECT pg_catalog.pg_replication_origin_xact_setup('0/0', pg_catalog.clock_timestamp())")
+
+
 def without_origin(conn: psycopg.Connection[Any]) -> None:
     """The transaction in progress commits without the session's replication origin (the
     caller sets the origin up again with :func:`use_origin` after the commit)."""
