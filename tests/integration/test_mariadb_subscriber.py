@@ -73,10 +73,6 @@ def test_snapshot_then_changes_reach_a_mariadb_subscriber_exactly_once(env, spar
 
 
 # ---------------------------------------------------------------------- crashes: exactly once
-def open_batch_rows(mariadb) -> int:
-    """Rows changed by the open (uncommitted) InnoDB transactions at the server."""
-    [(rows,)] = mariadb.rows("mysql", "SELECT COALESCE(SUM(trx_rows_modified), 0) FROM information_schema.INNODB_TRX")
-    return int(rows)
 
 
 def backlog(env, mariadb, spark, transactions, article="public.items", **sub_options):
@@ -104,6 +100,23 @@ def assert_applied_once(mariadb, db, transactions):
     assert mariadb.rows(db, "SELECT op, COUNT(*) FROM applied GROUP BY op") == [("I", transactions * 5)]
 
 
+def pause_at_row(mariadb, db, row_id: int, seconds: int) -> None:
+    """A trigger that holds the batch inserting row ``row_id`` for ``seconds`` (its earlier rows
+    open and uncommitted), so a test can kill or crash in the middle of that batch however fast
+    the machine is."""
+    mariadb.run(
+        db,
+        f"CREATE TRIGGER pause_batch BEFORE INSERT ON items FOR EACH ROW "
+        f"BEGIN IF NEW.id = {row_id} THEN DO SLEEP({seconds}); END IF; END",
+    )
+
+
+def paused(mariadb) -> bool:
+    """Whether a batch is held by :func:`pause_at_row` now."""
+    [(n,)] = mariadb.rows("mysql", "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User sleep'")
+    return int(n) > 0
+
+
 def test_a_backlog_delivered_in_commit_order_batch_by_batch(env, spark, mariadb):
     topo, db = backlog(env, mariadb, spark, 2000, commit_batch_size=50)
     done = distribution_agent.run_distribution(topo, "p", "m1")
@@ -118,11 +131,11 @@ def test_a_backlog_delivered_in_commit_order_batch_by_batch(env, spark, mariadb)
 )
 def test_distribution_agent_killed_mid_batch_applies_everything_exactly_once(env, spark, mariadb, tmp_path, article):
     topo, db = backlog(env, mariadb, spark, 4000, article, commit_batch_size=1000, commit_batch_threshold=5000)
+    pause_at_row(mariadb, db, 5600, 5)  # the second batch, 600 rows in
     spec = spec_file(topo, tmp_path)
-    outcome = run_agent_process(
-        "distribution", spec, {"subscriber": "m1"}, kill_when=lambda: open_batch_rows(mariadb) > 500
-    )
+    outcome = run_agent_process("distribution", spec, {"subscriber": "m1"}, kill_when=lambda: paused(mariadb))
     assert outcome.killed, outcome
+    mariadb.run(db, "DROP TRIGGER pause_batch")  # once the killed session's statement has ended
     [(before,)] = mariadb.rows(db, "SELECT COUNT(*) FROM items")
     assert before % 5000 == 0 and before < 20000  # whole batches only
     again = distribution_agent.run_distribution(topo, "p", "m1")
@@ -132,11 +145,13 @@ def test_distribution_agent_killed_mid_batch_applies_everything_exactly_once(env
 
 def test_mariadb_restart_mid_batch_applies_everything_exactly_once(env, spark, mariadb):
     topo, db = backlog(env, mariadb, spark, 4000, commit_batch_size=1000, commit_batch_threshold=5000)
+    pause_at_row(mariadb, db, 5600, 30)  # the second batch, 600 rows in
     agent = AgentThread(distribution_agent.run_distribution, topo, "p", "m1")
     agent.start()
-    assert wait_for(lambda: open_batch_rows(mariadb) > 500, 120) is not None
+    assert wait_for(lambda: paused(mariadb), 120) is not None
     mariadb.restart(kill=True)  # a crash of the server: InnoDB rolls the open batch back
     agent.join(120)
+    mariadb.run(db, "DROP TRIGGER pause_batch")
     assert isinstance(agent.error, ConnectionLost), agent.error
     assert "\n" not in str(agent.error) and mariadb.server.password not in str(agent.error)
     distribution_agent.run_distribution(topo, "p", "m1")

@@ -232,7 +232,7 @@ CASES = [
         "distributor: mysql://u@h/d",
         2,
         "distributor",
-        "scheme 'mysql' is not supported",
+        "a MariaDB server cannot be the distributor: it must be PostgreSQL",
     ),
     case(
         "server_empty", "distributor: {dist}", "distributor: ''", 2, "distributor", "not a valid Airflow connection id"
