@@ -145,9 +145,15 @@ def _drop_process(path: str, subscriber: str) -> subprocess.Popen:
 
 
 def _sessions_waiting(mariadb) -> int:
-    """Transactions at the MariaDB server waiting for a row lock."""
-    [(n,)] = mariadb.rows("mysql", "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'")
-    return int(n)
+    """Sessions at the MariaDB server waiting for a lock: a row lock (InnoDB), or a table's
+    metadata lock (a DROP TABLE behind the holder's open transaction)."""
+    [(rows,)] = mariadb.rows(
+        "mysql", "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'"
+    )
+    [(meta,)] = mariadb.rows(
+        "mysql", "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE LIKE 'Waiting for%lock'"
+    )
+    return int(rows) + int(meta)
 
 
 def _others_gone(mariadb, db) -> bool:
