@@ -1,9 +1,9 @@
 """MariaDB subscribers' connection strings, and connecting to them safely.
 
 A MariaDB (or MySQL) server is named by a ``mariadb://`` or ``mysql://`` URI
-(``mariadb://user:password@host:3306/database?connect_timeout=5``) or by an Airflow ``mysql``
-connection id (``apache-airflow-providers-mysql``'s type).  Either resolves to one normalized
-connection string, ``mariadb://user:password@host:port/database?extra=<JSON>``: the URI's query
+(``mariadb://USER@HOST:3306/DATABASE?connect_timeout=5``, the password from the topology's
+``${VAR}`` or the connection) or by an Airflow ``mysql`` connection id (``apache-airflow-providers-mysql``'s type).  Either resolves to one normalized
+connection string (``mariadb://`` with the user, password, host, port, database and ``extra=<JSON>``): the URI's query
 parameters or the connection's extras, checked here, are the driver's settings (PyMySQL's
 keyword arguments), as a Postgres connection's extras are libpq's.
 
