@@ -106,6 +106,20 @@ def test_a_type_the_map_refuses_stops_before_anything_changes(env, spark, mariad
     assert mariadb.rows(db, f"SELECT COUNT(*) FROM {PROGRESS}") == [(0,)]
 
 
+def _kill_after_the_ddl(mariadb, db, topo, tmp_path, column):
+    """Read the stored transaction and run the Distribution Agent as a process, killed once its
+    ALTER TABLE committed (MariaDB commits DDL on its own) and before its progress moved past
+    it: the agent records that progress with an UPDATE, which a trigger holds."""
+    log_reader_agent.run_log_reader(topo, "p")
+    mariadb.run(db, f"CREATE TRIGGER hold BEFORE UPDATE ON {PROGRESS} FOR EACH ROW BEGIN DO SLEEP(4); END")
+    outcome = run_agent_process(
+        "distribution", spec_file(topo, tmp_path), {"subscriber": "m1"}, kill_when=lambda: _column(mariadb, db, column)
+    )
+    assert outcome.killed, outcome
+    mariadb.run(db, "DROP TRIGGER hold")
+    assert _column(mariadb, db, column) is not None
+
+
 def test_an_agent_killed_right_after_the_ddl_applies_it_once_when_run_again(env, spark, mariadb, tmp_path):
     topo, db = _items(env, mariadb, spark)
     count_applied(mariadb, db)
@@ -116,16 +130,8 @@ def test_an_agent_killed_right_after_the_ddl_applies_it_once_when_run_again(env,
         conn.execute("INSERT INTO items VALUES (777, 1, 'after', 4)")
         conn.execute("DELETE FROM items WHERE id = 2")
         conn.commit()
-    log_reader_agent.run_log_reader(topo, "p")
-    # the agent records its progress past the ALTER TABLE with an UPDATE: hold it there
-    mariadb.run(db, f"CREATE TRIGGER hold BEFORE UPDATE ON {PROGRESS} FOR EACH ROW BEGIN DO SLEEP(4); END")
-    outcome = run_agent_process(
-        "distribution", spec_file(topo, tmp_path), {"subscriber": "m1"}, kill_when=lambda: _column(mariadb, db, "c2")
-    )
-    assert outcome.killed, outcome
-    mariadb.run(db, "DROP TRIGGER hold")
+    _kill_after_the_ddl(mariadb, db, topo, tmp_path, "c2")
     # the ALTER TABLE committed on its own; the rows before it with the progress just before it
-    assert _column(mariadb, db, "c2") is not None
     assert len(mariadb.rows(db, f"SELECT xact_seqno, command_id FROM {PROGRESS}")) == 1
     assert mariadb.rows(db, "SELECT op, COUNT(*) FROM applied GROUP BY op ORDER BY op") == [("I", 1), ("U", 1)]
     again = distribution_agent.run_distribution(topo, "p", "m1")
@@ -137,6 +143,28 @@ def test_an_agent_killed_right_after_the_ddl_applies_it_once_when_run_again(env,
         ("U", 1),
     ]
     assert mariadb.rows(db, "SELECT id, c2 FROM items WHERE id >= 700 ORDER BY id") == [(700, 3), (777, 4)]
+    assert mariadb.rows(db, f"SELECT COUNT(*) FROM {PROGRESS}") == [(0,)]
+    assert_in_sync(topo, "m1")
+
+
+def test_an_agent_killed_after_renaming_a_key_column_resumes_when_run_again(env, spark, mariadb, tmp_path):
+    """The rerun's table check expects the key the partly applied transaction left (the renamed
+    column), not the one before it: it refused before."""
+    topo, db = _items(env, mariadb, spark)
+    with psycopg.connect(env.pub) as conn:
+        conn.execute("UPDATE items SET qty = 0 WHERE id = 1")
+        schema_change(topo, "p", "ALTER TABLE items RENAME COLUMN id TO ident", connection=conn)
+        conn.execute("INSERT INTO items VALUES (777, 1, 'after')")
+        conn.execute("DELETE FROM items WHERE ident = 2")
+        conn.commit()
+    _kill_after_the_ddl(mariadb, db, topo, tmp_path, "ident")
+    assert _column(mariadb, db, "id") is None
+    again = distribution_agent.run_distribution(topo, "p", "m1")
+    assert (again["transactions"], again["commands"]) == (1, 2), again
+    assert mariadb.rows(db, "SELECT ident, qty FROM items WHERE ident IN (1, 2, 777) ORDER BY ident") == [
+        (1, 0),
+        (777, 1),
+    ]
     assert mariadb.rows(db, f"SELECT COUNT(*) FROM {PROGRESS}") == [(0,)]
     assert_in_sync(topo, "m1")
 

@@ -57,14 +57,10 @@ log = logging.getLogger(__name__)
 AGENT = "distribution"
 
 
-def expected_tables(articles: list[ResolvedArticle]) -> list[catalog.Expected]:
-    """What :func:`catalog.check_table` checks of each article's table."""
-    out = []
-    for art in articles:
-        names = art.column_names
-        keys = sorted({names[i] for i in art.key_positions})
-        out.append(catalog.Expected(art.dest_table, art.primary_key, keys))
-    return out
+def expected_table(art: ResolvedArticle) -> catalog.Expected:
+    """What :func:`catalog.check_table` checks of the article's table."""
+    names = art.column_names
+    return catalog.Expected(art.dest_table, art.primary_key, sorted({names[i] for i in art.key_positions}))
 
 
 class MariaDBDelivery:
@@ -138,8 +134,20 @@ class MariaDBDelivery:
                 f"({retention.reinitialize_command(self.publication, self.subscriber)})"
             )
         database = mariadb_connections.database(self.conninfo)
-        for expected in expected_tables(articles):
-            catalog.check_table(self.conn, database, expected, self.subscriber)
+        certain, possible = {a.name: a for a in articles}, {a.name: a for a in articles}
+        partly = state.partly_applied(self.conn, self.publication)  # a schema change's DDL commits alone
+        if partly is not None:
+            done, maybe = dist_publications.definitions_partly_applied(dist, self.publication, *partly)
+            certain.update({k: v for k, v in done.items() if k in certain})
+            possible.update({k: v for k, v in maybe.items() if k in possible})
+        dist.commit()
+        for name, art in certain.items():
+            try:
+                catalog.check_table(self.conn, database, expected_table(art), self.subscriber)
+            except ReplError:
+                if possible[name] == art:
+                    raise
+                catalog.check_table(self.conn, database, expected_table(possible[name]), self.subscriber)
         applier = mariadb_calls.applier(self.conn, database, articles, self.subscriber)  # statements or CALLs
         self.conn.rollback()
         return applier

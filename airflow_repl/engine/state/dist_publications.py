@@ -86,6 +86,23 @@ def save_article_definition(conn: psycopg.Connection, article: ResolvedArticle) 
     )
 
 
+def definitions_partly_applied(
+    conn: psycopg.Connection, publication: str, xact: str, command_id: int
+) -> tuple[dict[str, ResolvedArticle], dict[str, ResolvedArticle]]:
+    """What a subscriber that stopped partway through transaction ``xact``, its progress at
+    command ``command_id``, may have, where its DDL commits on its own: (article -> definition
+    after the last schema change up to that command, the same once the next schema change of
+    the transaction ran too, whose DDL may have committed before the progress moved past it)."""
+    rows = conn.execute(
+        "SELECT article, command_id, data->'s'->'after' FROM airflow_repl.commands "
+        "WHERE publication = %s AND op = 'S' AND xact_seqno = %s::pg_lsn ORDER BY command_id",
+        (publication, xact),
+    ).fetchall()
+    done = {str(a): ResolvedArticle.from_dict(d) for a, cid, d in rows if cid <= command_id}
+    after = [(str(a), ResolvedArticle.from_dict(d)) for a, cid, d in rows if cid > command_id][:1]
+    return done, {**done, **dict(after)}
+
+
 def definitions_before(conn: psycopg.Connection, publication: str, after: str) -> dict[str, ResolvedArticle]:
     """article -> its definition before the first schema change stored after xact_seqno
     ``after``: what a subscriber at watermark ``after`` still has (articles without a later

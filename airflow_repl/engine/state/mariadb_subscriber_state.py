@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pymysql
+from pymysql.constants import ER
 
 from airflow_repl.engine.postgres.lsn import int_to_lsn, lsn_to_int
 from airflow_repl.engine.state import subscriber_state
@@ -176,8 +177,20 @@ def ensure_tables(conn: Any) -> None:
 def schema_progress(conn: Any, publication: str, xact: str) -> int | None:
     """The last command applied of transaction ``xact`` (one holding a schema change) when it
     is partly applied; None when none of it is."""
-    row = _one(conn, f"SELECT xact_seqno, command_id FROM {PROGRESS} WHERE publication = %s", (publication,))
-    return int(row[1]) if row is not None and row[0] == xact else None
+    row = partly_applied(conn, publication)
+    return row[1] if row is not None and row[0] == xact else None
+
+
+def partly_applied(conn: Any, publication: str) -> tuple[str, int] | None:
+    """(transaction, last command applied) of the schema-change transaction a run stopped
+    partway through, or None."""
+    try:
+        row = _one(conn, f"SELECT xact_seqno, command_id FROM {PROGRESS} WHERE publication = %s", (publication,))
+    except pymysql.err.ProgrammingError as exc:
+        if exc.args[0] != ER.NO_SUCH_TABLE:  # a subscriber initialized before the table existed
+            raise
+        return None
+    return (str(row[0]), int(row[1])) if row is not None else None
 
 
 def set_schema_progress(conn: Any, publication: str, xact: str, command_id: int) -> None:

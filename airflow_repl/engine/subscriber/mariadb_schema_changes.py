@@ -17,7 +17,10 @@ The row changes after the last schema change are applied with the new columns an
 with the watermark past the transaction, which clears the progress.  A run that stops anywhere
 resumes after the progress recorded; stopped between 2 and 3, it finds in the subscriber's
 catalog (``information_schema``) that the column was already added, dropped or renamed and
-only records the progress (a widening's ``MODIFY COLUMN`` is run again, which changes nothing).
+only records the progress (a widening's ``MODIFY COLUMN`` is run again, which changes nothing);
+the run's table check accepts the table as it was before that schema change or after it
+(:func:`~airflow_repl.engine.state.dist_publications.definitions_partly_applied`), so a renamed
+key column does not make it refuse.
 """
 
 from __future__ import annotations
