@@ -314,15 +314,21 @@ class Sandbox:
 
         return MariaDBServer(self)
 
-    def stop(self) -> None:
+    def stop(self) -> dict[str, str]:
+        """Stop the sandbox's servers; what became of each (``stopped``, ``not running``)."""
         if not self.state_file.exists():
-            return
+            return {}
+        out = {}
         if "mariadb" in self._state():
-            self.mariadb().stop()
+            server = self.mariadb()
+            out["mariadb"] = "stopped" if server.running() else "not running"
+            server.stop()
         for name in [*self.clusters, *self.wal_clusters()]:
             datadir = self._datadir(name)
             if (datadir / "PG_VERSION").exists():
-                self._run("pg_ctl", "-D", str(datadir), "-m", "fast", "-w", "stop", check=False)
+                done = self._run("pg_ctl", "-D", str(datadir), "-m", "fast", "-w", "stop", check=False)
+                out[name] = "stopped" if done.returncode == 0 else "not running"
+        return out
 
     def destroy(self) -> None:
         if not self.state_file.exists():

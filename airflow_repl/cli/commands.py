@@ -371,7 +371,9 @@ def cmd_sandbox(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.action == "start":
         return {name: connections.describe(ci) for name, ci in sb.start().items()}
     if args.action == "stop":
-        sb.stop()
+        if not sb.state_file.exists():
+            raise ReplError(f"no sandbox in {args.root}: nothing to stop")
+        return sb.stop()
     elif args.action == "destroy":
         sb.destroy()
     elif args.action == "status":

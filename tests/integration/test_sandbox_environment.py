@@ -31,3 +31,25 @@ def test_a_cluster_started_from_a_shell_with_pg_variables_runs_without_them(tmp_
         assert environment.get("AIRFLOW_REPL_MARK") == "kept"  # the rest of the environment is kept
     finally:
         sandbox.destroy()
+
+
+def test_sandbox_stop_says_what_it_stopped(tmp_path, capsys):
+    """``sandbox stop`` names each server and what became of it (it printed nothing), and a
+    folder without a sandbox is one line."""
+    from airflow_repl import cli
+
+    sandbox = Sandbox(tmp_path / "sb", clusters=("publisher",))
+    try:
+        sandbox.start()
+        capsys.readouterr()
+        assert cli.main(["sandbox", "stop", "--root", str(sandbox.root)]) == 0
+        assert "publisher" in (out := capsys.readouterr().out) and "stopped" in out and "not running" not in out, out
+        assert cli.main(["sandbox", "stop", "--root", str(sandbox.root)]) == 0
+        assert "not running" in capsys.readouterr().out
+    finally:
+        sandbox.destroy()
+    assert cli.main(["sandbox", "stop", "--root", str(tmp_path / "none")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("airflow-repl: error: no sandbox in ") and "nothing to stop" in err[0], (
+        err
+    )
