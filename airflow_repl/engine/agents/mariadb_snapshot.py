@@ -28,6 +28,7 @@ from airflow_repl.engine.errors import ReplError, ServerLost, TopologyError
 from airflow_repl.engine.mariadb import connections as mariadb_connections
 from airflow_repl.engine.mariadb import types
 from airflow_repl.engine.mariadb.quoting import check_name, ident, ident_in_format
+from airflow_repl.engine.postgres.catalog import Column
 from airflow_repl.engine.state import mariadb_subscriber_state as state
 from airflow_repl.engine.subscriber import mariadb_apply, mariadb_calls
 
@@ -71,9 +72,12 @@ def plan_tables(articles: list[ResolvedArticle], kinds: dict[int, str], subscrib
         tables[table] = art.name
         names = art.column_names
         keys = set(art.key_positions)
-        wide = [i for i in keys if types.is_wide(art.columns[i].base_type or art.columns[i].type)]
-        share = max(
-            1, max((len([i for i in k if i in wide]) for k in [art.pk_positions, *art.unique_positions]), default=1)
+        room = types.key_room(
+            where,
+            [
+                [(names[i], _key_length(where, art.columns[i], kinds)) for i in key]
+                for key in [art.pk_positions, *art.unique_positions]
+            ],
         )
         seen: dict[str, str] = {}
         lines = []
@@ -88,7 +92,12 @@ def plan_tables(articles: list[ResolvedArticle], kinds: dict[int, str], subscrib
             kind = kinds.get(col.type_oid, "b")
             pg_type = col.base_type or col.type
             mapped = types.map_type(
-                where, col.name, pg_type, key=i in keys, kind="b" if col.base_type else kind, key_share=share
+                where,
+                col.name,
+                pg_type,
+                key=i in keys,
+                kind="b" if col.base_type else kind,
+                key_bytes=room.get(col.name, types.KEY_BYTES),
             )
             null = " NOT NULL" if col.not_null or i in art.pk_positions else ""
             lines.append(f"{ident(col.name)} {mapped.ddl}{null}")
@@ -103,6 +112,16 @@ def plan_tables(articles: list[ResolvedArticle], kinds: dict[int, str], subscrib
         ]
         plans.append(TablePlan(art.name, table, create, unique))
     return plans
+
+
+def _key_length(where: str, col: Column, kinds: dict[int, str]) -> int | None:
+    """The bytes key column ``col`` takes of InnoDB's key limit (:func:`types.key_length`), or
+    None for a text or bytes column, which shares what the others leave (:func:`types.key_room`)."""
+    pg_type = col.base_type or col.type
+    if types.is_wide(pg_type):
+        return None
+    kind = "b" if col.base_type else kinds.get(col.type_oid, "b")
+    return types.key_length(types.map_type(where, col.name, pg_type, key=True, kind=kind).ddl)
 
 
 def connect(conninfo: str, subscriber: str) -> Any:
