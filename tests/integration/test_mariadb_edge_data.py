@@ -186,8 +186,8 @@ def _changes(env) -> int:
         with conn.transaction():  # empty: nothing published changes
             conn.execute("UPDATE edge SET tx = tx WHERE false")
             conn.execute("INSERT INTO unpublished VALUES (1)")
-        with conn.transaction():  # large: 3,000 rows in, all updated, a third deleted
-            conn.execute("INSERT INTO keys SELECT 'bulk ' || g, '\\x'::bytea, g, 'v' FROM generate_series(1, 3000) g")
+        with conn.transaction():  # large: 1,200 rows in, all updated, a third deleted
+            conn.execute("INSERT INTO keys SELECT 'bulk ' || g, '\\x'::bytea, g, 'v' FROM generate_series(1, 1200) g")
             conn.execute("UPDATE keys SET v = v || n WHERE k LIKE 'bulk %'")
             conn.execute("DELETE FROM keys WHERE k LIKE 'bulk %' AND n % 3 = 0")
     return EDGE_ROWS + 18
@@ -326,7 +326,7 @@ def test_the_edge_data_through_each_propagation_matches_the_publisher_by_value(e
     lines = validation.compare(topo, "p", "m1")
     assert all(line["match"] and not line["differences"] for line in lines), validation.format_report(lines)
     counts = {line["article"]: line["subscriber_rows"] for line in lines}
-    assert counts == {"edge": EDGE_ROWS + 2 + EDGE_ROWS - 1, "keys": len(ODD_KEYS) - 1 + 2000, "toast": 2, ODD_TABLE: 2}
+    assert counts == {"edge": EDGE_ROWS + 2 + EDGE_ROWS - 1, "keys": len(ODD_KEYS) - 1 + 800, "toast": 2, ODD_TABLE: 2}
     # a value MariaDB cannot hold stops delivery with one line naming its column; nothing of its
     # transaction is applied
     env.run(env.pub, "UPDATE edge SET tx = 'before', f8 = 'NaN' WHERE id = 1")
