@@ -206,54 +206,41 @@ def _q(name: str) -> str:
 def custom_procedures(table: str, tag: str, columns: list[tuple[str, str]], key: list[str], upd: str, dele: str):
     """CREATE PROCEDURE of a custom insert, update (call syntax ``upd``) and delete (``dele``)
     procedure of ``table`` (``columns``: (name, parameter type)), each doing the obvious thing
-    with its parameters and raising 20598 when its key matched no row."""
+    with its parameters: SCALL and MCALL set the columns the bitmap flags; XCALL finds its row by
+    the whole before image (every column ``<=>`` its value, so a before image that differs from
+    the row in any value is a row not found).  No row matched raises 20598."""
     t = _q(table)
     n = len(columns)
     names = [c for c, _ in columns]
     col = {c: f"{t}.{_q(c)}" for c in names}
     cols = [(f"c{i + 1}", p) for i, (_, p) in enumerate(columns)]
     pks = [(f"pkc{j + 1}", dict(columns)[k]) for j, k in enumerate(key)]
-    nf = "IF ROW_COUNT() = 0 THEN SIGNAL SQLSTATE 'RP598' SET MYSQL_ERRNO = 20598, MESSAGE_TEXT = 'row not found'; END IF"
+    by_key = " AND ".join(f"{col[k]} = pkc{j + 1}" for j, k in enumerate(key))
+    by_image = " AND ".join(f"{col[c]} <=> c{i + 1}" for i, c in enumerate(names))
 
-    def proc(name: str, params: list[tuple[str, str]], body: str) -> str:
+    def proc(name: str, params: list[tuple[str, str]], change: str, row: str) -> str:
+        """``change`` (a statement), then 20598 when it changed no row and ``row`` matches none."""
         decl = ", ".join(f"IN {p} {typ}" for p, typ in params)
-        return f"CREATE PROCEDURE {name}({decl}) MODIFIES SQL DATA BEGIN {body}; END"
+        check = (
+            f"IF ROW_COUNT() = 0 AND NOT EXISTS (SELECT 1 FROM {t} WHERE {row}) THEN "
+            f"SIGNAL SQLSTATE 'RP598' SET MYSQL_ERRNO = 20598, MESSAGE_TEXT = 'row not found'; END IF"
+        )
+        return f"CREATE PROCEDURE {name}({decl}) MODIFIES SQL DATA BEGIN {change}; {check}; END"
 
-    def where(args: list[str]) -> str:
-        return " AND ".join(f"{col[k]} = {a}" for k, a in zip(key, args, strict=True))
-
-    ins = proc(
-        f"my_ins_{tag}", cols, f"INSERT INTO {t} ({', '.join(map(_q, names))}) VALUES ({', '.join(p for p, _ in cols)})"
-    )
+    values = ", ".join(p for p, _ in cols)
+    ins = proc(f"my_ins_{tag}", cols, f"INSERT INTO {t} ({', '.join(map(_q, names))}) VALUES ({values})", "TRUE")
     if upd == "CALL":
-        params = cols + pks
-        body = f"UPDATE {t} SET " + ", ".join(f"{col[c]} = c{i + 1}" for i, c in enumerate(names))
-        body += " WHERE " + where([p for p, _ in pks])
+        params, row = cols + pks, by_key
+        sets = [f"{col[c]} = c{i + 1}" for i, c in enumerate(names)]
     elif upd in ("SCALL", "MCALL"):
-        params = [*cols, *pks, ("bitmap", "LONGBLOB")]
-        body = f"UPDATE {t} SET " + ", ".join(
-            f"{col[c]} = IF({_flag(i + 1)}, c{i + 1}, {col[c]})" for i, c in enumerate(names)
-        )
-        body += " WHERE " + where([p for p, _ in pks])
+        params, row = [*cols, *pks, ("bitmap", "LONGBLOB")], by_key
+        sets = [f"{col[c]} = IF({_flag(i + 1)}, c{i + 1}, {col[c]})" for i, c in enumerate(names)]
     else:
-        params = cols + [(f"c{n + i + 1}", p) for i, (_, p) in enumerate(columns)]
-        body = f"UPDATE {t} SET " + ", ".join(f"{col[c]} = c{n + i + 1}" for i, c in enumerate(names))
-        body += " WHERE " + where([f"c{names.index(k) + 1}" for k in key])
-    if upd in ("SCALL", "MCALL"):
-        # an update that matched its row but changed nothing counts 0 rows: look the key up again
-        check = f"IF ROW_COUNT() = 0 AND NOT EXISTS (SELECT 1 FROM {t} WHERE {where([p for p, _ in pks])}) THEN "
-    else:
-        check = "IF ROW_COUNT() = 0 AND NOT EXISTS (SELECT 1 FROM {} WHERE {}) THEN ".format(
-            t, where([p for p, _ in pks]) if upd == "CALL" else where([f"c{names.index(k) + 1}" for k in key])
-        )
-    check += "SIGNAL SQLSTATE 'RP598' SET MYSQL_ERRNO = 20598, MESSAGE_TEXT = 'row not found'; END IF"
-    up = proc(f"my_upd_{tag}", params, f"{body}; {check}")
-    if dele == "CALL":
-        de = proc(f"my_del_{tag}", pks, f"DELETE FROM {t} WHERE {where([p for p, _ in pks])}; {nf}")
-    else:
-        de = proc(
-            f"my_del_{tag}", cols, f"DELETE FROM {t} WHERE {where([f'c{names.index(k) + 1}' for k in key])}; {nf}"
-        )
+        params, row = cols + [(f"c{n + i + 1}", p) for i, (_, p) in enumerate(columns)], by_image
+        sets = [f"{col[c]} = c{n + i + 1}" for i, c in enumerate(names)]
+    up = proc(f"my_upd_{tag}", params, f"UPDATE {t} SET {', '.join(sets)} WHERE {row}", row)
+    params, row = (pks, by_key) if dele == "CALL" else (cols, by_image)
+    de = proc(f"my_del_{tag}", params, f"DELETE FROM {t} WHERE {row}", "FALSE")
     return [ins, up, de]
 
 
