@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from harness import deliver, mariadb_topology
+from harness import ALL_BYTES, ODD_TEXT, UNICODE_TEXT, deliver, mariadb_topology
 from psycopg import sql
-from test_data_edges import ALL_BYTES, ODD_TEXT, UNICODE_TEXT
 
 from airflow_repl.engine.agents import snapshot_agent
 from airflow_repl.engine.errors import DeliveryError

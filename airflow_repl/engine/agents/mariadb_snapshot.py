@@ -28,7 +28,6 @@ from airflow_repl.engine.errors import ReplError, ServerLost, TopologyError
 from airflow_repl.engine.mariadb import connections as mariadb_connections
 from airflow_repl.engine.mariadb import types
 from airflow_repl.engine.mariadb.quoting import check_name, ident, ident_in_format
-from airflow_repl.engine.postgres.catalog import Column
 from airflow_repl.engine.state import mariadb_subscriber_state as state
 from airflow_repl.engine.subscriber import mariadb_apply, mariadb_calls
 
@@ -75,7 +74,15 @@ def plan_tables(articles: list[ResolvedArticle], kinds: dict[int, str], subscrib
         room = types.key_room(
             where,
             [
-                [(names[i], _key_length(where, art.columns[i], kinds)) for i in key]
+                [
+                    types.key_part(
+                        where,
+                        names[i],
+                        art.columns[i].base_type or art.columns[i].type,
+                        "b" if art.columns[i].base_type else kinds.get(art.columns[i].type_oid, "b"),
+                    )
+                    for i in key
+                ]
                 for key in [art.pk_positions, *art.unique_positions]
             ],
         )
@@ -112,16 +119,6 @@ def plan_tables(articles: list[ResolvedArticle], kinds: dict[int, str], subscrib
         ]
         plans.append(TablePlan(art.name, table, create, unique))
     return plans
-
-
-def _key_length(where: str, col: Column, kinds: dict[int, str]) -> int | None:
-    """The bytes key column ``col`` takes of InnoDB's key limit (:func:`types.key_length`), or
-    None for a text or bytes column, which shares what the others leave (:func:`types.key_room`)."""
-    pg_type = col.base_type or col.type
-    if types.is_wide(pg_type):
-        return None
-    kind = "b" if col.base_type else kinds.get(col.type_oid, "b")
-    return types.key_length(types.map_type(where, col.name, pg_type, key=True, kind=kind).ddl)
 
 
 def connect(conninfo: str, subscriber: str) -> Any:

@@ -170,12 +170,28 @@ def key_length(ddl: str) -> int:
     return KEY_BYTES
 
 
+def key_part(where: str, column: str, pg_type: str, kind: str | None) -> tuple[str, int | None]:
+    """A key column as :func:`key_room` takes it: its name and the bytes it takes of InnoDB's
+    key limit (:func:`key_length` of its mapped type), None for a text or bytes column
+    (:func:`is_wide`), which shares what the others leave.  ``kind`` None: a user type's kind
+    is not known, so a type the map holds only by its kind is an enum (the one such type a key
+    can hold)."""
+    if is_wide(pg_type):
+        return (column, None)
+    try:
+        mapped = map_type(where, column, pg_type, key=True, kind=kind or "b")
+    except TopologyError:
+        if kind is not None:
+            raise
+        mapped = map_type(where, column, pg_type, key=True, kind="e")
+    return (column, key_length(mapped.ddl))
+
+
 def key_room(where: str, keys: list[list[tuple[str, int | None]]]) -> dict[str, int]:
     """The bytes each text or bytes key column may take (``VARCHAR(bytes / 4)``,
     ``VARBINARY(bytes)``): InnoDB's 3,072-byte limit on a key, less its other columns' bytes,
     shared equally by its text and bytes columns; the least over the keys a column is in.
-    ``keys``: each key (primary, unique) as its columns' (name, bytes), bytes None for a text
-    or bytes column (:func:`is_wide`), otherwise :func:`key_length`.  A key whose fixed columns
+    ``keys``: each key (primary, unique) as its columns' :func:`key_part`.  A key whose fixed columns
     leave a text column no character is refused, naming its columns."""
     room: dict[str, int] = {}
     for key in keys:
