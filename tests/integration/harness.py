@@ -138,6 +138,17 @@ class Env:
             self.sandbox.drop_database(cluster, name)
 
 
+# ---------------------------------------------------------------------- edge values shared by the edge-data tests
+#: One character of every Unicode plane (0-16), plus BMP specials
+UNICODE_TEXT = (
+    "".join(chr(p * 0x10000 + 0x141) for p in range(17))
+    + "\u00e9\u4e2d\ufffd\ufeff\uffff\ud7ff\U0001f600\U0010ffff\U000e0001"
+)
+ODD_TEXT = (
+    "tab\there\nnew line\r\n back\\slash 'single' \"double\" %s %(x)s $1 $$ \\. \\N \u200b\u200f\u202e\x7f\x01 end "
+)
+ALL_BYTES = "\\x" + bytes(range(256)).hex()
+
 #: Positions where an LSN's text gains a digit (text order breaks there, numeric order does not).
 WAL_BOUNDARIES = ("0/10000000", "1/10000000", "10/0")
 #: A cluster of the wal_cluster fixture starts this far below its boundary.

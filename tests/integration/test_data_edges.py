@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 import pytest
-from harness import diff, drop_native_subscription, wait_native
+from harness import ALL_BYTES, ODD_TEXT, UNICODE_TEXT, diff, drop_native_subscription, wait_native
 from psycopg import sql
 
 from airflow_repl.engine.agents import (
@@ -44,15 +44,6 @@ from airflow_repl.engine.state import dist_encoding, dist_publications, dist_tra
 from airflow_repl.engine.subscriber import validation
 
 # ---------------------------------------------------------------------- edge values
-#: one character of every Unicode plane (0-16), plus BMP specials
-UNICODE_TEXT = (
-    "".join(chr(p * 0x10000 + 0x141) for p in range(17))
-    + "\u00e9\u4e2d\ufffd\ufeff\uffff\ud7ff\U0001f600\U0010ffff\U000e0001"
-)
-ODD_TEXT = (
-    "tab\there\nnew line\r\n back\\slash 'single' \"double\" %s %(x)s $1 $$ \\. \\N \u200b\u200f\u202e\x7f\x01 end "
-)
-ALL_BYTES = "\\x" + bytes(range(256)).hex()
 
 #: (column, type, edge values as PostgreSQL input text)
 SCALARS = [

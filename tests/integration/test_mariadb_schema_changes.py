@@ -27,15 +27,23 @@ from airflow_repl.engine.provisioning.schema_change import schema_change
 PROGRESS = "airflow_repl_schema_progress"
 
 
+def _snapshotted(env, mariadb, spark, table: str, statements: str):
+    """``public.<table>`` made by ``statements`` at the publisher and snapshotted to a MariaDB subscriber."""
+    env.run(env.pub, statements)
+    topo, db = mariadb_topology(env, mariadb, [f"public.{table}"])
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    return topo, db
+
+
 def _items(env, mariadb, spark):
-    env.run(
-        env.pub,
+    return _snapshotted(
+        env,
+        mariadb,
+        spark,
+        "items",
         "CREATE TABLE items (id int PRIMARY KEY, qty int NOT NULL, note varchar(20));"
         "INSERT INTO items SELECT g, g * 10, 'n' || g FROM generate_series(1, 20) g",
     )
-    topo, db = mariadb_topology(env, mariadb, ["public.items"])
-    snapshot_agent.run_snapshot(topo, "p", spark)
-    return topo, db
 
 
 def _column(mariadb, db, name):
@@ -209,3 +217,27 @@ def test_generated_procedures_follow_a_schema_change(env, spark, mariadb):
         (db,),
     )
     assert "note" in body
+
+
+def test_a_key_column_widened_to_text_takes_what_the_keys_int_leaves(env, spark, mariadb):
+    topo, db = _snapshotted(
+        env,
+        mariadb,
+        spark,
+        "keyed",
+        "CREATE TABLE keyed (id int, k varchar(10), v int, PRIMARY KEY (id, k));"
+        "INSERT INTO keyed VALUES (1, 'a', 1), (1, 'A', 2)",
+    )
+    with psycopg.connect(env.pub) as conn:
+        schema_change(topo, "p", "ALTER TABLE keyed ALTER COLUMN k TYPE text", connection=conn)
+        conn.execute("INSERT INTO keyed VALUES (2, %s, 3)", ("\U0001f600" * 700,))
+        conn.commit()
+    done = deliver(topo)  # VARCHAR(768) beside the int was 4 bytes over InnoDB's limit: error 1071
+    assert done["schema_changes"] == 1, done
+    assert mariadb.rows(
+        db,
+        "SELECT COLUMN_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = 'keyed' "
+        "AND COLUMN_NAME = 'k'",
+        (db,),
+    ) == [("varchar(767)",)]
+    assert_in_sync(topo, "m1")

@@ -232,6 +232,10 @@ def test_mariadb_schema_change_ddl():
     assert mariadb.schema_change_sql(keyed, _change("alter_type", column="note", type="character varying(80)")) == [
         "ALTER TABLE `t` MODIFY COLUMN `note` VARCHAR(80) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NULL"
     ]
+    # widened to text, it takes what the key's int leaves of InnoDB's 3,072 bytes (768 characters failed)
+    assert mariadb.schema_change_sql(keyed, _change("alter_type", column="note", type="text")) == [
+        "ALTER TABLE `t` MODIFY COLUMN `note` VARCHAR(767) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NULL"
+    ]
     with pytest.raises(
         TopologyError, match=r"^column 'c' of article 't' \('dst.T x'\) .* has type money, which a Maria"
     ):

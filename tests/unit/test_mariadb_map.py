@@ -65,7 +65,27 @@ def test_enums_and_ranges_by_kind():
 
 
 def test_a_key_of_two_text_columns_shares_innodbs_limit():
-    assert types.map_type("t", "c", "text", key=True, key_share=2).ddl.startswith("VARCHAR(384)")
+    assert types.map_type("t", "c", "text", key=True, key_bytes=1536).ddl.startswith("VARCHAR(384)")
+    assert types.key_room("t", [[("a", None), ("b", None)]]) == {"a": 1536, "b": 1536}
+
+
+def test_a_keys_other_columns_leave_its_text_and_bytes_columns_the_rest_of_innodbs_limit():
+    # text + bytes + int: (3072 - 4) / 2 each; a text column in two keys gets the smaller share
+    keys = [[("k", None), ("b", None), ("n", types.key_length("INT"))], [("k", None), ("d", 8)]]
+    assert types.key_room("t", keys) == {"k": 1534, "b": 1534}
+    assert types.map_type("t", "k", "text", key=True, key_bytes=1534).ddl.startswith("VARCHAR(383) ")
+    assert types.map_type("t", "b", "bytea", key=True, key_bytes=1534).ddl == "VARBINARY(1534)"
+    assert [types.key_length(d) for d in ("BIGINT", "DATE", "DATETIME(6)", "DECIMAL(30,10)", "DECIMAL(65,30)")] == [
+        8,
+        3,
+        8,
+        14,
+        30,
+    ]
+    assert types.key_length(f"CHAR(36) {types.TEXT}") == 144 and types.key_length("VARBINARY(10)") == 10
+    with pytest.raises(TopologyError, match=r"the key \('e1', 'e2', 'e3', 't'\) of t would take more than") as err:
+        types.key_room("t", [[("e1", 1020), ("e2", 1020), ("e3", 1030), ("t", None)]])
+    assert "\n" not in str(err.value)
 
 
 def test_values_converted():
@@ -74,7 +94,20 @@ def test_values_converted():
     assert types.to_param(types.TIMESTAMPTZ, "2026-01-02 03:04:05.5+00", "c", "t") == "2026-01-02 03:04:05.5"
     assert types.to_param(types.TIMESTAMPTZ, "2026-01-02 03:04:05+05:30", "c", "t") == "2026-01-01 21:34:05.000000"
     assert types.to_param(types.AS_TEXT, "a\U0001f600", "c", "t") == "a\U0001f600"
-    for conversion, value in [(types.FLOAT, "NaN"), (types.DATETIME, "infinity"), (types.DATETIME, "0044-03-15 BC")]:
+    assert types.to_param(types.REAL, "3.4028235e+38", "c", "t") == 3.4028234663852886e38  # within FLOAT's range
+    assert str(types.canonical(types.REAL, "real", -0.0)) == "0.0"  # MariaDB has no negative zero
+    # arrays of times and numbers are compared as their text
+    assert types.canonical(types.AS_TEXT, "timestamp with time zone[]", "{infinity}") == "{infinity}"
+    assert types.canonical(types.AS_TEXT, "numeric[]", "{NaN,1.50}") == "{NaN,1.50}"
+    assert types.canonical(types.AS_TEXT, "time without time zone[]", "{24:00:00}") == "{24:00:00}"
+    for conversion, value in [
+        (types.FLOAT, "NaN"),
+        (types.REAL, "-Infinity"),
+        (types.DATETIME, "infinity"),
+        (types.DATETIME, "0044-03-15 BC"),
+        (types.TIMESTAMPTZ, "0001-01-01 00:30:00+01"),  # year 0 in UTC
+        (types.TIMESTAMPTZ, "9999-12-31 23:30:00-01"),  # year 10000 in UTC
+    ]:
         with pytest.raises(DeliveryError, match="column 'c'"):
             types.to_param(conversion, value, "c", "t")
 

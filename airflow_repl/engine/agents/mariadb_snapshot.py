@@ -71,9 +71,20 @@ def plan_tables(articles: list[ResolvedArticle], kinds: dict[int, str], subscrib
         tables[table] = art.name
         names = art.column_names
         keys = set(art.key_positions)
-        wide = [i for i in keys if types.is_wide(art.columns[i].base_type or art.columns[i].type)]
-        share = max(
-            1, max((len([i for i in k if i in wide]) for k in [art.pk_positions, *art.unique_positions]), default=1)
+        room = types.key_room(
+            where,
+            [
+                [
+                    types.key_part(
+                        where,
+                        names[i],
+                        art.columns[i].base_type or art.columns[i].type,
+                        "b" if art.columns[i].base_type else kinds.get(art.columns[i].type_oid, "b"),
+                    )
+                    for i in key
+                ]
+                for key in [art.pk_positions, *art.unique_positions]
+            ],
         )
         seen: dict[str, str] = {}
         lines = []
@@ -88,7 +99,12 @@ def plan_tables(articles: list[ResolvedArticle], kinds: dict[int, str], subscrib
             kind = kinds.get(col.type_oid, "b")
             pg_type = col.base_type or col.type
             mapped = types.map_type(
-                where, col.name, pg_type, key=i in keys, kind="b" if col.base_type else kind, key_share=share
+                where,
+                col.name,
+                pg_type,
+                key=i in keys,
+                kind="b" if col.base_type else kind,
+                key_bytes=room.get(col.name, types.KEY_BYTES),
             )
             null = " NOT NULL" if col.not_null or i in art.pk_positions else ""
             lines.append(f"{ident(col.name)} {mapped.ddl}{null}")

@@ -262,7 +262,13 @@ def schema_change_sql(before: ResolvedArticle, change: dict[str, Any]) -> list[s
     if kind == "rename_column":
         return [f"ALTER TABLE {table} RENAME COLUMN {col} TO {quote(new)}"]
     keys = {before.column_names[i] for i in before.key_positions}
-    typ = types.map_type(where, change["column"], change["type"], key=change["column"] in keys).ddl
+    typ = types.map_type(
+        where,
+        change["column"],
+        change["type"],
+        key=change["column"] in keys,
+        key_bytes=_key_room(before, change, where),
+    ).ddl
     if kind == "alter_type":
         (old,) = [c for c in before.columns if c.name == change["column"]]
         return [f"ALTER TABLE {table} MODIFY COLUMN {col} {typ}{' NOT NULL' if old.not_null else ' NULL'}"]
@@ -274,6 +280,26 @@ def schema_change_sql(before: ResolvedArticle, change: dict[str, Any]) -> list[s
         f"ALTER TABLE {table} ADD COLUMN {col} {typ}{null} DEFAULT {default}",
         f"ALTER TABLE {table} ALTER COLUMN {col} DROP DEFAULT",
     ]
+
+
+def _key_room(before: ResolvedArticle, change: dict[str, Any], where: str) -> int:
+    """The bytes of InnoDB's key limit the keys of ``before`` leave the changed column, with its
+    new type (:func:`airflow_repl.engine.mariadb.types.key_room`)."""
+    names = before.column_names
+    keys = [
+        [
+            types.key_part(
+                where,
+                names[i],
+                change["type"] if names[i] == change["column"] else before.columns[i].param_type,
+                None,
+            )
+            for i in key
+        ]
+        for key in [before.pk_positions, *before.unique_positions]
+        if change["column"] in [names[i] for i in key]
+    ]
+    return types.key_room(where, keys).get(change["column"], types.KEY_BYTES)
 
 
 def value_literal(pg_type: str, text: str, column: str, where: str) -> str:

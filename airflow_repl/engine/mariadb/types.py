@@ -21,12 +21,14 @@ from typing import Any
 from airflow_repl.engine.errors import DeliveryError, TopologyError
 
 TEXT = "CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin"
-#: The longest key of text in characters: InnoDB's index limit (3072 bytes) over utf8mb4's 4 bytes.
-KEY_CHARS = 768
+#: InnoDB's limit on a key's bytes (a text key column counts 4 bytes per character: utf8mb4).
 KEY_BYTES = 3072
 
 #: How a value travels: as its text, or converted (see :func:`to_param`).
 AS_TEXT, BOOL, BYTES, TIMESTAMPTZ, DATETIME, FLOAT = "text", "bool", "bytes", "timestamptz", "datetime", "float"
+#: ``real``: a float sent as the exact single-precision value (MariaDB refuses PostgreSQL's
+#: shortest text of the largest ones, ``3.4028235e+38``, as out of FLOAT's range).
+REAL = "real"
 
 
 @dataclass(frozen=True)
@@ -41,11 +43,14 @@ class Mapped:
 TYPE_MAP_DOC = (
     ("smallint, integer, bigint, oid", "SMALLINT, INT, BIGINT, INT UNSIGNED"),
     ("numeric(p,s) (p ≤ 65, s ≤ 38)", "DECIMAL(p,s); numeric without precision is refused"),
-    ("real, double precision", "FLOAT, DOUBLE (NaN and ±Infinity stop delivery: MariaDB has none)"),
+    ("real, double precision", "FLOAT, DOUBLE (NaN and ±Infinity stop delivery: MariaDB has none; -0 becomes 0)"),
     ("boolean", "BOOLEAN (TINYINT(1))"),
-    ("text, character varying", "LONGTEXT, or VARCHAR(n) up to 255; keys VARCHAR(768) (or n)"),
+    (
+        "text, character varying",
+        "LONGTEXT, or VARCHAR(n) up to 255; keys VARCHAR(n) or what the key leaves of 3,072 bytes (VARCHAR(768) alone)",
+    ),
     ("character(n)", "VARCHAR(n), the padded text kept"),
-    ("bytea", "LONGBLOB; keys VARBINARY(3072)"),
+    ("bytea", "LONGBLOB; keys VARBINARY of what the key leaves of 3,072 bytes"),
     ("uuid", "CHAR(36)"),
     ("date", "DATE (years 1-9999; infinity and BC dates stop delivery)"),
     ("timestamp [without time zone]", "DATETIME(6)"),
@@ -66,7 +71,7 @@ _SIMPLE: dict[str, Mapped] = {
     "integer": Mapped("INT"),
     "bigint": Mapped("BIGINT"),
     "oid": Mapped("INT UNSIGNED"),
-    "real": Mapped("FLOAT", FLOAT),
+    "real": Mapped("FLOAT", REAL),
     "double precision": Mapped("DOUBLE", FLOAT),
     "boolean": Mapped("BOOLEAN", BOOL),
     "uuid": Mapped(f"CHAR(36) {TEXT}"),
@@ -95,12 +100,14 @@ def _refuse(where: str, column: str, pg_type: str, why: str) -> TopologyError:
     )
 
 
-def map_type(where: str, column: str, pg_type: str, *, key: bool, kind: str = "b", key_share: int = 1) -> Mapped:
+def map_type(
+    where: str, column: str, pg_type: str, *, key: bool, kind: str = "b", key_bytes: int = KEY_BYTES
+) -> Mapped:
     """The MariaDB column type of a PostgreSQL column (``pg_type``: ``format_type`` text, a
     domain's base type already; ``kind``: ``pg_type.typtype`` of a user type: ``e`` enum,
     ``r`` range, ``m`` multirange, ``c`` composite, ``b`` base); ``key``: the column is in the
-    primary key or a unique constraint, whose text or bytes columns share InnoDB's key limit
-    among ``key_share`` of them.  A type it cannot hold raises, naming the column."""
+    primary key or a unique constraint, where a text or bytes column may take ``key_bytes`` of
+    InnoDB's key limit (:func:`key_room`).  A type it cannot hold raises, naming the column."""
     t = pg_type.strip().lower()
     if t.endswith("[]") or kind in ("r", "m"):
         if key:
@@ -114,11 +121,11 @@ def map_type(where: str, column: str, pg_type: str, *, key: bool, kind: str = "b
         if key and t in _NOT_IN_KEYS:
             raise _refuse(where, column, pg_type, "it cannot be a key there; use another key")
         return _SIMPLE[t]
-    found = _numeric(where, column, pg_type, t) or _temporal(t) or _text(where, column, pg_type, t, key, key_share)
+    found = _numeric(where, column, pg_type, t) or _temporal(t) or _text(where, column, pg_type, t, key, key_bytes)
     if found is not None:
         return found
     if t == "bytea":
-        return Mapped(f"VARBINARY({KEY_BYTES // key_share})" if key else "LONGBLOB", BYTES)
+        return Mapped(f"VARBINARY({key_bytes})" if key else "LONGBLOB", BYTES)
     why = "it has no MariaDB counterpart in the type map (docs/subscribers-mariadb.md); leave the column out"
     raise _refuse(where, column, pg_type, why)
 
@@ -127,6 +134,79 @@ def is_wide(pg_type: str) -> bool:
     """Whether a key column of this type takes a share of InnoDB's key limit (text and bytes)."""
     t = pg_type.strip().lower()
     return t in ("text", "bytea") or t.startswith(("character", "bpchar"))
+
+
+#: The most bytes of one utf8mb4 character, as InnoDB counts a text key column's length.
+_UTF8MB4 = 4
+_FIXED_KEY_BYTES = {
+    "SMALLINT": 2,
+    "INT": 4,
+    "INT UNSIGNED": 4,
+    "BIGINT": 8,
+    "BOOLEAN": 1,
+    "FLOAT": 4,
+    "DOUBLE": 8,
+    "DATE": 3,
+    "DATETIME(6)": 8,
+    "TIME(6)": 6,
+}
+_SIZED = re.compile(r"(VARCHAR|CHAR|VARBINARY)\((\d+)\).*")
+_DECIMAL = re.compile(r"DECIMAL\((\d+),(\d+)\)")
+#: MariaDB's bytes for the 0-8 leftover digits of a DECIMAL's integer or fraction part.
+_DIGIT_BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4)
+
+
+def key_length(ddl: str) -> int:
+    """The bytes a key column of MariaDB type ``ddl`` (a :class:`Mapped` ddl) takes of InnoDB's
+    3,072-byte key limit: a text column 4 bytes per character (utf8mb4), a DECIMAL its packed
+    digits, the others their fixed size."""
+    if ddl in _FIXED_KEY_BYTES:
+        return _FIXED_KEY_BYTES[ddl]
+    if m := _SIZED.fullmatch(ddl):
+        return int(m.group(2)) * (1 if m.group(1) == "VARBINARY" else _UTF8MB4)
+    if m := _DECIMAL.fullmatch(ddl):
+        p, s = int(m.group(1)), int(m.group(2))
+        return sum(n // 9 * 4 + _DIGIT_BYTES[n % 9] for n in (p - s, s))
+    return KEY_BYTES
+
+
+def key_part(where: str, column: str, pg_type: str, kind: str | None) -> tuple[str, int | None]:
+    """A key column as :func:`key_room` takes it: its name and the bytes it takes of InnoDB's
+    key limit (:func:`key_length` of its mapped type), None for a text or bytes column
+    (:func:`is_wide`), which shares what the others leave.  ``kind`` None: a user type's kind
+    is not known, so a type the map holds only by its kind is an enum (the one such type a key
+    can hold)."""
+    if is_wide(pg_type):
+        return (column, None)
+    try:
+        mapped = map_type(where, column, pg_type, key=True, kind=kind or "b")
+    except TopologyError:
+        if kind is not None:
+            raise
+        mapped = map_type(where, column, pg_type, key=True, kind="e")
+    return (column, key_length(mapped.ddl))
+
+
+def key_room(where: str, keys: list[list[tuple[str, int | None]]]) -> dict[str, int]:
+    """The bytes each text or bytes key column may take (``VARCHAR(bytes / 4)``,
+    ``VARBINARY(bytes)``): InnoDB's 3,072-byte limit on a key, less its other columns' bytes,
+    shared equally by its text and bytes columns; the least over the keys a column is in.
+    ``keys``: each key (primary, unique) as its columns' :func:`key_part`.  A key whose fixed columns
+    leave a text column no character is refused, naming its columns."""
+    room: dict[str, int] = {}
+    for key in keys:
+        wide = [name for name, size in key if size is None]
+        fixed = sum(size for _, size in key if size is not None)
+        share = (KEY_BYTES - fixed) // len(wide) if wide else KEY_BYTES
+        if fixed > KEY_BYTES or share < _UTF8MB4:
+            names = ", ".join(repr(name) for name, _ in key)
+            raise TopologyError(
+                f"the key ({names}) of {where} would take more than InnoDB's {KEY_BYTES:,} bytes at a MariaDB "
+                f"subscriber ({fixed:,} bytes without its text and bytes columns): use a shorter key"
+            )
+        for name in wide:
+            room[name] = min(room.get(name, share), share)
+    return room
 
 
 def _numeric(where: str, column: str, pg_type: str, t: str) -> Mapped | None:
@@ -156,7 +236,7 @@ def _temporal(t: str) -> Mapped | None:
     return None
 
 
-def _text(where: str, column: str, pg_type: str, t: str, key: bool, key_share: int) -> Mapped | None:
+def _text(where: str, column: str, pg_type: str, t: str, key: bool, key_bytes: int) -> Mapped | None:
     if t == "text":
         n = None
     elif m := (_VARCHAR.fullmatch(t) or _CHAR.fullmatch(t)):
@@ -164,7 +244,7 @@ def _text(where: str, column: str, pg_type: str, t: str, key: bool, key_share: i
     else:
         return None
     if key:
-        room = KEY_CHARS // key_share
+        room = key_bytes // _UTF8MB4
         if n is not None and n > room:
             raise _refuse(where, column, pg_type, f"a MariaDB key holds at most {room} characters there")
         return Mapped(f"VARCHAR({n or room}) {TEXT}")
@@ -190,11 +270,11 @@ def to_param(conversion: str, value: Any, column: str, where: str) -> Any:
         if isinstance(value, str):
             return bytes.fromhex(value[2:]) if value.startswith("\\x") else value.encode()
         return bytes(value)
-    if conversion == FLOAT:
+    if conversion in (FLOAT, REAL):
         number = float(value)
         if math.isnan(number) or math.isinf(number):
             raise _cannot(value, column, where, "MariaDB has no NaN or infinity")
-        return value
+        return _single(number) if conversion == REAL else value
     text = str(value)
     if "infinity" in text or text.endswith(" BC"):
         raise _cannot(value, column, where, "MariaDB has no infinite or BC dates")
@@ -207,7 +287,7 @@ def canonical(conversion: str, pg_type: str, value: Any) -> Any:
     """A value in one form whichever side it was read from: the publisher's text once converted
     (:func:`to_param`), or what the driver read at the MariaDB subscriber.  What validation
     compares: numbers as numbers (``real`` at single precision), times as times, bytes as hex,
-    text as it is."""
+    text (arrays and ranges of any of these too: their text) as it is."""
     if value is None:
         return None
     t = pg_type.strip().lower()
@@ -215,10 +295,10 @@ def canonical(conversion: str, pg_type: str, value: Any) -> Any:
         return bytes(value).hex()
     if conversion == BOOL:
         return int(value in ("t", "true", True, 1)) if isinstance(value, str) else int(bool(value))
-    if conversion == FLOAT:
-        number = float(value)
-        return struct.unpack("f", struct.pack("f", number))[0] if t == "real" else number
-    if t.startswith("numeric") or isinstance(value, Decimal):
+    if conversion in (FLOAT, REAL):
+        number = float(value) + 0.0  # -0 is 0: MariaDB has no negative zero
+        return _single(number) if conversion == REAL else number
+    if _NUMERIC.fullmatch(t) or isinstance(value, Decimal):
         return str(Decimal(str(value)).normalize())
     if t in ("smallint", "integer", "bigint", "oid"):
         return int(value)
@@ -227,9 +307,14 @@ def canonical(conversion: str, pg_type: str, value: Any) -> Any:
             return value.isoformat()
         text = str(value)
         return (date.fromisoformat(text) if t == "date" else datetime.fromisoformat(text)).isoformat()
-    if isinstance(value, timedelta) or t.startswith("time"):
+    if isinstance(value, timedelta) or _TIME.fullmatch(t):
         return _time_of(value)
     return str(value)
+
+
+def _single(number: float) -> float:
+    """``number`` at single precision (``real``), as the float that holds it exactly."""
+    return float(struct.unpack("f", struct.pack("f", number))[0])
 
 
 def _time_of(value: Any) -> str:
@@ -252,7 +337,10 @@ def _utc(text: str, column: str, where: str) -> str:
     digits = offset[1:].replace(":", "")
     hh, mm, ss = int(digits[0:2]), int(digits[2:4] or 0), int(digits[4:6] or 0)
     fmt = "%Y-%m-%d %H:%M:%S.%f" if "." in stamp else "%Y-%m-%d %H:%M:%S"
-    moment = datetime.strptime(stamp, fmt) - sign * timedelta(hours=hh, minutes=mm, seconds=ss)
+    try:
+        moment = datetime.strptime(stamp, fmt) - sign * timedelta(hours=hh, minutes=mm, seconds=ss)
+    except OverflowError:
+        raise _cannot(text, column, where, "in UTC it falls outside the years 1-9999 MariaDB holds") from None
     return moment.replace(tzinfo=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
 
 

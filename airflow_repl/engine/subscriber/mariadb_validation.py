@@ -66,7 +66,11 @@ def _publisher_rows(pub: Any, art: ResolvedArticle) -> Side:
 
 
 def _subscriber_rows(my: Any, art: ResolvedArticle, subscriber: str) -> Side:
-    names = ", ".join(ident(c) for c in art.column_names)
+    # FLOAT's text in MariaDB's protocol has 6 digits; as a DOUBLE it is the value stored, exactly
+    names = ", ".join(
+        f"CAST({ident(c.name)} AS DOUBLE)" if types.conversion(c.base_type or c.type) == types.REAL else ident(c.name)
+        for c in art.columns
+    )
     with my.cursor() as cur:
         try:
             cur.execute(f"SELECT {names} FROM {ident(art.dest_table)}")
