@@ -221,7 +221,7 @@ def test_command_json_parses_as_the_old_encoders_and_its_copy_line_reads_back():
     ],
 )
 def test_transaction_rows_copy_lines_read_back(at: datetime, origin: str | None, schema_change: bool) -> None:
-    rows = {"a": 1, "é t\\x": 2, "tab\there\nnl": 3}
+    rows = {"a": 1, "é t\\x": 2, "tab\there\nnl": 3, "null": 0}
     line = dist_transactions.transaction_line(
         copy_escaping.copy_field("pub\\lication"), "1F/A0", 4294967297, at, "20/0", 6, rows, origin, schema_change
     )
@@ -231,6 +231,20 @@ def test_transaction_rows_copy_lines_read_back(at: datetime, origin: str | None,
     assert fields[4:6] == ["20/0", "6"]
     assert fields[6] is not None and json.loads(fields[6]) == rows
     assert fields[7:] == [origin, "t" if schema_change else "f"]
+
+
+def test_transaction_rows_commit_time_from_a_message_reads_back_as_its_datetime() -> None:
+    """The Log Reader writes a commit time straight from the message's microseconds since 2000:
+    the same instant as the datetime the decoder makes of them, in every second (cached per
+    second), before 2000 and with no fraction too."""
+    rng = random.Random(33)
+    second = 849_000_000 * 1_000_000
+    times = [0, -1, -1_000_000, 1, 999_999, second, second + 1, second + 999_999, second + 1_000_000, second]
+    times += [rng.randrange(-(10**15), 10**16) for _ in range(2000)]
+    for us in times:
+        line = dist_transactions.transaction_line(b"p", "0/1", 1, us, "0/2", 1, {"a": 1}, None, False)
+        text = _copy_fields(line)[3]
+        assert text is not None and datetime.fromisoformat(text) == pgoutput.pg_time(us), us
 
 
 def test_dumps_keeps_what_orjson_would_write_otherwise_to_json():

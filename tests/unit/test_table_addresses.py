@@ -3,7 +3,9 @@ Distribution Agent run reports per subscriber table (no server)."""
 
 from __future__ import annotations
 
+import random
 from datetime import datetime, timezone
+from typing import Any
 
 import pytest
 
@@ -59,3 +61,38 @@ def test_table_changes_count_transactions_row_changes_and_last_position_per_dest
         "sales.order_lines": {"transactions": 2, "commands": 4, "last_xact_seqno": "0/30"},
     }
     assert TableChanges({}).summary() == {}
+
+
+def _old_table_changes(destinations: dict[str, str], batches: list[list[PendingTransaction]]) -> dict[str, Any]:
+    """TableChanges.add before it counted article by article (the reference)."""
+    tables: dict[str, dict[str, Any]] = {}
+    for txns in batches:
+        for txn in txns:
+            for article, rows in txn.article_rows.items():
+                seen = tables.setdefault(
+                    destinations.get(article, article), {"transactions": 0, "commands": 0, "last_xact_seqno": None}
+                )
+                seen["transactions"] += 1
+                seen["commands"] += rows
+                seen["last_xact_seqno"] = txn.xact
+    return {table: dict(seen) for table, seen in sorted(tables.items())}
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_table_changes_match_the_old_count_on_random_batches(seed: int) -> None:
+    """Articles sharing a destination, articles without one, transactions changing several."""
+    rng = random.Random(seed)
+    destinations = {"a": "public.t", "b": "public.t", "c": "s.c"}
+    position = 0
+    batches = []
+    for _ in range(rng.randrange(1, 6)):
+        batch = []
+        for _ in range(rng.randrange(1, 30)):
+            position += 1
+            chosen = rng.sample(["a", "b", "c", "d"], rng.randrange(1, 5))
+            batch.append(_txn(f"0/{position:X}", **{name: rng.randrange(0, 4) for name in chosen}))
+        batches.append(batch)
+    tables = TableChanges(destinations)
+    for batch in batches:
+        tables.add(batch)
+    assert tables.summary() == _old_table_changes(destinations, batches)

@@ -37,10 +37,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections import Counter
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from itertools import islice
+from itertools import chain, islice
 from typing import Any
 
 import psycopg
@@ -202,13 +203,20 @@ class TableChanges:
         self.tables: dict[str, dict[str, Any]] = {}
 
     def add(self, txns: list[PendingTransaction]) -> None:
-        for txn in txns:
-            for article, rows in txn.article_rows.items():
-                table = self.destinations.get(article, article)
-                seen = self.tables.setdefault(table, {"transactions": 0, "commands": 0, "last_xact_seqno": None})
-                seen["transactions"] += 1
-                seen["commands"] += rows
-                seen["last_xact_seqno"] = txn.xact
+        """Count a batch's transactions (in commit order), article by article rather than
+        transaction by transaction: a few steps per article of the batch, the loops over its
+        transactions in C."""
+        per_txn = [t.article_rows for t in txns]
+        last: dict[str, int] = {}  # table -> index of the last of txns that changed it
+        for article, n in Counter(chain.from_iterable(per_txn)).items():
+            table = self.destinations.get(article, article)
+            seen = self.tables.setdefault(table, {"transactions": 0, "commands": 0, "last_xact_seqno": None})
+            seen["transactions"] += n
+            seen["commands"] += sum([rows.get(article, 0) for rows in per_txn])
+            at = next(i for i in range(len(txns) - 1, -1, -1) if article in per_txn[i])
+            last[table] = max(at, last.get(table, at))
+        for table, at in last.items():
+            self.tables[table]["last_xact_seqno"] = txns[at].xact
 
     def summary(self) -> dict[str, dict[str, Any]]:
         return {table: dict(seen) for table, seen in sorted(self.tables.items())}

@@ -110,8 +110,9 @@ class _TxnWriter:
 
     def begin(self, xact_seqno: str | None, xid: int = 0) -> None:
         self.xact, self.xid, self.count = xact_seqno, xid, 0
-        #: the COPY fields every command line of the transaction starts with (dist_transactions.command_line)
-        self.prefix = self.publication_field + b"\t" + copy_escaping.copy_field(xact_seqno) + b"\t"
+        #: the COPY fields every command line of the transaction starts with (dist_transactions.command_line);
+        #: pg_lsn text has nothing to escape
+        self.prefix = b"%b\t%b\t" % (self.publication_field, xact_seqno.encode() if xact_seqno else b"\\N")
         self.origin: str | None = None  # the replication origin the transaction came from
         self.schema_change = False  # the transaction holds a schema-change command
         self.tokens: list[progress.TokenMessage] = []  # tracer tokens of the publication the transaction carries
@@ -226,7 +227,7 @@ class _TxnWriter:
         self.run_article, self.run_inserts, self.pending = None, [], {}
         self.staged_hashes = {}
 
-    def end(self, commit_time: datetime, end_lsn: int) -> None:
+    def end(self, commit_time: datetime | int, end_lsn: int) -> None:
         """The transaction committed: queue its row (written with the batch, or with the
         commands before it once ``chunk`` rows wait)."""
         self.close_run()
@@ -692,8 +693,7 @@ class _LogReader:
         if not batch.skip:
             self.writer.close_run()
         if not batch.skip and (self.writer.count or self.writer.tokens):
-            at = pgoutput.pg_time(commit_time) if isinstance(commit_time, int) else commit_time
-            self.writer.end(at, end_lsn)
+            self.writer.end(commit_time, end_lsn)
             batch.tokens += [(token, str(self.writer.xact)) for token in self.writer.tokens]
             batch.transactions += 1
             self.totals["commands"] += self.writer.count

@@ -24,6 +24,7 @@ from typing import Any
 
 import psycopg
 
+from airflow_repl.engine.runtime import gc_pause
 from airflow_repl.engine.state import dist_transactions
 from airflow_repl.engine.state.dist_transactions import CommandRow, PendingTransaction
 from airflow_repl.engine.subscriber import bulk_apply
@@ -103,6 +104,13 @@ class ReadAhead:
                 pass
 
     def _read(self, after: str) -> Read:
+        """The read and the net change, without the cyclic garbage collector (they allocate an
+        object or more per command, and the batch applied meanwhile pauses it only until it
+        commits: :mod:`~airflow_repl.engine.runtime.gc_pause`)."""
+        with gc_pause.paused():
+            return self._read_batch(after)
+
+    def _read_batch(self, after: str) -> Read:
         pending = dist_transactions.pending_transactions(self.conn, self.publication, after, self.size)
         batch = self.cut(pending)
         commands = sum(t.command_count for t in batch)

@@ -59,6 +59,12 @@ def _has_non_finite(value: Any) -> bool:
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
 
 
+def counts_json(counts: dict[str, int]) -> bytes:
+    """Counts by name (a transaction's rows per article) as :func:`dumps_bytes` writes them:
+    orjson's, which writes text keys and integers as ``json`` does (nothing to look for)."""
+    return orjson.dumps(counts)
+
+
 def command_data(data: dict[str, Any]) -> bytes:
     """A command's JSON (:meth:`Command.to_json`), as :func:`dumps_bytes` writes it.  A row
     change's holds only text, NULLs and the pair flag, which orjson writes as ``json`` does

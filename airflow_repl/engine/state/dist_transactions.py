@@ -8,14 +8,15 @@ from __future__ import annotations
 from collections.abc import Generator
 from contextlib import ExitStack
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 
 from airflow_repl.engine.postgres import lsn
 from airflow_repl.engine.postgres.copy_escaping import copy_field
-from airflow_repl.engine.state.dist_encoding import CommandLoader, JsonLoader, dumps, dumps_bytes, read_json_with
+from airflow_repl.engine.postgres.pgoutput import PG_EPOCH
+from airflow_repl.engine.state.dist_encoding import CommandLoader, JsonLoader, counts_json, dumps, read_json_with
 
 #: A row written to ``airflow_repl.commands`` by the Log Reader, as one line of COPY's text
 #: format (:func:`command_line`): publication, xact_seqno, command_id, article, op, data (JSON).
@@ -111,7 +112,7 @@ def transaction_line(
     publication: bytes,
     xact_seqno: str,
     xid: int,
-    commit_time: datetime,
+    commit_time: datetime | int,
     end_lsn: str,
     command_count: int,
     article_rows: dict[str, int],
@@ -120,19 +121,35 @@ def transaction_line(
 ) -> TransactionRow:
     """One row of ``airflow_repl.transactions`` as a line of COPY's text format: ``publication``
     a COPY field (:func:`copy_field`), the positions pg_lsn text (nothing to escape), the commit
-    time ISO 8601 text with its offset, the article rows compact JSON (:func:`dumps_bytes`: its
+    time (a datetime, or a replication message's microseconds since 2000-01-01 UTC) ISO 8601
+    text with its offset, the article rows compact JSON (:func:`dist_encoding.counts_json`: its
     only backslashes are escapes, doubled here; it holds no newline, carriage return or tab)."""
     return b"%b\t%b\t%d\t%b\t%b\t%d\t%b\t%b\t%b\n" % (
         publication,
         xact_seqno.encode(),
         xid,
-        commit_time.isoformat().encode(),
+        commit_time.isoformat().encode() if isinstance(commit_time, datetime) else _time_field(commit_time),
         end_lsn.encode(),
         command_count,
-        dumps_bytes(article_rows).replace(b"\\", b"\\\\"),
+        counts_json(article_rows).replace(b"\\", b"\\\\"),
         copy_field(origin),
         b"t" if schema_change else b"f",
     )
+
+
+def _time_field(us: int) -> bytes:
+    """Microseconds since 2000-01-01 UTC (a replication message's time) as timestamptz text in
+    UTC, ``YYYY-MM-DD HH:MM:SS.ffffff+00``: the text of the second made once for the commits of
+    that second (a backlog's transactions commit thousands a second)."""
+    second, fraction = divmod(us, 1_000_000)
+    text = _SECOND_TEXT.get(second)
+    if text is None:
+        _SECOND_TEXT.clear()  # one second at a time: they come in commit order
+        text = _SECOND_TEXT[second] = (PG_EPOCH + timedelta(seconds=second)).strftime("%Y-%m-%d %H:%M:%S").encode()
+    return b"%b.%06d+00" % (text, fraction)
+
+
+_SECOND_TEXT: dict[int, bytes] = {}
 
 
 def stage_inserts(conn: psycopg.Connection[Any], rows: list[StagedRow], first: bool) -> None:

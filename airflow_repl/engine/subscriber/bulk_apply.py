@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import re
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, count
-from operator import ne
+from operator import itemgetter, ne
 from typing import Any
 
 import orjson
@@ -165,28 +165,70 @@ _ROW_OPS = (INSERT, UPDATE, DELETE)
 
 def net_changes(commands: Sequence[Command], articles: dict[str, ResolvedArticle]) -> dict[str, dict[Key, _Key]]:
     """article -> key -> net effect, in the order of the commands (NotNetApplicable when a
-    command is outside what the set-based path covers or could not apply in that order)."""
+    command is outside what the set-based path covers or could not apply in that order).  Runs
+    once per command of every batch: the common steps (:func:`_step`'s) are inline."""
     out: dict[str, dict[Key, _Key]] = {}
-    checked: dict[str, tuple[dict[Key, _Key], list[int]]] = {}  # the eligible articles met so far: keys, pk
+    #: the eligible articles met so far: their keys and their key's values of an image
+    checked: dict[str, tuple[dict[Key, _Key], Callable[[Values], Key]]] = {}
     for cmd in commands:
-        op = cmd.op
+        op, old, new = cmd.op, cmd.old, cmd.new
         entry = checked.get(cmd.article)
         if entry is None or op not in _ROW_OPS:
-            art = articles.get(cmd.article)
-            if op not in _ROW_OPS or art is None or not (entry is not None or eligible(art)):
-                raise NotNetApplicable(f"{cmd.op} command of article {cmd.article!r}")
-            entry = checked[cmd.article] = (out.setdefault(cmd.article, {}), art.pk_positions)
-        keys, pk = entry
-        image = cmd.new if op == INSERT else cmd.old
-        assert image is not None
-        key = tuple([image[i] for i in pk])
-        if op == UPDATE and cmd.new is not None and (moved := tuple([cmd.new[i] for i in pk])) != key:
-            # a key change kept as one UPDATE (multi_row_key_changes): the row leaves one key for another
-            _step(keys, key, DELETE, cmd.old, None)
-            _step(keys, moved, INSERT, None, cmd.new)
-            continue
-        _step(keys, key, op, cmd.old, cmd.new)
+            entry = _check(cmd, articles, checked, out)
+        keys, key_of = entry
+        if op == UPDATE:
+            assert old is not None and new is not None
+            key = key_of(old)
+            state = keys.get(key)
+            if (moved := key_of(new)) != key:
+                # a key change kept as one UPDATE (multi_row_key_changes): the row leaves one key for another
+                _step(keys, key, DELETE, old, None)
+                _step(keys, moved, INSERT, None, new)
+            elif state is None:
+                if len(old) != len(new):
+                    raise ValueError(f"an UPDATE's images have {len(old)} and {len(new)} columns")
+                keys[key] = _Key(True, new, False, set(compress(count(), map(ne, old, new))))
+            elif state.final is not None and len(old) == len(new):
+                state.final = new
+                state.changed.update(compress(count(), map(ne, old, new)))  # the columns whose text differs
+            else:
+                _step(keys, key, op, old, new)
+        elif op == INSERT:
+            assert new is not None
+            key = key_of(new)
+            if key not in keys:
+                keys[key] = _Key(False, new)
+            else:
+                _step(keys, key, op, old, new)
+        else:
+            assert old is not None
+            _step(keys, key_of(old), op, old, new)
     return out
+
+
+def _check(
+    cmd: Command,
+    articles: dict[str, ResolvedArticle],
+    checked: dict[str, tuple[dict[Key, _Key], Callable[[Values], Key]]],
+    out: dict[str, dict[Key, _Key]],
+) -> tuple[dict[Key, _Key], Callable[[Values], Key]]:
+    """A command of an article not met yet, or not a row change: its article's entry of
+    :func:`net_changes` (NotNetApplicable when the set-based path does not cover it)."""
+    art = articles.get(cmd.article)
+    if cmd.op not in _ROW_OPS or art is None or not (cmd.article in checked or eligible(art)):
+        raise NotNetApplicable(f"{cmd.op} command of article {cmd.article!r}")
+    entry = checked[cmd.article] = (out.setdefault(cmd.article, {}), _key_of(art.pk_positions))
+    return entry
+
+
+def _key_of(pk: Sequence[int]) -> Callable[[Values], Key]:
+    """The primary key's values of an image, as a tuple (C's itemgetter, one per article)."""
+    if len(pk) == 1:
+        get = itemgetter(pk[0])
+        return lambda image: (get(image),)
+    if not pk:
+        return lambda image: ()
+    return itemgetter(*pk)
 
 
 def _step(keys: dict[Key, _Key], key: Key, op: OpCode, old: Values | None, new: Values | None) -> None:
