@@ -379,7 +379,8 @@ def test_an_article_copy_killed_at_a_random_point_is_finished_and_applies_every_
     throughout; delivery between; then the Snapshot Agent again.  Every article equal row by row,
     and counted: every change of items stored once and applied once, stores holding its copy and
     exactly the changes after its hand-off.  ``AIRFLOW_REPL_KILL_SEEDS=N`` runs seeds 1..N
-    (``=7,12``: those); a failure names its seed and kill point."""
+    (``=7,12``: those); a failure names its seed and kill point (the copy's read tasks run in
+    threads, so the same K can fall in another thread's call on a replay)."""
     (tmp_path / "spare").mkdir()
     total = _copy_calls(sandbox, spark, tmp_path)
     kill_at = random.Random(seed).randint(1, total)
