@@ -655,6 +655,82 @@ def run_agent_process(
     return Outcome(agent, proc.returncode, out, err, killed)
 
 
+class Writer:
+    """A thread writing at ``conninfo`` until the ``with`` block ends: ``step(conn, i)`` for
+    i = 1, 2, ... each in a transaction of its own; ``n`` counts the steps begun."""
+
+    def __init__(self, conninfo: str, step: Callable[[psycopg.Connection, int], None]) -> None:
+        self.conninfo, self.step, self.stop, self.n = conninfo, step, threading.Event(), 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with psycopg.connect(self.conninfo, autocommit=True) as conn:
+            while not self.stop.is_set():
+                self.n += 1
+                with conn.transaction():
+                    self.step(conn, self.n)
+                time.sleep(0.002)
+
+    def __enter__(self) -> Writer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def audit_sql(*tables: str, always: bool = False) -> str:
+    """Table ``audit (tbl, op)`` and a trigger on each of ``tables`` recording every row change
+    there; ``always``: ENABLE ALWAYS (it fires for the agents' changes at a subscriber too)."""
+    script = (
+        "CREATE TABLE audit (tbl text NOT NULL, op text NOT NULL);\n"
+        "CREATE FUNCTION audit_row() RETURNS trigger LANGUAGE plpgsql AS\n"
+        "    $$BEGIN INSERT INTO audit VALUES (TG_TABLE_NAME, TG_OP); RETURN NULL; END$$;\n"
+    )
+    for table in tables:
+        script += (
+            f"CREATE TRIGGER audit_{table} AFTER INSERT OR UPDATE OR DELETE ON {table} "
+            "FOR EACH ROW EXECUTE FUNCTION audit_row();\n"
+        )
+        if always:
+            script += f"ALTER TABLE {table} ENABLE ALWAYS TRIGGER audit_{table};\n"
+    return script
+
+
+#: Runs an ``airflow-repl`` command killed before its K-th database call (see its docstring).
+KILL_RUNNER = str(Path(__file__).with_name("kill_runner.py"))
+
+
+def kill_seeds(default: list[int]) -> list[int]:
+    """The seeds of the random-kill rounds: ``default``, or ``AIRFLOW_REPL_KILL_SEEDS``: ``N``
+    runs seeds 1..N, ``7,12`` (a comma) those seeds; a failure names its seed."""
+    given = os.environ.get("AIRFLOW_REPL_KILL_SEEDS", "").strip()
+    if not given:
+        return default
+    if "," in given:
+        return [int(s) for s in given.split(",") if s.strip()]
+    return list(range(1, int(given) + 1))
+
+
+def run_killed_at(kill_at: int, *args: str) -> subprocess.CompletedProcess:
+    """``airflow-repl ARGS`` in its own process, SIGKILLed just before its ``kill_at``-th
+    database call (0: run to the end, and :func:`database_calls` counts them)."""
+    return subprocess.run(
+        [sys.executable, KILL_RUNNER, str(kill_at), *args],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def database_calls(done: subprocess.CompletedProcess) -> int:
+    """The database calls a finished :func:`run_killed_at` process made."""
+    assert done.returncode == 0, done.stderr
+    return int(done.stderr.rsplit("boundaries: ", 1)[1])
+
+
 def drain(topo, queued=("sub1", "sub2"), delivered=("sub1", "sub2"), options: dict | None = None) -> None:
     """Queue readers (of the ``queued`` subscribers), Log Reader, Distribution Agents (to the
     ``delivered`` ones, with their ``options``), until a whole pass moves nothing (a resolution

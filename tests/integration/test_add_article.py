@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -18,11 +18,17 @@ import psycopg
 import pytest
 from harness import (
     AgentThread,
+    Env,
+    Writer,
     assert_in_sync,
+    audit_sql,
     cycle,
+    database_calls,
     drain,
     every_subscriber_file,
+    kill_seeds,
     resolved_topology,
+    run_killed_at,
     setup_queued,
     wait_for,
 )
@@ -52,34 +58,18 @@ def _topology(path):
     return resolve_topology(load(path))
 
 
-class _Writer:
-    """Updates, inserts and deletes in both tables, in transactions touching both, until stopped."""
+def _write_both(conn, i: int) -> None:
+    """Updates, inserts and deletes in both tables, in one transaction."""
+    conn.execute("UPDATE items SET v = %s WHERE id = %s", (f"w{i}", i % ITEMS + 1))
+    conn.execute("UPDATE stores SET v = %s WHERE id = %s", (f"w{i}", i % STORES + 1))
+    conn.execute("INSERT INTO stores VALUES (%s, %s)", (100000 + i, f"new{i}"))
+    conn.execute("INSERT INTO items VALUES (%s, %s)", (100000 + i, f"new{i}"))
+    if i % 3 == 0:
+        conn.execute("DELETE FROM stores WHERE id = %s", (100000 + i - 1,))
 
-    def __init__(self, env) -> None:
-        self.env, self.stop, self.n = env, threading.Event(), 0
-        self.thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        with psycopg.connect(self.env.pub, autocommit=True) as conn:
-            while not self.stop.is_set():
-                self.n += 1
-                i = self.n
-                with conn.transaction():
-                    conn.execute("UPDATE items SET v = %s WHERE id = %s", (f"w{i}", i % ITEMS + 1))
-                    conn.execute("UPDATE stores SET v = %s WHERE id = %s", (f"w{i}", i % STORES + 1))
-                    conn.execute("INSERT INTO stores VALUES (%s, %s)", (100000 + i, f"new{i}"))
-                    conn.execute("INSERT INTO items VALUES (%s, %s)", (100000 + i, f"new{i}"))
-                    if i % 3 == 0:
-                        conn.execute("DELETE FROM stores WHERE id = %s", (100000 + i - 1,))
-                time.sleep(0.002)
-
-    def __enter__(self) -> _Writer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.thread.join()
+def _writer(env) -> Writer:
+    return Writer(env.pub, _write_both)
 
 
 def _last_snapshot_run(env) -> tuple[int, dict]:
@@ -103,7 +93,7 @@ def test_an_article_added_while_both_tables_are_written_is_copied_alone_and_deli
     _tables(env2)
     path = _write(env2, tmp_path, ["public.items"])
     snapshot_agent.run_snapshot(_topology(path), "p", spark)
-    with _Writer(env2) as writer:
+    with _writer(env2) as writer:
         assert wait_for(lambda: writer.n > 20, 30)
         log_reader_agent.run_log_reader(_topology(path), "p")
         path = _write(env2, tmp_path, ["public.items", "public.stores"])
@@ -180,7 +170,7 @@ def test_one_article_is_reinitialized_alone_for_one_subscriber(env2, spark, tmp_
     topo = _topology(path)
     snapshot_agent.run_snapshot(topo, "p", spark)
     env2.run(env2.subs["sub1"], "DELETE FROM stores WHERE id <= 10")  # drifted at the subscriber
-    with _Writer(env2) as writer:
+    with _writer(env2) as writer:
         assert wait_for(lambda: writer.n > 20, 30)
         assert (
             cli.main(
@@ -252,7 +242,7 @@ def test_an_article_copy_killed_halfway_is_finished_by_running_it_again(env, spa
         holder = psycopg.connect(env.sub)
         holder.execute("CREATE TABLE stores (id int)")  # the copy drops and creates it: it waits on the lock
         holder.execute("LOCK TABLE stores IN ACCESS EXCLUSIVE MODE")
-    with _Writer(env) as writer:
+    with _writer(env) as writer:
         proc = _snapshot_process(path)
         try:
             started = wait_for(lambda: _copying(env, handoff=where == "load"), 120)
@@ -321,3 +311,116 @@ def test_an_article_added_to_a_queued_publication_gets_its_queue_trigger_and_bot
     assert env2.rows(env2.pub, "SELECT v FROM items WHERE id = 1") == [("from sub1",)]
     for sub in ("sub1", "sub2"):
         assert_in_sync(bigger, sub)
+
+
+# ------------------------------------------------------------------ killed at seeded random points
+
+#: Every row change of items and stores counted: at the publisher by a trigger, at the subscriber
+#: by ENABLE ALWAYS triggers (they fire for the agents' changes and the copy's load); the copy
+#: creates stores anew, so an event trigger puts the trigger back on each new stores and starts
+#: its count again.
+_PUBLISHER_AUDIT = audit_sql("items", "stores")
+_SUBSCRIBER_AUDIT = (
+    audit_sql("items", always=True)
+    + """
+CREATE FUNCTION audit_new_stores() RETURNS event_trigger LANGUAGE plpgsql AS $$BEGIN
+    IF EXISTS (SELECT FROM pg_event_trigger_ddl_commands() WHERE object_identity = 'public.stores') THEN
+        DELETE FROM audit WHERE tbl = 'stores';
+        CREATE TRIGGER audit_stores AFTER INSERT OR UPDATE OR DELETE ON public.stores
+            FOR EACH ROW EXECUTE FUNCTION audit_row();
+        ALTER TABLE public.stores ENABLE ALWAYS TRIGGER audit_stores;
+    END IF;
+END$$;
+CREATE EVENT TRIGGER audit_new_stores ON ddl_command_end WHEN TAG IN ('CREATE TABLE')
+    EXECUTE FUNCTION audit_new_stores();
+ALTER EVENT TRIGGER audit_new_stores ENABLE ALWAYS;
+"""
+)
+#: the seeds of the random-kill rounds (``AIRFLOW_REPL_KILL_SEEDS``: see harness.kill_seeds)
+COPY_SEEDS = kill_seeds([1, 4])
+#: the database calls an unkilled copy of stores makes (counted once per session)
+_COPY_CALLS: list[int] = []
+
+
+def _stores_added(env, spark, tmp_path) -> str:
+    """items snapshotted to sub1, every row change counted from then on, stores added to the
+    publication (applied, not copied yet); returns the topology file."""
+    _tables(env)
+    path = _write(env, tmp_path, ["public.items"])
+    snapshot_agent.run_snapshot(_topology(path), "p", spark)
+    env.run(env.pub, _PUBLISHER_AUDIT)
+    env.run(env.sub, _SUBSCRIBER_AUDIT)
+    path = _write(env, tmp_path, ["public.items", "public.stores"])
+    assert cli.main(["apply", "-t", path]) == 0
+    return path
+
+
+def _copy_calls(sandbox, spark, tmp_path) -> int:
+    if not _COPY_CALLS:
+        spare = Env(sandbox, tmp_path / "spare")
+        try:
+            path = _stores_added(spare, spark, tmp_path / "spare")
+            _COPY_CALLS.append(database_calls(run_killed_at(0, "snapshot", "-t", path, "-p", "p")))
+        finally:
+            spare.drop()
+    return _COPY_CALLS[0]
+
+
+def _count(conninfo: str, query: str, params=None) -> int:
+    return psycopg.connect(conninfo, autocommit=True).execute(query, params).fetchone()[0]
+
+
+@pytest.mark.parametrize("seed", COPY_SEEDS)
+def test_an_article_copy_killed_at_a_random_point_is_finished_and_applies_every_change_once(
+    env, spark, sandbox, tmp_path, capsys, seed
+):
+    """kill -9 the Snapshot Agent copying an added article at a seeded random one of every
+    database call it makes (statements, COPY, commits; in any of its threads), both tables written
+    throughout; delivery between; then the Snapshot Agent again.  Every article equal row by row,
+    and counted: every change of items stored once and applied once, stores holding its copy and
+    exactly the changes after its hand-off.  ``AIRFLOW_REPL_KILL_SEEDS=N`` runs seeds 1..N
+    (``=7,12``: those); a failure names its seed and kill point (the copy's read tasks run in
+    threads, so the same K can fall in another thread's call on a replay)."""
+    (tmp_path / "spare").mkdir()
+    total = _copy_calls(sandbox, spark, tmp_path)
+    kill_at = random.Random(seed).randint(1, total)
+    seen = f"seed {seed}: copy killed before database call {kill_at} of {total} (AIRFLOW_REPL_KILL_SEEDS={seed},)"
+    path = _stores_added(env, spark, tmp_path)
+    capsys.readouterr()
+    topo = _topology(path)
+    with _writer(env) as writer:
+        assert wait_for(lambda: writer.n > 10, 30)
+        killed = run_killed_at(kill_at, "snapshot", "-t", path, "-p", "p")
+        assert killed.returncode == -signal.SIGKILL, f"{seen}: {killed.stderr}"
+        cycle(topo)  # items flow; stores' commands wait for (or skip up to) its hand-off
+        again = run_killed_at(0, "snapshot", "-t", path, "-p", "p")
+        assert again.returncode == 0, f"{seen}: {again.stderr}"
+        assert wait_for(lambda: writer.n > 60, 30)
+    cycle(topo)
+    assert _held(env) == [("sub1", "items", "active", False), ("sub1", "stores", "active", True)], seen
+    assert_in_sync(topo)  # every article, row by row
+    runs = env.rows(env.dist, "SELECT status FROM airflow_repl.agent_history WHERE agent = 'snapshot' ORDER BY run_id")
+    # the killed run, if it had begun, is marked abandoned by the next (unless it had finished)
+    assert runs in ([("succeeded",)] * 2, [("succeeded",)] * 3, [("succeeded",), ("abandoned",), ("succeeded",)]), (
+        seen,
+        runs,
+    )
+    # items: every change stored once and applied once (command by command: a trigger is there)
+    published = _count(env.pub, "SELECT count(*) FROM audit WHERE tbl = 'items'")
+    stored = _count(env.dist, "SELECT count(*) FROM airflow_repl.commands WHERE article = 'items'")
+    applied = _count(env.sub, "SELECT count(*) FROM audit WHERE tbl = 'items'")
+    assert published == stored == applied > 60, (seen, published, stored, applied)
+    # stores: its last copy's rows, then exactly its changes after the hand-off, each once
+    handoff, copied = env.rows(
+        env.dist,
+        "SELECT handoff_xact_seqno::text, rows_copied FROM airflow_repl.subscription_articles WHERE article = 'stores'",
+    )[0]
+    published = _count(env.pub, "SELECT count(*) FROM audit WHERE tbl = 'stores'")
+    stored = _count(env.dist, "SELECT count(*) FROM airflow_repl.commands WHERE article = 'stores'")
+    after = _count(
+        env.dist,
+        "SELECT count(*) FROM airflow_repl.commands WHERE article = 'stores' AND xact_seqno > %s::pg_lsn",
+        (handoff,),
+    )
+    applied = _count(env.sub, "SELECT count(*) FROM audit WHERE tbl = 'stores'")
+    assert published == stored and applied == copied + after and after > 0, (seen, published, stored, copied, after)

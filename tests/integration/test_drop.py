@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -16,10 +17,19 @@ import psycopg
 import pytest
 import yaml
 from harness import (
+    Env,
+    Writer,
     assert_in_sync,
+    audit_sql,
     cycle,
+    database_calls,
+    drain,
     installed_objects,
     items_topology_file,
+    kill_seeds,
+    queued_topology,
+    resolved_topology,
+    run_killed_at,
     setup_immediate,
     setup_items,
     setup_queued,
@@ -365,3 +375,159 @@ def test_drop_article_with_schema_changes_keeps_the_subscription_without_reiniti
     assert delivered["commands"] == 3
     assert_in_sync(remaining)
     assert env.rows(env.sub, "SELECT count(*) FROM information_schema.columns WHERE column_name = 'd'") == [(0,)]
+
+
+# ------------------------------------------------------------------ killed at seeded random points
+
+#: (kind, seed) of the random-kill rounds (``AIRFLOW_REPL_KILL_SEEDS`` runs other seeds of every
+#: kind, see harness.kill_seeds).  A negative seed is no draw: it kills that many calls before the
+#: end (-1: before the commit of the drop's last step).
+DROP_ROUNDS = (
+    [(k, s) for s in kill_seeds([]) for k in drop.KINDS]
+    if kill_seeds([])
+    else [("article", 3), ("subscription", 1), ("publication", 2), ("article", -1)]
+)
+#: kind -> the database calls an unkilled drop of that kind makes (counted once per session)
+_BOUNDARIES: dict[str, int] = {}
+
+
+def _killable(path: str, kill_at: int, *args: str) -> subprocess.CompletedProcess:
+    return run_killed_at(kill_at, "drop", *args, "-t", path, "-p", "p")
+
+
+_AUDIT = audit_sql("items", always=True)
+
+
+def _two_articles_queued(env, spark, tmp_path) -> tuple:
+    """``items`` and ``other`` published with queued updating to sub1 and sub2, snapshotted, a
+    change queued at sub1 taken (its origin at the publisher) and everything delivered; every row
+    change of ``items`` from then on counted at the publisher and at sub2 (ENABLE ALWAYS)."""
+    env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text, n int NOT NULL DEFAULT 0)")
+    env.run(env.pub, "CREATE TABLE other (id int PRIMARY KEY, v text, n int NOT NULL DEFAULT 0)")
+    env.run(env.pub, "INSERT INTO items (id, v) SELECT g, 'v' || g FROM generate_series(1, 40) g")
+    env.run(env.pub, "INSERT INTO other (id, v) SELECT g, 'v' || g FROM generate_series(1, 40) g")
+    data = queued_topology(env).to_dict(with_secrets=True)
+    data["publications"][0]["articles"] = ["public.items", "public.other"]
+    topo = resolved_topology(data)
+    path = _topology_file(topo, tmp_path)
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    env.run(env.subs["sub1"], "UPDATE items SET v = 'at sub1' WHERE id = 1")
+    assert queue_reader_agent.run_queue_reader(topo, "p", "sub1")["transactions"] == 1
+    drain(topo)
+    env.run(env.pub, _AUDIT)
+    env.run(env.subs["sub2"], _AUDIT)
+    return topo, path
+
+
+def _update_both(conn, i: int) -> None:
+    conn.execute("UPDATE items SET n = n + 1 WHERE id = %s", (i % 40 + 1,))
+    conn.execute("UPDATE other SET n = n + 1 WHERE id = %s", (i % 40 + 1,))
+
+
+_DROP_ARGS = {
+    "article": ["article", "--article", "other"],
+    "subscription": ["subscription", "--subscriber", "sub1"],
+    "publication": ["publication", "--with-subscriptions"],
+}
+
+
+def _boundaries(kind: str, sandbox, spark, tmp_path) -> int:
+    """The database calls an unkilled drop of ``kind`` makes, counted once on servers of its own."""
+    if kind not in _BOUNDARIES:
+        spare = Env(sandbox, tmp_path / "spare", n_subscribers=2)
+        try:
+            _, path = _two_articles_queued(spare, spark, tmp_path / "spare")
+            _BOUNDARIES[kind] = database_calls(_killable(path, 0, *_DROP_ARGS[kind]))
+        finally:
+            spare.drop()
+    return _BOUNDARIES[kind]
+
+
+@pytest.mark.parametrize(("kind", "seed"), DROP_ROUNDS)
+def test_a_drop_killed_at_a_random_point_is_finished_by_running_it_again(env2, spark, sandbox, tmp_path, kind, seed):
+    """kill -9 at a seeded random one of every database call the drop makes (statements,
+    commits), with the publisher written throughout; then the drop again: what it drops is gone,
+    nothing else is touched, every other change is applied once.  ``AIRFLOW_REPL_KILL_SEEDS=N``
+    runs seeds 1..N of every kind (``=7,12``: those seeds; see harness.kill_seeds); a failure
+    names its seed and kill point."""
+    (tmp_path / "spare").mkdir()
+    total = _boundaries(kind, sandbox, spark, tmp_path)
+    kill_at = total + seed if seed < 0 else random.Random(seed).randint(1, total)
+    seen = (
+        f"seed {seed}: drop {kind} killed before database call {kill_at} of {total} (AIRFLOW_REPL_KILL_SEEDS={seed},)"
+    )
+    topo, path = _two_articles_queued(env2, spark, tmp_path)
+    slot = env2.rows(env2.dist, "SELECT slot_name FROM airflow_repl.publications")[0][0]
+    before = {name: installed_objects(env2, conninfo) for name, conninfo in env2.subs.items()}
+    stored_before = env2.rows(env2.dist, "SELECT count(*) FROM airflow_repl.commands WHERE article = 'items'")[0][0]
+    with Writer(env2.pub, _update_both) as writer:
+        killed = _killable(path, kill_at, *_DROP_ARGS[kind])
+        assert killed.returncode == -signal.SIGKILL, f"{seen}: {killed.stderr}"
+        again = _killable(path, 0, *_DROP_ARGS[kind])
+        assert wait_for(lambda: writer.n > 20, 30)
+    if again.returncode == 2:  # killed after its last commit: it had finished, and says so
+        assert "nothing to drop" in again.stderr and again.stderr.count("airflow-repl: error:") == 1, seen
+    else:
+        assert again.returncode == 0, f"{seen}: {again.stderr}"
+    assert env2.rows(env2.dist, "SELECT count(*) FROM airflow_repl.drops") == [(0,)], seen
+    runs = dict(
+        env2.rows(env2.dist, "SELECT status, count(*) FROM airflow_repl.agent_history WHERE agent = 'drop' GROUP BY 1")
+    )
+    # each drop run succeeded once (a publication's: its two subscriptions' and its own); the killed
+    # one, unless it had finished, is marked abandoned by the run that took over
+    assert runs.pop("succeeded", 0) == (3 if kind == "publication" else 1) and runs in ({}, {"abandoned": 1}), (
+        seen,
+        runs,
+    )
+    gone_from = ["sub1", "sub2"] if kind == "publication" else ["sub1"] if kind == "subscription" else []
+    for name in gone_from:
+        left = installed_objects(env2, env2.subs[name])
+        assert (left["procs"], left["triggers"], left["watermarks"], left["ledger"]) == ([], [], 0, 0), (seen, left)
+        assert not {"queue", "queue_commits", "queue_taken"} & set(left["tables"]), (seen, left)
+        origin = naming.queue_origin(name)
+        assert env2.rows(env2.pub, "SELECT count(*) FROM pg_replication_origin WHERE roname = %s", (origin,)) == [(0,)]
+    for conninfo in env2.subs.values():  # the subscriber tables and their rows stay, whatever was dropped
+        assert env2.rows(conninfo, "SELECT count(*) FROM items UNION ALL SELECT count(*) FROM other") == [(40,), (40,)]
+    slots_left = env2.rows(env2.pub, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+    if kind == "publication":
+        assert slots_left == [(0,)], seen
+        assert env2.rows(env2.pub, "SELECT count(*) FROM pg_publication WHERE pubname = 'airflow_repl_p'") == [(0,)]
+        assert set(_dist_rows(env2).values()) == {0}, (seen, _dist_rows(env2))
+        return
+    assert slots_left == [(1,)], seen  # the publication stays, with its slot
+    data = topo.to_dict(with_secrets=True)
+    if kind == "article":
+        data["publications"][0]["articles"] = ["public.items"]
+        assert env2.rows(env2.pub, "SELECT tablename FROM pg_publication_tables WHERE pubname = 'airflow_repl_p'") == [
+            ("items",)
+        ], seen
+        assert env2.rows(env2.dist, "SELECT count(*) FROM airflow_repl.commands WHERE article = 'other'") == [(0,)]
+        for name, conninfo in env2.subs.items():
+            left = installed_objects(env2, conninfo)
+            assert left["procs"] == [p for p in before[name]["procs"] if p.endswith("_publicitems")], (seen, left)
+            assert env2.rows(
+                conninfo,
+                "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'other'::regclass AND tgname LIKE 'airflow\\_repl%%'",
+            ) == [(0,)], seen
+    else:
+        data["subscriptions"] = [s for s in data["subscriptions"] if s["subscriber"] == "sub2"]
+        assert env2.rows(env2.dist, "SELECT subscriber FROM airflow_repl.subscriptions") == [("sub2",)], seen
+        assert env2.rows(env2.pub, "SELECT count(*) FROM airflow_repl.queue_applied WHERE subscriber = 'sub1'") == [
+            (0,)
+        ], seen
+    after = installed_objects(env2, env2.subs["sub2"])
+    if kind == "subscription":
+        assert after == before["sub2"], seen  # the other subscription is untouched
+    remaining = resolved_topology(data)
+    subs = [s["subscriber"] for s in data["subscriptions"]]
+    drain(remaining, queued=subs, delivered=subs)
+    # every change of items since the drop began stored once and applied once at sub2
+    published = env2.rows(env2.pub, "SELECT count(*) FROM audit WHERE tbl = 'items'")[0][0]
+    stored = env2.rows(env2.dist, "SELECT count(*) FROM airflow_repl.commands WHERE article = 'items'")[0][0]
+    applied = env2.rows(env2.subs["sub2"], "SELECT count(*) FROM audit WHERE tbl = 'items'")[0][0]
+    assert published == stored - stored_before == applied > 20, (seen, published, stored - stored_before, applied)
+    env2.run(env2.subs["sub2"], "UPDATE items SET v = 'at sub2' WHERE id = 2")  # queued updating goes on
+    drain(remaining, queued=subs, delivered=subs)
+    assert env2.rows(env2.pub, "SELECT v FROM items WHERE id = 2") == [("at sub2",)], seen
+    for name in subs:
+        assert_in_sync(remaining, name)

@@ -808,6 +808,13 @@ def _precheck_custom_procedures(
     active = set() if reinitialize else set(dist_subscriptions.active_subscriptions(dist, publication))
     dist.commit()
     mariadb = [n for n in names if n not in active and topology.is_mariadb_subscriber(n)]
+    custom = any(
+        prop.method == "proc" and prop.custom
+        for a in topology.publication(publication).articles
+        for prop in (a.ins_cmd, a.upd_cmd, a.del_cmd)
+    )
+    if not mariadb and not custom:  # nothing to check: the publisher's catalog is read once, by the apply
+        return
     with run.connect(topology.publisher.require("publisher"), "publisher") as pub_conn:
         articles = deploy.resolve_publication(pub_conn, topology.publication(publication))
         if mariadb:  # MariaDB subscribers: reachable, and every column mapped (its modules loaded only then)

@@ -127,18 +127,25 @@ class _Drop:
     def begin(self, subscriber: str | None = None) -> None:
         """The drop's history row, then its record in ``airflow_repl.drops`` (committed)."""
         self.run_id = dist_history.start_run(self.dist, "drop", self.publication, subscriber)
+        # a drop killed before it finished left its run 'running': this one takes over (the
+        # distributor's locks keep a second drop of the publication away)
+        dist_history.abandon_stale_runs(self.dist, self.run_id, "drop", self.publication, subscriber)
         again = not dist_drops.begin_drop(self.dist, self.publication, self.kind, self.name)
         self.dist.commit()
         if again:
             log.info("finishing the drop of %s %r of publication %r", self.kind, self.name, self.publication)
 
     def succeed(self, summary: dict[str, Any]) -> dict[str, Any]:
+        """Record the run's success and commit it with the distributor's last step (a drop killed
+        in between would be finished and still be 'running')."""
         summary = {"dropped": self.kind, "name": self.name, "publication": self.publication, **summary}
         summary["seconds"] = round(time.monotonic() - self.started, 3)
         if self.run_id is not None:
             dist_history.finish_run(
                 self.dist, self.run_id, "succeeded", message=f"dropped {self.kind} {self.name!r}", details=summary
             )
+        else:
+            self.dist.commit()
         log.info("dropped %s %r of publication %r", self.kind, self.name, self.publication)
         return summary
 
@@ -217,8 +224,7 @@ def drop_article(topology: Topology, publication: str, article: str) -> dict[str
             )
             if new is not None:
                 dist_subscriptions.set_subscription_articles_hash(dist, publication, s.subscriber, new)
-        dist.commit()
-        return drop.succeed(
+        return drop.succeed(  # the object's last rows and its run's outcome commit together
             {"unpublished_tables": unpublished, "subscribers": sorted(drop.subs), "discarded_commands": discarded}
         )
 
@@ -336,8 +342,7 @@ def _drop_subscription(drop: _Drop, topology: Topology, publication: str, subscr
         with pub.transaction():
             taken = publisher_state.forget_subscriber(pub, publication, subscriber)
         origin = not others and publisher_state.drop_origin(pub, naming.queue_origin(subscriber))
-    dist_drops.forget_subscription(dist, publication, subscriber)
-    dist.commit()
+    dist_drops.forget_subscription(dist, publication, subscriber)  # committed with the run's outcome
     return {
         "subscriber": subscriber,
         "shared_objects_dropped": shared,
@@ -411,8 +416,7 @@ def drop_publication(topology: Topology, publication: str, *, with_subscriptions
                     f"Reader Agent outside this distributor's locks?): stop it, then run the drop again"
                 ) from None
         deleted = dist_drops.forget_publication(dist, publication)
-        dist.commit()
-        return drop.succeed(
+        return drop.succeed(  # the publication's last rows and its run's outcome commit together
             {
                 "subscriptions_dropped": subscriptions,
                 "slot": slot,
