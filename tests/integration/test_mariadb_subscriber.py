@@ -13,7 +13,6 @@ from urllib.parse import quote
 
 import psycopg
 import pytest
-import yaml
 from harness import (
     AgentThread,
     count_applied,
@@ -22,6 +21,7 @@ from harness import (
     resolved_topology,
     run_agent_process,
     spec_file,
+    topology_file,
     unused_port,
     wait_for,
 )
@@ -37,7 +37,6 @@ from airflow_repl.engine.errors import (
 )
 from airflow_repl.engine.mariadb import connections as mariadb_connections
 from airflow_repl.engine.model import topology as topology_mod
-from airflow_repl.engine.postgres.connections import to_uri
 from airflow_repl.engine.postgres.lsn import lsn_to_int
 from airflow_repl.engine.subscriber import validation
 
@@ -257,20 +256,17 @@ def mariadb_user(mariadb, db: str, password: str) -> str:
     return f"mariadb://{user}:{quote(password, safe='')}@127.0.0.1:{mariadb.server.port}/{db}"
 
 
-def items_topology(env, uri: str, tmp_path=None):
-    """Publication ``p`` of public.items to MariaDB subscriber ``m1`` at ``uri`` (and its file)."""
+def items_topology(env, uri: str):
+    """Publication ``p`` of public.items to MariaDB subscriber ``m1`` at ``uri``."""
     servers = env.servers(subscribers=[])
-    data = {
-        **servers,
-        "publications": [{"name": "p", "articles": ["public.items"]}],
-        "subscriptions": [{"publication": "p", "subscriber": "m1"}],
-    }
-    if tmp_path is None:
-        return resolved_topology({**data, "subscribers": {"m1": uri}})
-    path = tmp_path / "topology.yaml"
-    files = {"publisher": to_uri(env.pub), "distributor": to_uri(env.dist), "snapshot_folder": str(tmp_path / "s")}
-    path.write_text(yaml.safe_dump({**data, **files, "subscribers": {"m1": uri}}, allow_unicode=True))
-    return str(path)
+    servers["subscribers"] = {"m1": uri}
+    return resolved_topology(
+        {
+            **servers,
+            "publications": [{"name": "p", "articles": ["public.items"]}],
+            "subscriptions": [{"publication": "p", "subscriber": "m1"}],
+        }
+    )
 
 
 def test_a_password_beyond_latin_1_with_uri_delimiters_connects(env, spark, mariadb):
@@ -315,7 +311,7 @@ def test_a_mariadb_connection_failure_never_shows_the_password(env, spark, maria
         message = str(err.value)
         assert "MariaDB subscriber 'm1'" in message and "Check that the MariaDB server" in message, message
         assert "\n" not in message and not any(s in message for s in secrets_), message
-    path = items_topology(env, uri, tmp_path)
+    path = topology_file(env, tmp_path, ["public.items"], snapshot_folder=str(tmp_path / "s"), subscribers={"m1": uri})
     capsys.readouterr()
     assert cli.main(["distribution", "-t", path, "--subscriber", "m1"]) == ConnectionFailed.exit_code
     assert cli.main(["validate", "-t", path]) == ConnectionFailed.exit_code
@@ -566,20 +562,8 @@ def test_cli_snapshots_delivers_to_and_validates_a_mariadb_subscriber(env, spark
     env.run(env.pub, "CREATE TABLE orders (id int PRIMARY KEY, v text)")
     env.run(env.pub, "INSERT INTO orders SELECT g, 'v' FROM generate_series(1, 100) g")
     db = mariadb.new_database()
-    path = tmp_path / "topology.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "publisher": to_uri(env.pub),
-                "distributor": to_uri(env.dist),
-                "subscribers": {"m1": mariadb.uri(db)},
-                "snapshot_folder": str(tmp_path / "snaps"),
-                "publications": [{"name": "p", "articles": ["public.orders"]}],
-                "subscriptions": [{"publication": "p", "subscriber": "m1"}],
-            }
-        )
-    )
-    topo = str(path)
+    snaps = str(tmp_path / "snaps")
+    topo = topology_file(env, tmp_path, ["public.orders"], snapshot_folder=snaps, subscribers={"m1": mariadb.uri(db)})
     assert cli.main(["snapshot", "-t", topo]) == 0
     assert json.loads(capsys.readouterr().out)["initialized"] == ["m1"]
     env.run(env.pub, "UPDATE orders SET v = 'w' WHERE id <= 10")
