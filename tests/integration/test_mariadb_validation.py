@@ -11,6 +11,8 @@ from harness import mariadb_topology, topology_file
 from psycopg import sql
 
 from airflow_repl.engine.agents import snapshot_agent
+from airflow_repl.engine.postgres import connections
+from airflow_repl.engine.state import dist_publications
 from airflow_repl.engine.subscriber import mariadb_validation, validation
 from airflow_repl.engine.subscriber.validation import DIFFERENT, EXTRA, MISSING
 from airflow_repl.jobs import agent_job
@@ -48,16 +50,15 @@ def test_a_large_table_is_validated_in_shares_and_ranges_on_spark(env, spark, ma
     snapshot_agent.run_snapshot(topo, "p", spark)
     mariadb.run(db, "ANALYZE TABLE big")  # the planner's size, as the server's statistics catch up by themselves
     monkeypatch.setattr(validation, "BLOCKS_PER_TASK", 8)
-    [art] = topo_articles(env)
-    pub_chunks = mariadb_validation.table_chunks(env.pub, "", [art])["big"]
-    sub_chunks = mariadb_validation.table_chunks(topo.subscriber_conninfo("m1"), "m1", [art])["big"]
-    assert len(pub_chunks) > 3 and len(sub_chunks) > 3, (pub_chunks, sub_chunks)
-
     clean = run_agent("validate", topo, "p", spark=spark, validation={"ranges": 256})
     [line] = clean["subscribers"]["m1"]
     assert clean["match"] is True and line["publisher_rows"] == line["subscriber_rows"] == 20000, line
     assert line["publisher_checksum"] == line["subscriber_checksum"] and line["differing_ranges"] == 0
     [(tasks, sums)] = spark_calls  # one pass only: nothing differs
+    [art] = topo_articles(env)
+    pub_chunks = mariadb_validation.table_chunks(env.pub, "", [art])["big"]
+    sub_chunks = mariadb_validation.table_chunks(topo.subscriber_conninfo("m1"), "m1", [art])["big"]
+    assert len(pub_chunks) > 3 and len(sub_chunks) > 3, (pub_chunks, sub_chunks)
     assert len(tasks) == len(pub_chunks) + len(sub_chunks)
     assert all(len(s["result"]) <= 256 for s in sums)  # per range, never per row
 
@@ -92,9 +93,7 @@ def test_a_large_table_is_validated_in_shares_and_ranges_on_spark(env, spark, ma
 
 
 def topo_articles(env):
-    from airflow_repl.engine.postgres import connections
-    from airflow_repl.engine.state import dist_publications
-
+    """Publication ``p``'s articles as the distributor keeps them."""
     with connections.connect(env.dist, "distributor") as dist:
         return dist_publications.load_articles(dist, "p")
 
