@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from harness import mariadb_topology, topology_file
+from harness import mariadb_topology, resolved_topology, topology_file
 from psycopg import sql
 
 from airflow_repl.engine.agents import snapshot_agent
+from airflow_repl.engine.errors import SubscribersFailed
 from airflow_repl.engine.postgres import connections
 from airflow_repl.engine.state import dist_publications
 from airflow_repl.engine.subscriber import mariadb_validation, validation
@@ -153,3 +154,34 @@ def test_the_command_line_validates_a_mariadb_subscriber_in_ranges(env, spark, m
     _, err = capsys.readouterr()
     assert err.count("\n") == 1 and err.startswith("airflow-repl: error: MariaDB subscriber 'm1' has no table")
     assert "run the Snapshot Agent" in err and mariadb.server.password not in err
+
+
+def test_a_postgresql_and_a_mariadb_subscriber_in_one_run(env, spark, mariadb):
+    """Each kind by its route in the same run: each one's differences its own; a MariaDB
+    subscriber without its table is its own failure, the PostgreSQL one still compared."""
+    env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+    env.run(env.pub, "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 300) g")
+    db = mariadb.new_database()
+    servers = env.servers(subscribers=["sub1"])
+    servers["subscribers"]["m1"] = mariadb.uri(db)
+    topo = resolved_topology(
+        {
+            **servers,
+            "publications": [{"name": "p", "articles": ["public.items"]}],
+            "subscriptions": [{"publication": "p", "subscriber": name} for name in ("m1", "sub1")],
+        }
+    )
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    env.run(env.sub, "DELETE FROM items WHERE id = 7")
+    mariadb.run(db, "UPDATE items SET v = 'changed' WHERE id = 9")
+    result = run_agent("validate", topo, "p", spark=spark)
+    report = result["subscribers"]
+    assert result["match"] is False and list(report) == ["m1", "sub1"]
+    assert _found(report["m1"][0]) == [("9", DIFFERENT)] and _found(report["sub1"][0]) == [("(7)", MISSING)]
+    mariadb.run(db, "DROP TABLE items")
+    with pytest.raises(SubscribersFailed) as info:
+        run_agent("validate", topo, "p", spark=spark)
+    assert list(info.value.summary["subscribers"]) == ["sub1"]
+    failures = {f["subscriber"]: f for f in info.value.failures}
+    assert failures["m1"]["error_class"] == "NotInitialized" and "has no table 'items'" in failures["m1"]["message"]
+    assert failures["sub1"]["error_class"] == "DifferencesFound"
