@@ -4,6 +4,7 @@ driver gets only per-range sums and the differing keys.  Hostile names, and the 
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -45,22 +46,29 @@ def test_a_large_table_is_validated_in_shares_and_ranges_on_spark(env, spark, ma
         "CREATE TABLE big (id int PRIMARY KEY, k text, v numeric(12,2), at timestamptz, b bytea); "
         "INSERT INTO big SELECT g, 'k' || g || repeat('x', 40), g / 7.0, "
         "'2026-01-01 00:00:00+00'::timestamptz + g * interval '1 second', decode(md5(g::text), 'hex') "
-        "FROM generate_series(1, 20000) g",
+        "FROM generate_series(1, 20000) g; "
+        "CREATE TABLE named (k text PRIMARY KEY, n int); "
+        "INSERT INTO named SELECT 'n' || g || repeat('y', 50), g FROM generate_series(1, 6000) g",
     )
-    topo, db = mariadb_topology(env, mariadb, ["public.big"])
+    topo, db = mariadb_topology(env, mariadb, ["public.big", "public.named"])
     snapshot_agent.run_snapshot(topo, "p", spark)
-    mariadb.run(db, "ANALYZE TABLE big")  # the planner's size, as the server's statistics catch up by themselves
+    mariadb.run(db, "ANALYZE TABLE big, named")  # the planner's sizes (the server's statistics catch up by themselves)
     monkeypatch.setattr(validation, "BLOCKS_PER_TASK", 8)
     clean = run_agent("validate", topo, "p", spark=spark, validation={"ranges": 256})
-    [line] = clean["subscribers"]["m1"]
+    [line, named] = clean["subscribers"]["m1"]
     assert clean["match"] is True and line["publisher_rows"] == line["subscriber_rows"] == 20000, line
     assert line["publisher_checksum"] == line["subscriber_checksum"] and line["differing_ranges"] == 0
+    assert named["match"] and named["subscriber_rows"] == 6000
     [(tasks, sums)] = spark_calls  # one pass only: nothing differs
-    [art] = topo_articles(env)
-    pub_chunks = mariadb_validation.table_chunks(env.pub, "", [art])["big"]
-    sub_chunks = mariadb_validation.table_chunks(topo.subscriber_conninfo("m1"), "m1", [art])["big"]
-    assert len(pub_chunks) > 3 and len(sub_chunks) > 3, (pub_chunks, sub_chunks)
-    assert len(tasks) == len(pub_chunks) + len(sub_chunks)
+    arts = topo_articles(env)
+    pub_chunks = mariadb_validation.table_chunks(env.pub, "", arts)
+    sub_chunks = mariadb_validation.table_chunks(topo.subscriber_conninfo("m1"), "m1", arts)
+    assert len(pub_chunks["big"]) > 3 and len(sub_chunks["big"]) > 3, (pub_chunks, sub_chunks)
+    by_key = sub_chunks["big"]  # ranges of the integer key, the first and last open
+    assert by_key[0][0] is None and by_key[-1][1] is None and all(a[1] == b[0] for a, b in itertools.pairwise(by_key))
+    assert sub_chunks["named"] == [[i, len(sub_chunks["named"])] for i in range(len(sub_chunks["named"]))]
+    assert len(sub_chunks["named"]) > 1  # a text key: shares by CRC32
+    assert len(tasks) == sum(len(c) for c in (*pub_chunks.values(), *sub_chunks.values()))
     assert all(len(s["result"]) <= 256 for s in sums)  # per range, never per row
 
     spark_calls.clear()
@@ -70,19 +78,24 @@ def test_a_large_table_is_validated_in_shares_and_ranges_on_spark(env, spark, ma
     mariadb.run(db, "UPDATE big SET k = 'k19999 \U0001f600' WHERE id = 19999")
     mariadb.run(db, "UPDATE big SET b = NULL WHERE id = 7777")
     mariadb.run(db, "INSERT INTO big (id, k) VALUES (30001, 'extra')")
+    mariadb.run(db, "DELETE FROM named WHERE n IN (17, 4000)")
+    mariadb.run(db, "UPDATE named SET n = -n WHERE n = 5999")
     report = run_agent("validate", topo, "p", spark=spark, validation={"ranges": 256, "max_keys": 4})
-    [line] = report["subscribers"]["m1"]
+    [line, named] = report["subscribers"]["m1"]
+    assert (named["missing"], named["extra"], named["different"]) == (2, 0, 1)
     assert report["match"] is False
     assert (line["missing"], line["extra"], line["different"]) == (1, 1, 4)
     keys = [17, 5003, 12000, 19999, 7777, 30001]
     assert line["differing_ranges"] == len({validation.key_range(json.dumps([k]).encode(), 256) for k in keys}) > 1
     assert len(line["differences"]) == 4  # the first max_keys keys; the counts are complete
-    [(_, _), (rows_tasks, rows)] = spark_calls
-    assert len(rows_tasks) == 1 and len(rows_tasks[0]["bad"]) == line["differing_ranges"]
+    [(_, _), (rows_tasks, rows)] = spark_calls  # one rows task per article that differs
+    assert len(rows_tasks) == 2 and len(rows_tasks[0]["bad"]) == line["differing_ranges"]
     assert len(rows[0]["result"]["differences"]) == 4
 
     everything = run_agent("validate", topo, "p", spark=spark, validation={"ranges": 7})
-    [line] = everything["subscribers"]["m1"]
+    [line, named] = everything["subscribers"]["m1"]
+    pad = "y" * 50
+    assert _found(named) == [(f"n17{pad}", MISSING), (f"n4000{pad}", MISSING), (f"n5999{pad}", DIFFERENT)]
     assert _found(line) == [
         ("12000", DIFFERENT),  # a timestamp one microsecond apart
         ("17", MISSING),

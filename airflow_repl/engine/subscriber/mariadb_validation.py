@@ -10,8 +10,9 @@ values.
 
 1. **sums**: at the publisher, one task per block range of the table, in the snapshot the
    driver exported (as for PostgreSQL subscribers); at the MariaDB subscriber, one task per
-   share of the table (rows by ``CRC32`` of their key, as many shares as block ranges a
-   PostgreSQL table of its size would have), each in a consistent InnoDB snapshot of its own.
+   share of the table (as many shares as block ranges a PostgreSQL table of its size would
+   have: ranges of the first key column when it is an integer, read through the primary key,
+   else rows by ``CRC32`` of their key), each in a consistent InnoDB snapshot of its own.
    Both stream their rows (a server-side cursor, an unbuffered one) and return each range's
    row count and hash sums.
 2. **rows**: per article whose sums differ, one task reads both sides, keeps the rows of the
@@ -99,13 +100,52 @@ def _publisher_rows(side: tuple[str, str | None], art: ResolvedArticle, chunk: l
 
 
 # ---------------------------------------------------------------------- the subscriber's side
+#: Key types whose values split a table into ranges the primary key's index reads.
+INTEGERS = ("smallint", "integer", "bigint")
+#: The chunk of a whole table (pass 2).
+WHOLE: list[int | None] = [None, None]
+
+
+def _by_range(art: ResolvedArticle) -> bool:
+    """Whether the table's shares are ranges of its first key column (an integer), or else
+    rows by CRC32 of their key."""
+    first = art.columns[art.pk_positions[0]]
+    return (first.base_type or first.type) in INTEGERS
+
+
 def _share(art: ResolvedArticle, chunk: list[int | None]) -> str:
-    """The condition of share ``i`` of ``n`` (``chunk``) of the table: rows by CRC32 of their key."""
+    """The condition of a share of the table: [lower, upper) of the first key column (None:
+    unbounded) when it is an integer, else share ``i`` of ``n`` by CRC32 of the key."""
+    if _by_range(art):
+        column = ident(art.primary_key[0])
+        bounds = [f"{column} {op} {int(b)}" for op, b in ((">=", chunk[0]), ("<", chunk[1])) if b is not None]
+        return " AND ".join(bounds) or "TRUE"
     i, n = chunk
     if n is None or n <= 1:
         return "TRUE"
     key = ", ".join(ident(c) for c in art.primary_key)
     return f"MOD(CRC32(CONCAT_WS(0x00, {key})), {int(n)}) = {int(i or 0)}"
+
+
+def _shares(conn: Any, art: ResolvedArticle, n: int) -> list[list[int | None]]:
+    """``n`` shares of the table: ranges of its first key column between its least and greatest
+    values (the first and last open, as :func:`~airflow_repl.engine.subscriber.validation.block_chunks`'),
+    or shares by CRC32."""
+    if n <= 1:
+        return [list(WHOLE)]
+    if not _by_range(art):
+        return [[i, n] for i in range(n)]
+    column = ident(art.primary_key[0])
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT MIN({column}), MAX({column}) FROM {ident(art.dest_table)}")
+        low, high = cur.fetchone()
+    if low is None:
+        return [list(WHOLE)]
+    span = int(high) - int(low) + 1
+    return [
+        [None if a is None else a + int(low), None if b is None else b + int(low)]
+        for a, b in validation.block_chunks(span, -(-span // n), n)
+    ]
 
 
 def _subscriber_rows(side: tuple[str, str], art: ResolvedArticle, chunk: list[int | None], use: Any) -> Any:
@@ -179,17 +219,16 @@ def range_rows(task: Task) -> dict[str, Any]:
     def kept(rows: Iterator[Row]) -> list[Row]:
         return sorted(row for row in rows if validation.key_range(row[0], ranges) in bad)
 
-    whole: list[int | None] = [0, 1]
     with ThreadPoolExecutor(2) as pool:  # both servers scan at the same time
         at_pub = pool.submit(_publisher_rows, (task["publisher"], task["publisher_snapshot"]), art, [None, None], kept)
-        at_sub = pool.submit(_subscriber_rows, (task["subscriber"], task["name"]), art, whole, kept)
+        at_sub = pool.submit(_subscriber_rows, (task["subscriber"], task["name"]), art, WHOLE, kept)
         return validation.merge_rows(at_pub.result(), at_sub.result(), task["max_keys"])
 
 
 def table_chunks(conninfo: str, side: str, articles: list[ResolvedArticle]) -> dict[str, list[list[int | None]]]:
     """article -> pass 1's chunks: the publisher's block ranges (side ""), or shares of the
-    MariaDB subscriber's table, as many as block ranges of a PostgreSQL table of its size; a
-    subscriber without the table is not initialized."""
+    MariaDB subscriber's table (:func:`_shares`), as many as block ranges of a PostgreSQL table
+    of its size; a subscriber without the table is not initialized."""
     if not side:
         return validation.table_chunks(conninfo, side, articles)
     out: dict[str, list[list[int | None]]] = {}
@@ -199,7 +238,7 @@ def table_chunks(conninfo: str, side: str, articles: list[ResolvedArticle]) -> d
             if size is None:
                 raise _not_initialized(side, art)
             n = len(validation.block_chunks(-(-size // BLOCK), validation.BLOCKS_PER_TASK, validation.MAX_CHUNKS))
-            out[art.name] = [[i, n] for i in range(n)]
+            out[art.name] = _shares(conn, art, n)
     return out
 
 
