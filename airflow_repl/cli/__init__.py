@@ -21,8 +21,14 @@ from airflow_repl.cli.arguments import PROG
 from airflow_repl.cli.commands import cmd_agent, cmd_drop, cmd_status
 from airflow_repl.cli.output import print_result
 from airflow_repl.cli.parser import build_parser
-from airflow_repl.engine.errors import INTERNAL_EXIT_CODE, USAGE_EXIT_CODE, ReplError, SubscribersFailed, failure_line
-from airflow_repl.engine.postgres import connections
+from airflow_repl.engine.errors import (
+    INTERNAL_EXIT_CODE,
+    USAGE_EXIT_CODE,
+    ReplError,
+    SubscribersFailed,
+    failure_line,
+    redact,
+)
 from airflow_repl.engine.runtime import continuous as continuous_mode
 from airflow_repl.engine.runtime.lifecycle import as_engine_error
 from airflow_repl.jobs import continuous_options, session
@@ -36,14 +42,14 @@ def report_error(exc: BaseException, verbose: bool = False) -> int:
     exc = as_engine_error(exc) if isinstance(exc, Exception) else exc
     if isinstance(exc, SubscribersFailed):  # a line per failed subscriber (the others succeeded)
         for failed in exc.failures:
-            rest = connections.redact(str(failed.get("message") or "")).strip().splitlines()[1:]
+            rest = redact(str(failed.get("message") or "")).strip().splitlines()[1:]
             if verbose:  # a server log tail, an internal error's traceback: shown only when asked for
                 print(str(failed.get("traceback") or "") + "\n".join(rest), file=sys.stderr)
             more = f" ({len(rest)} more line(s) with -v)" if rest and not verbose else ""
-            print(f"{PROG}: error: {connections.redact(failure_line(failed))}{more}", file=sys.stderr)
+            print(f"{PROG}: error: {redact(failure_line(failed))}{more}", file=sys.stderr)
         return exc.exit_code
     if isinstance(exc, ReplError):
-        lines = connections.redact(str(exc)).strip().splitlines() or [type(exc).__name__]
+        lines = redact(str(exc)).strip().splitlines() or [type(exc).__name__]
         if verbose and len(lines) > 1:  # e.g. a server log tail: shown only when asked for
             print("\n".join(lines[1:]), file=sys.stderr)
         more = f" ({len(lines) - 1} more line(s) with -v)" if len(lines) > 1 and not verbose else ""
@@ -51,7 +57,7 @@ def report_error(exc: BaseException, verbose: bool = False) -> int:
         return exc.exit_code
     if verbose:
         traceback.print_exception(exc, file=sys.stderr)
-    detail = connections.redact(" ".join(str(exc).split())) or "no message"
+    detail = redact(" ".join(str(exc).split())) or "no message"
     print(
         f"{PROG}: error: internal error ({type(exc).__name__}): {detail}; this is a bug, please report "
         f"it; run with -v for the traceback",

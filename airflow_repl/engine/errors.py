@@ -26,6 +26,10 @@ internal error (1) before bad input (2), before not initialized (3), before a de
 before the retryable failures (5), before differences found (6).  A run is thus retryable (5)
 only when a retry can fix every subscriber that failed.
 
+Messages built from a driver's exception pass through :func:`redact` before they leave the
+engine or reach a screen, a history row or a log: the password of any connection string or URI
+in them becomes ``***``.
+
 An agent run that ends with one of these records its history row with the class's ``outcome``:
 ``blocked`` for a refusal the operator must act on (the message names the fix), ``failed`` for an
 error (a delivery that failed, a server that cannot be reached, anything unexpected).
@@ -33,6 +37,7 @@ error (a delivery that failed, a server that cannot be reached, anything unexpec
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -156,3 +161,20 @@ class HealthCheckFailed(ReplError):
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+_SECRET_PATTERNS = (
+    re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE),
+    re.compile(r"(://[^:/@\s]*:)[^@\s]*(@)"),
+)
+
+
+def redact(text: str, *secrets: str) -> str:
+    """``text`` with passwords of connection strings and URIs, and each of ``secrets`` (a
+    password the caller knows, as given or percent-encoded), replaced by ``***`` (a last line of
+    defence for messages built from foreign exceptions)."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    text = _SECRET_PATTERNS[0].sub(r"\1***", text)
+    return _SECRET_PATTERNS[1].sub(r"\1***\2", text)

@@ -29,7 +29,7 @@ from typing import Any
 
 from airflow.providers.postgres.hooks.postgres import PostgresHook
 
-from airflow_repl.engine.errors import ConnectionFailed, TopologyError
+from airflow_repl.engine.errors import ConnectionFailed, TopologyError, redact
 from airflow_repl.engine.mariadb import connections as mariadb_connections
 from airflow_repl.engine.model import topology
 from airflow_repl.engine.postgres import connections
@@ -89,7 +89,7 @@ def get_connection(conn_id: str) -> Any:
     except AirflowNotFoundException:
         raise _not_found(conn_id) from None
     except Exception as exc:  # a secrets backend that cannot be reached or refuses: retryable, named
-        detail = connections.redact(" ".join(str(exc).split()))[:300]
+        detail = redact(" ".join(str(exc).split()))[:300]
         raise ConnectionFailed(
             f"looking up connection id {conn_id!r} through Airflow failed ({type(exc).__name__}: {detail}): "
             f"check the secrets backend ([secrets] backend) and its credentials, then run again"
@@ -133,7 +133,7 @@ def _why_unreadable(conn_id: str) -> str:
     except json.JSONDecodeError as exc:
         return f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
     except ValueError as exc:  # Airflow's messages name the field, e.g. the port
-        return connections.redact(" ".join(str(exc).split()))
+        return redact(" ".join(str(exc).split()))
     except Exception as exc:  # any other failure: its type only, the message may quote the value
         return f"Airflow cannot read it ({type(exc).__name__})"
     return "Airflow cannot read it"

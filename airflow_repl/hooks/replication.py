@@ -9,7 +9,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from airflow_repl.engine.errors import ReplError, TopologyError
+from airflow_repl.engine.errors import ReplError, TopologyError, redact
 from airflow_repl.engine.model import topology
 from airflow_repl.engine.postgres import connections
 from airflow_repl.hooks import connections as airflow_connections
@@ -101,7 +101,7 @@ class ReplicationHook(BaseHook):
         except ReplError as exc:
             return False, str(exc)
         except Exception as exc:  # a failure of a kind the engine does not name: its type and redacted text
-            return False, connections.redact(f"{type(exc).__name__}: {' '.join(str(exc).split())}")
+            return False, redact(f"{type(exc).__name__}: {' '.join(str(exc).split())}")
         return True, f"topology {self.topology_path}: connected to {len(reached)} server(s): {', '.join(reached)}"
 
     @staticmethod

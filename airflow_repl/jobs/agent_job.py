@@ -44,9 +44,9 @@ from airflow_repl.engine.errors import (
     ReplError,
     SubscribersFailed,
     failure_line,
+    redact,
 )
 from airflow_repl.engine.model.topology import Topology, from_dict
-from airflow_repl.engine.postgres import connections
 from airflow_repl.engine.runtime import continuous as continuous_mode
 from airflow_repl.engine.runtime import lifecycle, registry
 from airflow_repl.engine.subscriber import validation
@@ -345,26 +345,26 @@ def failure(exc: BaseException) -> dict[str, Any]:
             "error_class": type(exc).__name__,
             "exit_code": exc.exit_code,
             "retryable": exc.retryable,
-            "message": connections.redact(str(exc)),
+            "message": redact(str(exc)),
         }
         if isinstance(exc, SubscribersFailed):  # each failed subscriber's outcome, and the others' summaries
             outcome |= {"failures": exc.failures, "summary": exc.summary}
         return outcome
-    detail = connections.redact(" ".join(str(exc).split())) or "no message"
+    detail = redact(" ".join(str(exc).split())) or "no message"
     return {
         "status": "failed",
         "error_class": type(exc).__name__,
         "exit_code": INTERNAL_EXIT_CODE,
         "retryable": False,
         "message": f"internal error ({type(exc).__name__}): {detail}; this is a bug, please report it",
-        "traceback": connections.redact("".join(traceback.format_exception(exc))),
+        "traceback": redact("".join(traceback.format_exception(exc))),
     }
 
 
 def error_lines(outcome: dict[str, Any]) -> list[str]:
     """A failed outcome's lines: one per failed subscriber of a run over several, else its message."""
     if outcome.get("failures"):
-        return [connections.redact(failure_line(f)) for f in outcome["failures"]]
+        return [redact(failure_line(f)) for f in outcome["failures"]]
     return [outcome["message"]]
 
 

@@ -19,8 +19,8 @@ from typing import Any, Protocol
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_repl.engine.errors import redact
 from airflow_repl.engine.monitoring import quiescing
-from airflow_repl.engine.postgres import connections
 from airflow_repl.hooks.replication import ReplicationHook
 
 
@@ -65,7 +65,7 @@ class PollTrigger(BaseTrigger):
             try:
                 status = await asyncio.to_thread(self.check)
             except Exception as exc:  # a bad topology, an unknown token, a server down: the sensor fails with it
-                yield TriggerEvent({"status": "error", "message": connections.redact(f"{type(exc).__name__}: {exc}")})
+                yield TriggerEvent({"status": "error", "message": redact(f"{type(exc).__name__}: {exc}")})
                 return
             event = {"message": status.message, "position": status.position}
             if status.done:

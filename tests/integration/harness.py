@@ -384,21 +384,31 @@ def items_topology_file(env, tmp_path) -> str:
     return str(path)
 
 
-def topology_file(env, tmp_path, articles: list, *, snapshot_folder: str = "snaps", **publication_keys) -> str:
-    """A topology YAML file of the test's publisher, distributor and ``sub1``: publication ``p``
-    of ``articles`` (and ``publication_keys``) subscribed by ``sub1``, its snapshot folder
-    ``snapshot_folder`` (a relative one is relative to the working folder)."""
+def topology_file(
+    env,
+    tmp_path,
+    articles: list,
+    *,
+    snapshot_folder: str = "snaps",
+    subscribers: dict | None = None,
+    **publication_keys,
+) -> str:
+    """A topology YAML file of the test's publisher, distributor and ``sub1`` (or ``subscribers``:
+    name -> URI): publication ``p`` of ``articles`` (and ``publication_keys``) subscribed by each,
+    its snapshot folder ``snapshot_folder`` (a relative one is relative to the working folder)."""
+    subscribers = subscribers or {"sub1": to_uri(env.sub)}
     path = tmp_path / "topology.yaml"
     path.write_text(
         yaml.safe_dump(
             {
                 "publisher": to_uri(env.pub),
                 "distributor": to_uri(env.dist),
-                "subscribers": {"sub1": to_uri(env.sub)},
+                "subscribers": subscribers,
                 "snapshot_folder": snapshot_folder,
                 "publications": [{"name": "p", "articles": articles, **publication_keys}],
-                "subscriptions": [{"publication": "p", "subscriber": "sub1"}],
-            }
+                "subscriptions": [{"publication": "p", "subscriber": name} for name in subscribers],
+            },
+            allow_unicode=True,
         )
     )
     return str(path)

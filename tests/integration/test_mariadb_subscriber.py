@@ -5,13 +5,14 @@ restarts mid-batch, keys that differ only in case, and each bad input refused wi
 from __future__ import annotations
 
 import json
+import logging
 import re
+import secrets
 from datetime import date, datetime, timedelta
 from urllib.parse import quote
 
 import psycopg
 import pytest
-import yaml
 from harness import (
     AgentThread,
     count_applied,
@@ -20,6 +21,7 @@ from harness import (
     resolved_topology,
     run_agent_process,
     spec_file,
+    topology_file,
     unused_port,
     wait_for,
 )
@@ -35,7 +37,6 @@ from airflow_repl.engine.errors import (
 )
 from airflow_repl.engine.mariadb import connections as mariadb_connections
 from airflow_repl.engine.model import topology as topology_mod
-from airflow_repl.engine.postgres.connections import to_uri
 from airflow_repl.engine.postgres.lsn import lsn_to_int
 from airflow_repl.engine.subscriber import validation
 
@@ -238,6 +239,90 @@ def test_an_unreachable_mariadb_or_a_wrong_password_is_one_line_and_changes_noth
     assert mariadb.server.password not in message and "wrong-password" not in message
     assert ("Access denied" in message) == (fault == "wrong password")
     assert publications(env) == 0 and mariadb.rows(db, "SHOW TABLES") == []
+
+
+# ---------------------------------------------------------------------- passwords: used, never shown
+def distinctive_password() -> str:
+    """Random, non-ASCII (beyond Latin-1 too), with every URI delimiter."""
+    return f"Pw€{secrets.token_hex(8)}ü:@/ ?#%"
+
+
+def mariadb_user(mariadb, db: str, password: str) -> str:
+    """A user of database ``db`` with ``password``; its URI."""
+    user = f"u{secrets.token_hex(4)}"
+    with mariadb.server.connection() as conn, conn.cursor() as cur:
+        cur.execute("CREATE USER %s@'127.0.0.1' IDENTIFIED BY %s", (user, password))
+        cur.execute(f"GRANT ALL PRIVILEGES ON `{db}`.* TO %s@'127.0.0.1'", (user,))
+    return f"mariadb://{user}:{quote(password, safe='')}@127.0.0.1:{mariadb.server.port}/{db}"
+
+
+def items_topology(env, uri: str):
+    """Publication ``p`` of public.items to MariaDB subscriber ``m1`` at ``uri``."""
+    servers = env.servers(subscribers=[])
+    servers["subscribers"] = {"m1": uri}
+    return resolved_topology(
+        {
+            **servers,
+            "publications": [{"name": "p", "articles": ["public.items"]}],
+            "subscriptions": [{"publication": "p", "subscriber": "m1"}],
+        }
+    )
+
+
+def test_a_password_beyond_latin_1_with_uri_delimiters_connects(env, spark, mariadb):
+    env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+    env.run(env.pub, "INSERT INTO items VALUES (1, 'a')")
+    db = mariadb.new_database()
+    topo = items_topology(env, mariadb_user(mariadb, db, distinctive_password()))
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    env.run(env.pub, "INSERT INTO items VALUES (2, 'b')")
+    deliver(topo)
+    assert mariadb.rows(db, "SELECT id, v FROM items ORDER BY id") == [(1, "a"), (2, "b")]
+
+
+@pytest.mark.parametrize("fault", ["wrong password", "unreachable", "unknown database"])
+def test_a_mariadb_connection_failure_never_shows_the_password(env, spark, mariadb, tmp_path, capsys, caplog, fault):
+    """Through the engine and the command line: the line names the subscriber and the fix, and
+    neither it, the output, the history and error rows nor the log holds the password."""
+    from airflow_repl import cli
+
+    caplog.set_level(logging.DEBUG)
+    env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+    db = mariadb.new_database()
+    password = distinctive_password()
+    good = mariadb_user(mariadb, db, password)
+    snapshot_agent.run_snapshot(items_topology(env, good), "p", spark)
+    env.run(env.pub, "INSERT INTO items VALUES (1, 'a')")
+    if fault == "wrong password":
+        password = distinctive_password()
+        uri = re.sub(r":[^:@/]+@127", f":{quote(password, safe='')}@127", good)
+    elif fault == "unreachable":
+        uri = good.replace(f":{mariadb.server.port}/", f":{unused_port()}/")
+    else:
+        uri = good.replace(f"/{db}", "/no_such_database")
+    secrets_ = (password, quote(password, safe=""), password[3:19])  # as given, encoded, its random core
+    topo = items_topology(env, uri)
+    for run in (
+        lambda: distribution_agent.run_distribution(topo, "p", "m1"),
+        lambda: validation.validate(topo, "p", ["m1"]),
+    ):
+        with pytest.raises(ConnectionFailed) as err:
+            run()
+        message = str(err.value)
+        assert "MariaDB subscriber 'm1'" in message and "Check that the MariaDB server" in message, message
+        assert "\n" not in message and not any(s in message for s in secrets_), message
+    path = topology_file(env, tmp_path, ["public.items"], snapshot_folder=str(tmp_path / "s"), subscribers={"m1": uri})
+    capsys.readouterr()
+    assert cli.main(["distribution", "-t", path, "--subscriber", "m1"]) == ConnectionFailed.exit_code
+    assert cli.main(["validate", "-t", path]) == ConnectionFailed.exit_code
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 2 and all(line.startswith("airflow-repl: error: ") and "'m1'" in line for line in lines), err
+    recorded = env.rows(env.dist, "SELECT message FROM airflow_repl.agent_history WHERE message IS NOT NULL")
+    recorded += env.rows(env.dist, "SELECT message FROM airflow_repl.errors")
+    assert any("MariaDB subscriber 'm1'" in m for (m,) in recorded), recorded
+    shown = out + err + caplog.text + "".join(m for (m,) in recorded)
+    assert not any(s in shown for s in secrets_)
 
 
 def test_an_unmappable_type_is_refused_naming_column_and_type(env, spark, mariadb):
@@ -477,20 +562,8 @@ def test_cli_snapshots_delivers_to_and_validates_a_mariadb_subscriber(env, spark
     env.run(env.pub, "CREATE TABLE orders (id int PRIMARY KEY, v text)")
     env.run(env.pub, "INSERT INTO orders SELECT g, 'v' FROM generate_series(1, 100) g")
     db = mariadb.new_database()
-    path = tmp_path / "topology.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "publisher": to_uri(env.pub),
-                "distributor": to_uri(env.dist),
-                "subscribers": {"m1": mariadb.uri(db)},
-                "snapshot_folder": str(tmp_path / "snaps"),
-                "publications": [{"name": "p", "articles": ["public.orders"]}],
-                "subscriptions": [{"publication": "p", "subscriber": "m1"}],
-            }
-        )
-    )
-    topo = str(path)
+    snaps = str(tmp_path / "snaps")
+    topo = topology_file(env, tmp_path, ["public.orders"], snapshot_folder=snaps, subscribers={"m1": mariadb.uri(db)})
     assert cli.main(["snapshot", "-t", topo]) == 0
     assert json.loads(capsys.readouterr().out)["initialized"] == ["m1"]
     env.run(env.pub, "UPDATE orders SET v = 'w' WHERE id <= 10")

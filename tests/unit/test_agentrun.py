@@ -18,8 +18,8 @@ from airflow_repl.engine.errors import (
     ReplError,
     SubscribersFailed,
     most_serious,
+    redact,
 )
-from airflow_repl.engine.postgres.connections import redact
 from airflow_repl.engine.runtime import lifecycle
 from airflow_repl.jobs.agent_job import AGENTS, error_lines, failure
 

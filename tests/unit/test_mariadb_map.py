@@ -11,6 +11,15 @@ from airflow_repl.engine.mariadb.quoting import check_name, ident, literal
 from airflow_repl.engine.model import topology
 
 
+def test_a_driver_error_is_one_line_without_the_connections_password():
+    info = connections.from_uri("mariadb://u:s3cr%C3%A9t%2F1@h:3306/shop")
+    exc = Exception(1045, "Access denied\nfor 's3crét/1' (see mariadb://u:other@h/shop)")
+    assert connections.error_text(exc, info) == "(1045) Access denied for '***' (see mariadb://u:***@h/shop)"
+    assert "s3cr%C3%A9t%2F1" not in connections.error_text(Exception(f"dsn {info}"), info)
+    message = str(connections.connect_failed("MariaDB subscriber 'm1'", info, Exception(2003, "s3crét/1 refused")))
+    assert "s3crét" not in message and "MariaDB subscriber 'm1' at u@h:3306/shop" in message
+
+
 @pytest.mark.parametrize(
     ("pg_type", "key", "ddl"),
     [
@@ -135,7 +144,7 @@ def test_uri_and_connection_parts_normalized_without_losing_the_password():
     args = connections.connect_args(info)
     assert (args["user"], args["password"], args["host"], args["port"], args["database"]) == (
         "u@x",
-        "p/w",
+        b"p/w",  # UTF-8 bytes, as the server hashed it (PyMySQL encodes a str as Latin-1)
         "db.example",
         3307,
         "shop",

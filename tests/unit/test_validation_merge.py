@@ -3,6 +3,7 @@ rows of those ranges by key, and the text report."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 
 import pytest
@@ -109,3 +110,24 @@ def test_sums_of_chunks_add_up():
     total = validation.add_sums({}, {1: [2, 10, -4]})
     validation.add_sums(total, {1: [1, 5, 4], 3: [1, 1, 1]})
     assert total == {1: [3, 15, 0], 3: [1, 1, 1]}
+
+
+def test_key_range_in_python_is_the_sql_rule():
+    # ('x' || lpad(left(md5('[17]'), 8), 16, '0'))::bit(64)::bigint * 256 >> 32, as the server computes it
+    assert validation.key_range(b"[17]", 256) == (int(hashlib.md5(b"[17]").hexdigest()[:8], 16) * 256) >> 32
+    spread = {validation.key_range(str(i).encode(), 16) for i in range(1000)}
+    assert spread == set(range(16))  # every range used, none outside
+    assert validation.key_range(b"anything", 1) == 0
+
+
+def test_rows_hashed_off_the_server_sum_as_the_sql_halves():
+    sums: validation.Sums = {}
+    digest = bytes(range(16))
+    validation.add_row(sums, 3, digest)
+    validation.add_row(sums, 3, b"\xff" * 16)  # -1 and -1 as signed 64-bit halves
+    assert sums == {3: [2, int.from_bytes(digest[:8], "big") - 1, int.from_bytes(digest[8:], "big") - 1]}
+    # the same rows in any order, split over tasks: the same sums
+    a, b = {}, {}
+    validation.add_row(a, 3, b"\xff" * 16)
+    validation.add_row(b, 3, digest)
+    assert validation.add_sums(a, b) == sums

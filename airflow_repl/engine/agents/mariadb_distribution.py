@@ -297,7 +297,7 @@ class MariaDBDelivery:
                 raise
             raise ServerLost(
                 f"lost connection to the {self.role} ({mariadb_connections.describe(self.conninfo)}): "
-                f"{mariadb_connections.error_text(exc)}"
+                f"{mariadb_connections.error_text(exc, self.conninfo)}"
             ) from None
 
 

@@ -155,7 +155,7 @@ def activate(
                     except pymysql.err.IntegrityError as exc:
                         raise ReplError(
                             f"the rows of publication {publication!r} break a unique key of table {plan.table!r} at "
-                            f"MariaDB subscriber {subscriber!r}: {mariadb_connections.error_text(exc)}; run the "
+                            f"MariaDB subscriber {subscriber!r}: {mariadb_connections.error_text(exc, conninfo)}; run the "
                             f"Snapshot Agent again"
                         ) from None
                 cur.execute(f"SELECT COUNT(*) FROM {ident(plan.table)}")
@@ -235,5 +235,5 @@ class TableLoad:
                 ) from None
             raise ReplError(
                 f"cannot load the snapshot of article {self.article.name!r} into the {self.role}: "
-                f"{mariadb_connections.error_text(exc)}"
+                f"{mariadb_connections.error_text(exc, self.conninfo)}"
             ) from None

@@ -26,14 +26,27 @@ class Expected:
     key_columns: list[str]
 
 
-def storage_engine(conn: Any, database: str, table: str) -> str | None:
+def _table_info(conn: Any, database: str, table: str, column: str) -> tuple[Any, ...] | None:
+    """The table's row in ``information_schema.TABLES``, of ``column`` only (one of ours, never
+    the user's); None: no such table."""
     with conn.cursor() as cur:
         cur.execute(
-            "SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+            f"SELECT {column} FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
             (database, table),
         )
         row = cur.fetchone()
+    return None if row is None else tuple(row)
+
+
+def storage_engine(conn: Any, database: str, table: str) -> str | None:
+    row = _table_info(conn, database, table, "ENGINE")
     return None if row is None else str(row[0])
+
+
+def table_bytes(conn: Any, database: str, table: str) -> int | None:
+    """The table's data size by the server's statistics (an estimate; None: no such table)."""
+    row = _table_info(conn, database, table, "COALESCE(DATA_LENGTH, 0)")
+    return None if row is None else int(row[0])
 
 
 def primary_key(conn: Any, database: str, table: str) -> list[str]:

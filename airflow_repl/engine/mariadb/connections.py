@@ -7,7 +7,8 @@ connection string (``mariadb://`` with the user, password, host, port, database 
 parameters or the connection's extras, checked here, are the driver's settings (PyMySQL's
 keyword arguments), as a Postgres connection's extras are libpq's.
 
-The string carries the password: it is never logged; :func:`describe` is the safe form.
+The string carries the password: it is never logged; :func:`describe` is the safe form, and
+every message built from a driver's error goes through :func:`error_text`, which redacts it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import json
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
-from airflow_repl.engine.errors import ConnectionFailed, TopologyError
+from airflow_repl.engine.errors import ConnectionFailed, TopologyError, redact
 
 if TYPE_CHECKING:  # the driver is imported by what connects: a PostgreSQL-only run never loads it
     import pymysql
@@ -162,7 +163,9 @@ def connect_args(conninfo: str) -> dict[str, Any]:
         "host": parts.hostname or "localhost",
         "port": parts.port or DEFAULT_PORT,
         "user": unquote(parts.username or ""),
-        "password": unquote(parts.password or ""),
+        # UTF-8 bytes: PyMySQL would encode a str as Latin-1 (a non-Latin-1 password failed inside
+        # the driver, a Latin-1 one was refused), while the server hashed the password's UTF-8
+        "password": unquote(parts.password or "").encode(),
         "database": unquote(parts.path.lstrip("/")),
         "charset": "utf8mb4",
         "autocommit": False,
@@ -205,7 +208,7 @@ def connect(conninfo: str, role: str, **overrides: Any) -> pymysql.connections.C
     args = {**connect_args(conninfo), **overrides}
     try:
         conn = pymysql.connect(**args)
-    except pymysql.MySQLError as exc:
+    except (pymysql.MySQLError, OSError) as exc:  # OSError: an unreadable ssl_ca file
         raise connect_failed(role, conninfo, exc) from None
     try:
         with conn.cursor() as cur:
@@ -228,16 +231,28 @@ def is_lost(exc: BaseException) -> bool:
     return isinstance(exc, pymysql.err.InterfaceError) or (bool(args) and args[0] in LOST_CONNECTION)
 
 
-def error_text(exc: BaseException) -> str:
-    """The driver's error as one line: ``(code) message``."""
+def password(conninfo: str) -> str:
+    """The password of a connection string ("" without one or when it does not parse)."""
+    try:
+        return unquote(urlsplit(conninfo).password or "")
+    except ValueError:
+        return ""
+
+
+def error_text(exc: BaseException, conninfo: str | None = None) -> str:
+    """The driver's error as one line, ``(code) message``, redacted: no connection string's
+    password, nor the password of ``conninfo`` (as given or percent-encoded)."""
     args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))
     if len(args) >= 2:
-        return f"({args[0]}) {' '.join(str(args[1]).split())}"
-    return " ".join(str(exc).split()) or type(exc).__name__
+        text = f"({args[0]}) {' '.join(str(args[1]).split())}"
+    else:
+        text = " ".join(str(exc).split()) or type(exc).__name__
+    secret = password(conninfo) if conninfo else ""
+    return redact(text, secret, quote(secret, safe=""))
 
 
 def connect_failed(role: str, conninfo: str, exc: BaseException) -> ConnectionFailed:
     return ConnectionFailed(
-        f"cannot connect to the {role} at {describe(conninfo)}: {error_text(exc)}. Check that the MariaDB server "
+        f"cannot connect to the {role} at {describe(conninfo)}: {error_text(exc, conninfo)}. Check that the MariaDB server "
         f"is running and that the connection's host, port, user, password and database are right."
     )

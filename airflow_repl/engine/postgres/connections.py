@@ -12,7 +12,6 @@ Connection strings carry passwords, so they are never logged: use :func:`describ
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -111,19 +110,6 @@ def _uri_to_conninfo(uri: str) -> str:
             f"the connection URI for {parts.hostname or 'a server'} is malformed: check the "
             f"percent-encoding of the user name and password"
         ) from None
-
-
-_SECRET_PATTERNS = (
-    re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE),
-    re.compile(r"(://[^:/@\s]*:)[^@\s]*(@)"),
-)
-
-
-def redact(text: str) -> str:
-    """``text`` with passwords of connection strings and URIs replaced by ``***`` (a last line
-    of defence for messages built from foreign exceptions)."""
-    text = _SECRET_PATTERNS[0].sub(r"\1***", text)
-    return _SECRET_PATTERNS[1].sub(r"\1***\2", text)
 
 
 def _no_lookup(conn_id: str) -> str:

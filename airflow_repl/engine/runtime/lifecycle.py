@@ -457,13 +457,14 @@ class AgentRun:
         if self.dist is None or self.run_id is None or self.dist.closed or self.dist.broken:
             return False
         d = exc if isinstance(exc, DeliveryError) else None
+        message = errors.redact(str(exc))
         try:
             self.dist.rollback()
             dist_history.finish_run(
                 self.dist,
                 self.run_id,
                 outcome,
-                message=str(exc),
+                message=message,
                 details=self.details,
                 transactions=self.counts.get("transactions", 0),
                 commands=self.counts.get("commands", 0),
@@ -474,7 +475,7 @@ class AgentRun:
                 agent=self.agent,
                 publication=self.publication,
                 subscriber=self.subscriber,
-                message=str(exc),
+                message=message,
                 xact_seqno=d.xact_seqno if d else None,
                 command_id=d.command_id if d else None,
                 article=d.article if d else None,

@@ -7,7 +7,7 @@ or replayed with a savepoint per transaction), ``mariadb_calls`` (the generated 
 procedures a MariaDB subscriber's articles call, created, checked and called with their call
 syntax's parameters), ``mariadb_schema_changes`` (a replicated schema change there in MariaDB's
 DDL, exactly once although that DDL commits on its own), ``mariadb_validation`` (a MariaDB subscriber
-compared with the publisher by canonical value), ``applier`` (the apply backend: pipelined, over several streams at once, or replayed
+compared with the publisher by canonical value: the tasks of ``validation``'s passes for it), ``applier`` (the apply backend: pipelined, over several streams at once, or replayed
 command by command), ``bulk_apply`` (a batch's net change per key applied with set-based
 statements: ``apply_mode``, and which articles go that way), ``conflicts`` (what a failed command means:
 skip its transaction or stop; and the queued updating conflict rules), ``superseded`` (the

@@ -28,7 +28,7 @@ import pymysql
 from airflow_repl.engine.articles.commands import DELETE, INSERT, SCHEMA, TRUNCATE, UPDATE, Command
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import ROW_NOT_FOUND_SQLSTATE, DeliveryError
-from airflow_repl.engine.mariadb import types
+from airflow_repl.engine.mariadb import connections, types
 from airflow_repl.engine.mariadb.quoting import ident, ident_in_format
 from airflow_repl.engine.model.propagation import Method, Operation
 from airflow_repl.engine.state.dist_transactions import CommandRow
@@ -210,8 +210,8 @@ def sqlstate_of(exc: BaseException) -> tuple[str | None, str]:
         code, message = exc.args[0], str(exc.args[1])
         if code in _DUPLICATE_KEY:
             return DUPLICATE_KEY_SQLSTATE, message
-        return f"MY{code}", f"({code}) {message}"
-    return None, str(exc)
+        return f"MY{code}", connections.error_text(exc)
+    return None, connections.error_text(exc)
 
 
 #: Statements sent in one round trip by :func:`apply_fast` (a multi-statement query), and the

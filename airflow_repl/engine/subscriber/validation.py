@@ -27,6 +27,12 @@ by a read-only repeatable-read transaction held open until the end (``pg_export_
 taken by every task (``SET TRANSACTION SNAPSHOT``): the block ranges of pass 1 add up to one
 consistent table, and pass 2 reads the very rows pass 1 summed, even while the server is written.
 
+**One plan for every kind of subscriber.**  The ranges, the tasks' planning, the sums' addition
+and the merge are :func:`_validate_route`'s; a :class:`Route` says only how a kind of subscriber
+is read: PostgreSQL's (:data:`POSTGRES`) in SQL as above, a MariaDB subscriber's
+(:data:`~airflow_repl.engine.subscriber.mariadb_validation.ROUTE`) by canonical values hashed in
+the tasks (:func:`key_range`, :func:`add_row`).
+
 The pure parts (:func:`merge_rows`, :func:`differing_ranges`, :func:`format_report`) need no
 server; the tasks (:func:`range_sums`, :func:`range_rows`) run on executors and take plain data.
 """
@@ -37,6 +43,7 @@ import hashlib
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -48,7 +55,6 @@ from airflow_repl.engine.errors import ConnectionLost, NotInitialized, ReplError
 from airflow_repl.engine.model.topology import Topology
 from airflow_repl.engine.postgres import catalog, connections, raw_sql
 from airflow_repl.engine.state import dist_publications
-from airflow_repl.engine.subscriber import mariadb_validation
 
 #: Ranges of the key-hash space per article (a power of two is not required).
 RANGES = 1024
@@ -94,6 +100,21 @@ def _range_of(key: list[str], ranges: int) -> sql.Composable:
     return sql.SQL("(({} * {}) >> 32)::int").format(h, sql.Literal(ranges))
 
 
+def key_range(key: bytes, ranges: int) -> int:
+    """:func:`_range_of` in Python, for sides whose keys are hashed off the server (a MariaDB
+    subscriber's canonical keys): the first 32 bits of the key bytes' md5, scaled."""
+    return (int.from_bytes(hashlib.md5(key).digest()[:4], "big") * ranges) >> 32
+
+
+def add_row(sums: Sums, index: int, digest: bytes) -> None:
+    """Count a row of range ``index`` whose hash is ``digest`` (16 bytes) into ``sums``: its two
+    halves as signed 64-bit numbers, as :func:`_sums_query` adds them."""
+    entry = sums.setdefault(index, [0, 0, 0])
+    entry[0] += 1
+    entry[1] += int.from_bytes(digest[:8], "big", signed=True)
+    entry[2] += int.from_bytes(digest[8:], "big", signed=True)
+
+
 def _side(art: ResolvedArticle, publisher: bool) -> tuple[sql.Composable, sql.Composable]:
     """(relation, row condition) of the article at the publisher (its row filter) or a subscriber."""
     if publisher:
@@ -102,7 +123,7 @@ def _side(art: ResolvedArticle, publisher: bool) -> tuple[sql.Composable, sql.Co
     return sql.Identifier(art.dest_schema, art.dest_table), sql.SQL("true")
 
 
-def _blocks(chunk: list[int | None]) -> sql.Composable:
+def block_condition(chunk: list[int | None]) -> sql.Composable:
     """The condition of a block range [lower, upper) (None: unbounded) on the rows' ``ctid``."""
     parts = [
         sql.SQL("ctid {} {}::tid").format(sql.SQL(op), sql.Literal(f"({bound},0)"))
@@ -114,7 +135,7 @@ def _blocks(chunk: list[int | None]) -> sql.Composable:
 
 def _sums_query(art: ResolvedArticle, publisher: bool, ranges: int, chunk: list[int | None]) -> sql.Composable:
     relation, cond = _side(art, publisher)
-    cond = sql.SQL("{} AND {}").format(cond, _blocks(chunk))
+    cond = sql.SQL("{} AND {}").format(cond, block_condition(chunk))
     half = "coalesce(sum(('x' || substr(d, {at}, 16))::bit(64)::bigint), 0)"  # summed exactly, in 128 bits
     return sql.SQL(
         "SELECT r, count(*), {s} FROM (SELECT {r} AS r, md5({row}) AS d FROM {t} WHERE {c}) x GROUP BY r"
@@ -326,18 +347,38 @@ def validate(
     if articles is None:
         with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
             articles = dist_publications.load_articles(dist, publication)
+    limits = (ranges, max_keys)
     failed = _Failed(failures)
-    at_mariadb: dict[str, list[dict[str, Any]]] = {}
-    for name in [n for n in subscribers if topology.is_mariadb_subscriber(n)]:  # by value, on the driver
-        with failed.of(name):
-            at_mariadb[name] = mariadb_validation.compare(topology, publication, name, articles, max_keys)
-    subscribers = [n for n in subscribers if not topology.is_mariadb_subscriber(n)]
-    if not subscribers:
-        return at_mariadb
-    return {**at_mariadb, **_validate_postgres(topology, subscribers, articles, failed, map_tasks, (ranges, max_keys))}
+    mariadb = [n for n in subscribers if topology.is_mariadb_subscriber(n)]
+    postgres = [n for n in subscribers if n not in mariadb]
+    report: dict[str, list[dict[str, Any]]] = {}
+    if mariadb:  # imported only for them: a PostgreSQL-only run never loads the MariaDB driver
+        from airflow_repl.engine.subscriber import mariadb_validation
+
+        report |= _validate_route(mariadb_validation.ROUTE, topology, mariadb, articles, failed, map_tasks, limits)
+    if postgres:
+        report |= _validate_route(POSTGRES, topology, postgres, articles, failed, map_tasks, limits)
+    return {name: report[name] for name in subscribers if name in report}
 
 
-def _validate_postgres(
+@dataclass(frozen=True)
+class Route:
+    """How one kind of subscriber is validated; the planning and merging around it are
+    :func:`_validate_route`'s, the same for every kind.
+
+    ``chunks(conninfo, side, articles)``: article -> the chunks pass 1 reads it in at the
+    publisher (side "") or at subscriber ``side`` (its tables checked: NotInitialized without
+    one); ``sums``/``rows``: the tasks of pass 1 and 2; ``snapshots``: whether the subscribers
+    export a snapshot that every task takes (PostgreSQL), or each task reads in its own."""
+
+    chunks: Callable[[str, str, list[ResolvedArticle]], dict[str, list[list[int | None]]]]
+    sums: Callable[[Task], Sums]
+    rows: Callable[[Task], dict[str, Any]]
+    snapshots: bool
+
+
+def _validate_route(
+    route: Route,
     topology: Topology,
     subscribers: list[str],
     articles: list[ResolvedArticle],
@@ -345,27 +386,28 @@ def _validate_postgres(
     map_tasks: MapTasks,
     limits: tuple[int, int],
 ) -> dict[str, list[dict[str, Any]]]:
-    """:func:`validate` of PostgreSQL subscribers: key-hash ranges summed in Spark tasks, then the
-    rows of the differing ranges."""
+    """:func:`validate` of subscribers of one kind: key-hash ranges summed in Spark tasks, then
+    the rows of the differing ranges."""
     ranges, max_keys = limits
     pub_ci = topology.publisher.require("publisher")
-    chunks = {"": _table_blocks(pub_ci, "", articles)}
+    chunks = {"": route.chunks(pub_ci, "", articles)}
     for name in subscribers:  # checks the tables exist
         with failed.of(name):
-            chunks[name] = _table_blocks(topology.subscriber_conninfo(name), name, articles)
+            chunks[name] = route.chunks(topology.subscriber_conninfo(name), name, articles)
     subs = {name: topology.subscriber_conninfo(name) for name in subscribers if name in chunks}
     if not subs:  # none left to compare (each one's error is in failures)
         return {}
-    with exported_snapshots([("", pub_ci), *subs.items()], failed) as snapshots:
-        sides = [("", pub_ci), *((name, ci) for name, ci in subs.items() if name in snapshots)]
+    exporting = [("", pub_ci), *(subs.items() if route.snapshots else ())]
+    with exported_snapshots(exporting, failed) as snapshots:
+        sides = [("", pub_ci), *((name, ci) for name, ci in subs.items() if name in snapshots or not route.snapshots)]
         tasks = [
-            {**_sums_task(art, side, ci, ranges, chunk), "snapshot": snapshots[side]}
+            {**_sums_task(art, side, ci, ranges, chunk), "snapshot": snapshots.get(side)}
             for side, ci in sides
             for art in articles
-            for chunk in block_chunks(chunks[side][art.name], BLOCKS_PER_TASK, MAX_CHUNKS)
+            for chunk in chunks[side][art.name]
         ]
         sums: dict[tuple[str, str], Sums] = {(side, a.name): {} for side, _ in sides for a in articles}
-        for task, part in zip(tasks, failed.mapped(map_tasks, range_sums, tasks), strict=True):
+        for task, part in zip(tasks, failed.mapped(map_tasks, route.sums, tasks), strict=True):
             if failed.took(task["side"], part):
                 add_sums(sums[task["side"], task["name"]], part["result"])
         report = {
@@ -373,7 +415,9 @@ def _validate_postgres(
             for name, _ in sides[1:]
             if name not in failed.errors
         }
-        _fill_differences(report, articles, sums, (pub_ci, subs), snapshots, (ranges, max_keys), map_tasks, failed)
+        _fill_differences(
+            route, report, articles, sums, (pub_ci, subs), snapshots, (ranges, max_keys), map_tasks, failed
+        )
     return {name: rows for name, rows in report.items() if name not in failed.errors}
 
 
@@ -449,6 +493,7 @@ def _sums_task(art: ResolvedArticle, side: str, conninfo: str, ranges: int, chun
 
 
 def _fill_differences(
+    route: Route,
     report: dict[str, list[dict[str, Any]]],
     articles: list[ResolvedArticle],
     sums: dict[tuple[str, str], Sums],
@@ -480,12 +525,21 @@ def _fill_differences(
                     "bad": bad,
                     "max_keys": max_keys,
                     "publisher_snapshot": snapshots[""],
-                    "subscriber_snapshot": snapshots[name],
+                    "subscriber_snapshot": snapshots.get(name),
                 }
             )
-    for row, task, found in zip(targets, tasks, failed.mapped(map_tasks, range_rows, tasks), strict=True):
+    for row, task, found in zip(targets, tasks, failed.mapped(map_tasks, route.rows, tasks), strict=True):
         if failed.took(task["name"], found):
             row.update(found["result"])
+
+
+def table_chunks(conninfo: str, side: str, articles: list[ResolvedArticle]) -> dict[str, list[list[int | None]]]:
+    """article -> the block ranges pass 1 reads its table in (:func:`block_chunks`) at a
+    PostgreSQL server: the publisher (side "") or subscriber ``side``."""
+    return {
+        name: block_chunks(blocks, BLOCKS_PER_TASK, MAX_CHUNKS)
+        for name, blocks in _table_blocks(conninfo, side, articles).items()
+    }
 
 
 def _table_blocks(conninfo: str, side: str, articles: list[ResolvedArticle]) -> dict[str, int]:
@@ -510,6 +564,10 @@ def _table_blocks(conninfo: str, side: str, articles: list[ResolvedArticle]) -> 
                 )
             out[art.name] = blocks
     return out
+
+
+#: PostgreSQL subscribers: block ranges read in the servers' exported snapshots, sums and rows in SQL.
+POSTGRES = Route(table_chunks, range_sums, range_rows, snapshots=True)
 
 
 def compare(
