@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import traceback
 
@@ -106,7 +107,28 @@ def _check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         parser.error(str(exc))
 
 
+#: The exit code of a command whose standard output was closed by its reader (``| head``), as a
+#: shell reports a process ended by SIGPIPE (128 + 13).
+CLOSED_OUTPUT_EXIT_CODE = 141
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the command ``argv``; its exit code.  Standard output closed by its reader (``airflow-repl
+    ... | head``) ends it quietly with :data:`CLOSED_OUTPUT_EXIT_CODE`, as other command-line
+    tools end, not with a traceback (an agent stopped this way is recorded by its lifecycle)."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # what is still buffered for the closed output must not fail again when Python exits
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return CLOSED_OUTPUT_EXIT_CODE
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -127,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 130
+    except BrokenPipeError:
+        raise  # the output's reader is gone (main)
     except Exception as exc:
         return report_error(exc, args.verbose)
     print_result(result)

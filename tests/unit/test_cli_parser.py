@@ -165,3 +165,29 @@ def test_sandbox_env_without_a_sandbox_says_how_to_make_one(capsys, tmp_path):
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1
     assert f"no sandbox in {tmp_path / 'none'}: start one with 'airflow-repl sandbox init-demo'" in err
+
+
+def test_output_closed_by_its_reader_ends_quietly_with_sigpipes_code():
+    """``airflow-repl ... | head``: the reader gone, the command ends with 141 (as a shell reports
+    SIGPIPE) and nothing on standard error, not a BrokenPipeError traceback (a command's result
+    stands in for a long one, e.g. ``status -o json`` of many subscriptions)."""
+    import os
+    import subprocess
+    import sys
+
+    program = (
+        "import sys, airflow_repl.cli as cli\n"
+        "def result(argv):\n"
+        "    for i in range(100000):\n"
+        "        print('row', i)\n"
+        "    return 0\n"
+        "cli._main = result\n"
+        "sys.exit(cli.main([]))\n"
+    )
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line
+    try:
+        done = subprocess.run([sys.executable, "-c", program], stdout=write, stderr=subprocess.PIPE, text=True)
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, ""), (done.returncode, done.stderr)
