@@ -115,7 +115,7 @@ CLOSED_OUTPUT_EXIT_CODE = 141
 def main(argv: list[str] | None = None) -> int:
     """Run the command ``argv``; its exit code.  Standard output closed by its reader (``airflow-repl
     ... | head``) ends it quietly with :data:`CLOSED_OUTPUT_EXIT_CODE`, as other command-line
-    tools end, not with a traceback (an agent stopped this way is recorded by its lifecycle)."""
+    tools end, not with a traceback (an agent run stopped this way is recorded in its history)."""
     try:
         code = _main(argv)
         sys.stdout.flush()

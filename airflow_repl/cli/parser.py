@@ -82,6 +82,7 @@ exit codes:
   6    validate found differences between the publisher and a subscriber
   64   usage error: unknown option, missing argument or bad option value
   130  interrupted (Ctrl-C)
+  141  standard output closed by its reader (e.g. piped into head)
   When some of several subscribers fail (each a Spark task), the others go on;
   each failed one is a line naming it, and the exit code is the lowest non-zero
   one among them (so 5 only when a retry can fix every one).
