@@ -41,7 +41,7 @@ STREAM_LOCK_WAIT = 10
 #: The formatID of the XA identifiers (MariaDB's default).
 FORMAT_ID = 1
 #: MariaDB's error numbers: the XA identifier is unknown (finished meanwhile); access denied
-#: (XA RECOVER wants the SUPER privilege).
+#: (MySQL 8's XA RECOVER wants XA_RECOVER_ADMIN; MariaDB 10.11 lets any login list them).
 _XAER_NOTA = 1397
 _ACCESS_DENIED = (1227, 1044, 1045, 1142)
 
@@ -176,8 +176,8 @@ def before_commit() -> None:
 def recover_prepared(conn: Any, database: str, publication: str, subscriber: str, streams: int) -> int:
     """Finish the batches of the publication that a dead agent (or a server restart) left
     prepared at this subscriber database; returns how many XA transactions it finished.  A
-    login that may not list them (``XA RECOVER`` wants SUPER) is refused with several streams
-    (they may leave some), passed with one."""
+    login that may not list them (MySQL 8's ``XA RECOVER`` wants XA_RECOVER_ADMIN) is refused
+    with several streams (they may leave some), passed with one."""
     conn.rollback()
     try:
         with conn.cursor() as cur:
@@ -191,8 +191,8 @@ def recover_prepared(conn: Any, database: str, publication: str, subscriber: str
             return 0
         raise ReplError(
             f"the login of MariaDB subscriber {subscriber!r} may not list prepared XA transactions (XA RECOVER), "
-            f"which subscription_streams > 1 needs to finish a batch a stopped agent left: grant it SUPER, "
-            f"or set subscription_streams of publication {publication!r} at subscriber {subscriber!r} to 1"
+            f"which subscription_streams > 1 needs to finish a batch a stopped agent left: grant it "
+            f"XA_RECOVER_ADMIN (MySQL 8) or SUPER, or set subscription_streams of publication {publication!r} at subscriber {subscriber!r} to 1"
         ) from None
     prefix = two_phase.gid_prefix(tag(database, publication)).encode()
     gids = []
