@@ -47,10 +47,11 @@ def test_recovery_decides_each_batch_on_its_own():
 @pytest.mark.parametrize(
     "publication", ["p", "a" * 63, "pub 'quoted' \n line `go` -- /* ä \U0001f600", "é" * 120, "p|q"]
 )
-def test_a_mariadb_xa_identifier_fits_its_64_byte_parts_for_any_publication(publication):
-    tag = mariadb_streams.tag("db_with_a_long_name_" * 3, publication)
-    assert tag == mariadb_streams.tag("db_with_a_long_name_" * 3, publication)  # stable
-    assert tag != mariadb_streams.tag("other", publication)  # one server, two databases: never the same
+@pytest.mark.parametrize("database", ["d", "db_with_a_long_name_" * 3 + "abc", "db `x` 'y'\n -- /* ä \U0001f600"])
+def test_a_mariadb_xa_identifier_fits_its_64_byte_parts_for_any_publication(publication, database):
+    tag = mariadb_streams.tag(database, publication)
+    assert tag == mariadb_streams.tag(database, publication)  # stable
+    assert tag != mariadb_streams.tag(database + "2", publication)  # one server, two databases: never the same
     gid = two_phase.gid(tag, "0123456789ab", "FFFFFFFF/FFFFFFFF", 63, 64)
     match = re.fullmatch(r"X'([0-9a-f]+)', X'([0-9a-f]+)', 1", mariadb_streams.xid(gid))
     assert match is not None
