@@ -35,11 +35,15 @@ def spread_every_batch(monkeypatch):
     monkeypatch.setattr(stream_planning, "PARALLEL_MIN_COMMANDS", 8)
 
 
-def prepared_xa(mariadb) -> list[str]:
-    """The gids of the XA transactions prepared at the server (:func:`mariadb_streams.xid`'s parts)."""
+def prepared_xa(mariadb, db: str) -> list[str]:
+    """The gids of publication ``p``'s XA transactions prepared at database ``db``
+    (:func:`mariadb_streams.xid`'s parts; the server's other tests' are not counted)."""
+    prefix = two_phase.gid_prefix(mariadb_streams.tag(db, "p"))
     out = []
     for _, gtrid_length, _, data in mariadb.rows("mysql", "XA RECOVER"):
-        out.append(f"{data[:gtrid_length].decode()}|{data[gtrid_length:].decode()}")
+        gid = f"{data[:gtrid_length].decode()}|{data[gtrid_length:].decode()}"
+        if gid.startswith(prefix):
+            out.append(gid)
     return out
 
 
@@ -92,7 +96,7 @@ def test_a_pgbench_like_workload_on_three_streams_equals_the_publisher_row_by_ro
     ):
         assert mariadb.rows(db, query) == env.rows(env.pub, query), query
     assert all(line["match"] for line in validation.compare(topo, "p", "m1"))
-    assert prepared_xa(mariadb) == []
+    assert prepared_xa(mariadb, db) == []
 
 
 def test_independent_transactions_are_spread_over_three_streams_exactly_once(env, spark, mariadb, spread_every_batch):
@@ -101,7 +105,7 @@ def test_independent_transactions_are_spread_over_three_streams_exactly_once(env
     assert (done["transactions"], done["retries"]) == (400, 0)
     assert done["parallel_batches"] == done["commits"] == 4  # every batch over the three streams
     assert_applied_once(mariadb, db, 400)
-    assert prepared_xa(mariadb) == []
+    assert prepared_xa(mariadb, db) == []
     assert distribution_agent.run_distribution(topo, "p", "m1")["transactions"] == 0
 
 
@@ -133,7 +137,7 @@ def test_a_key_swap_split_over_two_streams_is_replayed_on_one(env, spark, mariad
     done = distribution_agent.run_distribution(topo, "p", "m1")
     assert (done["transactions"], done["retries"], done["parallel_batches"]) == (2, 1, 0), done
     assert mariadb.rows(db, "SELECT id, v FROM items ORDER BY id") == [(2, "one"), (3, "two")]
-    assert prepared_xa(mariadb) == []
+    assert prepared_xa(mariadb, db) == []
 
 
 # ---------------------------------------------------------------------- between PREPARE and COMMIT
@@ -173,14 +177,14 @@ def test_an_agent_killed_between_prepare_and_commit_commits_the_batch_on_the_nex
     outcome = run_agent_process("distribution", spec, {"subscriber": "m1"}, kill_when=flag.exists, runner=str(runner))
     assert outcome.killed, outcome
     # the killed session's XA transactions stay prepared, the second batch invisible meanwhile
-    held = wait_for(lambda: len(prepared_xa(mariadb)) == 3 or None, 30)
-    assert held, prepared_xa(mariadb)
-    assert {two_phase.parse(g).stream for g in prepared_xa(mariadb)} == {0, 1, 2}
+    held = wait_for(lambda: len(prepared_xa(mariadb, db)) == 3 or None, 30)
+    assert held, prepared_xa(mariadb, db)
+    assert {two_phase.parse(g).stream for g in prepared_xa(mariadb, db)} == {0, 1, 2}
     assert mariadb.rows(db, "SELECT COUNT(*) FROM items") == [(500,)]
     again = distribution_agent.run_distribution(topo, "p", "m1")
     assert again["transactions"] == 100  # the third batch only: the second was committed by recovery
     assert_applied_once(mariadb, db, 300)
-    assert prepared_xa(mariadb) == []
+    assert prepared_xa(mariadb, db) == []
 
 
 def test_a_mariadb_crash_with_a_batch_prepared_commits_it_on_the_next_run(
@@ -203,12 +207,12 @@ def test_a_mariadb_crash_with_a_batch_prepared_commits_it_on_the_next_run(
     agent.join(120)
     assert isinstance(agent.error, ConnectionLost), agent.error
     assert mariadb.server.password not in str(agent.error)
-    assert len(prepared_xa(mariadb)) == 3  # InnoDB kept them through the crash
+    assert len(prepared_xa(mariadb, db)) == 3  # InnoDB kept them through the crash
     assert mariadb.rows(db, "SELECT COUNT(*) FROM items") == [(0,)]
     again = distribution_agent.run_distribution(topo, "p", "m1")
     assert again["transactions"] == 100  # the first batch was committed by recovery
     assert_applied_once(mariadb, db, 200)
-    assert prepared_xa(mariadb) == []
+    assert prepared_xa(mariadb, db) == []
 
 
 def test_recovery_commits_only_batches_prepared_on_every_stream_or_already_committed(env, spark, mariadb):
@@ -244,8 +248,9 @@ def test_recovery_commits_only_batches_prepared_on_every_stream_or_already_commi
     finally:
         conn.close()
     assert mariadb.rows(db, "SELECT batch, COUNT(*) FROM marks GROUP BY batch ORDER BY batch") == [("w", 1), ("z", 3)]
-    assert len(prepared_xa(mariadb)) == 1  # the other database's
-    mariadb.run(other, f"XA ROLLBACK {mariadb_streams.xid(prepared_xa(mariadb)[0])}")
+    assert prepared_xa(mariadb, db) == []
+    [left] = prepared_xa(mariadb, other)  # the other database's, left alone
+    mariadb.run(other, f"XA ROLLBACK {mariadb_streams.xid(left)}")
 
 
 # ---------------------------------------------------------------------- capacity
