@@ -166,25 +166,44 @@ HELD_RUNNER = textwrap.dedent(
 )
 
 
-def test_an_agent_killed_between_prepare_and_commit_commits_the_batch_on_the_next_run(
-    env, spark, mariadb, tmp_path, spread_every_batch
-):
+def killed_between_prepare_and_commit(env, spark, mariadb, tmp_path):
+    """300 transactions pending for 3 streams, 100 a batch; the agent killed with its second
+    batch prepared on every stream (the first committed, 500 rows).  The killed session's XA
+    transactions stay prepared."""
     topo, db = backlog(env, mariadb, spark, 300, subscription_streams=3, commit_batch_size=100)
     flag = tmp_path / "held"
     runner = tmp_path / "held_runner.py"
     runner.write_text(HELD_RUNNER.format(flag=str(flag), runner=AGENT_RUNNER))
-    spec = spec_file(topo, tmp_path)
-    outcome = run_agent_process("distribution", spec, {"subscriber": "m1"}, kill_when=flag.exists, runner=str(runner))
+    outcome = run_agent_process(
+        "distribution", spec_file(topo, tmp_path), {"subscriber": "m1"}, kill_when=flag.exists, runner=str(runner)
+    )
     assert outcome.killed, outcome
-    # the killed session's XA transactions stay prepared, the second batch invisible meanwhile
     held = wait_for(lambda: len(prepared_xa(mariadb, db)) == 3 or None, 30)
     assert held, prepared_xa(mariadb, db)
+    return topo, db
+
+
+def test_an_agent_killed_between_prepare_and_commit_commits_the_batch_on_the_next_run(
+    env, spark, mariadb, tmp_path, spread_every_batch
+):
+    topo, db = killed_between_prepare_and_commit(env, spark, mariadb, tmp_path)
     assert {two_phase.parse(g).stream for g in prepared_xa(mariadb, db)} == {0, 1, 2}
     assert mariadb.rows(db, "SELECT COUNT(*) FROM items") == [(500,)]
     again = distribution_agent.run_distribution(topo, "p", "m1")
     assert again["transactions"] == 100  # the third batch only: the second was committed by recovery
     assert_applied_once(mariadb, db, 300)
     assert prepared_xa(mariadb, db) == []
+
+
+def test_a_reinitialize_after_an_agent_killed_between_prepare_and_commit_replaces_the_batch(
+    env, spark, mariadb, tmp_path, spread_every_batch
+):
+    """The Snapshot Agent finishes the batch first (its locks would hold the watermark it resets)."""
+    topo, db = killed_between_prepare_and_commit(env, spark, mariadb, tmp_path)
+    snapshot_agent.run_snapshot(topo, "p", spark, reinitialize=True)  # no lock wait on the batch's watermark row
+    assert prepared_xa(mariadb, db) == []
+    assert mariadb.rows(db, "SELECT COUNT(*), MAX(id) FROM items") == [(1500, 1500)]  # the publisher's rows, once
+    assert distribution_agent.run_distribution(topo, "p", "m1")["transactions"] == 0
 
 
 def test_a_mariadb_crash_with_a_batch_prepared_commits_it_on_the_next_run(
