@@ -25,6 +25,7 @@ from harness import (
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent, stream_planning
 from airflow_repl.engine.errors import ConnectionLost, ReplError
 from airflow_repl.engine.mariadb import connections as mariadb_connections
+from airflow_repl.engine.provisioning import drop
 from airflow_repl.engine.subscriber import mariadb_streams, two_phase, validation
 
 
@@ -204,6 +205,16 @@ def test_a_reinitialize_after_an_agent_killed_between_prepare_and_commit_replace
     assert prepared_xa(mariadb, db) == []
     assert mariadb.rows(db, "SELECT COUNT(*), MAX(id) FROM items") == [(1500, 1500)]  # the publisher's rows, once
     assert distribution_agent.run_distribution(topo, "p", "m1")["transactions"] == 0
+
+
+def test_a_drop_after_an_agent_killed_between_prepare_and_commit_finishes_the_batch_first(
+    env, spark, mariadb, tmp_path, spread_every_batch
+):
+    topo, db = killed_between_prepare_and_commit(env, spark, mariadb, tmp_path)
+    drop.drop_subscription(topo, "p", "m1")  # no lock wait on the batch's watermark row
+    assert prepared_xa(mariadb, db) == []
+    assert mariadb.rows(db, "SELECT COUNT(*) FROM items") == [(1000,)]  # the rows stay, the batch committed
+    assert mariadb.rows(db, "SHOW TABLES LIKE 'airflow_repl%'") == []
 
 
 def test_a_mariadb_crash_with_a_batch_prepared_commits_it_on_the_next_run(
