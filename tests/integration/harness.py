@@ -639,11 +639,13 @@ def run_agent_process(
     kwargs: dict,
     kill_after: float | None = None,
     kill_when: Callable[[], bool] | None = None,
+    runner: str = AGENT_RUNNER,
 ) -> Outcome:
     """Run an agent in its own process; SIGKILL it after ``kill_after`` seconds, or as soon as
-    ``kill_when()`` (asked every 50 ms) says so, unless it ended first."""
+    ``kill_when()`` (asked every 50 ms) says so, unless it ended first.  ``runner``: a script
+    that runs AGENT_RUNNER's ``main()`` (after patching something in the agent's process)."""
     proc = subprocess.Popen(
-        [sys.executable, AGENT_RUNNER, agent, spec, json.dumps(kwargs)],
+        [sys.executable, runner, agent, spec, json.dumps(kwargs)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -822,6 +824,31 @@ def schema_change_dml_after(conn, t, base, change):
 
 
 # ---------------------------------------------------------------------- MariaDB subscribers
+def backlog(env, mariadb, spark, transactions, article="public.items", **sub_options):
+    """``items`` snapshotted to a MariaDB subscriber, then ``transactions`` publisher
+    transactions of 5 inserts each waiting for delivery (read by the Log Reader)."""
+    env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+    topo, db = mariadb_topology(env, mariadb, [article], **sub_options)
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    count_applied(mariadb, db)
+    with psycopg.connect(env.pub, autocommit=True) as conn:
+        for t in range(transactions):
+            with conn.transaction():
+                conn.execute(
+                    "INSERT INTO items SELECT g, 'v' || g FROM generate_series(%s::int, %s::int) g",
+                    (t * 5 + 1, t * 5 + 5),
+                )
+    log_reader_agent.run_log_reader(topo, "p")
+    return topo, db
+
+
+def assert_applied_once(mariadb, db, transactions):
+    assert mariadb.rows(db, "SELECT COUNT(*), COUNT(DISTINCT id), MAX(id) FROM items") == [
+        (transactions * 5, transactions * 5, transactions * 5)
+    ]
+    assert mariadb.rows(db, "SELECT op, COUNT(*) FROM applied GROUP BY op") == [("I", transactions * 5)]
+
+
 def count_applied(mariadb, db, table="items"):
     """A MariaDB trigger that logs every row the agent applies (rolled back with its batch)."""
     mariadb.run(db, "CREATE TABLE applied (op CHAR(1)) ENGINE=InnoDB")

@@ -15,7 +15,8 @@ import psycopg
 import pytest
 from harness import (
     AgentThread,
-    count_applied,
+    assert_applied_once,
+    backlog,
     deliver,
     mariadb_topology,
     resolved_topology,
@@ -74,31 +75,6 @@ def test_snapshot_then_changes_reach_a_mariadb_subscriber_exactly_once(env, spar
 
 
 # ---------------------------------------------------------------------- crashes: exactly once
-
-
-def backlog(env, mariadb, spark, transactions, article="public.items", **sub_options):
-    """``items`` snapshotted to a MariaDB subscriber, then ``transactions`` publisher
-    transactions of 5 inserts each waiting for delivery (read by the Log Reader)."""
-    env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text)")
-    topo, db = mariadb_topology(env, mariadb, [article], **sub_options)
-    snapshot_agent.run_snapshot(topo, "p", spark)
-    count_applied(mariadb, db)
-    with psycopg.connect(env.pub, autocommit=True) as conn:
-        for t in range(transactions):
-            with conn.transaction():
-                conn.execute(
-                    "INSERT INTO items SELECT g, 'v' || g FROM generate_series(%s::int, %s::int) g",
-                    (t * 5 + 1, t * 5 + 5),
-                )
-    log_reader_agent.run_log_reader(topo, "p")
-    return topo, db
-
-
-def assert_applied_once(mariadb, db, transactions):
-    assert mariadb.rows(db, "SELECT COUNT(*), COUNT(DISTINCT id), MAX(id) FROM items") == [
-        (transactions * 5, transactions * 5, transactions * 5)
-    ]
-    assert mariadb.rows(db, "SELECT op, COUNT(*) FROM applied GROUP BY op") == [("I", transactions * 5)]
 
 
 def pause_at_row(mariadb, db, row_id: int, seconds: int) -> None:
@@ -582,24 +558,16 @@ def test_cli_snapshots_delivers_to_and_validates_a_mariadb_subscriber(env, spark
     assert "m1" in out and mariadb.server.password not in out + err
 
 
-@pytest.mark.parametrize(
-    ("option", "named"),
-    [
-        ({"apply_mode": "net_change"}, "apply_mode: net_change (or bulk_apply: true)"),
-        ({"subscription_streams": 2}, "subscription_streams"),
-    ],
-)
-def test_options_only_postgresql_subscribers_have_are_refused_and_auto_applies_statements(
-    env, spark, mariadb, option, named
-):
+def test_net_change_only_postgresql_subscribers_have_is_refused_and_auto_applies_statements(env, spark, mariadb):
     """The default ``apply_mode: auto`` delivers to a MariaDB subscriber statement by statement;
-    net change and several streams, which only PostgreSQL subscribers have, are one line each."""
+    net change, which only PostgreSQL subscribers have, is one line."""
     topo, db = backlog(env, mariadb, spark, 3)
     done = distribution_agent.run_distribution(topo, "p", "m1")  # apply_mode auto (the default)
     assert done["transactions"] == 3
     assert_applied_once(mariadb, db, 3)
     spec = topo.to_dict(with_secrets=True)
-    spec["subscriptions"][0].update(option)
+    spec["subscriptions"][0].update({"apply_mode": "net_change"})
+    named = "apply_mode: net_change (or bulk_apply: true)"
     with pytest.raises(ReplError, match=re.escape(f"sets {named}, which only PostgreSQL subscribers have")) as refused:
         distribution_agent.run_distribution(topology_mod.from_dict(spec), "p", "m1")
     assert "\n" not in str(refused.value)

@@ -16,20 +16,29 @@ Before anything is delivered the run checks the subscription (nothing changed wh
 its articles unchanged since the snapshot (or since the last schema change delivered), the procedures it
 calls there (:mod:`~airflow_repl.engine.subscriber.mariadb_calls`), and every subscriber table
 transactional (InnoDB), with its primary key and binary key collations
-(:func:`~airflow_repl.engine.mariadb.catalog.check_table`).  One stream: ``subscription_streams``
-and ``apply_mode: net_change`` are PostgreSQL's (refused here; ``auto`` applies command by
-command).
+(:func:`~airflow_repl.engine.mariadb.catalog.check_table`).  ``apply_mode: net_change`` is
+PostgreSQL's (refused here; ``auto`` applies command by command).
+
+With ``subscription_streams`` > 1 a batch is planned as at a PostgreSQL subscriber
+(:func:`~airflow_repl.engine.agents.stream_planning.plan_batch`: commands touching a common key
+value stay on one stream, in commit order), its shares applied at once on their streams, each
+an XA transaction, and committed together with the watermark by XA two-phase commit
+(:mod:`~airflow_repl.engine.subscriber.mariadb_streams`); any error on any stream (a lock wait
+past ``innodb_lock_wait_timeout`` included) rolls the batch back everywhere and replays it on
+one stream.  Each run first finishes a batch a dead agent left prepared.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import psycopg
 import pymysql
 from pymysql.constants import CLIENT
 
+from airflow_repl.engine.agents import stream_planning
 from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
 from airflow_repl.engine.errors import ConnectionFailed, ReplError, ServerLost
 from airflow_repl.engine.mariadb import catalog
@@ -50,7 +59,14 @@ from airflow_repl.engine.state import (
 )
 from airflow_repl.engine.state import mariadb_subscriber_state as state
 from airflow_repl.engine.state.dist_transactions import PendingTransaction
-from airflow_repl.engine.subscriber import bulk_apply, mariadb_apply, mariadb_calls, mariadb_schema_changes
+from airflow_repl.engine.subscriber import (
+    bulk_apply,
+    mariadb_apply,
+    mariadb_calls,
+    mariadb_schema_changes,
+    mariadb_streams,
+)
+from airflow_repl.engine.subscriber.applier import Located, run_parallel
 from airflow_repl.engine.subscriber.mariadb_apply import MariaDBApplier
 
 log = logging.getLogger(__name__)
@@ -71,6 +87,9 @@ class MariaDBDelivery:
         self.conninfo = topology.subscriber_conninfo(subscriber)
         self.role = f"MariaDB subscriber {subscriber!r}"
         self.conn: Any = None
+        self.database = mariadb_connections.database(self.conninfo)
+        self.streams = mariadb_streams.MariaDBStreams(publication, subscriber, self.database, settings.streams)
+        self.chooser = stream_planning.StreamChooser(adaptive=stream_planning.ADAPTIVE_STREAMS)
         self.totals: dict[str, Any] = {
             "transactions": 0,
             "commands": 0,
@@ -79,33 +98,41 @@ class MariaDBDelivery:
             "skipped": 0,
             "last_xact_seqno": None,
         }
+        if settings.streams > 1:
+            self.totals["parallel_batches"] = 0
         self.paused = False
 
     # ------------------------------------------------------------------ checks
     def refuse_options(self) -> None:
-        net_change = self.settings.mode == bulk_apply.NET_CHANGE  # auto: statement by statement here
-        if self.settings.streams > 1 or net_change:
-            option = (
-                "subscription_streams" if self.settings.streams > 1 else "apply_mode: net_change (or bulk_apply: true)"
-            )
+        if self.settings.mode == bulk_apply.NET_CHANGE:  # auto: statement by statement here
             raise ReplError(
                 f"subscription of MariaDB subscriber {self.subscriber!r} to publication {self.publication!r} sets "
-                f"{option}, which only PostgreSQL subscribers have: remove it"
+                f"apply_mode: net_change (or bulk_apply: true), which only PostgreSQL subscribers have: remove it"
             )
 
-    def connect(self, run: AgentRun) -> None:
-        run.step = "connecting"
-        self.conn = mariadb_connections.connect(
+    def _connect(self) -> Any:
+        return mariadb_connections.connect(
             self.conninfo, self.role, client_flag=CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS
         )
+
+    def connect(self, run: AgentRun) -> None:
+        """Open the streams (stream 0 first: it takes the subscription's lock and finishes a
+        batch a dead agent left prepared, whose locks would hold the watermark)."""
+        run.step = "connecting"
+        self.conn = self._connect()
         run.cleanups.append(self.close)
         # one agent per subscription: a session lock, released if this process dies
         if not state.try_agent_lock(self.conn, self.publication):
             raise subscriber_state.watermark_busy(self.publication, self.subscriber)
+        mariadb_streams.recover_prepared(
+            self.conn, self.database, self.publication, self.subscriber, self.settings.streams
+        )
         state.lock_watermark(self.conn, self.publication, self.subscriber)  # initialized?
         self.conn.rollback()
+        self.streams.open(self.conn, self._connect)
 
     def close(self) -> None:
+        self.streams.close()
         if self.conn is not None:
             try:
                 self.conn.close()
@@ -214,8 +241,23 @@ class MariaDBDelivery:
         if txns[0].schema_change:  # a batch of its own
             self._schema_batch(dist, applier, txns, list(applier.commands(rows, article_rows)))
             return
+        located = applier.commands(rows, article_rows)
+        may_spread = self.settings.streams > 1 and self.chooser.may_spread()
+        if stream_planning.worth_planning(self.settings.streams, may_spread, len(rows)):
+            shares = stream_planning.plan_batch(
+                list(located), lambda loc: applier.touched(loc[2]), self.settings.streams
+            )
+            if len(shares) > 1:
+                spread = self._spread(applier, watermark, txns[-1].xact, len(txns), shares)
+                if spread is None:
+                    self._replay(dist, run_id, applier, watermark, txns, rows)
+                else:
+                    self._delivered(dist, txns, spread)
+                return
+            located = iter(shares[0])
         try:
-            n = self._guard(lambda: mariadb_apply.apply_fast(self.conn, applier, applier.commands(rows, article_rows)))
+            started = time.monotonic()
+            n = self._guard(lambda: mariadb_apply.apply_fast(self.conn, applier, located))
             self._guard(lambda: state.set_watermark(self.conn, self.publication, last, len(txns)))
             self._guard(self.conn.commit)
         except ServerLost:
@@ -225,7 +267,67 @@ class MariaDBDelivery:
             self._guard(self.conn.rollback)
             self._replay(dist, run_id, applier, watermark, txns, rows)
             return
+        if may_spread is False and self.settings.streams > 1:
+            self.chooser.record(False, n, time.monotonic() - started)
         self._delivered(dist, txns, n)
+
+    def _spread(
+        self, applier: MariaDBApplier, watermark: str, last: str, transactions: int, shares: list[list[Located]]
+    ) -> int | None:
+        """A planned batch of ``transactions`` ending at ``last``: share i applied on stream i
+        (an XA transaction each) at once, the watermark moved on stream 0, all committed by
+        two-phase commit; how many commands ran, or None when it failed before the prepare
+        phase ended (rolled back on every stream: the caller replays it)."""
+        streams = self.streams
+        started = time.monotonic()
+        try:
+            self._guard(lambda: streams.begin(len(shares), last))
+            self._check_unmoved(watermark, "was planned")
+            n = self._guard(
+                lambda: run_parallel([self._share_job(applier, i, share) for i, share in enumerate(shares)])
+            )
+            self._guard(lambda: state.set_watermark(self.conn, self.publication, last, transactions))
+            self._guard(streams.commit)
+        except ServerLost:
+            streams.rollback_all()
+            raise
+        except (pymysql.MySQLError, mariadb_apply.RowNotFound, ReplError) as exc:
+            if streams.decided():  # past the prepare phase: committed by the next run, never replayed
+                streams.rollback_all()  # forgets the batch, rolls nothing back
+                raise ReplError(
+                    f"the batch ending at {last} is prepared on every stream of MariaDB subscriber "
+                    f"{self.subscriber!r} but not yet committed on all of them ({exc}); run the Distribution Agent "
+                    f"again to finish it"
+                ) from None
+            log.info("batch ending at %s failed on %d streams (%s); replaying it on one stream", last, len(shares), exc)
+            streams.rollback_all()
+            return None
+        self.chooser.record(True, n, time.monotonic() - started)
+        self.totals["parallel_batches"] += 1
+        return int(n)
+
+    def _check_unmoved(self, watermark: str, when: str) -> None:
+        """Lock the watermark again (stream 0): it must not have moved since the batch was read."""
+        now = self._guard(lambda: state.lock_watermark(self.conn, self.publication, self.subscriber))
+        if now != watermark:
+            raise ReplError(
+                f"the watermark of subscriber {self.subscriber!r} moved while a batch {when}; "
+                f"run the Distribution Agent again"
+            )
+
+    def _share_job(self, applier: MariaDBApplier, i: int, share: list[Located]) -> Any:
+        """Stream ``i`` applies ``share``; on an error it rolls its part back at once (its
+        locks released for the other streams) and stops them."""
+        conn = self.streams.conns[i]
+
+        def apply(stop: Any) -> int:
+            try:
+                return mariadb_apply.apply_fast(conn, applier, share, stop)
+            except BaseException:
+                self.streams.abort(i)
+                raise
+
+        return apply
 
     def _schema_batch(
         self, dist: psycopg.Connection[Any], applier: MariaDBApplier, txns: list[PendingTransaction], located: list[Any]
@@ -254,11 +356,7 @@ class MariaDBDelivery:
         rows: list[Any],
     ) -> None:
         self.totals["retries"] += 1
-        now = self._guard(lambda: state.lock_watermark(self.conn, self.publication, self.subscriber))
-        if now != watermark:
-            raise ReplError(
-                f"the watermark of subscriber {self.subscriber!r} moved while a batch failed; run the Distribution Agent again"
-            )
+        self._check_unmoved(watermark, "failed")
         article_rows = {t.xact: t.article_rows for t in txns}
         outcome = self._guard(
             lambda: mariadb_apply.replay(self.conn, applier, applier.commands(rows, article_rows), self.settings.skip)

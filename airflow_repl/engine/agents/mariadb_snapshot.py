@@ -29,7 +29,7 @@ from airflow_repl.engine.mariadb import connections as mariadb_connections
 from airflow_repl.engine.mariadb import types
 from airflow_repl.engine.mariadb.quoting import check_name, ident, ident_in_format
 from airflow_repl.engine.state import mariadb_subscriber_state as state
-from airflow_repl.engine.subscriber import mariadb_apply, mariadb_calls
+from airflow_repl.engine.subscriber import mariadb_apply, mariadb_calls, mariadb_streams
 
 #: Rows per multi-row INSERT of the load (the driver also splits by the server's packet size).
 INSERT_ROWS = 1000
@@ -127,9 +127,11 @@ def connect(conninfo: str, subscriber: str) -> Any:
 
 def prepare(conninfo: str, subscriber: str, publication: str, plans: list[TablePlan]) -> None:
     """The state tables (the publication's watermark and ledger forgotten), and every article's
-    table dropped and created anew."""
+    table dropped and created anew.  A multi-stream batch a killed Distribution Agent left
+    prepared is finished first: its locks would hold the watermark row reset here."""
     conn = connect(conninfo, subscriber)
     try:
+        mariadb_streams.recover_prepared(conn, mariadb_connections.database(conninfo), publication, subscriber, 1)
         state.reset_for_snapshot(conn, publication)
         conn.commit()
         with conn.cursor() as cur:

@@ -27,6 +27,7 @@ from airflow_repl.engine.mariadb import connections as mariadb_connections
 from airflow_repl.engine.model.propagation import OPERATIONS
 from airflow_repl.engine.state import dist_publications
 from airflow_repl.engine.state import mariadb_subscriber_state as state
+from airflow_repl.engine.subscriber import mariadb_streams
 
 #: MariaDB's error number for a table that does not exist.
 _NO_TABLE = 1146
@@ -34,7 +35,9 @@ _NO_TABLE = 1146
 
 def lock(conninfo: str, subscriber: str, publication: str) -> Any:
     """Connect to the MariaDB subscriber and take the Distribution Agent's session lock for the
-    publication (held until the drop's connection closes); refused while that agent runs."""
+    publication (held until the drop's connection closes); refused while that agent runs.  A
+    multi-stream batch a killed agent left prepared is finished then (its locks would hold the
+    state rows the drop deletes)."""
     conn = mariadb_connections.connect(conninfo, f"MariaDB subscriber {subscriber!r}")
     if not state.try_agent_lock(conn, publication, wait=0):
         conn.close()
@@ -43,6 +46,7 @@ def lock(conninfo: str, subscriber: str, publication: str) -> Any:
             f"wait for it to finish (stop it if it runs continuously), then run the drop again; nothing was dropped "
             f"by this run"
         )
+    mariadb_streams.recover_prepared(conn, mariadb_connections.database(conninfo), publication, subscriber, 1)
     return conn
 
 

@@ -14,7 +14,9 @@ skip its transaction or stop; and the queued updating conflict rules), ``superse
 publisher's commands an updatable subscriber's own later changes supersede), ``convergence``
 (delivery to a queued updating subscriber: the publisher's commands converging with rows the
 subscriber changed itself), ``row_images`` (rows written and read as JSON images), ``streams``
-(the connections of one delivery, their two-phase commit and its recovery), ``in_doubt`` (the
+(the connections of one delivery, their two-phase commit and its recovery), ``mariadb_streams``
+(the same at a MariaDB subscriber, with XA transactions), ``two_phase`` (the names of a batch's
+prepared transactions and what recovery decides of them, for both engines), ``in_doubt`` (the
 resolver of immediate updating's transactions prepared at the publisher), ``validation``
 (order- and encoding-independent checksums, differing keys) and ``schema_changes`` (a
 replicated schema change applied to the destination table, and the article's procedures

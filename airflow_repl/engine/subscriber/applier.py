@@ -53,6 +53,42 @@ def key_constraints(art: ResolvedArticle) -> list[tuple[Constraint, list[int]]]:
     ]
 
 
+class TouchedKeys:
+    """The key values a command touches at a subscriber, whatever its engine, for the stream
+    planner: its destination table's primary key and each unique constraint (without NULLs,
+    which never conflict), in its before and after images; each article's constraints kept."""
+
+    def __init__(self, articles: dict[str, ResolvedArticle]) -> None:
+        self.articles = articles
+        self._constraints: dict[str, list[tuple[Constraint, list[int]]]] = {}
+
+    def forget(self, article: str) -> None:
+        """The article's definition changed."""
+        self._constraints.pop(article, None)
+
+    def of(self, cmd: Command, applied: Callable[[], bool]) -> list[KeyValue] | None:
+        """``cmd``'s key values; none when it is not ``applied()``; None (every row) for a
+        TRUNCATE or a schema change."""
+        if cmd.op == SCHEMA:
+            return None
+        if not applied():
+            return []
+        if cmd.op == TRUNCATE:
+            return None
+        constraints = self._constraints.get(cmd.article)
+        if constraints is None:
+            constraints = self._constraints[cmd.article] = key_constraints(self.articles[cmd.article])
+        keys: list[KeyValue] = []
+        for image in (cmd.old, cmd.new):
+            if image is not None:
+                for constraint, positions in constraints:
+                    values = [image[i] for i in positions]
+                    present = [v for v in values if v is not None]
+                    if len(present) == len(values):  # a NULL in a unique key conflicts with nothing
+                        keys.append((constraint, tuple(present)))
+        return keys
+
+
 class Applier:
     """Applies the commands of a publication's articles at one subscriber."""
 
@@ -62,7 +98,7 @@ class Applier:
         self.articles = articles
         self.schema = schema  # what applying a schema change needs (None: none expected)
         self._stmts: dict[tuple[str, str, bool], statements.Statement | None] = {}
-        self._constraints: dict[str, list[tuple[Constraint, list[int]]]] = {}
+        self._keys = TouchedKeys(articles)
         self.schema_changes = 0  # schema changes applied
         #: article -> its commands at or before this position (int LSN) are left out, being in a
         #: copy of the article taken on its own (None: all of them); set batch by batch
@@ -73,7 +109,7 @@ class Applier:
         after = schema_changes.apply(conn, cmd, self.schema or schema_changes.SchemaContext("?"))
         self.articles[after.name] = after
         self._stmts = {k: v for k, v in self._stmts.items() if k[0] != after.name}
-        self._constraints.pop(after.name, None)
+        self._keys.forget(after.name)
         self.schema_changes += 1
 
     def stmt(self, cmd: Command) -> statements.Statement | None:
@@ -121,27 +157,9 @@ class Applier:
         )
 
     def touched(self, cmd: Command) -> list[KeyValue] | None:
-        """Every key value the command touches at the subscriber: its destination table's
-        primary key and each unique constraint (without NULLs, which never conflict), in its
-        before and after images.  None for a TRUNCATE (it touches every row)."""
-        if cmd.op == SCHEMA:
-            return None
-        if self.stmt(cmd) is None:
-            return []
-        if cmd.op == TRUNCATE:
-            return None
-        constraints = self._constraints.get(cmd.article)
-        if constraints is None:
-            constraints = self._constraints[cmd.article] = key_constraints(self.articles[cmd.article])
-        keys: list[KeyValue] = []
-        for image in (cmd.old, cmd.new):
-            if image is not None:
-                for constraint, positions in constraints:
-                    values = [image[i] for i in positions]
-                    present = [v for v in values if v is not None]
-                    if len(present) == len(values):  # a NULL in a unique key conflicts with nothing
-                        keys.append((constraint, tuple(present)))
-        return keys
+        """Every key value the command touches at the subscriber (:class:`TouchedKeys`); None
+        for a TRUNCATE (it touches every row)."""
+        return self._keys.of(cmd, lambda: self.stmt(cmd) is not None)
 
     def execute(self, cur: psycopg.RawCursor, cmd: Command) -> bool:
         """Run ``cmd``'s statement; False when the command is not applied (nothing ran)."""
@@ -177,35 +195,34 @@ def apply_pipelined(
 
 
 # ---------------------------------------------------------------------- several streams at once
-class _Stream(threading.Thread):
-    """Applies its share of a planned batch on its own connection, pipelined; stops early
-    when another stream failed."""
+#: One stream's share of a planned batch: applies it (stopping early once the event is set,
+#: another stream having failed) and returns how many commands it executed.
+ShareJob = Callable[[threading.Event], int]
 
-    def __init__(
-        self, conn: psycopg.Connection, applier: Applier, commands: Iterable[Command], failed: threading.Event
-    ) -> None:
+
+class _Stream(threading.Thread):
+    """Runs one stream's share in its own thread; a failure stops the other streams."""
+
+    def __init__(self, job: ShareJob, failed: threading.Event) -> None:
         super().__init__(daemon=True)
-        self.conn, self.applier, self.commands, self.failed = conn, applier, commands, failed
+        self.job, self.failed = job, failed
         self.error: BaseException | None = None
         self.count = 0
 
     def run(self) -> None:
         try:
-            self.count = apply_pipelined(self.conn, self.applier, self.commands, self.failed)
+            self.count = self.job(self.failed)
         except BaseException as exc:
             self.error = exc
             self.failed.set()
-            try:
-                self.conn.rollback()  # release our locks at once
-            except psycopg.Error:
-                pass
 
 
-def apply_parallel(conns: Sequence[psycopg.Connection], applier: Applier, shares: Sequence[Iterable[Command]]) -> int:
-    """Apply each share on its own stream, in parallel (share i on ``conns[i]``); returns how
-    many commands were executed, or raises the first stream's error once all have stopped."""
+def run_parallel(jobs: Sequence[ShareJob]) -> int:
+    """Run each stream's share at once, each in its own thread (whatever the subscriber's
+    engine); returns how many commands were executed, or raises the first stream's error once
+    all have stopped."""
     failed = threading.Event()
-    workers = [_Stream(conn, applier, share, failed) for conn, share in zip(conns, shares, strict=False)]
+    workers = [_Stream(job, failed) for job in jobs]
     for w in workers:
         w.start()
     for w in workers:
@@ -214,6 +231,26 @@ def apply_parallel(conns: Sequence[psycopg.Connection], applier: Applier, shares
     if errors:
         raise errors[0]
     return sum(w.count for w in workers)
+
+
+def apply_parallel(conns: Sequence[psycopg.Connection], applier: Applier, shares: Sequence[Iterable[Command]]) -> int:
+    """Apply each share on its own stream, in parallel (share i on ``conns[i]``, pipelined); a
+    failing stream stops the others (:func:`run_parallel`)."""
+
+    def job(conn: psycopg.Connection, share: Iterable[Command]) -> ShareJob:
+        def apply(stop: threading.Event) -> int:
+            try:
+                return apply_pipelined(conn, applier, share, stop)
+            except BaseException:
+                try:
+                    conn.rollback()  # release our locks at once
+                except psycopg.Error:
+                    pass
+                raise
+
+        return apply
+
+    return run_parallel([job(conn, share) for conn, share in zip(conns, shares, strict=False)])
 
 
 # ---------------------------------------------------------------------- replay, command by command

@@ -19,6 +19,7 @@ caller commits the changes with the watermark, in one InnoDB transaction.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +34,7 @@ from airflow_repl.engine.mariadb.quoting import ident, ident_in_format
 from airflow_repl.engine.model.propagation import Method, Operation
 from airflow_repl.engine.state.dist_transactions import CommandRow
 from airflow_repl.engine.subscriber import conflicts
-from airflow_repl.engine.subscriber.applier import Applier, Located, ReplayOutcome
+from airflow_repl.engine.subscriber.applier import Applier, KeyValue, Located, ReplayOutcome, TouchedKeys
 
 #: MariaDB's duplicate-key errors, reported as PostgreSQL's unique_violation.
 _DUPLICATE_KEY = (1062, 1586)
@@ -106,6 +107,7 @@ class MariaDBApplier:
         self.articles = articles
         self._order = Applier(articles)  # the commands in order, pairs merged back as at PostgreSQL
         self._stmts: dict[str, _Statements] = {}
+        self._keys = TouchedKeys(articles)
 
     def commands(self, rows: Iterable[CommandRow], article_rows: Mapping[str, Mapping[str, int]]) -> Iterator[Located]:
         return self._order.commands(rows, article_rows)
@@ -117,6 +119,12 @@ class MariaDBApplier:
         """The article's definition after a schema change: the commands after it use it."""
         self.articles[article.name] = article
         self._stmts.pop(article.name, None)
+        self._keys.forget(article.name)
+
+    def touched(self, cmd: Command) -> list[KeyValue] | None:
+        """Every key value the command touches at the subscriber, for the stream planner, as
+        at a PostgreSQL subscriber (:class:`TouchedKeys`)."""
+        return self._keys.of(cmd, lambda: self.applies(cmd))
 
     def _of(self, article: str) -> _Statements | None:
         art = self.articles.get(article)
@@ -278,14 +286,19 @@ class _RoundTrips:
                 )
 
 
-def apply_fast(conn: Any, applier: MariaDBApplier, commands: Iterable[Located]) -> int:
+def apply_fast(
+    conn: Any, applier: MariaDBApplier, commands: Iterable[Located], stop: threading.Event | None = None
+) -> int:
     """Apply the batch's commands in order without savepoints, many statements per round trip
-    (consecutive INSERTs of one article as one multi-row INSERT); how many commands ran.  Any
-    error propagates (the caller rolls back and replays)."""
+    (consecutive INSERTs of one article as one multi-row INSERT); how many commands ran; it
+    stops early once ``stop`` is set (another stream failed).  Any error propagates (the
+    caller rolls back and replays)."""
     n = 0
     with conn.cursor() as cur:
         trips = _RoundTrips(cur)
         for _, _, cmd in commands:
+            if stop is not None and stop.is_set():
+                break
             found = applier.statement(cmd)
             if found is None:
                 continue

@@ -8,7 +8,9 @@ connection is opened), rolled back together, and committed together by two-phase
 commit that a dead agent left behind.
 
 A batch's prepared transactions are named ``airflow_repl|<publication>|<batch>|<last
-xact_seqno>|<stream>|<streams>``; stream 0's transaction holds the subscriber's watermark.
+xact_seqno>|<stream>|<streams>``; stream 0's transaction holds the subscriber's watermark.  The
+names and the recovery's decision are :mod:`~airflow_repl.engine.subscriber.two_phase`'s, shared
+with MariaDB subscribers.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ import psycopg
 from psycopg import sql
 
 from airflow_repl.engine.errors import ReplError
-from airflow_repl.engine.postgres import lsn
 from airflow_repl.engine.state import subscriber_state
+from airflow_repl.engine.subscriber import two_phase
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +32,6 @@ log = logging.getLogger(__name__)
 #: replayed on one stream.  Planning keeps conflicting commands on one stream, so only work
 #: outside the plan (a custom procedure touching other rows, another session) can wait.
 STREAM_LOCK_TIMEOUT = "10s"
-_GID_PREFIX = "airflow_repl"
 
 
 class Streams:
@@ -92,7 +93,7 @@ class Streams:
         stream prepares, then every stream commits.  A failed prepare rolls the batch back on
         every stream (it can be replayed); a failed commit never does (recovery finishes it)."""
         batch = uuid.uuid4().hex[:12]
-        gids = [f"{_GID_PREFIX}|{self.publication}|{batch}|{last}|{i}|{used}" for i in range(used)]
+        gids = [two_phase.gid(self.publication, batch, last, i, used) for i in range(used)]
         self._prepare(gids)
         try:
             for conn, gid in zip(self.conns, gids, strict=False):
@@ -138,32 +139,20 @@ def _autocommit(conn: psycopg.Connection, statement: sql.Composed) -> None:
 
 def recover_prepared(sub: psycopg.Connection, publication: str) -> int:
     """Finish a multi-stream batch whose agent died during two-phase commit; returns how many
-    prepared transactions it finished.
-
-    A batch's gids carry the batch's last xact_seqno; stream 0's transaction holds the
-    subscriber watermark.  So: if the committed watermark already reached the batch, stream 0
-    committed and the remaining streams must commit too; if every stream is prepared, the
-    batch can commit; anything else (the prepare phase was cut short, or a rollback of the
-    batch was interrupted) is rolled back.
-    """
+    prepared transactions it finished (committed or rolled back as :func:`two_phase.recovery`
+    decides)."""
     sub.rollback()
     gids = _prepared_gids(sub, publication)
     committed = subscriber_state.watermark(sub, publication) if gids else None
     sub.rollback()
-    watermark = lsn.lsn_to_int(committed) if committed is not None else -1
-    batches: dict[tuple[str, str], list[tuple[int, int, str]]] = {}
-    for gid in gids:
-        _, _, batch, last, stream, total = gid.split("|")
-        batches.setdefault((batch, last), []).append((int(stream), int(total), gid))
-    for (_, last), members in batches.items():
-        commit = watermark >= lsn.lsn_to_int(last) or len({m[0] for m in members}) == members[0][1]
-        _finish_batch(sub, publication, members, commit)
+    for commit, members in two_phase.recovery([two_phase.parse(g) for g in gids], committed):
+        _finish_batch(sub, publication, [m.gid for m in members], commit)
     return len(gids)
 
 
 def _prepared_gids(sub: psycopg.Connection, publication: str) -> list[str]:
     """The gids of the publication's prepared transactions in the subscriber's database."""
-    prefix = f"{_GID_PREFIX}|{publication}|"
+    prefix = two_phase.gid_prefix(publication)
     return [
         r[0]
         for r in sub.execute(
@@ -173,9 +162,9 @@ def _prepared_gids(sub: psycopg.Connection, publication: str) -> list[str]:
     ]
 
 
-def _finish_batch(sub: psycopg.Connection, publication: str, members: list[tuple[int, int, str]], commit: bool) -> None:
-    """COMMIT (or ROLLBACK) PREPARED a batch's transactions, stream 0 last."""
-    for _, _, gid in sorted(members, reverse=True):
+def _finish_batch(sub: psycopg.Connection, publication: str, members: list[str], commit: bool) -> None:
+    """COMMIT (or ROLLBACK) PREPARED a batch's transactions, in order (stream 0 last)."""
+    for gid in members:
         _autocommit(sub, sql.SQL("COMMIT PREPARED {}" if commit else "ROLLBACK PREPARED {}").format(sql.Literal(gid)))
     log.warning(
         "recovered an interrupted multi-stream batch of %s: %s %d prepared transaction(s)",
