@@ -70,7 +70,7 @@ from airflow_repl.engine.state import (
     subscriber_state,
 )
 from airflow_repl.engine.state.dist_transactions import CommandRow, PendingTransaction
-from airflow_repl.engine.subscriber import bulk_apply, in_doubt
+from airflow_repl.engine.subscriber import bulk_apply, in_doubt, net_change
 from airflow_repl.engine.subscriber.applier import (
     Applier,
     Located,
@@ -336,13 +336,10 @@ class _Delivery:
         found = bulk_apply.watching_triggers(self.streams.first, arts)
         if not found:
             return
-        for art in arts:
-            fired = found.get((art.dest_schema, art.dest_table))
-            if fired:
-                why = "trigger(s) firing for replicated changes at the subscriber: " + ", ".join(fired)
-                self.paths[art.name] = bulk_apply.ArticlePath(art.name, bulk_apply.PER_COMMAND, why)
-                self.net.discard(art.name)
-                log.info("article %r is applied command by command from now on: %s", art.name, why)
+        for name, path in net_change.triggered(arts, found).items():
+            self.paths[name] = path
+            self.net.discard(name)
+            log.info("article %r is applied command by command from now on: %s", name, path.why)
         self._report_paths()
         raise bulk_apply.NotNetApplicable("a trigger fires for replicated changes at the subscriber")
 

@@ -17,8 +17,15 @@ its articles unchanged since the snapshot (or since the last schema change deliv
 calls there (:mod:`~airflow_repl.engine.subscriber.mariadb_calls`), and every subscriber table
 transactional (InnoDB), with its primary key and binary key collations
 (:func:`~airflow_repl.engine.mariadb.catalog.check_table`).  One stream: ``subscription_streams``
-and ``apply_mode: net_change`` are PostgreSQL's (refused here; ``auto`` applies command by
-command).
+is PostgreSQL's (refused here).
+
+``apply_mode`` chooses each article's path as at a PostgreSQL subscriber: under ``auto`` (the
+default) a batch whose articles nothing at the subscriber can tell apart goes by net change
+(:mod:`~airflow_repl.engine.subscriber.mariadb_net_change`; an article with a custom procedure,
+``NONE`` or a MariaDB trigger on its table goes command by command, and so does every batch
+holding one of its commands); a net change that cannot apply (a row not found, a duplicate key)
+is rolled back and the batch applied command by command as above.  The run's summary says which
+path each article took and why (``apply``).
 """
 
 from __future__ import annotations
@@ -50,7 +57,13 @@ from airflow_repl.engine.state import (
 )
 from airflow_repl.engine.state import mariadb_subscriber_state as state
 from airflow_repl.engine.state.dist_transactions import PendingTransaction
-from airflow_repl.engine.subscriber import bulk_apply, mariadb_apply, mariadb_calls, mariadb_schema_changes
+from airflow_repl.engine.subscriber import (
+    mariadb_apply,
+    mariadb_calls,
+    mariadb_net_change,
+    mariadb_schema_changes,
+    net_change,
+)
 from airflow_repl.engine.subscriber.mariadb_apply import MariaDBApplier
 
 log = logging.getLogger(__name__)
@@ -84,17 +97,17 @@ class MariaDBDelivery:
             "last_xact_seqno": None,
         }
         self.paused = False
+        #: each article's apply path (apply_mode) and why; the articles applied by net change
+        self.paths: dict[str, net_change.ArticlePath] = {}
+        self.net: dict[str, ResolvedArticle] = {}
+        self.net_change: mariadb_net_change.NetChange | None = None
 
     # ------------------------------------------------------------------ checks
     def refuse_options(self) -> None:
-        net_change = self.settings.mode == bulk_apply.NET_CHANGE  # auto: statement by statement here
-        if self.settings.streams > 1 or net_change:
-            option = (
-                "subscription_streams" if self.settings.streams > 1 else "apply_mode: net_change (or bulk_apply: true)"
-            )
+        if self.settings.streams > 1:
             raise ReplError(
                 f"subscription of MariaDB subscriber {self.subscriber!r} to publication {self.publication!r} sets "
-                f"{option}, which only PostgreSQL subscribers have: remove it"
+                f"subscription_streams, which only PostgreSQL subscribers have: remove it"
             )
 
     def connect(self, run: AgentRun) -> None:
@@ -142,7 +155,64 @@ class MariaDBDelivery:
             catalog.check_table(self.conn, database, expected, self.subscriber)
         applier = mariadb_calls.applier(self.conn, database, articles, self.subscriber)  # statements or CALLs
         self.conn.rollback()
+        self.choose_paths(applier, dist_publications.custom_scripts(dist, self.publication))
+        dist.commit()
         return applier
+
+    def choose_paths(self, applier: MariaDBApplier, scripts: Any) -> None:
+        """Each article's apply path under the run's ``apply_mode`` (``auto``: from the triggers
+        on the subscriber tables and the article's procedures), in the run's summary as ``apply``."""
+        found: dict[tuple[str, str], list[str]] = {}
+        if self.settings.mode == "auto":
+            database = mariadb_connections.database(self.conninfo)
+            found = mariadb_net_change.triggers(self.conn, database, applier.articles.values())
+            self.conn.rollback()
+        paths = mariadb_net_change.article_paths(self.settings.mode, applier.articles.values(), found, scripts)
+        self.paths = {p.article: p for p in paths}
+        self.net = {p.article: applier.articles[p.article] for p in paths if p.apply == net_change.NET_CHANGE}
+        if self.net:
+            self.net_change = mariadb_net_change.NetChange(self.conn)
+        self.totals["apply"] = [p.to_json() for p in self.paths.values()]
+
+    def _net_batch(self, applier: MariaDBApplier, txns: list[PendingTransaction], rows: list[Any]) -> int | None:
+        """The batch applied by net change, not committed (None: one of its articles goes
+        command by command, or the net change could not apply: rolled back)."""
+        names = {a for t in txns for a in t.article_rows}
+        if self.net_change is None or not names <= self.net.keys():
+            return None
+        net = self.net_change
+        articles = {name: mariadb_net_change.as_applied(applier.articles[name]) for name in self.net}
+        commands = [cmd for _, _, cmd in applier.commands(rows, {t.xact: t.article_rows for t in txns})]
+        try:
+            n = 0
+            for start in range(0, len(commands), net_change.CHUNK_COMMANDS):
+                chunk = commands[start : start + net_change.CHUNK_COMMANDS]
+                n += self._guard(lambda chunk=chunk: net.apply(chunk, articles))
+            if self.settings.mode == "auto":
+                self._watched([applier.articles[a] for a in names])
+        except ServerLost:
+            raise
+        except (net_change.NotNetApplicable, pymysql.MySQLError, ReplError) as why:
+            log.debug("batch %s..%s applied command by command: %s", txns[0].xact, txns[-1].xact, why)
+            self._guard(self.conn.rollback)
+            return None
+        self.totals["net_batches"] = self.totals.get("net_batches", 0) + 1
+        return n
+
+    def _watched(self, arts: list[ResolvedArticle]) -> None:
+        """``auto``, after the batch's statements (whose metadata locks keep a trigger from
+        being created on their tables before the commit): no trigger there saw them, or the
+        articles with one go command by command from now on (NotNetApplicable: this batch too)."""
+        database = mariadb_connections.database(self.conninfo)
+        found = self._guard(lambda: mariadb_net_change.triggers(self.conn, database, arts))
+        if not found:
+            return
+        for name, path in net_change.triggered(arts, found).items():
+            self.paths[name] = path
+            self.net.pop(name, None)
+            log.info("article %r is applied command by command from now on: %s", name, path.why)
+        self.totals["apply"] = [p.to_json() for p in self.paths.values()]
+        raise net_change.NotNetApplicable("a trigger at the subscriber")
 
     # ------------------------------------------------------------------ the loop
     def run(
@@ -207,7 +277,11 @@ class MariaDBDelivery:
             self._schema_batch(dist, applier, txns, list(applier.commands(rows, article_rows)))
             return
         try:
-            n = self._guard(lambda: mariadb_apply.apply_fast(self.conn, applier, applier.commands(rows, article_rows)))
+            n = self._net_batch(applier, txns, rows)
+            if n is None:
+                n = self._guard(
+                    lambda: mariadb_apply.apply_fast(self.conn, applier, applier.commands(rows, article_rows))
+                )
             self._guard(lambda: state.set_watermark(self.conn, self.publication, last, len(txns)))
             self._guard(self.conn.commit)
         except ServerLost:
@@ -231,6 +305,9 @@ class MariaDBDelivery:
             )
         )
         self._guard(self.conn.commit)
+        if self.net_change is not None:  # the tables changed: their temporary copies are made again
+            self._guard(self.net_change.forget)
+            self.net.update((name, applier.articles[name]) for name in self.net)
         has = mariadb_schema_changes.articles_hash(applier)
         dist_subscriptions.set_subscription_articles_hash(dist, self.publication, self.subscriber, has)
         self.totals["schema_changes"] = self.totals.get("schema_changes", 0) + changes
