@@ -253,7 +253,7 @@ class _Delivery:
         #: the articles' definitions as the subscriber has them (the applier's: a schema change updates them)
         self.articles: dict[str, ResolvedArticle] = {}
         #: net change: the next batch read from the distributor while one is applied (None: not here)
-        self.ahead: read_ahead.ReadAhead | None = None
+        self.ahead: read_ahead.ReadAhead[read_ahead.Prepared] | None = None
         #: the last transaction committed at the subscriber whose delivery the distributor has not
         #: recorded yet (None: all recorded), and when it last recorded (:meth:`record`)
         self.unrecorded: str | None = None
@@ -363,8 +363,7 @@ class _Delivery:
     def close_read_ahead(self) -> None:
         if self.ahead is not None:
             ahead, self.ahead = self.ahead, None
-            ahead.close()
-            self.totals["read_ahead_batches"] = ahead.used
+            self.totals["read_ahead_batches"] = ahead.close()
 
     # ------------------------------------------------------------------ the loop
     def run(

@@ -31,12 +31,14 @@ path each article took and why (``apply``).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pymysql
 from pymysql.constants import CLIENT
 
+from airflow_repl.engine.agents import read_ahead
 from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
 from airflow_repl.engine.errors import ConnectionFailed, ReplError, ServerLost
 from airflow_repl.engine.mariadb import catalog
@@ -68,6 +70,9 @@ from airflow_repl.engine.subscriber.mariadb_apply import MariaDBApplier
 
 log = logging.getLogger(__name__)
 AGENT = "distribution"
+
+#: A batch's net change at the subscriber, why it has none, or None (it is not for net change).
+Prepared = mariadb_net_change.Prepared | net_change.NotNetApplicable | None
 
 
 def expected_tables(articles: list[ResolvedArticle]) -> list[catalog.Expected]:
@@ -101,6 +106,9 @@ class MariaDBDelivery:
         self.paths: dict[str, net_change.ArticlePath] = {}
         self.net: dict[str, ResolvedArticle] = {}
         self.net_change: mariadb_net_change.NetChange | None = None
+        #: net change: the next batch read and prepared while one is applied (None: not here)
+        self.ahead: read_ahead.ReadAhead[Prepared] | None = None
+        self.prepared: Prepared = None  # the batch's, when it was prepared ahead
 
     # ------------------------------------------------------------------ checks
     def refuse_options(self) -> None:
@@ -174,22 +182,77 @@ class MariaDBDelivery:
             self.net_change = mariadb_net_change.NetChange(self.conn)
         self.totals["apply"] = [p.to_json() for p in self.paths.values()]
 
-    def _net_batch(self, applier: MariaDBApplier, txns: list[PendingTransaction], rows: list[Any]) -> int | None:
-        """The batch applied by net change, not committed (None: one of its articles goes
-        command by command, or the net change could not apply: rolled back)."""
+    def _net_articles(
+        self, applier: MariaDBApplier, txns: list[PendingTransaction]
+    ) -> dict[str, ResolvedArticle] | None:
+        """The batch's articles as net change applies them (None: one goes command by command)."""
         names = {a for t in txns for a in t.article_rows}
-        if self.net_change is None or not names <= self.net.keys():
+        net = set(self.net)
+        if self.net_change is None or not names <= net:
             return None
-        net = self.net_change
-        articles = {name: mariadb_net_change.as_applied(applier.articles[name]) for name in self.net}
+        return {name: mariadb_net_change.as_applied(applier.articles[name]) for name in names}
+
+    def _prepare(self, applier: MariaDBApplier, rows: list[Any], txns: list[PendingTransaction]) -> Prepared:
+        """A batch's net change from its stored commands, or why it has none (None: one of its
+        articles goes command by command); made by the read-ahead's thread too."""
+        articles = self._net_articles(applier, txns)
+        if articles is None or self.net_change is None:
+            return None
         commands = [cmd for _, _, cmd in applier.commands(rows, {t.xact: t.article_rows for t in txns})]
         try:
-            n = 0
-            for start in range(0, len(commands), net_change.CHUNK_COMMANDS):
-                chunk = commands[start : start + net_change.CHUNK_COMMANDS]
-                n += self._guard(lambda chunk=chunk: net.apply(chunk, articles))
+            return self.net_change.prepare(commands, articles)
+        except (net_change.NotNetApplicable, ReplError) as why:
+            return net_change.NotNetApplicable(str(why))
+
+    def open_read_ahead(self, run: AgentRun, applier: MariaDBApplier) -> None:
+        """Net change: read and prepare each next batch while one is applied, on a distributor
+        connection of its own (:mod:`~airflow_repl.engine.agents.read_ahead`)."""
+        from airflow_repl.engine.agents.distribution_agent import _cut_batch
+
+        if not self.net:
+            return
+        conn = run.connect(self.topology.distributor.require("distributor"), "distributor", autocommit=True)
+        until, threshold = self.settings.until, self.settings.threshold
+        self.ahead = read_ahead.ReadAhead(
+            conn,
+            self.publication,
+            self.settings.size,
+            lambda pending: _cut_batch(pending, until, threshold),
+            lambda rows, txns: self._prepare(applier, rows, txns),
+        )
+        run.cleanups.append(self.close_read_ahead)
+
+    def close_read_ahead(self) -> None:
+        if self.ahead is not None:
+            ahead, self.ahead = self.ahead, None
+            self.totals["read_ahead_batches"] = ahead.close()
+
+    def _net_batch(
+        self, applier: MariaDBApplier, txns: list[PendingTransaction], rows: Callable[[], list[Any]], prepared: Prepared
+    ) -> int | None:
+        """The batch applied by net change (``prepared`` ahead, or made now), not committed
+        (None: one of its articles goes command by command, or the net change could not apply:
+        rolled back)."""
+        articles = self._net_articles(applier, txns)
+        if articles is None or self.net_change is None:
+            return None
+        net = self.net_change
+        if self.ahead is not None:
+            self.ahead.start(txns[-1].xact)  # the next batch, read and prepared while this one is applied
+        try:
+            if isinstance(prepared, net_change.NotNetApplicable):
+                raise prepared
+            n: int
+            if prepared is not None:
+                n = self._guard(lambda: net.execute(prepared))
+            else:
+                commands = [cmd for _, _, cmd in applier.commands(rows(), {t.xact: t.article_rows for t in txns})]
+                n = 0
+                for start in range(0, len(commands), net_change.CHUNK_COMMANDS):
+                    chunk = commands[start : start + net_change.CHUNK_COMMANDS]
+                    n += self._guard(lambda chunk=chunk: net.apply(chunk, articles))
             if self.settings.mode == "auto":
-                self._watched([applier.articles[a] for a in names])
+                self._watched([applier.articles[a] for a in articles])
         except ServerLost:
             raise
         except (net_change.NotNetApplicable, pymysql.MySQLError, ReplError) as why:
@@ -253,13 +316,20 @@ class MariaDBDelivery:
         from airflow_repl.engine.agents.distribution_agent import _cut_batch
 
         watermark = self._guard(lambda: state.lock_watermark(self.conn, self.publication, self.subscriber))
-        pending = dist_transactions.pending_transactions(dist, self.publication, watermark, self.settings.size)
+        ahead = self.ahead.take(watermark) if self.ahead is not None else None
+        if ahead is not None:
+            pending = ahead.pending
+        else:
+            pending = dist_transactions.pending_transactions(dist, self.publication, watermark, self.settings.size)
         self.paused = retention.lock_unexpired(dist, self.publication, self.subscriber)
         txns = [] if self.paused else _cut_batch(pending, self.settings.until, self.settings.threshold)
         if not txns:
             self.conn.rollback()
             dist.rollback()
             return None
+        self.prepared = ahead.prepared_for(txns) if ahead is not None else None
+        if self.prepared is not None and self.ahead is not None:
+            self.ahead.used += 1
         return watermark, txns
 
     def _deliver(
@@ -272,15 +342,22 @@ class MariaDBDelivery:
     ) -> None:
         first, last = txns[0].xact, txns[-1].xact
         article_rows = {t.xact: t.article_rows for t in txns}
-        rows = dist_transactions.batch_commands_list(dist, self.publication, first, last)
+        prepared, self.prepared = self.prepared, None
+        read: list[list[Any]] = []
+
+        def commands() -> list[Any]:  # read when needed (not for a batch prepared ahead by net change)
+            if not read:
+                read.append(dist_transactions.batch_commands_list(dist, self.publication, first, last))
+            return read[0]
+
         if txns[0].schema_change:  # a batch of its own
-            self._schema_batch(dist, applier, txns, list(applier.commands(rows, article_rows)))
+            self._schema_batch(dist, applier, txns, list(applier.commands(commands(), article_rows)))
             return
         try:
-            n = self._net_batch(applier, txns, rows)
+            n = self._net_batch(applier, txns, commands, prepared)
             if n is None:
                 n = self._guard(
-                    lambda: mariadb_apply.apply_fast(self.conn, applier, applier.commands(rows, article_rows))
+                    lambda: mariadb_apply.apply_fast(self.conn, applier, applier.commands(commands(), article_rows))
                 )
             self._guard(lambda: state.set_watermark(self.conn, self.publication, last, len(txns)))
             self._guard(self.conn.commit)
@@ -289,7 +366,7 @@ class MariaDBDelivery:
         except (pymysql.MySQLError, mariadb_apply.RowNotFound, ReplError) as exc:
             log.info("batch %s..%s failed on the fast path (%s); replaying it", first, last, exc)
             self._guard(self.conn.rollback)
-            self._replay(dist, run_id, applier, watermark, txns, rows)
+            self._replay(dist, run_id, applier, watermark, txns, commands())
             return
         self._delivered(dist, txns, n)
 
@@ -400,8 +477,10 @@ def run_mariadb_distribution(
         run_id = run.begin(dist)
         run.counts = run.details = delivery.totals
         run.step = "delivery"
+        delivery.open_read_ahead(run, applier)
         with continuous_mode.Loop(opts, run, delivery.totals) as loop:
             delivery.run(dist, run_id, applier, loop, lines)
+        delivery.close_read_ahead()
         totals = delivery.totals
         if delivery.paused:
             message = pausing.paused_message(publication, subscriber, totals["transactions"])

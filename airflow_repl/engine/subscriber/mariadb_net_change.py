@@ -32,8 +32,13 @@ subscriptions do not exist at MariaDB.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+import hashlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+from pymysql import converters
+from pymysql.constants import SERVER_STATUS
 
 from airflow_repl.engine.articles.commands import Command, Values
 from airflow_repl.engine.articles.resolved import ResolvedArticle
@@ -42,7 +47,7 @@ from airflow_repl.engine.mariadb.quoting import ident
 from airflow_repl.engine.model.propagation import Method, Propagation
 from airflow_repl.engine.subscriber import mariadb_calls, net_change
 from airflow_repl.engine.subscriber.mariadb_apply import ROUND_TRIP_BYTES, conversions
-from airflow_repl.engine.subscriber.net_change import ArticlePath, Key, NotNetApplicable
+from airflow_repl.engine.subscriber.net_change import ArticlePath, NotNetApplicable
 
 #: Keys per DELETE statement.
 DELETE_KEYS = 1000
@@ -95,93 +100,139 @@ def article_paths(
     return net_change.article_paths(mode, [as_applied(a) for a in articles], triggers=found, scripts=scripts)
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A batch's net change as MariaDB statements, ready to run: each with the rows it must find
+    (None: any) and what it is; the articles whose temporary copies they use.  Made without the
+    connection (the read-ahead makes it in another thread while the batch before is applied)."""
+
+    statements: list[tuple[str, int | None, str]]
+    copies: list[ResolvedArticle]
+    commands: int  # how many commands it nets
+
+
+def copy_name(art: ResolvedArticle) -> str:
+    """The name of the article's temporary copy (one per article, for the session)."""
+    return "airflow_repl_net_" + hashlib.sha256(art.name.encode()).hexdigest()[:16]
+
+
 class NetChange:
     """Applies batches by net change on one MariaDB connection (its temporary copies of the
     tables kept for the session)."""
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
-        self._copies: dict[str, str] = {}  # article -> its temporary copy's name
+        self._copies: set[str] = set()  # the temporary copies made in this session
+        # the session's sql_mode is the agent's own: how quotes are escaped does not change
+        self._no_backslash = bool(conn.server_status & SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES)
 
     def forget(self) -> None:
         """After a schema change: drop the temporary copies (made again from the new tables)."""
         if self._copies:
             with self.conn.cursor() as cur:
-                cur.execute("DROP TEMPORARY TABLE IF EXISTS " + ", ".join(ident(c) for c in self._copies.values()))
+                cur.execute("DROP TEMPORARY TABLE IF EXISTS " + ", ".join(ident(c) for c in sorted(self._copies)))
             self._copies.clear()
 
     def apply(self, commands: Sequence[Command], articles: dict[str, ResolvedArticle]) -> int:
-        """Apply ``commands`` (of the articles ``articles``, as :func:`as_applied` gives them)
-        by net change, no commit; how many commands they were.  NotNetApplicable or the driver's
-        error: the caller rolls back and applies them command by command."""
+        """Apply ``commands`` by net change, no commit (:meth:`prepare`, then :meth:`execute`)."""
+        return self.execute(self.prepare(commands, articles))
+
+    def prepare(self, commands: Sequence[Command], articles: dict[str, ResolvedArticle]) -> Prepared:
+        """The net change of ``commands`` (of the articles ``articles``, as :func:`as_applied`
+        gives them) as statements; NotNetApplicable (or a value MariaDB cannot hold) when the
+        batch must be applied command by command.  Does not use the connection."""
         plan = net_change.net_changes(commands, articles)
-        statements: list[tuple[str, int | None, str]] = []  # text, rows it must find (None: any), what
+        statements: list[tuple[str, int | None, str]] = []
+        copies = []
         for name, keys in plan.items():
             if keys:
-                statements += self._statements(articles[name], keys)
-        _run(self.conn, statements)
-        return len(commands)
+                rows = net_change.split(articles[name], keys)
+                statements += _statements(articles[name], rows, self._no_backslash)
+                if rows.updates:
+                    copies.append(articles[name])
+        return Prepared(statements, copies, len(commands))
 
-    def _statements(self, art: ResolvedArticle, keys: dict[Key, net_change._Key]) -> list[tuple[str, int | None, str]]:
-        rows = net_change.split(art, keys)
-        conv = conversions(art)
-        table = ident(art.dest_table)
-        names = art.column_names
-        escape = self.conn.escape
+    def execute(self, prepared: Prepared) -> int:
+        """Run a prepared net change, no commit; how many commands it nets.  NotNetApplicable or
+        the driver's error: the caller rolls back and applies the batch command by command."""
+        for art in prepared.copies:
+            name = copy_name(art)
+            if name not in self._copies:
+                with self.conn.cursor() as cur:  # no implicit commit: it is TEMPORARY
+                    cur.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {ident(name)} LIKE {ident(art.dest_table)}")
+                self._copies.add(name)
+        _run(self.conn, prepared.statements)
+        return prepared.commands
 
-        def literals(values: Any, positions: Iterable[int]) -> list[str]:
-            where = f"article {art.name!r}"
-            return [escape(types.to_param(conv[i], values[i], names[i], where)) for i in positions]
 
-        out: list[tuple[str, int | None, str]] = []
-        pk = art.pk_positions
-        for start in range(0, len(rows.deletes), DELETE_KEYS):
-            chunk = rows.deletes[start : start + DELETE_KEYS]
-            # a key's values are in key order: placed at the key's positions to be converted
-            found = [literals(dict(zip(pk, k, strict=True)), pk) for k in chunk]
-            if len(pk) == 1:
-                match = f"{ident(names[pk[0]])} IN ({', '.join(v[0] for v in found)})"
-            else:
-                match = " OR ".join(
-                    "(" + " AND ".join(f"{ident(names[p])} = {x}" for p, x in zip(pk, v, strict=True)) + ")"
-                    for v in found
-                )
-            out.append((f"DELETE FROM {table} WHERE {match}", len(chunk), f"DELETE of article {art.name!r}"))
-        every = range(len(names))
-        columns = ", ".join(ident(n) for n in names)
-        if rows.updates:
-            copy = self._copy(art)
-            for cols, finals in rows.updates.items():
-                out.append((f"DELETE FROM {copy}", None, f"UPDATE of article {art.name!r}"))
-                out += [
-                    (f"INSERT INTO {copy} ({columns}) VALUES {v}", None, "") for v in _values(finals, every, literals)
-                ]
-                sets = ", ".join(f"t.{ident(names[i])} = s.{ident(names[i])}" for i in cols) or ", ".join(
-                    f"t.{ident(names[i])} = t.{ident(names[i])}" for i in pk[:1]
-                )
-                on = " AND ".join(f"t.{ident(names[i])} = s.{ident(names[i])}" for i in pk)
-                out.append(
-                    (
-                        f"UPDATE {table} AS t JOIN {copy} AS s ON {on} SET {sets}",
-                        len(finals),
-                        f"UPDATE of article {art.name!r}",
-                    )
-                )
-            out.append((f"DELETE FROM {copy}", None, ""))
-        out += [
-            (f"INSERT INTO {table} ({columns}) VALUES {v}", None, f"INSERT of article {art.name!r}")
-            for v in _values(rows.inserts, every, literals)
+def _escaper(art: ResolvedArticle, no_backslash: bool) -> Callable[[Values, Iterable[int]], list[str]]:
+    """The article's values at ``positions`` as MariaDB literals: each converted as the
+    statement-by-statement path converts it (:func:`types.to_param`), then escaped as the
+    driver escapes it."""
+    conv = conversions(art)
+    names = art.column_names
+    where = f"article {art.name!r}"
+
+    def literal(value: Any) -> str:
+        if value is None:
+            return "NULL"
+        if isinstance(value, str):
+            return "'" + (value.replace("'", "''") if no_backslash else converters.escape_string(value)) + "'"
+        if isinstance(value, bool):
+            return "1" if value else "0"
+        if isinstance(value, bytes):
+            return "_binary X'" + value.hex() + "'"
+        raise TypeError(f"a value of type {type(value).__name__} for MariaDB")
+
+    def literals(values: Values, positions: Iterable[int]) -> list[str]:
+        return [
+            literal(
+                v
+                if (v := values[i]) is None or conv[i] == types.AS_TEXT
+                else types.to_param(conv[i], v, names[i], where)
+            )
+            for i in positions
         ]
-        return out
 
-    def _copy(self, art: ResolvedArticle) -> str:
-        """The article's temporary copy (created in this session the first time)."""
-        if art.name not in self._copies:
-            name = f"airflow_repl_net_{len(self._copies) + 1}"
-            with self.conn.cursor() as cur:  # no implicit commit: it is TEMPORARY
-                cur.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {ident(name)} LIKE {ident(art.dest_table)}")
-            self._copies[art.name] = name
-        return ident(self._copies[art.name])
+    return literals
+
+
+def _statements(art: ResolvedArticle, rows: net_change.Split, no_backslash: bool) -> list[tuple[str, int | None, str]]:
+    """The article's DELETEs, UPDATEs (through its temporary copy) and INSERTs."""
+    literals = _escaper(art, no_backslash)
+    table = ident(art.dest_table)
+    names = art.column_names
+    out: list[tuple[str, int | None, str]] = []
+    pk = art.pk_positions
+    for start in range(0, len(rows.deletes), DELETE_KEYS):
+        chunk = rows.deletes[start : start + DELETE_KEYS]
+        # a key's values are in key order: placed at the key's positions to be converted
+        found = [literals(dict(zip(pk, k, strict=True)), pk) for k in chunk]  # type: ignore[arg-type]
+        if len(pk) == 1:
+            match = f"{ident(names[pk[0]])} IN ({', '.join(v[0] for v in found)})"
+        else:
+            match = " OR ".join(
+                "(" + " AND ".join(f"{ident(names[p])} = {x}" for p, x in zip(pk, v, strict=True)) + ")" for v in found
+            )
+        out.append((f"DELETE FROM {table} WHERE {match}", len(chunk), f"DELETE of article {art.name!r}"))
+    every = range(len(names))
+    columns = ", ".join(ident(n) for n in names)
+    if rows.updates:
+        copy = ident(copy_name(art))
+        on = " AND ".join(f"t.{ident(names[i])} = s.{ident(names[i])}" for i in pk)
+        for cols, finals in rows.updates.items():
+            # emptied before it is filled (its rows stay until then: a temporary table is the session's own)
+            out.append((f"DELETE FROM {copy}", None, f"UPDATE of article {art.name!r}"))
+            out += [(f"INSERT INTO {copy} ({columns}) VALUES {v}", None, "") for v in _values(finals, every, literals)]
+            # no column changed (SCALL, MCALL): the key set to itself, so that the rows are still found
+            sets = ", ".join(f"t.{ident(names[i])} = {'s' if cols else 't'}.{ident(names[i])}" for i in cols or pk[:1])
+            what = f"UPDATE of article {art.name!r}"
+            out.append((f"UPDATE {table} AS t JOIN {copy} AS s ON {on} SET {sets}", len(finals), what))
+    out += [
+        (f"INSERT INTO {table} ({columns}) VALUES {v}", None, f"INSERT of article {art.name!r}")
+        for v in _values(rows.inserts, every, literals)
+    ]
+    return out
 
 
 def _values(rows: Sequence[Values], positions: range, literals: Any) -> list[str]:
