@@ -7,6 +7,8 @@ publisher committed."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from harness import (
     EVERY_KIND,
@@ -159,8 +161,10 @@ def test_net_change_mode_applies_the_net_rows_even_under_a_trigger(env, spark, m
     topo, db = _items(env, mariadb, spark, apply_mode="net_change")
     count_applied(mariadb, db)
     _churn(env)
+    interval = sys.getswitchinterval()
     done = deliver(topo)
     assert done["net_batches"] == 1 and done["apply"][0]["apply"] == "net_change"
+    assert sys.getswitchinterval() == interval  # shortened while it read ahead, restored
     assert mariadb.rows(db, "SELECT op, COUNT(*) FROM applied GROUP BY op ORDER BY op") == [("D", 2), ("I", 1)]
     assert mariadb.rows(db, "SELECT id, v FROM items ORDER BY id") == [(1, "a"), (10, "z")]
 

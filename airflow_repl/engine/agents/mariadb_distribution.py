@@ -31,6 +31,7 @@ path each article took and why (``apply``).
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -71,6 +72,9 @@ from airflow_repl.engine.subscriber.mariadb_apply import MariaDBApplier
 log = logging.getLogger(__name__)
 AGENT = "distribution"
 
+#: The interpreter's thread switch interval (seconds) while the next batch is read ahead.
+SWITCH_INTERVAL = 0.0005
+
 #: A batch's net change at the subscriber, why it has none, or None (it is not for net change).
 Prepared = mariadb_net_change.Prepared | net_change.NotNetApplicable | None
 
@@ -108,6 +112,7 @@ class MariaDBDelivery:
         self.net_change: mariadb_net_change.NetChange | None = None
         #: net change: the next batch read and prepared while one is applied (None: not here)
         self.ahead: read_ahead.ReadAhead[Prepared] | None = None
+        self.switch_interval = sys.getswitchinterval()  # the interpreter's, restored when the read-ahead closes
         self.prepared: Prepared = None  # the batch's, when it was prepared ahead
 
     # ------------------------------------------------------------------ checks
@@ -213,6 +218,11 @@ class MariaDBDelivery:
             return
         conn = run.connect(self.topology.distributor.require("distributor"), "distributor", autocommit=True)
         until, threshold = self.settings.until, self.settings.threshold
+        # The driver reads each statement's result on its own, and each read needs the GIL back
+        # from the read-ahead's thread, which would keep it for the interpreter's switch interval
+        # (5 ms): the run switches threads ten times as often while it reads ahead.
+        self.switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(self.switch_interval, SWITCH_INTERVAL))
         self.ahead = read_ahead.ReadAhead(
             conn,
             self.publication,
@@ -226,6 +236,7 @@ class MariaDBDelivery:
         if self.ahead is not None:
             ahead, self.ahead = self.ahead, None
             self.totals["read_ahead_batches"] = ahead.close()
+            sys.setswitchinterval(self.switch_interval)
 
     def _net_batch(
         self, applier: MariaDBApplier, txns: list[PendingTransaction], rows: Callable[[], list[Any]], prepared: Prepared
