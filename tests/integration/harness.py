@@ -32,6 +32,7 @@ from typing import Any
 import psycopg
 import yaml
 from hypothesis import HealthCheck
+from hypothesis import strategies as st
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
@@ -192,6 +193,95 @@ def assert_in_sync(topo, subscriber="sub1"):
     report = validation.compare(topo, "p", subscriber)
     assert report and all(r["match"] for r in report), validation.format_report(report)
     return report
+
+
+# ---------------------------------------------------------------------- net change's property (any subscriber)
+#: A table every way of changing rows reaches: a two-column key, NULLs, a unique column.
+NET_CHANGE_DDL = (
+    "CREATE TABLE {t} (k1 int, k2 text, a int, b text, c numeric(12,3), u int UNIQUE, PRIMARY KEY (k1, k2))"
+)
+
+
+def create_net_change_tables(env, tables, ddl: str = NET_CHANGE_DDL) -> None:
+    """The ``tables`` at the publisher, by ``ddl``, each with the same 12 rows."""
+    env.run(env.pub, ";".join(ddl.format(t=t) for t in tables))
+    env.run(
+        env.pub,
+        ";".join(
+            f"INSERT INTO {t} SELECT g, 'a', g, CASE WHEN g % 4 = 0 THEN NULL ELSE 'b' || g END, g * 1.5, g "
+            f"FROM generate_series(1, 12) g"
+            for t in tables
+        ),
+    )
+
+
+_keys = st.tuples(st.integers(0, 12), st.sampled_from(["a", "a", "b", "é", "x'y"]))
+_values = st.tuples(
+    st.one_of(st.none(), st.integers(-5, 50)),
+    st.one_of(st.none(), st.text(st.characters(blacklist_characters="\x00"), max_size=6)),
+    st.one_of(st.none(), st.decimals(-1000, 1000, places=3, allow_nan=False)),
+)
+_op = st.one_of(
+    st.tuples(st.just("insert"), _keys, _values, st.integers(1000, 1100)),
+    st.tuples(st.just("update"), _keys, _values),
+    st.tuples(st.just("rekey"), _keys, _keys),
+    st.tuples(st.just("swap"), _keys, _keys),  # the unique values of two rows exchanged
+    st.tuples(st.just("shift"), st.integers(0, 2), st.integers(1, 40)),
+    st.tuples(st.just("delete"), _keys),
+)
+net_change_transactions = st.lists(st.lists(_op, min_size=1, max_size=8), min_size=1, max_size=6)
+
+
+def net_change_steps(table: str, step) -> list[tuple[str, tuple]]:
+    kind = step[0]
+    where = "WHERE k1 = %s AND k2 = %s"
+    if kind == "insert":
+        (k1, k2), v, u = step[1], step[2], step[3]
+        return [(f"INSERT INTO {table} VALUES (%s, %s, %s, %s, %s, %s)", (k1, k2, *v, u))]
+    if kind == "update":
+        (k1, k2), (a, b, c) = step[1], step[2]
+        return [(f"UPDATE {table} SET a = %s, b = %s, c = %s {where}", (a, b, c, k1, k2))]
+    if kind == "rekey":
+        (k1, k2), (n1, n2) = step[1], step[2]
+        return [(f"UPDATE {table} SET k1 = %s, k2 = %s {where}", (n1, n2, k1, k2))]
+    if kind == "swap":  # as an application swaps unique values: through a value nobody has
+        (x1, x2), (y1, y2) = step[1], step[2]
+        hold = f"(SELECT u FROM {table} WHERE k1 = %s AND k2 = %s)"
+        return [
+            ("CREATE TEMP TABLE IF NOT EXISTS held (u int)", None),
+            ("TRUNCATE held", None),
+            (f"INSERT INTO held {hold[1:-1]}", (x1, x2)),
+            (f"UPDATE {table} SET u = -1000000 {where}", (x1, x2)),
+            (
+                f"UPDATE {table} SET u = (SELECT u FROM held) WHERE k1 = %s AND k2 = %s AND EXISTS (SELECT FROM held)",
+                (y1, y2),
+            ),
+            (f"UPDATE {table} SET u = {hold} WHERE u = -1000000", (y1, y2)),
+        ]
+    if kind == "shift":
+        return [(f"UPDATE {table} SET k1 = k1 + %s WHERE k1 %% 3 = %s", (step[2] + 100, step[1]))]
+    (k1, k2) = step[1]
+    return [(f"DELETE FROM {table} {where}", (k1, k2))]
+
+
+#: An example with every kind of step (``@example`` of the net-change property tests).
+EVERY_KIND = [
+    [
+        ("insert", (13, "b"), (4, "new", None), 1001),
+        ("update", (1, "a"), (None, None, 2)),
+        ("update", (1, "a"), (3, "again", None)),
+        ("rekey", (2, "a"), (40, "é")),
+        ("swap", (3, "a"), (5, "a")),
+        ("delete", (6, "a")),
+        ("insert", (6, "a"), (1, None, None), 1002),
+    ],
+    [
+        ("shift", 1, 7),
+        ("update", (13, "b"), (6, "x'y", 1)),
+        ("delete", (13, "b")),
+        ("insert", (13, "b"), (0, "", 0), 1003),
+    ],
+]
 
 
 #: The property tests' hypothesis settings: the same examples every run (derandomized), no

@@ -9,9 +9,19 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from harness import PROPERTY_SETTINGS, Env, assert_in_sync, commit_on_every_table, cycle, resolved_topology
+from harness import (
+    EVERY_KIND,
+    PROPERTY_SETTINGS,
+    Env,
+    assert_in_sync,
+    commit_on_every_table,
+    create_net_change_tables,
+    cycle,
+    resolved_topology,
+)
+from harness import net_change_steps as _steps
+from harness import net_change_transactions as transactions
 from hypothesis import example, given, settings
-from hypothesis import strategies as st
 
 from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
 from airflow_repl.engine.monitoring import status
@@ -27,55 +37,6 @@ TABLES = {  # table -> article options: every way net change covers
     "a_pairs": {"updates_as_delete_insert": "all"},
     "a_single": {"updates_as_delete_insert": "multi_row_key_changes"},
 }
-DDL = "CREATE TABLE {t} (k1 int, k2 text, a int, b text, c numeric(12,3), u int UNIQUE, PRIMARY KEY (k1, k2))"
-
-keys = st.tuples(st.integers(0, 12), st.sampled_from(["a", "a", "b", "é", "x'y"]))
-values = st.tuples(
-    st.one_of(st.none(), st.integers(-5, 50)),
-    st.one_of(st.none(), st.text(st.characters(blacklist_characters="\x00"), max_size=6)),
-    st.one_of(st.none(), st.decimals(-1000, 1000, places=3, allow_nan=False)),
-)
-op = st.one_of(
-    st.tuples(st.just("insert"), keys, values, st.integers(1000, 1100)),
-    st.tuples(st.just("update"), keys, values),
-    st.tuples(st.just("rekey"), keys, keys),
-    st.tuples(st.just("swap"), keys, keys),  # the unique values of two rows exchanged
-    st.tuples(st.just("shift"), st.integers(0, 2), st.integers(1, 40)),
-    st.tuples(st.just("delete"), keys),
-)
-transactions = st.lists(st.lists(op, min_size=1, max_size=8), min_size=1, max_size=6)
-
-
-def _steps(table: str, step) -> list[tuple[str, tuple]]:
-    kind = step[0]
-    where = "WHERE k1 = %s AND k2 = %s"
-    if kind == "insert":
-        (k1, k2), v, u = step[1], step[2], step[3]
-        return [(f"INSERT INTO {table} VALUES (%s, %s, %s, %s, %s, %s)", (k1, k2, *v, u))]
-    if kind == "update":
-        (k1, k2), (a, b, c) = step[1], step[2]
-        return [(f"UPDATE {table} SET a = %s, b = %s, c = %s {where}", (a, b, c, k1, k2))]
-    if kind == "rekey":
-        (k1, k2), (n1, n2) = step[1], step[2]
-        return [(f"UPDATE {table} SET k1 = %s, k2 = %s {where}", (n1, n2, k1, k2))]
-    if kind == "swap":  # as an application swaps unique values: through a value nobody has
-        (x1, x2), (y1, y2) = step[1], step[2]
-        hold = f"(SELECT u FROM {table} WHERE k1 = %s AND k2 = %s)"
-        return [
-            ("CREATE TEMP TABLE IF NOT EXISTS held (u int)", None),
-            ("TRUNCATE held", None),
-            (f"INSERT INTO held {hold[1:-1]}", (x1, x2)),
-            (f"UPDATE {table} SET u = -1000000 {where}", (x1, x2)),
-            (
-                f"UPDATE {table} SET u = (SELECT u FROM held) WHERE k1 = %s AND k2 = %s AND EXISTS (SELECT FROM held)",
-                (y1, y2),
-            ),
-            (f"UPDATE {table} SET u = {hold} WHERE u = -1000000", (y1, y2)),
-        ]
-    if kind == "shift":
-        return [(f"UPDATE {table} SET k1 = k1 + %s WHERE k1 %% 3 = %s", (step[2] + 100, step[1]))]
-    (k1, k2) = step[1]
-    return [(f"DELETE FROM {table} {where}", (k1, k2))]
 
 
 def _two_subscriptions(env: Env, articles: list, **auto_options):
@@ -96,15 +57,7 @@ def _two_subscriptions(env: Env, articles: list, **auto_options):
 @pytest.fixture(scope="module")
 def world(sandbox, spark, tmp_path_factory):
     env = Env(sandbox, tmp_path_factory.mktemp("apply_mode"), n_subscribers=2)
-    env.run(env.pub, ";".join(DDL.format(t=t) for t in TABLES))
-    env.run(
-        env.pub,
-        ";".join(
-            f"INSERT INTO {t} SELECT g, 'a', g, CASE WHEN g % 4 = 0 THEN NULL ELSE 'b' || g END, g * 1.5, g "
-            f"FROM generate_series(1, 12) g"
-            for t in TABLES
-        ),
-    )
+    create_net_change_tables(env, TABLES)
     topo = _two_subscriptions(env, [{"table": t, **o} for t, o in TABLES.items()], commit_batch_size=2)
     snapshot_agent.run_snapshot(topo, "p", spark)
     yield env, topo
@@ -114,25 +67,6 @@ def world(sandbox, spark, tmp_path_factory):
 def _rows(conninfo: str) -> dict[str, list[tuple]]:
     with psycopg.connect(conninfo) as conn:
         return {t: conn.execute(f"SELECT * FROM {t} ORDER BY k1, k2").fetchall() for t in TABLES}
-
-
-EVERY_KIND = [
-    [
-        ("insert", (13, "b"), (4, "new", None), 1001),
-        ("update", (1, "a"), (None, None, 2)),
-        ("update", (1, "a"), (3, "again", None)),
-        ("rekey", (2, "a"), (40, "é")),
-        ("swap", (3, "a"), (5, "a")),
-        ("delete", (6, "a")),
-        ("insert", (6, "a"), (1, None, None), 1002),
-    ],
-    [
-        ("shift", 1, 7),
-        ("update", (13, "b"), (6, "x'y", 1)),
-        ("delete", (13, "b")),
-        ("insert", (13, "b"), (0, "", 0), 1003),
-    ],
-]
 
 
 @settings(max_examples=25, **PROPERTY_SETTINGS)

@@ -60,7 +60,8 @@ def test_generated_procedures_chosen_by_name_apply_every_change(env, spark, mari
         "upd_cmd": f"{upd} sp_MSupd_publicitems",
         "del_cmd": f"{dele} sp_MSdel_publicitems",
     }
-    topo, db = mariadb_topology(env, mariadb, [article])
+    # command by command: under apply_mode auto a batch of generated procedures goes by net change
+    topo, db = mariadb_topology(env, mariadb, [article], apply_mode="per_command")
     snapshot_agent.run_snapshot(topo, "p", spark)
     routines = mariadb.rows(
         db, "SELECT ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = %s ORDER BY 1", (db,)

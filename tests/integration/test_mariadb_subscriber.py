@@ -102,12 +102,22 @@ def test_a_backlog_delivered_in_commit_order_batch_by_batch(env, spark, mariadb)
 
 
 @pytest.mark.parametrize(
-    "article",
-    ["public.items", {"table": "public.items", "ins_cmd": "CALL sp_MSins_publicitems"}],
-    ids=["statements", "generated procedure"],
+    ("article", "mode"),
+    [
+        ("public.items", "auto"),
+        ({"table": "public.items", "ins_cmd": "CALL sp_MSins_publicitems"}, "auto"),
+        ("public.items", "net_change"),
+    ],
+    ids=["statements", "generated procedure", "net change"],
 )
-def test_distribution_agent_killed_mid_batch_applies_everything_exactly_once(env, spark, mariadb, tmp_path, article):
-    topo, db = backlog(env, mariadb, spark, 4000, article, commit_batch_size=1000, commit_batch_threshold=5000)
+def test_distribution_agent_killed_mid_batch_applies_everything_exactly_once(
+    env, spark, mariadb, tmp_path, article, mode
+):
+    """(Under ``auto`` the tables' triggers send the batches statement by statement; ``net_change``
+    applies them by net change, the triggers seeing the net rows.)"""
+    topo, db = backlog(
+        env, mariadb, spark, 4000, article, commit_batch_size=1000, commit_batch_threshold=5000, apply_mode=mode
+    )
     pause_at_row(mariadb, db, 5600, 5)  # the second batch, 600 rows in
     spec = spec_file(topo, tmp_path)
     outcome = run_agent_process("distribution", spec, {"subscriber": "m1"}, kill_when=lambda: paused(mariadb))
@@ -117,6 +127,7 @@ def test_distribution_agent_killed_mid_batch_applies_everything_exactly_once(env
     assert before % 5000 == 0 and before < 20000  # whole batches only
     again = distribution_agent.run_distribution(topo, "p", "m1")
     assert again["transactions"] == 4000 - before // 5
+    assert again.get("net_batches", 0) == (again["commits"] if mode == "net_change" else 0)
     assert_applied_once(mariadb, db, 4000)
 
 
@@ -558,16 +569,17 @@ def test_cli_snapshots_delivers_to_and_validates_a_mariadb_subscriber(env, spark
     assert "m1" in out and mariadb.server.password not in out + err
 
 
-def test_net_change_only_postgresql_subscribers_have_is_refused_and_auto_applies_statements(env, spark, mariadb):
-    """The default ``apply_mode: auto`` delivers to a MariaDB subscriber statement by statement;
-    net change, which only PostgreSQL subscribers have, is one line."""
+def test_auto_applies_a_table_with_triggers_statement_by_statement_and_says_why(env, spark, mariadb):
+    """Under the default ``apply_mode: auto`` a table with a trigger at MariaDB is applied
+    statement by statement (the trigger sees every command), saying why."""
     topo, db = backlog(env, mariadb, spark, 3)
     done = distribution_agent.run_distribution(topo, "p", "m1")  # apply_mode auto (the default)
-    assert done["transactions"] == 3
+    assert done["transactions"] == 3 and "net_batches" not in done
+    assert done["apply"] == [
+        {
+            "article": "items",
+            "apply": "per_command",
+            "why": "trigger(s) firing for replicated changes at the subscriber: applied_D, applied_I, applied_U",
+        }
+    ]
     assert_applied_once(mariadb, db, 3)
-    spec = topo.to_dict(with_secrets=True)
-    spec["subscriptions"][0].update({"apply_mode": "net_change"})
-    named = "apply_mode: net_change (or bulk_apply: true)"
-    with pytest.raises(ReplError, match=re.escape(f"sets {named}, which only PostgreSQL subscribers have")) as refused:
-        distribution_agent.run_distribution(topology_mod.from_dict(spec), "p", "m1")
-    assert "\n" not in str(refused.value)

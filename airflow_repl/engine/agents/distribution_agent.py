@@ -71,7 +71,7 @@ from airflow_repl.engine.state import (
     subscriber_state,
 )
 from airflow_repl.engine.state.dist_transactions import CommandRow, PendingTransaction
-from airflow_repl.engine.subscriber import bulk_apply, in_doubt
+from airflow_repl.engine.subscriber import bulk_apply, in_doubt, net_change
 from airflow_repl.engine.subscriber.applier import (
     Applier,
     Located,
@@ -261,7 +261,7 @@ class _Delivery:
         #: the articles' definitions as the subscriber has them (the applier's: a schema change updates them)
         self.articles: dict[str, ResolvedArticle] = {}
         #: net change: the next batch read from the distributor while one is applied (None: not here)
-        self.ahead: read_ahead.ReadAhead | None = None
+        self.ahead: read_ahead.ReadAhead[read_ahead.Prepared] | None = None
         #: the last transaction committed at the subscriber whose delivery the distributor has not
         #: recorded yet (None: all recorded), and when it last recorded (:meth:`record`)
         self.unrecorded: str | None = None
@@ -344,13 +344,10 @@ class _Delivery:
         found = bulk_apply.watching_triggers(self.streams.first, arts)
         if not found:
             return
-        for art in arts:
-            fired = found.get((art.dest_schema, art.dest_table))
-            if fired:
-                why = "trigger(s) firing for replicated changes at the subscriber: " + ", ".join(fired)
-                self.paths[art.name] = bulk_apply.ArticlePath(art.name, bulk_apply.PER_COMMAND, why)
-                self.net.discard(art.name)
-                log.info("article %r is applied command by command from now on: %s", art.name, why)
+        for name, path in net_change.triggered(arts, found).items():
+            self.paths[name] = path
+            self.net.discard(name)
+            log.info("article %r is applied command by command from now on: %s", name, path.why)
         self._report_paths()
         raise bulk_apply.NotNetApplicable("a trigger fires for replicated changes at the subscriber")
 
@@ -374,8 +371,7 @@ class _Delivery:
     def close_read_ahead(self) -> None:
         if self.ahead is not None:
             ahead, self.ahead = self.ahead, None
-            ahead.close()
-            self.totals["read_ahead_batches"] = ahead.used
+            self.totals["read_ahead_batches"] = ahead.close()
 
     # ------------------------------------------------------------------ the loop
     def run(

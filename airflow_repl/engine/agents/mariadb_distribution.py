@@ -16,29 +16,40 @@ Before anything is delivered the run checks the subscription (nothing changed wh
 its articles unchanged since the snapshot (or since the last schema change delivered), the procedures it
 calls there (:mod:`~airflow_repl.engine.subscriber.mariadb_calls`), and every subscriber table
 transactional (InnoDB), with its primary key and binary key collations
-(:func:`~airflow_repl.engine.mariadb.catalog.check_table`).  ``apply_mode: net_change`` is
-PostgreSQL's (refused here; ``auto`` applies command by command).
+(:func:`~airflow_repl.engine.mariadb.catalog.check_table`).
 
-With ``subscription_streams`` > 1 a batch is planned as at a PostgreSQL subscriber
-(:func:`~airflow_repl.engine.agents.stream_planning.plan_batch`: commands touching a common key
-value stay on one stream, in commit order), its shares applied at once on their streams, each
-an XA transaction, and committed together with the watermark by XA two-phase commit
-(:mod:`~airflow_repl.engine.subscriber.mariadb_streams`); any error on any stream (a lock wait
-past ``innodb_lock_wait_timeout`` included) rolls the batch back everywhere and replays it on
-one stream.  Each run first finishes a batch a dead agent left prepared.
+``apply_mode`` chooses each article's path as at a PostgreSQL subscriber: under ``auto`` (the
+default) a batch whose articles nothing at the subscriber can tell apart goes by net change
+(:mod:`~airflow_repl.engine.subscriber.mariadb_net_change`; an article with a custom procedure,
+``NONE`` or a MariaDB trigger on its table goes command by command, and so does every batch
+holding one of its commands); a net change that cannot apply (a row not found, a duplicate key)
+is rolled back and the batch applied command by command as below.  The run's summary says which
+path each article took and why (``apply``).
+
+With ``subscription_streams`` > 1 a batch applied command by command is planned as at a
+PostgreSQL subscriber (:func:`~airflow_repl.engine.agents.stream_planning.plan_batch`: commands
+touching a common key value stay on one stream, in commit order), its shares applied at once on
+their streams, each an XA transaction, and committed together with the watermark by XA two-phase
+commit (:mod:`~airflow_repl.engine.subscriber.mariadb_streams`); any error on any stream (a lock
+wait past ``innodb_lock_wait_timeout`` included) rolls the batch back everywhere and replays it on
+one stream.  Each run first finishes a batch a dead agent left prepared.  (``auto`` with several
+streams applies command by command, as at a PostgreSQL subscriber; ``net_change`` applies each
+batch's net change on stream 0.)
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pymysql
 from pymysql.constants import CLIENT
 
-from airflow_repl.engine.agents import stream_planning
+from airflow_repl.engine.agents import read_ahead, stream_planning
 from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
 from airflow_repl.engine.errors import ConnectionFailed, ReplError, ServerLost
 from airflow_repl.engine.mariadb import catalog
@@ -60,17 +71,24 @@ from airflow_repl.engine.state import (
 from airflow_repl.engine.state import mariadb_subscriber_state as state
 from airflow_repl.engine.state.dist_transactions import PendingTransaction
 from airflow_repl.engine.subscriber import (
-    bulk_apply,
     mariadb_apply,
     mariadb_calls,
+    mariadb_net_change,
     mariadb_schema_changes,
     mariadb_streams,
+    net_change,
 )
 from airflow_repl.engine.subscriber.applier import Located, run_parallel
 from airflow_repl.engine.subscriber.mariadb_apply import MariaDBApplier
 
 log = logging.getLogger(__name__)
 AGENT = "distribution"
+
+#: The interpreter's thread switch interval (seconds) while the next batch is read ahead.
+SWITCH_INTERVAL = 0.0005
+
+#: A batch's net change at the subscriber, why it has none, or None (it is not for net change).
+Prepared = mariadb_net_change.Prepared | net_change.NotNetApplicable | None
 
 
 def expected_table(art: ResolvedArticle) -> catalog.Expected:
@@ -101,15 +119,16 @@ class MariaDBDelivery:
         if settings.streams > 1:
             self.totals["parallel_batches"] = 0
         self.paused = False
+        #: each article's apply path (apply_mode) and why; the articles applied by net change
+        self.paths: dict[str, net_change.ArticlePath] = {}
+        self.net: dict[str, ResolvedArticle] = {}
+        self.net_change: mariadb_net_change.NetChange | None = None
+        #: net change: the next batch read and prepared while one is applied (None: not here)
+        self.ahead: read_ahead.ReadAhead[Prepared] | None = None
+        self.switch_interval = sys.getswitchinterval()  # the interpreter's, restored when the read-ahead closes
+        self.prepared: Prepared = None  # the batch's, when it was prepared ahead
 
     # ------------------------------------------------------------------ checks
-    def refuse_options(self) -> None:
-        if self.settings.mode == bulk_apply.NET_CHANGE:  # auto: statement by statement here
-            raise ReplError(
-                f"subscription of MariaDB subscriber {self.subscriber!r} to publication {self.publication!r} sets "
-                f"apply_mode: net_change (or bulk_apply: true), which only PostgreSQL subscribers have: remove it"
-            )
-
     def _connect(self) -> Any:
         return mariadb_connections.connect(
             self.conninfo, self.role, client_flag=CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS
@@ -177,7 +196,127 @@ class MariaDBDelivery:
                 catalog.check_table(self.conn, database, expected_table(possible[name]), self.subscriber)
         applier = mariadb_calls.applier(self.conn, database, articles, self.subscriber)  # statements or CALLs
         self.conn.rollback()
+        self.choose_paths(applier, dist_publications.custom_scripts(dist, self.publication))
+        dist.commit()
         return applier
+
+    def choose_paths(self, applier: MariaDBApplier, scripts: Any) -> None:
+        """Each article's apply path under the run's ``apply_mode`` (``auto``: from the triggers
+        on the subscriber tables and the article's procedures), in the run's summary as ``apply``."""
+        found: dict[tuple[str, str], list[str]] = {}
+        if self.settings.mode == "auto":
+            database = mariadb_connections.database(self.conninfo)
+            found = mariadb_net_change.triggers(self.conn, database, applier.articles.values())
+            self.conn.rollback()
+        paths = mariadb_net_change.article_paths(
+            self.settings.mode, applier.articles.values(), found, scripts, self.settings.streams
+        )
+        self.paths = {p.article: p for p in paths}
+        self.net = {p.article: applier.articles[p.article] for p in paths if p.apply == net_change.NET_CHANGE}
+        if self.net:
+            self.net_change = mariadb_net_change.NetChange(self.conn)
+        self.totals["apply"] = [p.to_json() for p in self.paths.values()]
+
+    def _net_articles(
+        self, applier: MariaDBApplier, txns: list[PendingTransaction]
+    ) -> dict[str, ResolvedArticle] | None:
+        """The batch's articles as net change applies them (None: one goes command by command)."""
+        names = {a for t in txns for a in t.article_rows}
+        net = set(self.net)
+        if self.net_change is None or not names <= net:
+            return None
+        return {name: mariadb_net_change.as_applied(applier.articles[name]) for name in names}
+
+    def _prepare(self, applier: MariaDBApplier, rows: list[Any], txns: list[PendingTransaction]) -> Prepared:
+        """A batch's net change from its stored commands, or why it has none (None: one of its
+        articles goes command by command); made by the read-ahead's thread too."""
+        articles = self._net_articles(applier, txns)
+        if articles is None or self.net_change is None:
+            return None
+        commands = [cmd for _, _, cmd in applier.commands(rows, {t.xact: t.article_rows for t in txns})]
+        try:
+            return self.net_change.prepare(commands, articles)
+        except (net_change.NotNetApplicable, ReplError) as why:
+            return net_change.NotNetApplicable(str(why))
+
+    def open_read_ahead(self, run: AgentRun, applier: MariaDBApplier) -> None:
+        """Net change: read and prepare each next batch while one is applied, on a distributor
+        connection of its own (:mod:`~airflow_repl.engine.agents.read_ahead`)."""
+        from airflow_repl.engine.agents.distribution_agent import _cut_batch
+
+        if not self.net:
+            return
+        conn = run.connect(self.topology.distributor.require("distributor"), "distributor", autocommit=True)
+        until, threshold = self.settings.until, self.settings.threshold
+        # The driver reads each statement's result on its own, and each read needs the GIL back
+        # from the read-ahead's thread, which would keep it for the interpreter's switch interval
+        # (5 ms): the run switches threads ten times as often while it reads ahead.
+        self.switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(self.switch_interval, SWITCH_INTERVAL))
+        self.ahead = read_ahead.ReadAhead(
+            conn,
+            self.publication,
+            self.settings.size,
+            lambda pending: _cut_batch(pending, until, threshold),
+            lambda rows, txns: self._prepare(applier, rows, txns),
+        )
+        run.cleanups.append(self.close_read_ahead)
+
+    def close_read_ahead(self) -> None:
+        if self.ahead is not None:
+            ahead, self.ahead = self.ahead, None
+            self.totals["read_ahead_batches"] = ahead.close()
+            sys.setswitchinterval(self.switch_interval)
+
+    def _net_batch(
+        self, applier: MariaDBApplier, txns: list[PendingTransaction], rows: Callable[[], list[Any]], prepared: Prepared
+    ) -> int | None:
+        """The batch applied by net change (``prepared`` ahead, or made now), not committed
+        (None: one of its articles goes command by command, or the net change could not apply:
+        rolled back)."""
+        articles = self._net_articles(applier, txns)
+        if articles is None or self.net_change is None:
+            return None
+        net = self.net_change
+        if self.ahead is not None:
+            self.ahead.start(txns[-1].xact)  # the next batch, read and prepared while this one is applied
+        try:
+            if isinstance(prepared, net_change.NotNetApplicable):
+                raise prepared
+            n: int
+            if prepared is not None:
+                n = self._guard(lambda: net.execute(prepared))
+            else:
+                commands = [cmd for _, _, cmd in applier.commands(rows(), {t.xact: t.article_rows for t in txns})]
+                n = 0
+                for start in range(0, len(commands), net_change.CHUNK_COMMANDS):
+                    chunk = commands[start : start + net_change.CHUNK_COMMANDS]
+                    n += self._guard(lambda chunk=chunk: net.apply(chunk, articles))
+            if self.settings.mode == "auto":
+                self._watched([applier.articles[a] for a in articles])
+        except ServerLost:
+            raise
+        except (net_change.NotNetApplicable, pymysql.MySQLError, ReplError) as why:
+            log.debug("batch %s..%s applied command by command: %s", txns[0].xact, txns[-1].xact, why)
+            self._guard(self.conn.rollback)
+            return None
+        self.totals["net_batches"] = self.totals.get("net_batches", 0) + 1
+        return n
+
+    def _watched(self, arts: list[ResolvedArticle]) -> None:
+        """``auto``, after the batch's statements (whose metadata locks keep a trigger from
+        being created on their tables before the commit): no trigger there saw them, or the
+        articles with one go command by command from now on (NotNetApplicable: this batch too)."""
+        database = mariadb_connections.database(self.conninfo)
+        found = self._guard(lambda: mariadb_net_change.triggers(self.conn, database, arts))
+        if not found:
+            return
+        for name, path in net_change.triggered(arts, found).items():
+            self.paths[name] = path
+            self.net.pop(name, None)
+            log.info("article %r is applied command by command from now on: %s", name, path.why)
+        self.totals["apply"] = [p.to_json() for p in self.paths.values()]
+        raise net_change.NotNetApplicable("a trigger at the subscriber")
 
     # ------------------------------------------------------------------ the loop
     def run(
@@ -218,13 +357,20 @@ class MariaDBDelivery:
         from airflow_repl.engine.agents.distribution_agent import _cut_batch
 
         watermark = self._guard(lambda: state.lock_watermark(self.conn, self.publication, self.subscriber))
-        pending = dist_transactions.pending_transactions(dist, self.publication, watermark, self.settings.size)
+        ahead = self.ahead.take(watermark) if self.ahead is not None else None
+        if ahead is not None:
+            pending = ahead.pending
+        else:
+            pending = dist_transactions.pending_transactions(dist, self.publication, watermark, self.settings.size)
         self.paused = retention.lock_unexpired(dist, self.publication, self.subscriber)
         txns = [] if self.paused else _cut_batch(pending, self.settings.until, self.settings.threshold)
         if not txns:
             self.conn.rollback()
             dist.rollback()
             return None
+        self.prepared = ahead.prepared_for(txns) if ahead is not None else None
+        if self.prepared is not None and self.ahead is not None:
+            self.ahead.used += 1
         return watermark, txns
 
     def _deliver(
@@ -237,27 +383,31 @@ class MariaDBDelivery:
     ) -> None:
         first, last = txns[0].xact, txns[-1].xact
         article_rows = {t.xact: t.article_rows for t in txns}
-        rows = dist_transactions.batch_commands_list(dist, self.publication, first, last)
+        prepared, self.prepared = self.prepared, None
+        read: list[list[Any]] = []
+
+        def commands() -> list[Any]:  # read when needed (not for a batch prepared ahead by net change)
+            if not read:
+                read.append(dist_transactions.batch_commands_list(dist, self.publication, first, last))
+            return read[0]
+
         if txns[0].schema_change:  # a batch of its own
-            self._schema_batch(dist, applier, txns, list(applier.commands(rows, article_rows)))
+            self._schema_batch(dist, applier, txns, list(applier.commands(commands(), article_rows)))
             return
-        located = applier.commands(rows, article_rows)
-        may_spread = self.settings.streams > 1 and self.chooser.may_spread()
-        if stream_planning.worth_planning(self.settings.streams, may_spread, len(rows)):
-            shares = stream_planning.plan_batch(
-                list(located), lambda loc: applier.touched(loc[2]), self.settings.streams
-            )
-            if len(shares) > 1:
-                spread = self._spread(applier, watermark, txns[-1].xact, len(txns), shares)
-                if spread is None:
-                    self._replay(dist, run_id, applier, watermark, txns, rows)
-                else:
-                    self._delivered(dist, txns, spread)
+        may_spread: bool | None = None
+        located: Any = None  # the batch's commands as streams plan them (None: read when needed)
+        if self.settings.streams > 1 and self._net_articles(applier, txns) is None:
+            may_spread = self.chooser.may_spread()
+            located = self._over_streams(dist, run_id, applier, watermark, txns, commands(), may_spread)
+            if located is None:  # spread over the streams, delivered or replayed
                 return
-            located = iter(shares[0])
         try:
             started = time.monotonic()
-            n = self._guard(lambda: mariadb_apply.apply_fast(self.conn, applier, located))
+            n = self._net_batch(applier, txns, commands, prepared)
+            if n is None:
+                if located is None:
+                    located = applier.commands(commands(), article_rows)
+                n = self._guard(lambda: mariadb_apply.apply_fast(self.conn, applier, located))
             self._guard(lambda: state.set_watermark(self.conn, self.publication, last, len(txns)))
             self._guard(self.conn.commit)
         except ServerLost:
@@ -265,11 +415,37 @@ class MariaDBDelivery:
         except (pymysql.MySQLError, mariadb_apply.RowNotFound, ReplError) as exc:
             log.info("batch %s..%s failed on the fast path (%s); replaying it", first, last, exc)
             self._guard(self.conn.rollback)
-            self._replay(dist, run_id, applier, watermark, txns, rows)
+            self._replay(dist, run_id, applier, watermark, txns, commands())
             return
         if may_spread is False and self.settings.streams > 1:
             self.chooser.record(False, n, time.monotonic() - started)
         self._delivered(dist, txns, n)
+
+    def _over_streams(
+        self,
+        dist: psycopg.Connection[Any],
+        run_id: int,
+        applier: MariaDBApplier,
+        watermark: str,
+        txns: list[PendingTransaction],
+        rows: list[Any],
+        may_spread: bool,
+    ) -> Any:
+        """A batch applied command by command with several streams: planned, and when it spreads
+        over more than one, applied on them (or replayed on one) and delivered: None; else its
+        commands, for one stream."""
+        located = applier.commands(rows, {t.xact: t.article_rows for t in txns})
+        if not stream_planning.worth_planning(self.settings.streams, may_spread, len(rows)):
+            return located
+        shares = stream_planning.plan_batch(list(located), lambda loc: applier.touched(loc[2]), self.settings.streams)
+        if len(shares) == 1:
+            return iter(shares[0])
+        spread = self._spread(applier, watermark, txns[-1].xact, len(txns), shares)
+        if spread is None:
+            self._replay(dist, run_id, applier, watermark, txns, rows)
+        else:
+            self._delivered(dist, txns, spread)
+        return None
 
     def _spread(
         self, applier: MariaDBApplier, watermark: str, last: str, transactions: int, shares: list[list[Located]]
@@ -341,6 +517,9 @@ class MariaDBDelivery:
             )
         )
         self._guard(self.conn.commit)
+        if self.net_change is not None:  # the tables changed: their temporary copies are made again
+            self._guard(self.net_change.forget)
+            self.net.update((name, applier.articles[name]) for name in self.net)
         has = mariadb_schema_changes.articles_hash(applier)
         dist_subscriptions.set_subscription_articles_hash(dist, self.publication, self.subscriber, has)
         self.totals["schema_changes"] = self.totals.get("schema_changes", 0) + changes
@@ -420,7 +599,6 @@ def run_mariadb_distribution(
                 message=message,
                 outcome="paused",
             )
-        delivery.refuse_options()
         try:
             delivery.connect(run)
         except ConnectionFailed:
@@ -429,8 +607,10 @@ def run_mariadb_distribution(
         run_id = run.begin(dist)
         run.counts = run.details = delivery.totals
         run.step = "delivery"
+        delivery.open_read_ahead(run, applier)
         with continuous_mode.Loop(opts, run, delivery.totals) as loop:
             delivery.run(dist, run_id, applier, loop, lines)
+        delivery.close_read_ahead()
         totals = delivery.totals
         if delivery.paused:
             message = pausing.paused_message(publication, subscriber, totals["transactions"])

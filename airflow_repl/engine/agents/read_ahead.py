@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import psycopg
 
@@ -32,30 +32,32 @@ from airflow_repl.engine.subscriber import bulk_apply
 log = logging.getLogger(__name__)
 
 
-#: A batch's net change, or why it has none (it is then applied command by command).
+#: A batch's net change, or why it has none (it is then applied command by command): at a
+#: PostgreSQL subscriber this; at a MariaDB one its own (``P``).
 Prepared = bulk_apply.Prepared | bulk_apply.NotNetApplicable
+P = TypeVar("P")
 #: Makes it from the batch's commands, in the worker thread.
-Prepare = Callable[[list[CommandRow], list[PendingTransaction]], Prepared]
+Prepare = Callable[[list[CommandRow], list[PendingTransaction]], P]
 
 
 @dataclass(frozen=True)
-class Read:
+class Read(Generic[P]):
     """What was read after watermark ``after``: the pending transactions, the batch cut from
     them, and (unless that batch is a schema change's or too large to hold) its net change."""
 
     after: str
     pending: list[PendingTransaction]
     batch: list[PendingTransaction]
-    prepared: Prepared | None
+    prepared: P | None
 
-    def prepared_for(self, txns: list[PendingTransaction]) -> Prepared | None:
+    def prepared_for(self, txns: list[PendingTransaction]) -> P | None:
         """The net change, when ``txns`` is the batch it was prepared for."""
         if not txns or [t.xact for t in txns] != [t.xact for t in self.batch]:
             return None
         return self.prepared
 
 
-class ReadAhead:
+class ReadAhead(Generic[P]):
     """One read at a time, on ``conn`` (autocommit, used by nothing else), in a worker thread."""
 
     def __init__(
@@ -64,11 +66,11 @@ class ReadAhead:
         publication: str,
         size: int,
         cut: Callable[[list[PendingTransaction]], list[PendingTransaction]],
-        prepare: Prepare,
+        prepare: Prepare[P],
     ) -> None:
         self.conn, self.publication, self.size, self.cut, self.prepare = conn, publication, size, cut, prepare
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="airflow-repl-read-ahead")
-        self._job: tuple[str, Future[Read]] | None = None
+        self._job: tuple[str, Future[Read[P]]] | None = None
         self.used = 0  # batches whose commands came from a read ahead
 
     def start(self, after: str) -> None:
@@ -76,7 +78,7 @@ class ReadAhead:
         self._wait()
         self._job = (after, self._pool.submit(self._read, after))
 
-    def take(self, after: str) -> Read | None:
+    def take(self, after: str) -> Read[P] | None:
         """The read after ``after``, when the last one started was that (waiting for it to
         finish); None otherwise or when it failed."""
         job, self._job = self._job, None
@@ -90,10 +92,12 @@ class ReadAhead:
             return None
         return read if started_after == after and read.pending else None
 
-    def close(self) -> None:
-        """Wait for a read still under way, and stop the thread (the run closes the connection)."""
+    def close(self) -> int:
+        """Wait for a read still under way, and stop the thread (the run closes the connection);
+        how many batches came from a read ahead."""
         self._wait()
         self._pool.shutdown(wait=True)
+        return self.used
 
     def _wait(self) -> None:
         job, self._job = self._job, None
@@ -103,14 +107,14 @@ class ReadAhead:
             except Exception:
                 pass
 
-    def _read(self, after: str) -> Read:
+    def _read(self, after: str) -> Read[P]:
         """The read and the net change, without the cyclic garbage collector (they allocate an
         object or more per command, and the batch applied meanwhile pauses it only until it
         commits: :mod:`~airflow_repl.engine.runtime.gc_pause`)."""
         with gc_pause.paused():
             return self._read_batch(after)
 
-    def _read_batch(self, after: str) -> Read:
+    def _read_batch(self, after: str) -> Read[P]:
         pending = dist_transactions.pending_transactions(self.conn, self.publication, after, self.size)
         batch = self.cut(pending)
         commands = sum(t.command_count for t in batch)

@@ -6,10 +6,13 @@ check), ``mariadb_apply`` (the same at a MariaDB subscriber: SQL statements, app
 or replayed with a savepoint per transaction), ``mariadb_calls`` (the generated and custom
 procedures a MariaDB subscriber's articles call, created, checked and called with their call
 syntax's parameters), ``mariadb_schema_changes`` (a replicated schema change there in MariaDB's
-DDL, exactly once although that DDL commits on its own), ``mariadb_validation`` (a MariaDB subscriber
+DDL, exactly once although that DDL commits on its own), ``mariadb_net_change`` (a batch's net
+change applied at a MariaDB subscriber: multi-row DELETE, UPDATE ... JOIN and INSERT per article),
+``mariadb_validation`` (a MariaDB subscriber
 compared with the publisher by canonical value: the tasks of ``validation``'s passes for it), ``applier`` (the apply backend: pipelined, over several streams at once, or replayed
-command by command), ``bulk_apply`` (a batch's net change per key applied with set-based
-statements: ``apply_mode``, and which articles go that way), ``conflicts`` (what a failed command means:
+command by command), ``net_change`` (a batch's commands collapsed to their net effect per key, and
+which articles may go that way under ``apply_mode``: pure, for both engines), ``bulk_apply``
+(that net change applied at a PostgreSQL subscriber with set-based statements), ``conflicts`` (what a failed command means:
 skip its transaction or stop; and the queued updating conflict rules), ``superseded`` (the
 publisher's commands an updatable subscriber's own later changes supersede), ``convergence``
 (delivery to a queued updating subscriber: the publisher's commands converging with rows the
