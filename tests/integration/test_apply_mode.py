@@ -162,7 +162,11 @@ def test_a_trigger_firing_for_replicated_changes_gets_every_command(env, spark, 
     why = f'trigger(s) firing for replicated changes at the subscriber: "au\'dit" (ENABLE {enabled})'
     assert delivered["apply"] == [
         {"article": name, "apply": "per_command", "why": why},
-        {"article": "plain", "apply": "net_change", "why": "nothing at the subscriber can tell"},
+        {
+            "article": "plain",
+            "apply": "net_change",
+            "why": "nothing at the subscriber (trigger, custom procedure, updating) can tell it from command by command",
+        },
     ]
     assert delivered.get("net_batches", 0) == 0  # the batch holds a command of the watched article
     _changes(env, "plain")
@@ -223,7 +227,11 @@ def test_a_custom_procedure_article_goes_command_by_command(env, spark):
     _, delivered = cycle(topo)
     assert delivered["apply"] == [
         {"article": "c_orders", "apply": "per_command", "why": "custom procedure"},
-        {"article": "g_orders", "apply": "net_change", "why": "nothing at the subscriber can tell"},
+        {
+            "article": "g_orders",
+            "apply": "net_change",
+            "why": "nothing at the subscriber (trigger, custom procedure, updating) can tell it from command by command",
+        },
     ]
     assert delivered["net_batches"] == 1 and delivered["commits"] == 2  # c_orders' batch went command by command
     assert env.rows(env.sub, "SELECT id, qty FROM my.calls ORDER BY n") == [(2, 10), (2, 20), (2, 30)]

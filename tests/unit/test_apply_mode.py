@@ -85,9 +85,17 @@ def test_auto_goes_by_net_change_only_where_nothing_at_the_subscriber_can_tell()
         scripts=["s"],
     )
     assert paths == [
-        ArticlePath("orders", "net_change", "nothing at the subscriber can tell"),
+        ArticlePath(
+            "orders",
+            "net_change",
+            "nothing at the subscriber (trigger, custom procedure, updating) can tell it from command by command",
+        ),
         ArticlePath("custom", "per_command", "custom procedure"),
-        ArticlePath("sql", "net_change", "nothing at the subscriber can tell"),
+        ArticlePath(
+            "sql",
+            "net_change",
+            "nothing at the subscriber (trigger, custom procedure, updating) can tell it from command by command",
+        ),
         ArticlePath("none", "per_command", "delete propagated as NONE"),
         ArticlePath(
             "watched", "per_command", "trigger(s) firing for replicated changes at the subscriber: 't1' (ENABLE ALWAYS)"
@@ -97,7 +105,7 @@ def test_auto_goes_by_net_change_only_where_nothing_at_the_subscriber_can_tell()
     assert paths[0].to_json() == {
         "article": "orders",
         "apply": "net_change",
-        "why": "nothing at the subscriber can tell",
+        "why": "nothing at the subscriber (trigger, custom procedure, updating) can tell it from command by command",
     }
 
 

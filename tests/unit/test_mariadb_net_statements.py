@@ -74,8 +74,16 @@ def test_only_a_custom_procedure_or_none_makes_an_article_go_command_by_command(
     ]
     paths = mariadb_net_change.article_paths("auto", arts, {("public", "trig"): ["audit"]})
     assert [(p.article, p.apply, p.why) for p in paths] == [
-        ("plain", "net_change", "nothing at the subscriber can tell"),
-        ("generated", "net_change", "nothing at the subscriber can tell"),
+        (
+            "plain",
+            "net_change",
+            "nothing at the subscriber (trigger, custom procedure, updating) can tell it from command by command",
+        ),
+        (
+            "generated",
+            "net_change",
+            "nothing at the subscriber (trigger, custom procedure, updating) can tell it from command by command",
+        ),
         ("custom", "per_command", "custom procedure"),
         ("none", "per_command", "delete propagated as NONE"),
         ("triggered", "per_command", "trigger(s) firing for replicated changes at the subscriber: audit"),

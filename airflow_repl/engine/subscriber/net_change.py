@@ -112,7 +112,11 @@ def article_paths(
         if why is not None:
             out.append(ArticlePath(art.name, PER_COMMAND, why))
         else:
-            reason = "apply_mode net_change" if mode == NET_CHANGE else "nothing at the subscriber can tell"
+            reason = (
+                "apply_mode net_change"
+                if mode == NET_CHANGE
+                else "nothing at the subscriber (trigger, custom procedure, updating) can tell it from command by command"
+            )
             out.append(ArticlePath(art.name, NET_CHANGE, reason))
     return out
 
