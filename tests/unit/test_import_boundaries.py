@@ -369,6 +369,12 @@ import airflow_repl.cli, airflow_repl.jobs.agent_job, airflow_repl.engine.agents
 print(json.dumps(sorted(sys.modules)))
 """
 
+#: What the run imports when it reads its first data file, not at its start: pyarrow (with
+#: numpy), the readers' driver and the COPY text maker (a run that has nothing to copy, a refusal
+#: and a Spark application's driver, which reads nothing, never need them).
+_AT_THE_FIRST_READ = ("pyarrow", "numpy", "adbc_driver_manager", "airflow_repl.engine.postgres.copy_text")
+
+
 #: What the CLI's Snapshot Agent run (threads, PostgreSQL servers) does not need at its start:
 #: the other agents, the MariaDB driver and modules, Spark and Airflow (each costs its import).
 _NOT_FOR_A_SNAPSHOT = (
@@ -393,5 +399,6 @@ def test_the_snapshot_command_imports_only_what_its_run_needs():
     )
     assert run.returncode == 0, run.stderr
     modules = json.loads(run.stdout)
-    assert "pyarrow" in modules and "psycopg" in modules  # the probe did import the agent
+    assert "airflow_repl.engine.agents.snapshot_agent" in modules and "psycopg" in modules  # the probe did import
     assert [m for m in modules if m in _NOT_FOR_A_SNAPSHOT or m.split(".")[0] in _NOT_FOR_A_SNAPSHOT] == []
+    assert [m for m in _AT_THE_FIRST_READ if m in modules] == [], "the process's start imports the file modules"
