@@ -38,8 +38,12 @@ import native_compare as nc  # the sandbox, setup and measuring helpers of make 
 
 TABLE = "bench_stores"
 DEFAULT_JSON = "benchmarks/results/add_article.json"
-#: what ``airflow-repl snapshot`` imports before it runs: timed alone, the process's start
-STARTUP = "import airflow_repl.cli, airflow_repl.jobs.agent_job, airflow_repl.engine.agents.snapshot_agent"
+#: what ``airflow-repl snapshot`` imports when it copies: timed alone, the process's start (the
+#: modules of the data files are imported by the run when it has something to copy)
+STARTUP = (
+    "import airflow_repl.cli, airflow_repl.jobs.agent_job, airflow_repl.engine.agents.snapshot_agent; "
+    "airflow_repl.engine.agents.snapshot_agent.snapshot_folder.import_file_modules()"
+)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -329,6 +329,7 @@ class _SnapshotRun:
             snapshot_folder.write_scripts(folder, articles, needs)
             loads = init.prepare_all(folder, snapshot_id, needs.objects)  # while Spark starts
             self.run.step = "the start of Spark"
+            snapshot_folder.import_file_modules()  # while the JVM starts (jobs.session.StartingSession)
             started = time.monotonic()
             spark.sparkContext  # noqa: B018 - waits for a session still starting (jobs.session.StartingSession)
             spark_wait = time.monotonic() - started

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import json
 import math
 import re
@@ -54,6 +55,18 @@ ARROW_TYPES: dict[int, str] = {
 }
 #: Rows of one block range (one data file), roughly.
 ROWS_PER_PARTITION = 50_000
+
+#: What reading and writing the data files imports: pyarrow (with numpy), the readers' driver
+#: and the COPY text maker, about a third of a copying process's imports.  A run imports them
+#: when it has something to copy (:func:`import_file_modules`), not when the agent is imported.
+FILE_MODULES = ("pyarrow.parquet", "airflow_repl.engine.postgres.arrow_reads", "airflow_repl.engine.postgres.copy_text")
+
+
+def import_file_modules() -> None:
+    """Import :data:`FILE_MODULES` (the read's tasks would import them otherwise, in each thread
+    at once): called while a Spark application's JVM starts, so the import overlaps it."""
+    for name in FILE_MODULES:
+        importlib.import_module(name)
 
 
 #: One data file to read: the article (its definition), the file's index, its block range
