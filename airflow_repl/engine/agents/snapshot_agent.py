@@ -28,6 +28,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -62,7 +63,8 @@ if TYPE_CHECKING:  # MariaDB subscribers' modules: imported by the steps of such
 
 AGENT = "snapshot"
 
-Connect = Callable[[str, str], "psycopg.Connection[Any]"]  # (subscriber, conninfo) -> connection
+#: (subscriber, conninfo) -> a connection, in a ``with`` block
+Connect = Callable[[str, str], "AbstractContextManager[psycopg.Connection[Any]]"]
 #: Executor side: names the Spark executor running the current task (given by airflow_repl.jobs,
 #: which may import PySpark); the summary lists the executors that read and loaded the files.
 Identify = Callable[[], str]
@@ -458,6 +460,8 @@ class _Initialization:
         self.pub_conninfo = topology.publisher.require("publisher") if self.immediate else ""
         self.updatable = {s for s in subscribers if topology.subscription(publication, s).update_mode.updatable}
         self.seconds = 0.0  # spent preparing and activating (the rows load while the snapshot is read)
+        #: subscriber -> the connection its checks used, which its preparation then uses
+        self._kept: dict[str, psycopg.Connection[Any]] = {}
 
     def at_consistent_point(self, snapshot_id: str, consistent_lsn: str) -> None:
         """The snapshot's slot was created (a copy of articles of their own records its hand-off)."""
@@ -472,9 +476,14 @@ class _Initialization:
         self.schema_sql = (folder / "schema.sql").read_text()
         self.procs_sql = (folder / "procedures.sql").read_text()
         self.keys_sql = (folder / "keys.sql").read_text()
-        _check_user_types(self.topology, list(self.conninfos), objects, self.connect)
-        for name in self.conninfos:
-            self.prepare(name)
+        try:
+            _check_user_types(self.topology, list(self.conninfos), objects, self._connect_kept)
+            for name in self.conninfos:
+                self.prepare(name)
+        finally:
+            for conn in self._kept.values():  # a check refused a subscriber: the others' connections
+                conn.close()
+            self._kept.clear()
         self.seconds += time.monotonic() - started
         return list(self.conninfos.items())
 
@@ -506,7 +515,14 @@ class _Initialization:
 
     def connect(self, name: str, conninfo: str) -> psycopg.Connection[Any]:
         self.run.step = f"the initialization of subscriber {name!r}"
-        return self.run.connect(conninfo, f"subscriber {name!r}")
+        kept = self._kept.pop(name, None)
+        return kept if kept is not None else self.run.connect(conninfo, f"subscriber {name!r}")
+
+    def _connect_kept(self, name: str, conninfo: str) -> AbstractContextManager[psycopg.Connection[Any]]:
+        """A connection for a subscriber's checks, kept open for its preparation (:meth:`connect`
+        hands it over): one connection, not two, each a password exchange."""
+        self._kept[name] = self.connect(name, conninfo)
+        return nullcontext(self._kept[name])
 
     def prepare(self, name: str) -> None:
         """Mark the subscription 'initializing', then (re)create its tables and procedures."""
