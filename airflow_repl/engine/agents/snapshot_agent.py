@@ -230,6 +230,7 @@ class _Taken:
     read_seconds: float
     plan_seconds: float
     spark_wait_seconds: float
+    import_seconds: float
 
     @property
     def rows(self) -> int:
@@ -245,6 +246,7 @@ class _Taken:
             "initialized": initialized,
             "plan_seconds": round(self.plan_seconds, 3),
             "spark_wait_seconds": round(self.spark_wait_seconds, 3),
+            "import_seconds": round(self.import_seconds, 3),
             "read_seconds": round(self.read_seconds, 3),
             "rows_per_second": round(self.rows / self.read_seconds, 1) if self.read_seconds else None,
             "read_executors": sorted({str(f["executor"]) for f in self.files if f.get("executor")}),
@@ -331,7 +333,9 @@ class _SnapshotRun:
             snapshot_folder.write_scripts(folder, articles, needs)
             loads = init.prepare_all(folder, snapshot_id, needs.objects)  # while Spark starts
             self.run.step = "the start of Spark"
+            started = time.monotonic()
             snapshot_folder.import_file_modules()  # while the JVM starts (jobs.session.StartingSession)
+            import_seconds = time.monotonic() - started
             started = time.monotonic()
             spark.sparkContext  # noqa: B018 - waits for a session still starting (jobs.session.StartingSession)
             spark_wait = time.monotonic() - started
@@ -343,7 +347,16 @@ class _SnapshotRun:
         finally:
             repl_conn.close()  # ends the exported snapshot (and drops a temporary slot)
         return _Taken(
-            snapshot_id, folder, consistent_lsn, len(tasks), files, needs, read_seconds, plan_seconds, spark_wait
+            snapshot_id,
+            folder,
+            consistent_lsn,
+            len(tasks),
+            files,
+            needs,
+            read_seconds,
+            plan_seconds,
+            spark_wait,
+            import_seconds,
         )
 
     def _plan(
