@@ -99,7 +99,7 @@ def _snapshot(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any],
         cores = session.local_parallelism(master) if master else None
         max_partitions = 2 * cores if cores else None
         spark = cast("SparkSession", starting)
-    from airflow_repl.engine.agents import snapshot_agent  # with pyarrow: only the Snapshot Agent's runs pay the import
+    from airflow_repl.engine.agents import snapshot_agent  # only the Snapshot Agent's runs pay the import
 
     summary = snapshot_agent.run_snapshot(
         req.topology,

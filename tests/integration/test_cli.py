@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -224,3 +227,47 @@ def test_cli_snapshot_runs_its_tasks_in_threads_unless_a_master_is_named(env2, s
     snap = json.loads(capsys.readouterr().out)
     assert snap["tasks"] == "spark" and snap["spark_application_id"] == spark.sparkContext.applicationId
     assert snap["rows"] == 40000 and env.rows(env.sub, "SELECT count(*) FROM orders") == [(40000,)]
+
+
+#: A CLI process that reports, after its own output, whether it imported the data files' modules.
+_IMPORTS_PROBE = """
+import json, sys
+from airflow_repl.cli import main
+code = main(sys.argv[1:])
+print(json.dumps({"code": code, "pyarrow": "pyarrow" in sys.modules, "numpy": "numpy" in sys.modules}))
+"""
+
+
+def test_a_snapshot_run_imports_the_data_files_modules_only_when_it_copies(env, tmp_path):
+    """pyarrow (with numpy) is imported by a run that has rows to copy, its time in the summary's
+    ``import_seconds``; a run that finds every subscription initialized, and a refusal, never import it."""
+    env.run(
+        env.pub,
+        "CREATE TABLE orders (id int PRIMARY KEY, v text); "
+        "INSERT INTO orders SELECT g, 'v' FROM generate_series(1, 100) g",
+    )
+    topo = orders_topology_file(env, tmp_path)
+    environment = {k: v for k, v in os.environ.items() if k != "AIRFLOW_REPL_SPARK_MASTER"}
+    environment["PYTHONPATH"] = str(Path(cli.__file__).resolve().parents[2])
+
+    def snapshot(*args: str) -> tuple[str, dict]:
+        run = subprocess.run(
+            [sys.executable, "-c", _IMPORTS_PROBE, "snapshot", "-t", topo, *args],
+            cwd=tmp_path,
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        *output, probe = run.stdout.strip().splitlines()
+        return "\n".join(output), json.loads(probe)
+
+    output, probe = snapshot()
+    assert probe == {"code": 0, "pyarrow": True, "numpy": True}
+    assert json.loads(output)["rows"] == 100 and json.loads(output)["import_seconds"] >= 0
+    assert env.rows(env.sub, "SELECT count(*) FROM orders") == [(100,)]
+    output, probe = snapshot()
+    assert "already initialized" in json.loads(output)["message"]
+    assert probe == {"code": 0, "pyarrow": False, "numpy": False}
+    output, probe = snapshot("--subscriber", "nobody")
+    assert probe["code"] != 0 and probe["pyarrow"] is False

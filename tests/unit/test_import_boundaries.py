@@ -366,8 +366,16 @@ def test_importing_the_model_loads_no_driver_and_the_engine_no_airflow_or_pyspar
 _SNAPSHOT_PROBE = """
 import json, sys
 import airflow_repl.cli, airflow_repl.jobs.agent_job, airflow_repl.engine.agents.snapshot_agent
-print(json.dumps(sorted(sys.modules)))
+at_start = sorted(sys.modules)
+airflow_repl.engine.agents.snapshot_agent.snapshot_folder.import_file_modules()
+print(json.dumps({"start": at_start, "copying": sorted(sys.modules)}))
 """
+
+#: What a run imports once it has something to copy, not at its start: pyarrow (with numpy),
+#: the readers' driver and the COPY text maker (a run that copies nothing and a refusal never
+#: need them; a Spark application imports them while its JVM starts).
+_WHEN_IT_COPIES = ("pyarrow", "numpy", "adbc_driver_manager", "airflow_repl.engine.postgres.copy_text")
+
 
 #: What the CLI's Snapshot Agent run (threads, PostgreSQL servers) does not need at its start:
 #: the other agents, the MariaDB driver and modules, Spark and Airflow (each costs its import).
@@ -392,6 +400,10 @@ def test_the_snapshot_command_imports_only_what_its_run_needs():
         timeout=60,
     )
     assert run.returncode == 0, run.stderr
-    modules = json.loads(run.stdout)
-    assert "pyarrow" in modules and "psycopg" in modules  # the probe did import the agent
+    result = json.loads(run.stdout)
+    modules, copying = result["start"], result["copying"]
+    assert "airflow_repl.engine.agents.snapshot_agent" in modules and "psycopg" in modules  # the probe did import
     assert [m for m in modules if m in _NOT_FOR_A_SNAPSHOT or m.split(".")[0] in _NOT_FOR_A_SNAPSHOT] == []
+    assert [m for m in _WHEN_IT_COPIES if m in modules] == [], "the process's start imports the data files' modules"
+    assert [m for m in _WHEN_IT_COPIES if m not in copying] == [], "import_file_modules leaves some out"
+    assert [m for m in copying if m in _NOT_FOR_A_SNAPSHOT or m.split(".")[0] in _NOT_FOR_A_SNAPSHOT] == []

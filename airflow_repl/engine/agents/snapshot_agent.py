@@ -28,6 +28,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -62,7 +63,8 @@ if TYPE_CHECKING:  # MariaDB subscribers' modules: imported by the steps of such
 
 AGENT = "snapshot"
 
-Connect = Callable[[str, str], "psycopg.Connection[Any]"]  # (subscriber, conninfo) -> connection
+#: (subscriber, conninfo) -> a connection, in a ``with`` block
+Connect = Callable[[str, str], "AbstractContextManager[psycopg.Connection[Any]]"]
 #: Executor side: names the Spark executor running the current task (given by airflow_repl.jobs,
 #: which may import PySpark); the summary lists the executors that read and loaded the files.
 Identify = Callable[[], str]
@@ -228,6 +230,7 @@ class _Taken:
     read_seconds: float
     plan_seconds: float
     spark_wait_seconds: float
+    import_seconds: float
 
     @property
     def rows(self) -> int:
@@ -243,6 +246,7 @@ class _Taken:
             "initialized": initialized,
             "plan_seconds": round(self.plan_seconds, 3),
             "spark_wait_seconds": round(self.spark_wait_seconds, 3),
+            "import_seconds": round(self.import_seconds, 3),
             "read_seconds": round(self.read_seconds, 3),
             "rows_per_second": round(self.rows / self.read_seconds, 1) if self.read_seconds else None,
             "read_executors": sorted({str(f["executor"]) for f in self.files if f.get("executor")}),
@@ -330,6 +334,9 @@ class _SnapshotRun:
             loads = init.prepare_all(folder, snapshot_id, needs.objects)  # while Spark starts
             self.run.step = "the start of Spark"
             started = time.monotonic()
+            snapshot_folder.import_file_modules()  # while the JVM starts (jobs.session.StartingSession)
+            import_seconds = time.monotonic() - started
+            started = time.monotonic()
             spark.sparkContext  # noqa: B018 - waits for a session still starting (jobs.session.StartingSession)
             spark_wait = time.monotonic() - started
             self.run.spark_step(_read_step(loads), "publisher", self.pub_conninfo)
@@ -340,7 +347,16 @@ class _SnapshotRun:
         finally:
             repl_conn.close()  # ends the exported snapshot (and drops a temporary slot)
         return _Taken(
-            snapshot_id, folder, consistent_lsn, len(tasks), files, needs, read_seconds, plan_seconds, spark_wait
+            snapshot_id,
+            folder,
+            consistent_lsn,
+            len(tasks),
+            files,
+            needs,
+            read_seconds,
+            plan_seconds,
+            spark_wait,
+            import_seconds,
         )
 
     def _plan(
@@ -457,6 +473,8 @@ class _Initialization:
         self.pub_conninfo = topology.publisher.require("publisher") if self.immediate else ""
         self.updatable = {s for s in subscribers if topology.subscription(publication, s).update_mode.updatable}
         self.seconds = 0.0  # spent preparing and activating (the rows load while the snapshot is read)
+        #: subscriber -> the connection its checks used, which its preparation then uses
+        self._kept: dict[str, psycopg.Connection[Any]] = {}
 
     def at_consistent_point(self, snapshot_id: str, consistent_lsn: str) -> None:
         """The snapshot's slot was created (a copy of articles of their own records its hand-off)."""
@@ -471,9 +489,14 @@ class _Initialization:
         self.schema_sql = (folder / "schema.sql").read_text()
         self.procs_sql = (folder / "procedures.sql").read_text()
         self.keys_sql = (folder / "keys.sql").read_text()
-        _check_user_types(self.topology, list(self.conninfos), objects, self.connect)
-        for name in self.conninfos:
-            self.prepare(name)
+        try:
+            _check_user_types(self.topology, list(self.conninfos), objects, self._connect_kept)
+            for name in self.conninfos:
+                self.prepare(name)
+        finally:
+            for conn in self._kept.values():  # a check refused a subscriber: the others' connections
+                conn.close()
+            self._kept.clear()
         self.seconds += time.monotonic() - started
         return list(self.conninfos.items())
 
@@ -505,7 +528,14 @@ class _Initialization:
 
     def connect(self, name: str, conninfo: str) -> psycopg.Connection[Any]:
         self.run.step = f"the initialization of subscriber {name!r}"
-        return self.run.connect(conninfo, f"subscriber {name!r}")
+        kept = self._kept.pop(name, None)
+        return kept if kept is not None else self.run.connect(conninfo, f"subscriber {name!r}")
+
+    def _connect_kept(self, name: str, conninfo: str) -> AbstractContextManager[psycopg.Connection[Any]]:
+        """A connection for a subscriber's checks, kept open for its preparation (:meth:`connect`
+        hands it over): one connection, not two, each a password exchange."""
+        self._kept[name] = self.connect(name, conninfo)
+        return nullcontext(self._kept[name])
 
     def prepare(self, name: str) -> None:
         """Mark the subscription 'initializing', then (re)create its tables and procedures."""
@@ -561,11 +591,12 @@ class _Initialization:
         self.dist.commit()
 
     def _check_loaded(self, sub: psycopg.Connection[Any], name: str, manifest: dict[str, Any]) -> None:
-        """The loaded tables' keys, the row check against the manifest, and their statistics."""
+        """The loaded tables' keys and the row check against the manifest.  Their statistics are
+        left to autovacuum's ANALYZE, as native's table sync leaves them: the keys' build has
+        already set the tables' row counts the planner reads, and an ANALYZE here (a scan of up
+        to 30,000 rows per table, half the bookkeeping of a 100,000-row article) guarantees nothing."""
         self._add_keys(sub, name)
         _check_loaded_rows(sub, self.articles, manifest, name)
-        for art in self.articles:
-            sub.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(art.dest_schema, art.dest_table)))
 
     def _install_updating(self, sub: psycopg.Connection[Any], name: str) -> None:
         """An updatable subscriber's queue or immediate triggers on the loaded tables."""

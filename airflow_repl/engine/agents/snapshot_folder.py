@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import json
 import math
 import re
@@ -26,35 +27,47 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import pyarrow as pa
-import pyarrow.parquet as pq
 from psycopg import sql
 
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.codegen import key_enforcement, procedures, user_types
 from airflow_repl.engine.errors import ReplError, ServerLost
 from airflow_repl.engine.model.topology import is_mariadb
-from airflow_repl.engine.postgres import arrow_reads, catalog, connections, copy_text, raw_sql
+from airflow_repl.engine.postgres import catalog, connections, raw_sql
 from airflow_repl.engine.postgres.quoting import dollar_quote, ident, literal, qualified
 from airflow_repl.engine.runtime import lifecycle
 from airflow_repl.engine.state import subscriber_state
 
 #: PostgreSQL types stored as typed Parquet columns; every other type is stored as its
 #: PostgreSQL text form (exact for numeric, timestamps, arrays, json, ...) and typed by the manifest.
-ARROW_TYPES: dict[int, Any] = {
-    16: pa.bool_(),
-    20: pa.int64(),
-    21: pa.int16(),
-    23: pa.int32(),
-    700: pa.float32(),
-    701: pa.float64(),
-    25: pa.string(),
-    1043: pa.string(),
-    1042: pa.string(),
-    17: pa.binary(),
+#: (The names of pyarrow's type factories: pyarrow is imported when the first file is written.)
+ARROW_TYPES: dict[int, str] = {
+    16: "bool_",
+    20: "int64",
+    21: "int16",
+    23: "int32",
+    700: "float32",
+    701: "float64",
+    25: "string",
+    1043: "string",
+    1042: "string",
+    17: "binary",
 }
 #: Rows of one block range (one data file), roughly.
 ROWS_PER_PARTITION = 50_000
+
+#: What reading and writing the data files imports: pyarrow (with numpy), the readers' driver
+#: and the COPY text maker, about a third of a copying process's imports.  A run imports them
+#: when it has something to copy (:func:`import_file_modules`), not when the agent is imported.
+FILE_MODULES = ("pyarrow.parquet", "airflow_repl.engine.postgres.arrow_reads", "airflow_repl.engine.postgres.copy_text")
+
+
+def import_file_modules() -> None:
+    """Import :data:`FILE_MODULES` (the read's tasks would import them otherwise, in each thread
+    at once): called while a Spark application's JVM starts, so the import overlaps it."""
+    for name in FILE_MODULES:
+        importlib.import_module(name)
+
 
 #: One data file to read: the article (its definition), the file's index, its block range
 #: (lower bound included, upper excluded; None: unbounded) and the article's estimated rows.
@@ -159,10 +172,15 @@ def _select_list(article: ResolvedArticle) -> sql.Composable:
 
 def arrow_schema(article: ResolvedArticle) -> Any:
     """The Parquet schema of an article's data files (``pa.Schema``)."""
+    import pyarrow as pa
+
     return pa.schema(
         [
             pa.field(
-                c.name, ARROW_TYPES.get(c.type_oid, pa.string()), nullable=not c.not_null, metadata={"pg_type": c.type}
+                c.name,
+                getattr(pa, ARROW_TYPES.get(c.type_oid, "string"))(),
+                nullable=not c.not_null,
+                metadata={"pg_type": c.type},
             )
             for c in article.columns
         ]
@@ -227,6 +245,10 @@ def read_partition(
     subscribers' COPY run together).  Each subscriber's load is one transaction that also enters
     the file in its ledger (:class:`_TableLoad`), committed once the file is complete: a task run
     again rewrites the file and skips the subscribers that hold it already."""
+    import pyarrow.parquet as pq
+
+    from airflow_repl.engine.postgres import arrow_reads, copy_text
+
     article = ResolvedArticle.from_dict(task["article"])
     query = sql.SQL("SELECT {} FROM {} WHERE {} AND {}").format(
         _select_list(article), article.source, _range_condition(task["lower"], task["upper"]), _filter(article)
@@ -353,6 +375,8 @@ def _as_schema(batch: Any, schema: Any) -> Any:
         col if col.type == field.type else col.cast(field.type)
         for col, field in zip(batch.columns, schema, strict=True)
     ]
+    import pyarrow as pa
+
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 

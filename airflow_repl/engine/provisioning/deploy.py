@@ -31,13 +31,11 @@ PUBLICATION_OPTIONS = sql.SQL("publish = 'insert, update, delete, truncate', pub
 PARTITION_LOCK_WAIT = "2s"
 
 
-def check_reachable(topology: Topology) -> None:
-    """Connect once to every server of the topology; unreachable ones raise ConnectionFailed."""
-    for role, endpoint in [
-        ("publisher", topology.publisher),
-        ("distributor", topology.distributor),
-        *[(f"subscriber {k!r}", v) for k, v in topology.subscribers.items()],
-    ]:
+def check_reachable(topology: Topology, *, subscribers_only: bool = False) -> None:
+    """Connect once to every server of the topology (``subscribers_only``: to the subscribers,
+    the caller holding connections to the others); unreachable ones raise ConnectionFailed."""
+    servers = [] if subscribers_only else [("publisher", topology.publisher), ("distributor", topology.distributor)]
+    for role, endpoint in [*servers, *[(f"subscriber {k!r}", v) for k, v in topology.subscribers.items()]]:
         conninfo = endpoint.require(role)
         if is_mariadb(conninfo):
             mariadb_connections.connect(conninfo, f"MariaDB {role}").close()
@@ -270,20 +268,24 @@ def _stored_row_filters(pub_conn: psycopg.Connection, pgpub: str) -> dict[tuple[
 def apply_topology(topology: Topology, publications: list[str] | None = None) -> dict[str, list[ResolvedArticle]]:
     """Validate and deploy the topology (or some of its publications).  Returns the resolved
     articles per publication."""
-    check_reachable(topology)
     names = publications or list(topology.publications)
-    with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
+    # one connection to the publisher and one to the distributor for the checks and the changes
+    # (each connection is a password exchange: a run that applies the topology makes two, not five)
+    with (
+        connections.connect(topology.publisher.require("publisher"), "publisher") as pub_conn,
+        connections.connect(topology.distributor.require("distributor"), "distributor") as dist,
+    ):
+        check_reachable(topology, subscribers_only=True)
         dist_schema.check_encoding(dist)  # before the publisher is changed
         updating_setup.refuse_turning_off(topology, dist_publications.recorded_updating_options(dist, names))
         refuse_removed_articles(dist, topology, names)
         dist.rollback()
-    with connections.connect(topology.publisher.require("publisher"), "publisher") as pub_conn:
         dbname = pub_conn.info.dbname
         for name in names:
             refuse_unread(pub_conn, name, f"applying publication {name!r}")
         pub_conn.rollback()
         resolved = _prepare_publications(pub_conn, topology, names)
-    with connections.connect(topology.distributor.require("distributor"), "distributor") as dist:
+        pub_conn.commit()  # the publisher prepared before the distributor records it
         dist_schema.ensure_schema(dist)
         with dist.transaction():
             for name in names:
