@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from airflow_repl.engine.postgres import lsn
 from airflow_repl.engine.postgres.copy_escaping import copy_field
@@ -196,6 +197,47 @@ def save_read_position(conn: psycopg.Connection[Any], publication: str, xact_seq
         "updated_at = now()",
         (publication, xact_seqno, end_lsn),
     )
+
+
+#: The channel on which the Log Reader's storing transaction announces that a publication has new
+#: transactions (the payload: the publication's name); a continuous Distribution Agent listens
+#: on it and looks at once instead of at its next poll (its poll stays: a missed notice costs
+#: one poll interval, never a transaction).
+STORED_CHANNEL = "airflow_repl_stored"
+
+
+def announce_stored(conn: psycopg.Connection[Any], publication: str) -> None:
+    """Tell the listening Distribution Agents that ``publication`` has new transactions: sent
+    when the caller's transaction, which stores them, commits (never before)."""
+    conn.execute("SELECT pg_catalog.pg_notify(%s, %s)", (STORED_CHANNEL, publication))
+
+
+def listen_stored(conn: psycopg.Connection[Any]) -> None:
+    """Listen on :data:`STORED_CHANNEL` (committed here: the connection must be between
+    transactions)."""
+    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(STORED_CHANNEL)))
+    conn.commit()
+
+
+def wait_stored(conn: psycopg.Connection[Any], publication: str, seconds: float) -> bool:
+    """Wait up to ``seconds`` for :func:`announce_stored` of ``publication`` on a connection
+    that :func:`listen_stored` (between transactions); True when one came (also one received
+    during the connection's earlier statements).  Notices of other publications are consumed."""
+    came = False
+    for notice in conn.notifies(timeout=seconds):
+        came = came or notice.payload == publication
+        if came:
+            break
+    if came:
+        forget_stored(conn)
+    return came
+
+
+def forget_stored(conn: psycopg.Connection[Any]) -> None:
+    """Drop the notices received so far (a busy agent takes them between batches, so that they
+    do not pile up in the client while it never waits)."""
+    for _ in conn.notifies(timeout=0):
+        pass
 
 
 #: SQL: the next transactions after a watermark.  Orders and compares the pg_lsn column of the
