@@ -38,7 +38,7 @@ import dataclasses
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from itertools import chain, islice
@@ -393,7 +393,7 @@ class _Delivery:
         self._catch_up_record(dist)
         tx, cmds = self._pending(dist)
         self.totals["backlog_at_start"] = {"transactions": tx, "commands": cmds}
-        wake = self._wake(dist) if loop.opts is not None else None
+        wake = dist_transactions.stored_wake(dist, self.publication) if loop.opts is not None else None
         while True:
             if self.turns is not None and not self.turns.take(loop.must_end):
                 break  # the run ends while another agent (Queue Reader, Snapshot Agent) writes there
@@ -423,13 +423,6 @@ class _Delivery:
                 break
         self.record(dist)
         self._record_end(dist)
-
-    def _wake(self, dist: psycopg.Connection) -> Callable[[float], bool]:
-        """A continuous run's wait when nothing is pending: it ends as soon as the Log Reader
-        stores transactions of the publication (its storing transaction's notice), else after
-        the poll interval as before."""
-        dist_transactions.listen_stored(dist)
-        return lambda seconds: dist_transactions.wait_stored(dist, self.publication, seconds)
 
     def _deliver(self, dist: psycopg.Connection, run_id: int, applier: Applier, batch: _Batch) -> None:
         """Apply one batch by the way it needs, and commit it with the watermark."""

@@ -5,7 +5,7 @@ commit order)."""
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -217,6 +217,15 @@ def listen_stored(conn: psycopg.Connection[Any]) -> None:
     transactions)."""
     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(STORED_CHANNEL)))
     conn.commit()
+
+
+def stored_wake(conn: psycopg.Connection[Any], publication: str) -> Callable[[float], bool]:
+    """A continuous Distribution Agent's wait when nothing is pending
+    (:meth:`~airflow_repl.engine.runtime.continuous.Loop.idle`'s ``wake``): it ends as soon as
+    ``publication``'s transactions are stored, else after the poll interval as before.  Listens
+    on ``conn`` (between transactions); take the notices of a busy run with :func:`forget_stored`."""
+    listen_stored(conn)
+    return lambda seconds: wait_stored(conn, publication, seconds)
 
 
 def wait_stored(conn: psycopg.Connection[Any], publication: str, seconds: float) -> bool:
