@@ -393,7 +393,7 @@ class _Delivery:
         self._catch_up_record(dist)
         tx, cmds = self._pending(dist)
         self.totals["backlog_at_start"] = {"transactions": tx, "commands": cmds}
-        wake = dist_transactions.stored_wake(dist, self.publication) if loop.opts is not None else None
+        wake = dist_transactions.StoredWake(dist, self.publication) if loop.opts is not None else None
         while True:
             if self.turns is not None and not self.turns.take(loop.must_end):
                 break  # the run ends while another agent (Queue Reader, Snapshot Agent) writes there

@@ -189,7 +189,7 @@ class MariaDBDelivery:
         lines: progress_lines.Lines,
     ) -> None:
         self._catch_up_record(dist)
-        wake = dist_transactions.stored_wake(dist, self.publication) if loop.opts is not None else None
+        wake = dist_transactions.StoredWake(dist, self.publication) if loop.opts is not None else None
         while True:
             batch = self._next_batch(dist)
             if batch is None:

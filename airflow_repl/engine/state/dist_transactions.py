@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import select
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -221,13 +221,29 @@ def listen_stored(conn: psycopg.Connection[Any]) -> None:
     conn.commit()
 
 
-def stored_wake(conn: psycopg.Connection[Any], publication: str) -> Callable[[float], bool]:
+class StoredWake:
     """A continuous Distribution Agent's wait when nothing is pending
     (:meth:`~airflow_repl.engine.runtime.continuous.Loop.idle`'s ``wake``): it ends as soon as
     ``publication``'s transactions are stored, else after the poll interval as before.  Listens
-    on ``conn`` (between transactions); take the notices of a busy run with :func:`forget_stored`."""
-    listen_stored(conn)
-    return lambda seconds: wait_stored(conn, publication, seconds)
+    on ``conn`` (between transactions); take the notices of a busy run with :func:`forget_stored`.
+    A connection lost while it waits is not reported here: the wait goes on as a sleep, and the
+    run's next statement, at the poll as before, finds it lost (a run signalled meanwhile ends
+    on the signal)."""
+
+    def __init__(self, conn: psycopg.Connection[Any], publication: str) -> None:
+        self.conn, self.publication, self.lost = conn, publication, False
+        listen_stored(conn)
+
+    def __call__(self, seconds: float) -> bool:
+        if not self.lost:
+            started = time.monotonic()
+            try:
+                return wait_stored(self.conn, self.publication, seconds)
+            except psycopg.OperationalError:
+                self.lost = True
+            seconds -= time.monotonic() - started
+        time.sleep(max(0.0, seconds))
+        return False
 
 
 def wait_stored(conn: psycopg.Connection[Any], publication: str, seconds: float) -> bool:
