@@ -367,3 +367,18 @@ def test_waiting_for_stored_transactions_wakes_for_its_own_publication_only(env)
         listener.commit()
         dist_transactions.forget_stored(listener)  # dropped: the wait finds none
         assert not dist_transactions.wait_stored(listener, "p", 0.2)
+
+
+def test_a_distributor_connection_lost_while_waiting_for_notices_leaves_the_wait_a_sleep(env):
+    """The run's next statement finds the loss, at the poll as before: the wait neither raises
+    (a signal meanwhile still ends the run on the signal) nor spins on the closed socket."""
+    with psycopg.connect(env.dist) as listener, psycopg.connect(env.dist, autocommit=True) as admin:
+        wake = dist_transactions.StoredWake(listener, "p")
+        admin.execute("SELECT pg_terminate_backend(%s)", (listener.info.backend_pid,))
+        started, cpu = time.monotonic(), time.process_time()
+        assert not wake(1.0)
+        assert not wake(0.5)
+        assert time.monotonic() - started >= 1.4
+        assert time.process_time() - cpu < 0.5  # slept
+        with pytest.raises(psycopg.OperationalError):
+            listener.execute("SELECT 1")
