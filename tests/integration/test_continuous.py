@@ -35,6 +35,7 @@ from airflow_repl.engine.agents import distribution_agent, log_reader_agent, sna
 from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.model.topology import from_dict
 from airflow_repl.engine.provisioning.schema_change import schema_change
+from airflow_repl.engine.state import dist_transactions
 from airflow_repl.jobs import agent_job
 from airflow_repl.jobs.agent_job import run_agent
 from airflow_repl.operators.agents import DistributionAgentOperator, LogReaderAgentOperator, QueueReaderAgentOperator
@@ -317,3 +318,67 @@ def test_a_signal_to_the_driver_ends_the_continuous_runs_of_its_spark_tasks(env2
     assert took < interval + 5
     statuses = "SELECT status FROM airflow_repl.agent_history WHERE agent = 'distribution' ORDER BY run_id"
     assert env2.rows(env2.dist, statuses) == [("succeeded",), ("succeeded",)]
+
+
+def test_a_continuous_distribution_is_woken_by_the_log_readers_stored_batch_not_its_poll(env, spark):
+    """The Distribution Agent, idle with a poll interval longer than its run, delivers what a Log
+    Reader run stores within seconds: the storing transaction's notice ends its wait (before,
+    it slept to the end of its run and delivered nothing)."""
+    topo = snapshotted_items(env, spark, 100)
+    runs = 40.0
+    dist = AgentThread(
+        distribution_agent.run_distribution, topo, "p", "sub1", continuous=True, poll_interval=600, max_run_seconds=runs
+    )
+    dist.start()
+    history = "SELECT status FROM airflow_repl.agent_history WHERE agent = 'distribution' ORDER BY run_id DESC LIMIT 1"
+    wait_until(lambda: env.rows(env.dist, history) == [("running",)] or not dist.is_alive(), what="the run")
+    time.sleep(1)  # idle, waiting
+    for n in (1, 2):  # twice: the notices of the first batch do not leave the agent awake or deaf
+        env.run(env.pub, "UPDATE items SET payload = %s WHERE id = 1", (f"woken {n}",))
+        assert log_reader_agent.run_log_reader(topo, "p")["transactions"] == 1
+        took = wait_for(
+            lambda n=n: env.rows(env.sub, "SELECT payload FROM items WHERE id = 1") == [(f"woken {n}",)], 15
+        )
+        assert took is not None, f"not delivered within 15 s of being stored ({dist.error!r})"
+        print(f"delivered {took:.3f} s after the Log Reader's run ended")
+    assert dist.is_alive()
+    dist.join(runs + 30)
+    assert dist.error is None and dist.summary["transactions"] == 2
+    assert dist.summary["continuous"]["ended_by"] == "max_run_seconds"
+    assert_in_sync(topo)
+
+
+def test_waiting_for_stored_transactions_wakes_for_its_own_publication_only(env):
+    with psycopg.connect(env.dist) as listener, psycopg.connect(env.dist, autocommit=True) as sender:
+        dist_transactions.listen_stored(listener)
+        assert not dist_transactions.wait_stored(listener, "p", 0.2)
+        dist_transactions.announce_stored(sender, "other")
+        assert not dist_transactions.wait_stored(listener, "p", 0.5)
+        dist_transactions.announce_stored(sender, "p\n'x\"")  # any name, as a payload
+        assert dist_transactions.wait_stored(listener, "p\n'x\"", 5)
+        listener.execute("SELECT 1").fetchone()  # a notice that arrives during a statement is kept for the wait
+        dist_transactions.announce_stored(sender, "p")
+        listener.execute("SELECT pg_sleep(0.2)").fetchone()
+        listener.commit()
+        assert dist_transactions.wait_stored(listener, "p", 0)
+        dist_transactions.announce_stored(sender, "p")
+        time.sleep(0.2)
+        listener.execute("SELECT 1").fetchone()
+        listener.commit()
+        dist_transactions.forget_stored(listener)  # dropped: the wait finds none
+        assert not dist_transactions.wait_stored(listener, "p", 0.2)
+
+
+def test_a_distributor_connection_lost_while_waiting_for_notices_leaves_the_wait_a_sleep(env):
+    """The run's next statement finds the loss, at the poll as before: the wait neither raises
+    (a signal meanwhile still ends the run on the signal) nor spins on the closed socket."""
+    with psycopg.connect(env.dist) as listener, psycopg.connect(env.dist, autocommit=True) as admin:
+        wake = dist_transactions.StoredWake(listener, "p")
+        admin.execute("SELECT pg_terminate_backend(%s)", (listener.info.backend_pid,))
+        started, cpu = time.monotonic(), time.process_time()
+        assert not wake(1.0)
+        assert not wake(0.5)
+        assert time.monotonic() - started >= 1.4
+        assert time.process_time() - cpu < 0.5  # slept
+        with pytest.raises(psycopg.OperationalError):
+            listener.execute("SELECT 1")

@@ -583,3 +583,24 @@ def test_auto_applies_a_table_with_triggers_statement_by_statement_and_says_why(
         }
     ]
     assert_applied_once(mariadb, db, 3)
+
+
+def test_a_continuous_distribution_to_mariadb_is_woken_by_the_stored_batch_not_its_poll(env, spark, mariadb):
+    """Idle with a poll interval longer than its run, it delivers what a Log Reader run stores
+    within seconds (before, it slept to the end of its run and delivered nothing)."""
+    topo, db = backlog(env, mariadb, spark, 0)
+    runs = 40.0
+    agent = AgentThread(
+        distribution_agent.run_distribution, topo, "p", "m1", continuous=True, poll_interval=600, max_run_seconds=runs
+    )
+    agent.start()
+    history = "SELECT status FROM airflow_repl.agent_history WHERE agent = 'distribution' ORDER BY run_id DESC LIMIT 1"
+    assert wait_for(lambda: env.rows(env.dist, history) == [("running",)] or not agent.is_alive(), 60) is not None
+    for n in (1, 2):
+        env.run(env.pub, "INSERT INTO items (id, v) VALUES (%s, 'woken')", (n,))
+        assert log_reader_agent.run_log_reader(topo, "p")["transactions"] == 1
+        took = wait_for(lambda n=n: mariadb.rows(db, "SELECT COUNT(*) FROM items") == [(n,)], 15)
+        assert took is not None, f"not delivered within 15 s of being stored ({agent.error!r})"
+    agent.join(runs + 30)
+    assert agent.error is None and agent.summary["transactions"] == 2
+    assert agent.summary["continuous"]["ended_by"] == "max_run_seconds"

@@ -389,6 +389,7 @@ class _Delivery:
         self._catch_up_record(dist)
         tx, cmds = self._pending(dist)
         self.totals["backlog_at_start"] = {"transactions": tx, "commands": cmds}
+        wake = dist_transactions.StoredWake(dist, self.publication) if loop.opts is not None else None
         while True:
             if self.turns is not None and not self.turns.take(loop.must_end):
                 break  # the run ends while another agent (Queue Reader, Snapshot Agent) writes there
@@ -397,12 +398,14 @@ class _Delivery:
                 if batch is not None:
                     with gc_pause.paused():
                         self._deliver(dist, run_id, applier, batch)
+                    if wake is not None:
+                        dist_transactions.forget_stored(dist)  # this batch's notices and older ones
             finally:
                 if self.turns is not None:
                     self.turns.give_back()
             if batch is None:
                 self.record(dist)  # everything pending is delivered: recorded before idling or ending
-                if loop.idle():
+                if loop.idle(wake=wake):
                     continue
                 break
             if lines.due():

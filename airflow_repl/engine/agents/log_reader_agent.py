@@ -372,6 +372,7 @@ class _StoredBatch:
             dist_transactions.save_read_position(
                 self.conn, self.publication, self.batch.last_commit, lsn.int_to_lsn(self.end_lsn)
             )
+            dist_transactions.announce_stored(self.conn, self.publication)  # delivered at the commit
         self.conn.commit()
 
 

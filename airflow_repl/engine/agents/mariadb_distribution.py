@@ -328,14 +328,17 @@ class MariaDBDelivery:
         lines: progress_lines.Lines,
     ) -> None:
         self._catch_up_record(dist)
+        wake = dist_transactions.StoredWake(dist, self.publication) if loop.opts is not None else None
         while True:
             batch = self._next_batch(dist)
             if batch is None:
-                if loop.idle():
+                if loop.idle(wake=wake):
                     continue
                 break
             watermark, txns = batch
             self._deliver(dist, run_id, applier, watermark, txns)
+            if wake is not None:
+                dist_transactions.forget_stored(dist)  # this batch's notices and older ones
             if lines.due():
                 tx, cmds, _ = progress.backlog(dist, self.publication, self.subscriber)
                 dist.commit()

@@ -5,6 +5,8 @@ commit order)."""
 
 from __future__ import annotations
 
+import select
+import time
 from collections.abc import Generator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -12,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from airflow_repl.engine.postgres import lsn
 from airflow_repl.engine.postgres.copy_escaping import copy_field
@@ -196,6 +199,75 @@ def save_read_position(conn: psycopg.Connection[Any], publication: str, xact_seq
         "updated_at = now()",
         (publication, xact_seqno, end_lsn),
     )
+
+
+#: The channel on which the Log Reader's storing transaction announces that a publication has new
+#: transactions (the payload: the publication's name); a continuous Distribution Agent listens
+#: on it and looks at once instead of at its next poll (its poll stays: a missed notice costs
+#: one poll interval, never a transaction).
+STORED_CHANNEL = "airflow_repl_stored"
+
+
+def announce_stored(conn: psycopg.Connection[Any], publication: str) -> None:
+    """Tell the listening Distribution Agents that ``publication`` has new transactions: sent
+    when the caller's transaction, which stores them, commits (never before)."""
+    conn.execute("SELECT pg_catalog.pg_notify(%s, %s)", (STORED_CHANNEL, publication))
+
+
+def listen_stored(conn: psycopg.Connection[Any]) -> None:
+    """Listen on :data:`STORED_CHANNEL` (committed here: the connection must be between
+    transactions)."""
+    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(STORED_CHANNEL)))
+    conn.commit()
+
+
+class StoredWake:
+    """A continuous Distribution Agent's wait when nothing is pending
+    (:meth:`~airflow_repl.engine.runtime.continuous.Loop.idle`'s ``wake``): it ends as soon as
+    ``publication``'s transactions are stored, else after the poll interval as before.  Listens
+    on ``conn`` (between transactions); take the notices of a busy run with :func:`forget_stored`.
+    A connection lost while it waits is not reported here: the wait goes on as a sleep, and the
+    run's next statement, at the poll as before, finds it lost (a run signalled meanwhile ends
+    on the signal)."""
+
+    def __init__(self, conn: psycopg.Connection[Any], publication: str) -> None:
+        self.conn, self.publication, self.lost = conn, publication, False
+        listen_stored(conn)
+
+    def __call__(self, seconds: float) -> bool:
+        if not self.lost:
+            started = time.monotonic()
+            try:
+                return wait_stored(self.conn, self.publication, seconds)
+            except psycopg.OperationalError:
+                self.lost = True
+            seconds -= time.monotonic() - started
+        time.sleep(max(0.0, seconds))
+        return False
+
+
+def wait_stored(conn: psycopg.Connection[Any], publication: str, seconds: float) -> bool:
+    """Wait up to ``seconds`` for :func:`announce_stored` of ``publication`` on a connection
+    that :func:`listen_stored` (between transactions); True when one came (also one received
+    during the connection's earlier statements).  Notices of other publications are consumed.
+    The wait itself is a ``select`` on the connection's socket: psycopg's own timed wait for
+    notices costs about a millisecond of CPU per call, which an idle agent pays every slice."""
+    deadline = time.monotonic() + seconds
+    while not forget_stored(conn, publication):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([conn.fileno()], [], [], left)[0]:
+            return False
+    return True
+
+
+def forget_stored(conn: psycopg.Connection[Any], publication: str | None = None) -> bool:
+    """Take the notices received so far, without waiting (a busy agent takes them between
+    batches, so that they do not pile up in the client while it never waits); whether one of
+    them was ``publication``'s."""
+    came = False
+    for notice in conn.notifies(timeout=0):
+        came = came or notice.payload == publication
+    return came
 
 
 #: SQL: the next transactions after a watermark.  Orders and compares the pg_lsn column of the
