@@ -593,18 +593,35 @@ def wait_until(condition, timeout: float = 60, what: str = "the condition") -> N
 
 
 def signal_while_restarting(
-    proc: subprocess.Popen, sandbox: Sandbox, cluster: str, signum: int
-) -> tuple[float, str, str]:
+    proc: subprocess.Popen, sandbox: Sandbox, cluster: str, signum: int, may_end_first: bool = False
+) -> tuple[float | None, str, str]:
     """Restart ``cluster`` and, while it restarts, send ``signum`` to ``proc``: as
-    :func:`signal_and_time`."""
+    :func:`signal_and_time`.  ``may_end_first``: ``proc`` may have ended on its own before the
+    signal (it met the restart in a statement): (None, its output, its error)."""
     restart = threading.Thread(target=sandbox.restart_cluster, args=(cluster, "fast"))
     restart.start()
     try:
         time.sleep(0.3)
+        if may_end_first and proc.poll() is not None:
+            out, err = proc.communicate()
+            return None, out, err
         assert proc.poll() is None, proc.communicate()
         return signal_and_time(proc, signum)
     finally:
         restart.join()
+
+
+def idle_for(conninfo: str, seconds: float) -> bool:
+    """Whether every other session of the database has been idle (between transactions) for
+    ``seconds`` at least: e.g. a continuous agent waiting out its poll interval."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FILTER (WHERE state <> 'idle' OR now() - state_change < make_interval(secs => %s)), "
+            "count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND backend_type = 'client backend'",
+            (seconds,),
+        ).fetchone()
+    return row is not None and row[1] > 0 and row[0] == 0
 
 
 def lock_waits(conninfo: str) -> int:
