@@ -604,3 +604,31 @@ def test_a_continuous_distribution_to_mariadb_is_woken_by_the_stored_batch_not_i
     agent.join(runs + 30)
     assert agent.error is None and agent.summary["transactions"] == 2
     assert agent.summary["continuous"]["ended_by"] == "max_run_seconds"
+
+
+@pytest.mark.parametrize("apply_mode", ["auto", "per_command"])
+def test_a_finished_run_leaves_no_session_at_mariadb_so_the_next_run_takes_the_lock(env, spark, mariadb, apply_mode):
+    """A run that succeeded closed its MariaDB connections (the subscription's lock is their
+    session's): before, they stayed open until Python's cyclic garbage collector freed the run,
+    and the next run met 'another Distribution Agent is delivering'."""
+    import gc
+
+    env.run(env.pub, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+    topo, db = mariadb_topology(env, mariadb, ["public.items"], apply_mode=apply_mode)
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    sessions = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = %s AND ID <> CONNECTION_ID()"
+    gc.disable()  # the collector cannot close them behind the test's back
+    try:
+        for n in (1, 2, 3, 4):
+            if n == 3:  # a row not found, skipped: the batch falls back from net change and is replayed
+                mariadb.run(db, "DELETE FROM items WHERE id = 1")
+                env.run(env.pub, "UPDATE items SET v = 'gone' WHERE id = 1")
+            else:
+                env.run(env.pub, "INSERT INTO items VALUES (%s, 'v')", (n,))
+            assert log_reader_agent.run_log_reader(topo, "p")["transactions"] == 1
+            done = distribution_agent.run_distribution(topo, "p", "m1", skip_errors=["20598"])
+            assert done["transactions"] == 1 and done["skipped"] == (n == 3), done
+            assert mariadb.rows(db, sessions, (db,)) == [(0,)], f"after run {n}"
+    finally:
+        gc.enable()
+    assert mariadb.rows(db, "SELECT id FROM items ORDER BY id") == [(2,), (4,)]

@@ -587,36 +587,40 @@ def run_mariadb_distribution(
     """The Distribution Agent's run for a MariaDB subscriber (called by
     :func:`~airflow_repl.engine.agents.distribution_agent.run_distribution`)."""
     delivery = MariaDBDelivery(topology, publication, subscriber, settings)
-    with AgentRun(AGENT, publication, subscriber) as run:
-        lines = progress_lines.Lines(run)
-        run.step = "connecting"
-        dist = run.connect(topology.distributor.require("distributor"), "distributor")
-        dist_publications.load_articles(dist, publication)
-        paused = retention.lock_unexpired(dist, publication, subscriber)
-        dist.rollback()
-        if paused and opts is None:
-            run.begin(dist, take_over=False)
-            message = pausing.paused_message(publication, subscriber)
-            return run.succeed(
-                {"paused": True, "transactions": 0, "commands": 0, "message": message},
-                message=message,
-                outcome="paused",
-            )
-        try:
-            delivery.connect(run)
-        except ConnectionFailed:
-            raise
-        applier = delivery.check(run, dist)
-        run_id = run.begin(dist)
-        run.counts = run.details = delivery.totals
-        run.step = "delivery"
-        delivery.open_read_ahead(run, applier)
-        with continuous_mode.Loop(opts, run, delivery.totals) as loop:
-            delivery.run(dist, run_id, applier, loop, lines)
+    try:  # its connections closed whatever the outcome: the subscription's lock is their session's
+        with AgentRun(AGENT, publication, subscriber) as run:
+            lines = progress_lines.Lines(run)
+            run.step = "connecting"
+            dist = run.connect(topology.distributor.require("distributor"), "distributor")
+            dist_publications.load_articles(dist, publication)
+            paused = retention.lock_unexpired(dist, publication, subscriber)
+            dist.rollback()
+            if paused and opts is None:
+                run.begin(dist, take_over=False)
+                message = pausing.paused_message(publication, subscriber)
+                return run.succeed(
+                    {"paused": True, "transactions": 0, "commands": 0, "message": message},
+                    message=message,
+                    outcome="paused",
+                )
+            try:
+                delivery.connect(run)
+            except ConnectionFailed:
+                raise
+            applier = delivery.check(run, dist)
+            run_id = run.begin(dist)
+            run.counts = run.details = delivery.totals
+            run.step = "delivery"
+            delivery.open_read_ahead(run, applier)
+            with continuous_mode.Loop(opts, run, delivery.totals) as loop:
+                delivery.run(dist, run_id, applier, loop, lines)
+            delivery.close_read_ahead()
+            totals = delivery.totals
+            if delivery.paused:
+                message = pausing.paused_message(publication, subscriber, totals["transactions"])
+                totals.update(paused=True, message=message)
+                return run.succeed(loop.summary(totals), message=message, outcome="paused")
+            return run.succeed(loop.summary(totals))
+    finally:
         delivery.close_read_ahead()
-        totals = delivery.totals
-        if delivery.paused:
-            message = pausing.paused_message(publication, subscriber, totals["transactions"])
-            totals.update(paused=True, message=message)
-            return run.succeed(loop.summary(totals), message=message, outcome="paused")
-        return run.succeed(loop.summary(totals))
+        delivery.close()

@@ -186,6 +186,8 @@ def _escaper(art: ResolvedArticle, no_backslash: bool) -> Callable[[Values, Iter
             return "1" if value else "0"
         if isinstance(value, bytes):
             return "_binary X'" + value.hex() + "'"
+        if isinstance(value, float):  # a real's exact single-precision value (finite: to_param checked)
+            return repr(value)
         raise TypeError(f"a value of type {type(value).__name__} for MariaDB")
 
     def literals(values: Values, positions: Iterable[int]) -> list[str]:
