@@ -51,7 +51,7 @@ from pymysql.constants import CLIENT
 
 from airflow_repl.engine.agents import read_ahead, stream_planning
 from airflow_repl.engine.articles.resolved import ResolvedArticle, definition_hash
-from airflow_repl.engine.errors import ConnectionFailed, ReplError, ServerLost
+from airflow_repl.engine.errors import ReplError, ServerLost
 from airflow_repl.engine.mariadb import catalog
 from airflow_repl.engine.mariadb import connections as mariadb_connections
 from airflow_repl.engine.model.topology import Topology
@@ -603,10 +603,7 @@ def run_mariadb_distribution(
                     message=message,
                     outcome="paused",
                 )
-            try:
-                delivery.connect(run)
-            except ConnectionFailed:
-                raise
+            delivery.connect(run)
             applier = delivery.check(run, dist)
             run_id = run.begin(dist)
             run.counts = run.details = delivery.totals
