@@ -79,12 +79,25 @@ def watching_triggers(
     """Lock the articles' subscriber tables (``ROW EXCLUSIVE``, as their DML would, in this
     order) and return the triggers that fire there for replicated changes (empty: none).  Under
     that lock no trigger can be created or enabled there before the transaction ends, so a batch
-    applied by net change after an empty answer is seen by no trigger.  One round trip."""
+    applied by net change after an empty answer is seen by no trigger.  One round trip, whose
+    question is whether the database has any such trigger at all (:data:`ANY_REPLICATED_TRIGGER`,
+    a tenth of a millisecond against seven for the tables' own, each batch); only when it has
+    are the tables' own asked, in a second."""
     tables = [(a.dest_schema, a.dest_table) for a in articles]
     with conn.pipeline():
         names = sql.SQL(", ").join(sql.Identifier(schema, table) for schema, table in tables)
         conn.execute(sql.SQL("LOCK TABLE {} IN ROW EXCLUSIVE MODE").format(names))
-        return catalog.replicated_change_triggers(conn, tables)
+        cur = conn.execute(ANY_REPLICATED_TRIGGER)
+    if cur.fetchone() is None:
+        return {}
+    return catalog.replicated_change_triggers(conn, tables)
+
+
+#: SQL: a row when some table of the database has a user trigger that fires for replicated
+#: changes (``ENABLE ALWAYS`` or ``ENABLE REPLICA``), as
+#: :func:`~airflow_repl.engine.postgres.catalog.replicated_change_triggers` counts them; none is
+#: the common case, which needs no look at the tables and their partitions.
+ANY_REPLICATED_TRIGGER = "SELECT FROM pg_catalog.pg_trigger WHERE tgenabled IN ('A', 'R') AND NOT tgisinternal LIMIT 1"
 
 
 def apply(conn: psycopg.Connection, commands: Sequence[Command], articles: dict[str, ResolvedArticle]) -> int:
