@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_repl.engine.agents import change_mapping, command_lines, log_reader_agent
-from airflow_repl.engine.postgres import copy_escaping, pgoutput
+from airflow_repl.engine.postgres import copy_escaping, lsn, pgoutput
 from airflow_repl.engine.state import dist_encoding, dist_transactions
 
 row_line = command_lines.row_line()
@@ -266,3 +266,120 @@ def test_a_transaction_stores_the_same_commands_whichever_path_each_message_take
     # compiled: the first insert, the delete and the last insert (each after a run is closed); the
     # update after the first run meets it open, and the insert with an unchanged value is declined
     assert compiled_py == 0 and compiled_c == 3
+
+
+# ---------------------------------------------------------------------- transactions
+transaction_line = command_lines.transaction_line()
+lsn_text = command_lines.lsn_text()
+
+#: WAL positions at the edges: 0, either side of the 32-bit boundary, the maximum.
+EDGE_LSNS = [0, 1, 2**32 - 1, 2**32, 2**32 + 1, 0xA0000D8, 2**63, 2**64 - 1]
+#: Commit times (microseconds since 2000-01-01 UTC) at the edges: the epoch and either side of
+#: it, before 2000, the years 1000 and 9999 (the compiled line's range) and past them.
+_YEAR_1000, _YEAR_10000 = -31_556_908_800_000_000, 252_455_616_000_000_000
+EDGE_TIMES = [
+    0,
+    1,
+    -1,
+    -999_999,
+    -1_000_000,
+    -1_000_001,
+    86_399_999_999,
+    -86_400_000_000,
+    888_710_400_000_000,  # 2028-02-29 (a leap day)
+    -946_684_800_000_000,  # 1970-01-01
+    -3_155_673_600_000_000,  # 1900-01-01 (no leap day)
+    4_107_542_399_999_999,  # 2130-02-28 23:59:59.999999
+    _YEAR_1000,  # 1000-01-01 00:00:00
+    _YEAR_1000 - 1,  # 999-12-31 23:59:59.999999: the Python path's
+    _YEAR_10000 - 1,  # 9999-12-31 23:59:59.999999
+    _YEAR_10000,  # 10000-01-01: the Python path's (which refuses it)
+    2**63 - 1,
+    -(2**63),
+]
+
+
+def test_lsn_text_is_int_to_lsn_at_the_edges():
+    assert lsn_text is not lsn.int_to_lsn  # the compiled one, here
+    for value in EDGE_LSNS:
+        assert lsn_text(value) == lsn.int_to_lsn(value)
+    for bad in (-1, 2**64, 2**70):
+        with pytest.raises(ValueError, match=f"not a WAL position \\(pg_lsn\\): {bad}"):
+            lsn_text(bad)
+        with pytest.raises(ValueError, match=f"not a WAL position \\(pg_lsn\\): {bad}"):
+            lsn.int_to_lsn(bad)
+
+
+@given(st.integers(0, 2**64 - 1))
+def test_lsn_text_agrees_with_int_to_lsn(value):
+    assert lsn_text(value) == lsn.int_to_lsn(value)
+
+
+def _python_line(*args: Any) -> bytes | type[Exception]:
+    try:
+        return dist_transactions.transaction_line(*args)
+    except (OverflowError, ValueError) as exc:
+        return type(exc)
+
+
+def _transaction_case(publication, xact, xid, us, end_lsn, count, rows, origin, schema_change):
+    """The compiled line is the Python path's, or it declines (None) what the Python path writes
+    otherwise or refuses: a commit time outside years 1000 to 9999."""
+    field = copy_escaping.copy_field(publication)
+    args = (field, lsn.int_to_lsn(xact), xid, us, end_lsn, count, rows, origin, schema_change)
+    expected = _python_line(
+        field, lsn.int_to_lsn(xact), xid, us, lsn.int_to_lsn(end_lsn), count, rows, origin, schema_change
+    )
+    line = transaction_line(*args)
+    if line is None:
+        assert not _YEAR_1000 <= us < _YEAR_10000, us
+    else:
+        assert line == expected
+    return line
+
+
+def test_transaction_lines_at_the_edges_are_the_python_paths():
+    rows = {"t": 3, 'we"ird\\ \n\t\r\x01\x1f/* go -- é 名': 1, "x" * 63: 2**62}
+    written = 0
+    for us in EDGE_TIMES:
+        for end_lsn in EDGE_LSNS:
+            for origin in (None, "", "pg_16390", "tab\there\\ and\nnewline\r é"):
+                written += (
+                    _transaction_case("pub\tli\\cation\n", end_lsn, 2**32 - 1, us, end_lsn, 0, rows, origin, True)
+                    is not None
+                )
+    assert written == (len(EDGE_TIMES) - 4) * len(EDGE_LSNS) * 4  # every time in years 1000 to 9999
+    assert (
+        _transaction_case("p", 0, 0, 0, 0, 0, {}, None, False)
+        == b"p\t0/0\t0\t2000-01-01 00:00:00.000000+00\t0/0\t0\t{}\t\\N\tf\n"
+    )
+
+
+_names = st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
+
+
+@settings(max_examples=800, deadline=None)
+@given(
+    _names,
+    st.integers(0, 2**64 - 1),
+    st.integers(0, 2**32 - 1),
+    st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from(EDGE_TIMES)),
+    st.integers(0, 2**64 - 1),
+    st.integers(0, 2**62),
+    st.dictionaries(_names, st.integers(0, 2**62), max_size=5),
+    st.one_of(st.none(), _names),
+    st.booleans(),
+)
+def test_generated_transactions_agree_with_the_python_path(
+    publication, xact, xid, us, end_lsn, count, rows, origin, sc
+):
+    _transaction_case(publication, xact, xid, us, end_lsn, count, rows, origin, sc)
+
+
+def test_what_the_compiled_transaction_line_declines():
+    """A name that is not UTF-8 (a lone surrogate) or a count beyond 64 bits: the Python path's."""
+    base = (b"p", "0/1", 1, 0, 2)
+    assert transaction_line(*base, 1, {"\ud800": 1}, None, False) is None
+    assert transaction_line(*base, 1, {"t": 2**64}, None, False) is None
+    assert transaction_line(*base, 2**64, {"t": 1}, None, False) is None
+    assert transaction_line(*base, 1, {"t": 1}, "\ud800", False) is None

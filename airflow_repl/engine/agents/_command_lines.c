@@ -337,15 +337,225 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ transactions
+ * The per-transaction work, compiled: the pg_lsn text of a WAL position (lsn.int_to_lsn) and the
+ * line of COPY text format that stores a transaction (dist_transactions.transaction_line with a
+ * replication message's commit time, counts_json and copy_field), byte for byte. */
+
+/* pg_lsn text: upper-case hex, no leading zeros, "%X/%X". */
+static Py_ssize_t put_lsn(char *out, unsigned long long value) {
+    static const char hex[] = "0123456789ABCDEF";
+    char tmp[8];
+    Py_ssize_t n = 0;
+    for (int half = 1; half >= 0; half--) {
+        uint32_t v = (uint32_t)(half ? value >> 32 : value & 0xFFFFFFFFu);
+        int k = 0;
+        do {
+            tmp[k++] = hex[v & 15];
+            v >>= 4;
+        } while (v);
+        while (k) out[n++] = tmp[--k];
+        if (half) out[n++] = '/';
+    }
+    return n;
+}
+
+/* A WAL position from a Python int: 0 <= value < 2**64, else ValueError as lsn.int_to_lsn. */
+static int lsn_arg(PyObject *arg, unsigned long long *value) {
+    if (!PyLong_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "a WAL position is an int");
+        return -1;
+    }
+    *value = PyLong_AsUnsignedLongLong(arg);
+    if (*value == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyObject *text = PyObject_Str(arg);
+        if (text) {
+            PyErr_Format(PyExc_ValueError, "not a WAL position (pg_lsn): %U", text);
+            Py_DECREF(text);
+        }
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(lsn_text_doc,
+             "lsn_text(value, /)\n--\n\n"
+             "The pg_lsn text of a WAL position (lsn.int_to_lsn's: upper case, no leading zeros).");
+
+static PyObject *lsn_text(PyObject *self, PyObject *arg) {
+    (void)self;
+    unsigned long long value;
+    char out[24];
+    if (lsn_arg(arg, &value) < 0) return NULL;
+    return PyUnicode_FromStringAndSize(out, put_lsn(out, value));
+}
+
+/* Days since 1970-01-01 -> civil date (proleptic Gregorian; H. Hinnant's algorithm). */
+static void civil_from_days(long long z, long long *y, unsigned *m, unsigned *d) {
+    z += 719468;
+    long long era = (z >= 0 ? z : z - 146096) / 146097;
+    unsigned doe = (unsigned)(z - era * 146097);
+    unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    long long yy = (long long)yoe + era * 400;
+    unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    unsigned mp = (5 * doy + 2) / 153;
+    *d = doy - (153 * mp + 2) / 5 + 1;
+    *m = mp < 10 ? mp + 3 : mp - 9;
+    *y = yy + (*m <= 2);
+}
+
+/* "YYYY-MM-DD HH:MM:SS.ffffff+00" of microseconds since 2000-01-01 UTC (29 bytes); 0 when the
+ * year is outside 1000..9999: the Python path's (datetime refuses a year past 9999, and its
+ * strftime writes a year before 1000 without leading zeros). */
+static int put_time(char *out, long long us) {
+    long long second = us / 1000000, fraction = us % 1000000;
+    if (fraction < 0) {
+        fraction += 1000000;
+        second -= 1;
+    }
+    long long day = second / 86400, in_day = second % 86400;
+    if (in_day < 0) {
+        in_day += 86400;
+        day -= 1;
+    }
+    long long y;
+    unsigned m, d;
+    civil_from_days(day + 10957, &y, &m, &d); /* 2000-01-01 is day 10957 of 1970 */
+    if (y < 1000 || y > 9999) return 0;
+    snprintf(out, 48, "%04lld-%02u-%02u %02lld:%02lld:%02lld.%06lld+00", y, m, d, in_day / 3600, in_day / 60 % 60,
+             in_day % 60, fraction);
+    return 1;
+}
+
+/* Size and writer of a text as one COPY field (copy_escaping.copy_field) or, json set, as a
+ * JSON string in a COPY field (put_value's escapes). */
+static Py_ssize_t field_size(const char *p, Py_ssize_t n) {
+    Py_ssize_t size = n;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (p[i] == '\\' || p[i] == '\n' || p[i] == '\r' || p[i] == '\t') size++;
+    return size;
+}
+
+static char *put_field(char *out, const char *p, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        char c = p[i];
+        if (c == '\\' || c == '\n' || c == '\r' || c == '\t') {
+            *out++ = '\\';
+            *out++ = c == '\\' ? '\\' : c == '\n' ? 'n' : c == '\r' ? 'r' : 't';
+        } else {
+            *out++ = c;
+        }
+    }
+    return out;
+}
+
+PyDoc_STRVAR(transaction_line_doc,
+             "transaction_line(publication, xact_seqno, xid, commit_us, end_lsn, command_count, "
+             "article_rows, origin, schema_change, /)\n--\n\n"
+             "dist_transactions.transaction_line's line for a commit time in microseconds since "
+             "2000-01-01 UTC and an end LSN as an int, or None when the Python path must write it "
+             "(a commit time outside years 1000 to 9999, an article name that is not UTF-8, a count "
+             "beyond 64 bits).  publication: a COPY field; xact_seqno: pg_lsn text; origin: str or None.");
+
+static PyObject *transaction_line(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "transaction_line takes 9 arguments");
+        return NULL;
+    }
+    Py_buffer publication;
+    Py_ssize_t xact_len, origin_len = 0;
+    const char *xact, *origin = NULL;
+    unsigned long long end_lsn;
+    PyObject *rows = args[6], *result = NULL;
+    if (!PyDict_Check(rows)) {
+        PyErr_SetString(PyExc_TypeError, "article_rows is a dict");
+        return NULL;
+    }
+    long long xid = PyLong_AsLongLong(args[2]), us = PyLong_AsLongLong(args[3]), count = PyLong_AsLongLong(args[5]);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    int schema_change = PyObject_IsTrue(args[8]);
+    if (schema_change < 0 || lsn_arg(args[4], &end_lsn) < 0) return NULL;
+    if (!(xact = PyUnicode_AsUTF8AndSize(args[1], &xact_len))) return NULL;
+    if (args[7] != Py_None && !(origin = PyUnicode_AsUTF8AndSize(args[7], &origin_len))) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    char time[48];
+    if (!put_time(time, us)) Py_RETURN_NONE;
+    if (PyObject_GetBuffer(args[0], &publication, PyBUF_SIMPLE) < 0) return NULL;
+    /* the article rows' JSON: {"name":count,...} with put_value's escapes */
+    Py_ssize_t pos = 0, size = publication.len + xact_len + 2 * 21 + 24 + 29 + 2 + 9 + 2;
+    size += origin ? field_size(origin, origin_len) : 2;
+    PyObject *key, *value;
+    while (PyDict_Next(rows, &pos, &key, &value)) {
+        Py_ssize_t n;
+        const char *name = PyUnicode_Check(key) ? PyUnicode_AsUTF8AndSize(key, &n) : NULL;
+        if (!name || !PyLong_Check(value) || (PyLong_AsLongLong(value) == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        Col c = {(const unsigned char *)name, n, 't'};
+        size += value_size(&c) + 1 + 21 + 1;
+    }
+    PyObject *line = PyBytes_FromStringAndSize(NULL, size);
+    if (!line) goto done;
+    char *start = PyBytes_AS_STRING(line), *out = start;
+    memcpy(out, publication.buf, (size_t)publication.len);
+    out += publication.len;
+    *out++ = '\t';
+    memcpy(out, xact, (size_t)xact_len);
+    out += xact_len;
+    out += sprintf(out, "\t%lld\t", xid);
+    memcpy(out, time, 29);
+    out += 29;
+    *out++ = '\t';
+    out += put_lsn(out, end_lsn);
+    out += sprintf(out, "\t%lld\t{", count);
+    pos = 0;
+    int first = 1;
+    while (PyDict_Next(rows, &pos, &key, &value)) {
+        Py_ssize_t n;
+        const char *name = PyUnicode_AsUTF8AndSize(key, &n);
+        Col c = {(const unsigned char *)name, n, 't'};
+        if (!first) *out++ = ',';
+        first = 0;
+        out = put_value(out, &c);
+        out += sprintf(out, ":%lld", PyLong_AsLongLong(value));
+    }
+    *out++ = '}';
+    *out++ = '\t';
+    if (origin) {
+        out = put_field(out, origin, origin_len);
+    } else {
+        memcpy(out, "\\N", 2);
+        out += 2;
+    }
+    *out++ = '\t';
+    *out++ = schema_change ? 't' : 'f';
+    *out++ = '\n';
+    if (_PyBytes_Resize(&line, out - start) == 0) result = line;
+done:
+    PyBuffer_Release(&publication);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"row_line", (PyCFunction)(void (*)(void))row_line, METH_FASTCALL, row_line_doc},
+    {"lsn_text", (PyCFunction)lsn_text, METH_O, lsn_text_doc},
+    {"transaction_line", (PyCFunction)(void (*)(void))transaction_line, METH_FASTCALL, transaction_line_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_command_lines",
-    .m_doc = "The Log Reader Agent's row messages as command lines, in C.",
+    .m_doc = "The Log Reader Agent's row messages and transactions as COPY lines, in C.",
     .m_size = -1,
     .m_methods = methods,
 };

@@ -98,6 +98,8 @@ class _TxnWriter:
     ) -> None:
         self.dist = dist
         self.line = line  # the compiled command lines (command_lines.row_line()), None: the Python path alone
+        #: the compiled transaction lines, with the compiled command lines (None: the Python path's)
+        self.transaction_line = command_lines.transaction_line() if line is not None else None
         self.publication = publication
         self.chunk = chunk
         self.buffer: list[
@@ -232,8 +234,23 @@ class _TxnWriter:
         commands before it once ``chunk`` rows wait)."""
         self.close_run()
         assert self.xact is not None  # set by begin() at the transaction's start
+        compiled = self.transaction_line
+        line = None
+        if compiled is not None and type(commit_time) is int:
+            line = compiled(
+                self.publication_field,
+                self.xact,
+                self.xid,
+                commit_time,
+                end_lsn,
+                self.count,
+                self.article_rows,
+                self.origin,
+                self.schema_change,
+            )
         self.transactions.append(
-            dist_transactions.transaction_line(
+            line
+            or dist_transactions.transaction_line(
                 self.publication_field,
                 self.xact,
                 self.xid,
@@ -428,6 +445,7 @@ class _LogReader:
         first = self.run.connect(conninfo, "distributor")
         self.spare = self.run.connect(conninfo, "distributor")
         self.writer = _TxnWriter(first, self.publication, chunk, command_lines.row_line())
+        self.lsn_text = command_lines.lsn_text()  # lsn.int_to_lsn, compiled when the command lines are
         self.new_bound()
         self.open_stream()
 
@@ -678,7 +696,7 @@ class _LogReader:
     def _begin(self, final_lsn: int, xid: int, batch: _Batch) -> None:
         """A transaction (its commit record at ``final_lsn``) starts: skip it when an earlier run
         stored it already."""
-        xact = lsn.int_to_lsn(final_lsn)
+        xact = self.lsn_text(final_lsn)
         if final_lsn <= self.read_upto:
             self.writer.end_copy()  # the distributor is asked
             batch.skip = dist_transactions.transaction_stored(self.writer.dist, self.publication, xact)
