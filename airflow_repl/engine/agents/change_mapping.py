@@ -21,6 +21,7 @@ from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import ReplError
 from airflow_repl.engine.model.propagation import CallSyntax, Operation
 from airflow_repl.engine.postgres import pgoutput
+from airflow_repl.engine.postgres.copy_escaping import copy_field
 
 RowChange = pgoutput.Insert | pgoutput.Update | pgoutput.Delete
 
@@ -40,11 +41,16 @@ class RelationMap:
     #: positions, and the article's key positions, as the compiled command lines take them
     positions_u16: bytes = field(init=False)
     keys_u16: bytes = field(init=False)
+    #: the article's name as a COPY field, and whether its every UPDATE is a pair (update_mode all)
+    name_field: bytes = field(init=False)
+    pairs: bool = field(init=False)
 
     def __post_init__(self) -> None:
         self.identity = self.positions == list(range(len(self.positions)))
         self.positions_u16 = command_lines.uint16s(self.positions)
         self.keys_u16 = command_lines.uint16s(self.article.key_positions)
+        self.name_field = copy_field(self.article.name)
+        self.pairs = self.article.update_mode == "all"
 
 
 def relation_articles(articles: list[ResolvedArticle]) -> dict[tuple[str, str], ResolvedArticle]:

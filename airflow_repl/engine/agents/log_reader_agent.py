@@ -125,6 +125,10 @@ class _TxnWriter:
         self.staged_hashes: dict[int, int] = {}  # hash of each staged INSERT's image -> how many
         self.staged = 0  # sequence number of the last staged INSERT of the run
 
+    def ended(self) -> None:
+        """Between transactions (the next one's :meth:`begin` starts its state afresh)."""
+        self.xact = None
+
     def row_change(self, article: str, commands: list[Command]) -> None:
         """Add the commands one published row change became."""
         self.article_rows[article] = self.article_rows.get(article, 0) + 1
@@ -141,23 +145,15 @@ class _TxnWriter:
         it, or a run of pairs is open (the Python path closes it, or adds the message's pair to it)."""
         if self.line is None or self.run_article is not None or self.staged:
             return False
-        article = relmap.article
-        field = _FIELDS.get(article.name)
-        if field is None:
-            field = _FIELDS[article.name] = copy_escaping.copy_field(article.name)
+        count = self.count + 1
         line = self.line(
-            message,
-            relmap.positions_u16,
-            relmap.keys_u16,
-            article.update_mode == "all",
-            self.prefix,
-            self.count + 1,
-            field,
+            message, relmap.positions_u16, relmap.keys_u16, relmap.pairs, self.prefix, count, relmap.name_field
         )
         if line is None:
             return False
-        self.article_rows[article.name] = self.article_rows.get(article.name, 0) + 1
-        self.count += 1
+        rows, name = self.article_rows, relmap.article.name
+        rows[name] = rows.get(name, 0) + 1
+        self.count = count
         self.buffer.append(line)
         if len(self.buffer) >= self.chunk:
             self.flush()
@@ -623,7 +619,8 @@ class _LogReader:
         takes the Python path (as do a transaction stored already and a relation not mapped)."""
         if batch.skip or len(data) < 5:
             return False
-        relmap = batch.relmap(_RELID_AT(data, 1)[0], self.articles)
+        relid, relmaps = _RELID_AT(data, 1)[0], batch.relmaps
+        relmap = relmaps[relid] if relid in relmaps else batch.relmap(relid, self.articles)
         return relmap is not None and not relmap.incomplete and self.writer.row_message(relmap, data)
 
     def _read(self, msg: Any, batch: _Batch) -> None:
@@ -717,7 +714,7 @@ class _LogReader:
             batch.transactions += 1
             self.totals["commands"] += self.writer.count
             batch.last_commit = self.writer.xact
-        self.writer.begin(None)
+        self.writer.ended()
 
     def store(self, batch: _Batch, end_lsn: int) -> None:
         """Hand the batch, with its article definitions, tokens and the read position, to the
