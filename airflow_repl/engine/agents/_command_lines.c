@@ -391,6 +391,20 @@ static PyObject *lsn_text(PyObject *self, PyObject *arg) {
     return PyUnicode_FromStringAndSize(out, put_lsn(out, value));
 }
 
+/* A decimal number (printf's %lld, without printf's cost); digits: at least this many (zeros). */
+static char *put_decimal(char *out, long long value, int digits) {
+    char tmp[24];
+    int k = 0;
+    unsigned long long v = value < 0 ? 0ULL - (unsigned long long)value : (unsigned long long)value;
+    if (value < 0) *out++ = '-';
+    do {
+        tmp[k++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v || k < digits);
+    while (k) *out++ = tmp[--k];
+    return out;
+}
+
 /* Days since 1970-01-01 -> civil date (proleptic Gregorian; H. Hinnant's algorithm). */
 static void civil_from_days(long long z, long long *y, unsigned *m, unsigned *d) {
     z += 719468;
@@ -423,8 +437,20 @@ static int put_time(char *out, long long us) {
     unsigned m, d;
     civil_from_days(day + 10957, &y, &m, &d); /* 2000-01-01 is day 10957 of 1970 */
     if (y < 1000 || y > 9999) return 0;
-    snprintf(out, 48, "%04lld-%02u-%02u %02lld:%02lld:%02lld.%06lld+00", y, m, d, in_day / 3600, in_day / 60 % 60,
-             in_day % 60, fraction);
+    out = put_decimal(out, y, 4);
+    *out++ = '-';
+    out = put_decimal(out, m, 2);
+    *out++ = '-';
+    out = put_decimal(out, d, 2);
+    *out++ = ' ';
+    out = put_decimal(out, in_day / 3600, 2);
+    *out++ = ':';
+    out = put_decimal(out, in_day / 60 % 60, 2);
+    *out++ = ':';
+    out = put_decimal(out, in_day % 60, 2);
+    *out++ = '.';
+    out = put_decimal(out, fraction, 6);
+    memcpy(out, "+00", 3);
     return 1;
 }
 
@@ -511,12 +537,17 @@ static PyObject *transaction_line(PyObject *self, PyObject *const *args, Py_ssiz
     *out++ = '\t';
     memcpy(out, xact, (size_t)xact_len);
     out += xact_len;
-    out += sprintf(out, "\t%lld\t", xid);
+    *out++ = '\t';
+    out = put_decimal(out, xid, 1);
+    *out++ = '\t';
     memcpy(out, time, 29);
     out += 29;
     *out++ = '\t';
     out += put_lsn(out, end_lsn);
-    out += sprintf(out, "\t%lld\t{", count);
+    *out++ = '\t';
+    out = put_decimal(out, count, 1);
+    *out++ = '\t';
+    *out++ = '{';
     pos = 0;
     int first = 1;
     while (PyDict_Next(rows, &pos, &key, &value)) {
@@ -526,7 +557,8 @@ static PyObject *transaction_line(PyObject *self, PyObject *const *args, Py_ssiz
         if (!first) *out++ = ',';
         first = 0;
         out = put_value(out, &c);
-        out += sprintf(out, ":%lld", PyLong_AsLongLong(value));
+        *out++ = ':';
+        out = put_decimal(out, PyLong_AsLongLong(value), 1);
     }
     *out++ = '}';
     *out++ = '\t';
