@@ -214,6 +214,8 @@ class _TxnWriter:
         return True
 
     def close_run(self) -> None:
+        if self.run_article is None:  # no run open (nothing staged or pending without one)
+            return
         if self.staged:
             self.flush()
             self.end_copy()
@@ -706,15 +708,17 @@ class _LogReader:
         2000): queue it when it changed published rows or carries a tracer token (a transaction
         without commands, delivered like any other: the token arrives in order)."""
         batch.last_end = end_lsn
+        writer = self.writer
         if not batch.skip:
-            self.writer.close_run()
-        if not batch.skip and (self.writer.count or self.writer.tokens):
-            self.writer.end(commit_time, end_lsn)
-            batch.tokens += [(token, str(self.writer.xact)) for token in self.writer.tokens]
+            writer.close_run()
+        if not batch.skip and (writer.count or writer.tokens):
+            writer.end(commit_time, end_lsn)
+            if writer.tokens:
+                batch.tokens += [(token, str(writer.xact)) for token in writer.tokens]
             batch.transactions += 1
-            self.totals["commands"] += self.writer.count
-            batch.last_commit = self.writer.xact
-        self.writer.ended()
+            self.totals["commands"] += writer.count
+            batch.last_commit = writer.xact
+        writer.ended()
 
     def store(self, batch: _Batch, end_lsn: int) -> None:
         """Hand the batch, with its article definitions, tokens and the read position, to the
