@@ -348,15 +348,18 @@ class _Batch:
     def relmap(self, relid: int, articles: dict[tuple[str, str], ResolvedArticle]) -> RelationMap | None:
         """The map of a relation whose change is stored (mapped on first use, so that a change
         already stored by an earlier run is never checked against today's definitions)."""
-        if relid not in self.relmaps:
-            rel = self.relations.get(relid)
-            if rel is None:  # never: a change of it would be lost without a word
-                raise ReplError(
-                    f"the replication stream sent a change of relation {relid} before describing it; "
-                    f"nothing of the batch is stored: run the Log Reader again"
-                )
-            self.relmaps[relid] = map_relation(rel, articles, self.partitions)
-        return self.relmaps[relid]
+        try:
+            return self.relmaps[relid]
+        except KeyError:  # not mapped yet
+            pass
+        rel = self.relations.get(relid)
+        if rel is None:  # never: a change of it would be lost without a word
+            raise ReplError(
+                f"the replication stream sent a change of relation {relid} before describing it; "
+                f"nothing of the batch is stored: run the Log Reader again"
+            )
+        relmap = self.relmaps[relid] = map_relation(rel, articles, self.partitions)
+        return relmap
 
 
 @dataclass
@@ -559,7 +562,7 @@ class _LogReader:
         once per message of the backlog."""
         assert self.stream is not None  # opened by load_state
         stream, decode, read = self.stream, pgoutput.decode, self._read
-        compiled, rows = self.writer.line is not None, _ROW_KINDS
+        rows, relmap_of, row_message = _ROW_KINDS, batch.relmap, self.writer.row_message
         get, view = stream.pgconn.get_copy_data, stream.take_pending()
         messages = 0
         while True:
@@ -581,8 +584,10 @@ class _LogReader:
             data, view = view[_XLOG_DATA_HEADER:], None
             messages += 1
             kind = data[0] if data else 0
-            if kind in rows:
-                if not (compiled and self._row_message(data, batch)):
+            if kind in rows:  # its compiled command line (command_lines), else the Python path, which
+                # takes a transaction stored already, a relation not mapped, and all without the compiled module
+                relmap = None if batch.skip or len(data) < 5 else relmap_of(_RELID_AT(data, 1)[0], self.articles)
+                if relmap is None or relmap.incomplete or not row_message(relmap, data):
                     read(decode(bytes(data)), batch)
             elif kind == _BEGIN_KIND and len(data) > _BEGIN_SIZE:  # every transaction's two messages:
                 final_lsn, _, xid = _BEGIN_AT(data, 1)  # their fields straight from the bytes
@@ -615,15 +620,6 @@ class _LogReader:
         self.heard = max(self.heard, position)
         self.at_bound = position >= self.bound
         return self.at_bound
-
-    def _row_message(self, data: bytes | memoryview, batch: _Batch) -> bool:
-        """A row message, stored as its compiled command line (:mod:`command_lines`); False when it
-        takes the Python path (as do a transaction stored already and a relation not mapped)."""
-        if batch.skip or len(data) < 5:
-            return False
-        relid, relmaps = _RELID_AT(data, 1)[0], batch.relmaps
-        relmap = relmaps[relid] if relid in relmaps else batch.relmap(relid, self.articles)
-        return relmap is not None and not relmap.incomplete and self.writer.row_message(relmap, data)
 
     def _read(self, msg: Any, batch: _Batch) -> None:
         """One decoded pgoutput message (row changes, the most frequent, first)."""
