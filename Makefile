@@ -44,7 +44,7 @@ format: install
 	$(VENV)/bin/ruff format $(LINT_PATHS)
 
 #: Arguments of benchmarks/native_compare.py (airflow-repl against PostgreSQL's native logical
-#: replication, docs/performance.md).  Its defaults (pgbench scale 10, 20k transactions, 1,000 tps for
+#: replication, docs/performance.md).  Its defaults (pgbench scale 10, 100k transactions, 1,000 tps for
 #: 30 s, then the sustained rate: 60 s per step of 500 tps) take 10 to 20 minutes; e.g. a quick run:
 #: make bench BENCH_NATIVE="--scale 1 --transactions 2000 --lag-seconds 10 --sustained-window 15"
 BENCH_NATIVE ?=

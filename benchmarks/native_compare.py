@@ -1118,7 +1118,9 @@ PHASES = ("initial", "catch-up", "side-by-side", "live-lag", "sustained")
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--scale", type=int, default=10, help="pgbench -i scale of the initial sync (default 10)")
-    parser.add_argument("--transactions", type=int, default=20_000, help="pgbench backlog to catch up (default 20000)")
+    parser.add_argument(
+        "--transactions", type=int, default=100_000, help="pgbench backlog to catch up (default 100000)"
+    )
     parser.add_argument("--tps", type=int, default=1000, help="pgbench --rate of the live-lag phase (default 1000)")
     parser.add_argument("--lag-seconds", type=int, default=30, help="length of the live-lag phase (default 30)")
     parser.add_argument("--json", default=DEFAULT_JSON, help=f"where to write the results (default {DEFAULT_JSON})")
