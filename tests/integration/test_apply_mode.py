@@ -7,9 +7,12 @@ same rows, whatever the publisher committed."""
 
 from __future__ import annotations
 
+import textwrap
+
 import psycopg
 import pytest
 from harness import (
+    AGENT_RUNNER,
     EVERY_KIND,
     PROPERTY_SETTINGS,
     Env,
@@ -18,6 +21,8 @@ from harness import (
     create_net_change_tables,
     cycle,
     resolved_topology,
+    run_agent_process,
+    spec_file,
 )
 from harness import net_change_steps as _steps
 from harness import net_change_transactions as transactions
@@ -195,6 +200,130 @@ def test_a_trigger_enabled_during_a_run_stops_net_change_before_its_first_batch(
     _, delivered = cycle(topo)
     assert env.rows(env.sub, "SELECT count(*) FROM audit") == [(5,)]
     assert delivered.get("net_batches", 0) == 0 and delivered["apply"][0]["apply"] == "per_command"
+    assert_in_sync(topo)
+
+
+def _enable_after_first_batch(env, monkeypatch, statement: str) -> None:
+    """Run ``statement`` at the subscriber once the run's first batch is committed (the next
+    batch's watermark locked in the transaction its commit began)."""
+    delivered = distribution_agent._Delivery._delivered
+
+    def then_enable(self, *args, **kwargs):
+        delivered(self, *args, **kwargs)
+        if self.totals["commits"] == 1:
+            assert self.held is not None  # the commit locked the next batch's watermark
+            env.run(env.sub, statement)
+
+    monkeypatch.setattr(distribution_agent._Delivery, "_delivered", then_enable)
+
+
+def test_a_trigger_enabled_between_two_batches_of_a_run_gets_every_command_of_the_next(env, spark, monkeypatch):
+    """The first batch goes by net change; a trigger set ``ENABLE ALWAYS`` before the second
+    makes its pipeline stop before any statement ran, and it gets every command of it (and
+    the article goes command by command from then on)."""
+    topo = _orders(env, spark, "orders", commit_batch_size=1)
+    env.run(
+        env.sub, "CREATE TRIGGER audit AFTER INSERT OR UPDATE OR DELETE ON orders FOR EACH ROW EXECUTE FUNCTION audit()"
+    )
+    _enable_after_first_batch(env, monkeypatch, "ALTER TABLE orders ENABLE ALWAYS TRIGGER audit")
+    _changes(env, "orders")
+    _changes(env, "orders")
+    _changes(env, "orders")
+    _, delivered = cycle(topo)
+    assert delivered["transactions"] == 3 and delivered["net_batches"] == 1
+    assert env.rows(env.sub, "SELECT op, id FROM audit ORDER BY n") == 2 * [
+        ("UPDATE", 1),
+        ("UPDATE", 1),
+        ("UPDATE", 1),
+        ("INSERT", 100),
+        ("DELETE", 100),
+    ]
+    why = "trigger(s) firing for replicated changes at the subscriber: 'audit' (ENABLE ALWAYS)"
+    assert delivered["apply"] == [{"article": "orders", "apply": "per_command", "why": why}]
+    assert_in_sync(topo)
+
+
+def test_a_trigger_on_another_table_enabled_during_a_run_costs_one_batch_by_command(env, spark, monkeypatch):
+    """A trigger firing for replicated changes on a table no article has: the batch whose
+    pipeline met it goes command by command, the next ones by net change again (their tables
+    asked in round trips of their own); the article keeps its path."""
+    topo = _orders(env, spark, "orders", commit_batch_size=1)
+    env.run(
+        env.sub,
+        "CREATE TABLE elsewhere (id int); "
+        "CREATE TRIGGER audit AFTER INSERT ON elsewhere FOR EACH ROW EXECUTE FUNCTION audit()",
+    )
+    _enable_after_first_batch(env, monkeypatch, "ALTER TABLE elsewhere ENABLE ALWAYS TRIGGER audit")
+    for _ in range(4):
+        _changes(env, "orders")
+    _, delivered = cycle(topo)
+    assert delivered["transactions"] == 4 and delivered["net_batches"] == 3
+    assert delivered["apply"][0]["apply"] == "net_change"
+    assert env.rows(env.sub, "SELECT count(*) FROM audit") == [(0,)]
+    assert_in_sync(topo)
+
+
+def test_a_subscriber_with_a_trigger_elsewhere_at_the_start_goes_by_net_change(env, spark):
+    """A trigger firing for replicated changes on another table when the run starts: every
+    batch goes by net change (its tables asked in round trips of their own)."""
+    topo = _orders(env, spark, "orders", commit_batch_size=1)
+    env.run(
+        env.sub,
+        "CREATE TABLE elsewhere (id int); "
+        "CREATE TRIGGER audit AFTER INSERT ON elsewhere FOR EACH ROW EXECUTE FUNCTION audit(); "
+        "ALTER TABLE elsewhere ENABLE REPLICA TRIGGER audit",
+    )
+    for _ in range(3):
+        _changes(env, "orders")
+    _, delivered = cycle(topo)
+    assert delivered["transactions"] == 3 and delivered["net_batches"] == 3
+    assert_in_sync(topo)
+
+
+#: Runs AGENT_RUNNER with the second batch's commit held (committed, the next batch's watermark
+#: locked in the transaction it began) until the test kills the process.
+HELD_AFTER_COMMIT = textwrap.dedent(
+    """
+    import runpy, sys, time
+    from pathlib import Path
+    from airflow_repl.engine.state import subscriber_state
+
+    committed = subscriber_state.commit_and_lock
+    calls = [0]
+
+    def held(conn, publication):
+        watermark = committed(conn, publication)
+        calls[0] += 1
+        if calls[0] == 2:
+            Path({flag!r}).write_text(str(watermark))
+            time.sleep(120)
+        return watermark
+
+    subscriber_state.commit_and_lock = held
+    sys.argv[0] = {runner!r}
+    runpy.run_path({runner!r}, run_name="__main__")
+    """
+)
+
+
+def test_an_agent_killed_between_a_commit_and_the_next_batch_delivers_the_rest_once(env, spark, tmp_path):
+    """Killed with its second batch committed and the watermark locked for the third: the
+    lock ends with its session, and the next run delivers the three batches left, once."""
+    topo = _orders(env, spark, "orders", commit_batch_size=1)
+    for _ in range(5):
+        _changes(env, "orders")
+    log_reader_agent.run_log_reader(topo, "p")
+    flag, runner = tmp_path / "held", tmp_path / "held_runner.py"
+    runner.write_text(HELD_AFTER_COMMIT.format(flag=str(flag), runner=AGENT_RUNNER))
+    outcome = run_agent_process(
+        "distribution", spec_file(topo, tmp_path), {}, kill_when=flag.exists, runner=str(runner)
+    )
+    assert outcome.killed, outcome
+    assert env.rows(env.sub, "SELECT transactions FROM airflow_repl.subscription_state") == [(2,)]
+    again = distribution_agent.run_distribution(topo, "p", "sub1")
+    assert again["transactions"] == 3 and again["net_batches"] == 3
+    assert env.rows(env.sub, "SELECT transactions FROM airflow_repl.subscription_state") == [(5,)]
+    assert status.subscription_status(topo)[0].to_json()["backlog"] == {"transactions": 0, "commands": 0}
     assert_in_sync(topo)
 
 
