@@ -365,3 +365,30 @@ def test_a_custom_procedure_article_goes_command_by_command(env, spark):
     assert delivered["net_batches"] == 1 and delivered["commits"] == 2  # c_orders' batch went command by command
     assert env.rows(env.sub, "SELECT id, qty FROM my.calls ORDER BY n") == [(2, 10), (2, 20), (2, 30)]
     assert env.rows(env.sub, "SELECT qty FROM g_orders WHERE id = 2") == [(30,)]
+
+
+def test_a_batch_whose_commit_fails_at_the_subscriber_moves_nothing_and_the_next_run_delivers_it(env, spark):
+    """A deferred constraint trigger at the subscriber that the batch breaks (``apply_mode:
+    net_change``: it fires for replicated changes): the batch's COMMIT, sent with the next
+    batch's lock, fails; nothing after it runs and the watermark stays; once the trigger is
+    gone the next run delivers the batch, once."""
+    topo = _orders(env, spark, "orders", commit_batch_size=1, apply_mode="net_change")
+    env.run(
+        env.sub,
+        "CREATE FUNCTION no_qty_3() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN "
+        "IF EXISTS (SELECT FROM orders WHERE id = 1 AND qty = 3) THEN RAISE EXCEPTION 'qty 3 refused'; END IF; "
+        "RETURN NULL; END $$; "
+        "CREATE CONSTRAINT TRIGGER no_qty_3 AFTER UPDATE ON orders DEFERRABLE INITIALLY DEFERRED "
+        "FOR EACH ROW EXECUTE FUNCTION no_qty_3(); ALTER TABLE orders ENABLE ALWAYS TRIGGER no_qty_3",
+    )
+    _changes(env, "orders")  # row 1 ends with qty 3
+    log_reader_agent.run_log_reader(topo, "p")
+    with pytest.raises(Exception, match="qty 3 refused"):
+        distribution_agent.run_distribution(topo, "p", "sub1")
+    assert env.rows(env.sub, "SELECT transactions FROM airflow_repl.subscription_state") == [(0,)]
+    assert env.rows(env.sub, "SELECT qty FROM orders WHERE id = 1") == [(1,)]
+    env.run(env.sub, "DROP TRIGGER no_qty_3 ON orders")
+    again = distribution_agent.run_distribution(topo, "p", "sub1")
+    assert again["transactions"] == 1 and again["net_batches"] == 1
+    assert env.rows(env.sub, "SELECT transactions FROM airflow_repl.subscription_state") == [(1,)]
+    assert_in_sync(topo)
