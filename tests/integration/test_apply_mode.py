@@ -221,14 +221,15 @@ def test_a_trigger_enabled_between_two_batches_of_a_run_gets_every_command_of_th
     """The first batch goes by net change; a trigger set ``ENABLE ALWAYS`` before the second
     makes its pipeline stop before any statement ran, and it gets every command of it (and
     the article goes command by command from then on)."""
-    topo = _orders(env, spark, "orders", commit_batch_size=1)
+    name = 'or"d\nérs'  # its LOCK TABLE in the batch's pipeline
+    topo = _orders(env, spark, name, commit_batch_size=1)
     env.run(
-        env.sub, "CREATE TRIGGER audit AFTER INSERT OR UPDATE OR DELETE ON orders FOR EACH ROW EXECUTE FUNCTION audit()"
+        env.sub,
+        f"CREATE TRIGGER audit AFTER INSERT OR UPDATE OR DELETE ON {_q(name)} FOR EACH ROW EXECUTE FUNCTION audit()",
     )
-    _enable_after_first_batch(env, monkeypatch, "ALTER TABLE orders ENABLE ALWAYS TRIGGER audit")
-    _changes(env, "orders")
-    _changes(env, "orders")
-    _changes(env, "orders")
+    _enable_after_first_batch(env, monkeypatch, f"ALTER TABLE {_q(name)} ENABLE ALWAYS TRIGGER audit")
+    for _ in range(3):
+        _changes(env, name)
     _, delivered = cycle(topo)
     assert delivered["transactions"] == 3 and delivered["net_batches"] == 1
     assert env.rows(env.sub, "SELECT op, id FROM audit ORDER BY n") == 2 * [
@@ -239,7 +240,7 @@ def test_a_trigger_enabled_between_two_batches_of_a_run_gets_every_command_of_th
         ("DELETE", 100),
     ]
     why = "trigger(s) firing for replicated changes at the subscriber: 'audit' (ENABLE ALWAYS)"
-    assert delivered["apply"] == [{"article": "orders", "apply": "per_command", "why": why}]
+    assert delivered["apply"] == [{"article": name, "apply": "per_command", "why": why}]
     assert_in_sync(topo)
 
 

@@ -343,7 +343,7 @@ class _Delivery:
             return None
         return [self.articles[a] for a in names]
 
-    def _watch(self, arts: list[ResolvedArticle]) -> list[tuple[str, Sequence[Any]]]:
+    def _watch(self, arts: list[ResolvedArticle]) -> list[tuple[str, Sequence[Any] | None]]:
         """``auto``: the statements that watch the batch's tables in its statements' pipeline
         (the common case: no trigger firing for replicated changes in the subscriber's
         database), or none after :meth:`_watched` watched them in round trips of their own."""
@@ -359,8 +359,8 @@ class _Delivery:
         which articles it watches go command by command from now on (:meth:`_watched`); if none
         of the batch's, the database has one elsewhere and each batch watches in round trips of
         its own from now on.  The batch goes command by command either way (NotNetApplicable)."""
-        self._watched(arts)
         self.watch_inline = False
+        self._watched(arts)
         raise bulk_apply.NotNetApplicable("a trigger fires for replicated changes at the subscriber's database")
 
     def _watched(self, arts: list[ResolvedArticle]) -> None:

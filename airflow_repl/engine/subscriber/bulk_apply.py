@@ -114,12 +114,12 @@ NO_REPLICATED_TRIGGER = (
 )
 
 
-def watch_statements(articles: Sequence[ResolvedArticle]) -> list[tuple[str, Sequence[Any]]]:
+def watch_statements(articles: Sequence[ResolvedArticle]) -> list[tuple[str, Sequence[Any] | None]]:
     """The statements that watch a batch's tables in its own pipeline (for :func:`execute`'s
     ``before``): the articles' subscriber tables locked as :func:`watching_triggers` locks them,
     then :data:`NO_REPLICATED_TRIGGER`.  When it raises (:func:`trigger_fires`), the caller rolls
     back and asks :func:`watching_triggers` which tables have one."""
-    return [(_lock_tables(articles), ()), (NO_REPLICATED_TRIGGER, ())]
+    return [(_lock_tables(articles), None), (NO_REPLICATED_TRIGGER, None)]  # no parameters: a % is a %
 
 
 def trigger_fires(exc: BaseException) -> bool:
@@ -174,7 +174,7 @@ def execute(
     conn: psycopg.Connection,
     prepared: Prepared,
     then: Sequence[tuple[str, Sequence[Any]]] = (),
-    before: Sequence[tuple[str, Sequence[Any]]] = (),
+    before: Sequence[tuple[str, Sequence[Any] | None]] = (),
 ) -> int:
     """Apply a prepared net change on ``conn`` (no commit); returns how many commands it nets.
     Every statement is sent in one pipeline (one round trip): the statements ``before`` (e.g.
