@@ -7,9 +7,12 @@ same rows, whatever the publisher committed."""
 
 from __future__ import annotations
 
+import textwrap
+
 import psycopg
 import pytest
 from harness import (
+    AGENT_RUNNER,
     EVERY_KIND,
     PROPERTY_SETTINGS,
     Env,
@@ -18,6 +21,8 @@ from harness import (
     create_net_change_tables,
     cycle,
     resolved_topology,
+    run_agent_process,
+    spec_file,
 )
 from harness import net_change_steps as _steps
 from harness import net_change_transactions as transactions
@@ -198,6 +203,131 @@ def test_a_trigger_enabled_during_a_run_stops_net_change_before_its_first_batch(
     assert_in_sync(topo)
 
 
+def _enable_after_first_batch(env, monkeypatch, statement: str) -> None:
+    """Run ``statement`` at the subscriber once the run's first batch is committed (the next
+    batch's watermark locked in the transaction its commit began)."""
+    delivered = distribution_agent._Delivery._delivered
+
+    def then_enable(self, *args, **kwargs):
+        delivered(self, *args, **kwargs)
+        if self.totals["commits"] == 1:
+            assert self.held is not None  # the commit locked the next batch's watermark
+            env.run(env.sub, statement)
+
+    monkeypatch.setattr(distribution_agent._Delivery, "_delivered", then_enable)
+
+
+def test_a_trigger_enabled_between_two_batches_of_a_run_gets_every_command_of_the_next(env, spark, monkeypatch):
+    """The first batch goes by net change; a trigger set ``ENABLE ALWAYS`` before the second
+    makes its pipeline stop before any statement ran, and it gets every command of it (and
+    the article goes command by command from then on)."""
+    name = 'or"d\nérs'  # its LOCK TABLE in the batch's pipeline
+    topo = _orders(env, spark, name, commit_batch_size=1)
+    env.run(
+        env.sub,
+        f"CREATE TRIGGER audit AFTER INSERT OR UPDATE OR DELETE ON {_q(name)} FOR EACH ROW EXECUTE FUNCTION audit()",
+    )
+    _enable_after_first_batch(env, monkeypatch, f"ALTER TABLE {_q(name)} ENABLE ALWAYS TRIGGER audit")
+    for _ in range(3):
+        _changes(env, name)
+    _, delivered = cycle(topo)
+    assert delivered["transactions"] == 3 and delivered["net_batches"] == 1
+    assert env.rows(env.sub, "SELECT op, id FROM audit ORDER BY n") == 2 * [
+        ("UPDATE", 1),
+        ("UPDATE", 1),
+        ("UPDATE", 1),
+        ("INSERT", 100),
+        ("DELETE", 100),
+    ]
+    why = "trigger(s) firing for replicated changes at the subscriber: 'audit' (ENABLE ALWAYS)"
+    assert delivered["apply"] == [{"article": name, "apply": "per_command", "why": why}]
+    assert_in_sync(topo)
+
+
+def test_a_trigger_on_another_table_enabled_during_a_run_costs_one_batch_by_command(env, spark, monkeypatch):
+    """A trigger firing for replicated changes on a table no article has: the batch whose
+    pipeline met it goes command by command, the next ones by net change again (their tables
+    asked in round trips of their own); the article keeps its path."""
+    topo = _orders(env, spark, "orders", commit_batch_size=1)
+    env.run(
+        env.sub,
+        "CREATE TABLE elsewhere (id int); "
+        "CREATE TRIGGER audit AFTER INSERT ON elsewhere FOR EACH ROW EXECUTE FUNCTION audit()",
+    )
+    _enable_after_first_batch(env, monkeypatch, "ALTER TABLE elsewhere ENABLE ALWAYS TRIGGER audit")
+    for _ in range(4):
+        _changes(env, "orders")
+    _, delivered = cycle(topo)
+    assert delivered["transactions"] == 4 and delivered["net_batches"] == 3
+    assert delivered["apply"][0]["apply"] == "net_change"
+    assert env.rows(env.sub, "SELECT count(*) FROM audit") == [(0,)]
+    assert_in_sync(topo)
+
+
+def test_a_subscriber_with_a_trigger_elsewhere_at_the_start_goes_by_net_change(env, spark):
+    """A trigger firing for replicated changes on another table when the run starts: every
+    batch goes by net change (its tables asked in round trips of their own)."""
+    topo = _orders(env, spark, "orders", commit_batch_size=1)
+    env.run(
+        env.sub,
+        "CREATE TABLE elsewhere (id int); "
+        "CREATE TRIGGER audit AFTER INSERT ON elsewhere FOR EACH ROW EXECUTE FUNCTION audit(); "
+        "ALTER TABLE elsewhere ENABLE REPLICA TRIGGER audit",
+    )
+    for _ in range(3):
+        _changes(env, "orders")
+    _, delivered = cycle(topo)
+    assert delivered["transactions"] == 3 and delivered["net_batches"] == 3
+    assert_in_sync(topo)
+
+
+#: Runs AGENT_RUNNER with the second batch's commit held (committed, the next batch's watermark
+#: locked in the transaction it began) until the test kills the process.
+HELD_AFTER_COMMIT = textwrap.dedent(
+    """
+    import runpy, sys, time
+    from pathlib import Path
+    from airflow_repl.engine.state import subscriber_state
+
+    committed = subscriber_state.commit_and_lock
+    calls = [0]
+
+    def held(conn, publication):
+        watermark = committed(conn, publication)
+        calls[0] += 1
+        if calls[0] == 2:
+            Path({flag!r}).write_text(str(watermark))
+            time.sleep(120)
+        return watermark
+
+    subscriber_state.commit_and_lock = held
+    sys.argv[0] = {runner!r}
+    runpy.run_path({runner!r}, run_name="__main__")
+    """
+)
+
+
+def test_an_agent_killed_between_a_commit_and_the_next_batch_delivers_the_rest_once(env, spark, tmp_path):
+    """Killed with its second batch committed and the watermark locked for the third: the
+    lock ends with its session, and the next run delivers the three batches left, once."""
+    topo = _orders(env, spark, "orders", commit_batch_size=1)
+    for _ in range(5):
+        _changes(env, "orders")
+    log_reader_agent.run_log_reader(topo, "p")
+    flag, runner = tmp_path / "held", tmp_path / "held_runner.py"
+    runner.write_text(HELD_AFTER_COMMIT.format(flag=str(flag), runner=AGENT_RUNNER))
+    outcome = run_agent_process(
+        "distribution", spec_file(topo, tmp_path), {}, kill_when=flag.exists, runner=str(runner)
+    )
+    assert outcome.killed, outcome
+    assert env.rows(env.sub, "SELECT transactions FROM airflow_repl.subscription_state") == [(2,)]
+    again = distribution_agent.run_distribution(topo, "p", "sub1")
+    assert again["transactions"] == 3 and again["net_batches"] == 3
+    assert env.rows(env.sub, "SELECT transactions FROM airflow_repl.subscription_state") == [(5,)]
+    assert status.subscription_status(topo)[0].to_json()["backlog"] == {"transactions": 0, "commands": 0}
+    assert_in_sync(topo)
+
+
 def test_a_custom_procedure_article_goes_command_by_command(env, spark):
     """Its procedure is called for every command; the generated article beside it goes by net
     change in batches of its own."""
@@ -236,3 +366,30 @@ def test_a_custom_procedure_article_goes_command_by_command(env, spark):
     assert delivered["net_batches"] == 1 and delivered["commits"] == 2  # c_orders' batch went command by command
     assert env.rows(env.sub, "SELECT id, qty FROM my.calls ORDER BY n") == [(2, 10), (2, 20), (2, 30)]
     assert env.rows(env.sub, "SELECT qty FROM g_orders WHERE id = 2") == [(30,)]
+
+
+def test_a_batch_whose_commit_fails_at_the_subscriber_moves_nothing_and_the_next_run_delivers_it(env, spark):
+    """A deferred constraint trigger at the subscriber that the batch breaks (``apply_mode:
+    net_change``: it fires for replicated changes): the batch's COMMIT, sent with the next
+    batch's lock, fails; nothing after it runs and the watermark stays; once the trigger is
+    gone the next run delivers the batch, once."""
+    topo = _orders(env, spark, "orders", commit_batch_size=1, apply_mode="net_change")
+    env.run(
+        env.sub,
+        "CREATE FUNCTION no_qty_3() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN "
+        "IF EXISTS (SELECT FROM orders WHERE id = 1 AND qty = 3) THEN RAISE EXCEPTION 'qty 3 refused'; END IF; "
+        "RETURN NULL; END $$; "
+        "CREATE CONSTRAINT TRIGGER no_qty_3 AFTER UPDATE ON orders DEFERRABLE INITIALLY DEFERRED "
+        "FOR EACH ROW EXECUTE FUNCTION no_qty_3(); ALTER TABLE orders ENABLE ALWAYS TRIGGER no_qty_3",
+    )
+    _changes(env, "orders")  # row 1 ends with qty 3
+    log_reader_agent.run_log_reader(topo, "p")
+    with pytest.raises(Exception, match="qty 3 refused"):
+        distribution_agent.run_distribution(topo, "p", "sub1")
+    assert env.rows(env.sub, "SELECT transactions FROM airflow_repl.subscription_state") == [(0,)]
+    assert env.rows(env.sub, "SELECT qty FROM orders WHERE id = 1") == [(1,)]
+    env.run(env.sub, "DROP TRIGGER no_qty_3 ON orders")
+    again = distribution_agent.run_distribution(topo, "p", "sub1")
+    assert again["transactions"] == 1 and again["net_batches"] == 1
+    assert env.rows(env.sub, "SELECT transactions FROM airflow_repl.subscription_state") == [(1,)]
+    assert_in_sync(topo)

@@ -38,7 +38,7 @@ import dataclasses
 import logging
 import time
 from collections import Counter
-from collections.abc import Generator, Iterable
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from itertools import chain, islice
@@ -268,6 +268,13 @@ class _Delivery:
         self.recorded_at = time.monotonic()
         #: the subscription was paused when the last batch was to start (nothing more delivered)
         self.paused = False
+        #: ``auto``: a batch by net change watches its tables in its statements' pipeline
+        #: (:func:`~airflow_repl.engine.subscriber.bulk_apply.watch_statements`); False once the
+        #: subscriber's database has a trigger firing for replicated changes (on any table), when
+        #: each batch asks its tables' own first (:meth:`_watched`)
+        self.watch_inline = True
+        #: the watermark locked in the transaction the last batch's commit began (None: none locked)
+        self.held: str | None = None
 
     def connect(self, run: AgentRun) -> None:
         """Open the streams, take the subscription's lock, recover an interrupted batch."""
@@ -302,6 +309,7 @@ class _Delivery:
         if self.settings.mode == "auto":
             tables = [(a.dest_schema, a.dest_table) for a in articles.values()]
             triggers = catalog.replicated_change_triggers(self.streams.first, tables)
+            self.watch_inline = not self.streams.first.execute(bulk_apply.ANY_REPLICATED_TRIGGER).fetchall()
             self.streams.first.rollback()
         paths = bulk_apply.article_paths(
             self.settings.mode,
@@ -335,12 +343,30 @@ class _Delivery:
             return None
         return [self.articles[a] for a in names]
 
+    def _watch(self, arts: list[ResolvedArticle]) -> list[tuple[str, Sequence[Any] | None]]:
+        """``auto``: the statements that watch the batch's tables in its statements' pipeline
+        (the common case: no trigger firing for replicated changes in the subscriber's
+        database), or none after :meth:`_watched` watched them in round trips of their own."""
+        if self.settings.mode != "auto" or not arts:
+            return []
+        if self.watch_inline:
+            return bulk_apply.watch_statements(arts)
+        self._watched(arts)
+        return []
+
+    def _trigger_met(self, arts: list[ResolvedArticle]) -> None:
+        """The batch's pipeline met a trigger firing for replicated changes (all rolled back):
+        which articles it watches go command by command from now on (:meth:`_watched`); if none
+        of the batch's, the database has one elsewhere and each batch watches in round trips of
+        its own from now on.  The batch goes command by command either way (NotNetApplicable)."""
+        self.watch_inline = False
+        self._watched(arts)
+        raise bulk_apply.NotNetApplicable("a trigger fires for replicated changes at the subscriber's database")
+
     def _watched(self, arts: list[ResolvedArticle]) -> None:
         """``auto``: lock the batch's tables and make sure no trigger there fires for replicated
         changes (one created since the run chose its paths); such an article goes command by
         command from now on (NotNetApplicable: this batch too)."""
-        if self.settings.mode != "auto" or not arts:
-            return
         found = bulk_apply.watching_triggers(self.streams.first, arts)
         if not found:
             return
@@ -417,6 +443,7 @@ class _Delivery:
                 )
             if not loop.go_on():  # between batches: everything is committed
                 break
+        self._release()
         self.record(dist)
         self._record_end(dist)
 
@@ -466,7 +493,7 @@ class _Delivery:
         definitions are no longer those it applies with (the subscription was reinitialized
         meanwhile; the next run starts from the new ones), or None."""
         has = subscriber_state.articles_hash(self.streams.first, self.publication)
-        self.streams.first.rollback()
+        self._release()
         has = has or dist_subscriptions.subscription_articles_hash(dist, self.publication, self.subscriber)
         held = dist_subscription_articles.held_articles(dist, self.publication, self.subscriber)
         dist.commit()
@@ -491,7 +518,7 @@ class _Delivery:
         """Read the transactions after the (locked) watermark; None, all rolled back, when
         there are none.  An article copied on its own (or still to copy) limits the batch
         (:func:`~airflow_repl.engine.state.dist_subscription_articles.delivery_limits`)."""
-        watermark = subscriber_state.lock_watermark(self.streams.first, self.publication, self.subscriber)
+        watermark = self._lock_watermark()
         ahead = self.ahead.take(watermark) if self.ahead is not None else None
         if ahead is not None:
             pending = ahead.pending
@@ -516,6 +543,19 @@ class _Delivery:
         if prepared is not None and self.ahead is not None:
             self.ahead.used += 1
         return _Batch(watermark, txns, prepared)
+
+    def _lock_watermark(self) -> str:
+        """The watermark, locked: the one the last batch's commit locked in the transaction it
+        began, if that transaction is still open (nothing ended it since), else locked now."""
+        held, self.held = self.held, None
+        if held is not None and self.streams.first.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS:
+            return held
+        return subscriber_state.lock_watermark(self.streams.first, self.publication, self.subscriber)
+
+    def _release(self) -> None:
+        """End the subscriber transaction (and so the watermark's lock, if held) on the first stream."""
+        self.held = None
+        self.streams.first.rollback()
 
     def _pass_own(self, dist: psycopg.Connection, own: list[PendingTransaction]) -> str:
         """Move the watermark past the subscriber's own queued changes, which the Queue Reader
@@ -580,19 +620,8 @@ class _Delivery:
             rows = dist_transactions.batch_commands(dist, self.publication, batch.first, batch.last)
         if self.ahead is not None:
             self.ahead.start(batch.last)  # the next batch, read and prepared while this one is applied
-        n = chunks = 0
-        moved = False  # the watermark moved in the pipeline of the batch's statements
         try:
-            if isinstance(prepared, bulk_apply.NotNetApplicable):
-                raise prepared
-            self._watched(arts)
-            if prepared is not None:
-                move = subscriber_state.watermark_move(self.publication, batch.last, len(batch.txns))
-                n, chunks, moved = bulk_apply.execute(self.streams.first, prepared, [move]), 1, True
-            commands = (cmd for _, _, cmd in self._located(applier, rows, batch))
-            while chunk := list(islice(commands, bulk_apply.CHUNK_COMMANDS)):
-                n += bulk_apply.apply(self.streams.first, chunk, self.net_articles())
-                chunks += 1
+            n, chunks, moved = self._net_apply(applier, batch, arts, prepared, rows)
         except (bulk_apply.NotNetApplicable, psycopg.Error) as why:
             if isinstance(rows, Generator):
                 rows.close()  # the cursor of a chunked batch
@@ -609,6 +638,40 @@ class _Delivery:
         if chunks > 1:
             self.totals["net_chunks"] = self.totals.get("net_chunks", 0) + chunks
         return True
+
+    def _net_apply(
+        self,
+        applier: Applier,
+        batch: _Batch,
+        arts: list[ResolvedArticle],
+        prepared: read_ahead.Prepared | None,
+        rows: Iterable[CommandRow],
+    ) -> tuple[int, int, bool]:
+        """:meth:`_net_change`'s statements, watched (:meth:`_watch`) in the first pipeline:
+        how many commands, in how many chunks, and whether the watermark moved with them."""
+        try:
+            if isinstance(prepared, bulk_apply.NotNetApplicable):
+                raise prepared
+            n = chunks = 0
+            moved = False
+            before = self._watch(arts)  # sent with the first statements
+            if prepared is not None:
+                move = subscriber_state.watermark_move(self.publication, batch.last, len(batch.txns))
+                n, chunks, moved = bulk_apply.execute(self.streams.first, prepared, [move], before), 1, True
+                before = []
+            commands = (cmd for _, _, cmd in self._located(applier, rows, batch))
+            while chunk := list(islice(commands, bulk_apply.CHUNK_COMMANDS)):
+                n += bulk_apply.execute(
+                    self.streams.first, bulk_apply.prepare(chunk, self.net_articles()), before=before
+                )
+                before = []
+                chunks += 1
+        except psycopg.Error as exc:
+            if not bulk_apply.trigger_fires(exc) or self.streams.lost():
+                raise
+            self.streams.first.rollback()
+            self._trigger_met(arts)
+        return n, chunks, moved
 
     def _plan(
         self, applier: Applier, rows: Iterable[CommandRow], batch: _Batch, may_spread: bool
@@ -632,7 +695,9 @@ class _Delivery:
         a two-phase commit of the streams the batch used."""
         if not moved:
             subscriber_state.set_watermark(self.streams.first, self.publication, batch.last, len(batch.txns))
-        if used == 1:
+        if used == 1 and self.turns is None:  # the next batch's lock in the same round trip
+            self.held = subscriber_state.commit_and_lock(self.streams.first, self.publication)
+        elif used == 1:
             self.streams.first.commit()
         else:
             self.streams.commit_two_phase(used, batch.last)
@@ -791,7 +856,7 @@ class _Delivery:
         if self.superseding is None or not self.superseding.left:
             return 0
         found = self.superseding.records(through)
-        self.streams.first.rollback()  # the rows were read after the commit
+        self._release()  # the rows were read after the commit
         dist_conflicts.record_delivery_conflicts(dist, self.publication, self.subscriber, found)
         self.totals["superseded"] += len(found)
         return len(found)

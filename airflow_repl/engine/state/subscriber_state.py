@@ -212,21 +212,44 @@ def start_watermark(conn: psycopg.Connection[Any], publication: str, snapshot_id
 
 
 # ---------------------------------------------------------------------- questions of the Distribution Agent
+_LOCK_WATERMARK = (
+    "SELECT xact_seqno::text FROM airflow_repl.subscription_state WHERE publication = %s FOR UPDATE NOWAIT"
+)
+
+
 def lock_watermark(conn: psycopg.Connection, publication: str, subscriber: str) -> str:
     """The subscriber's watermark (the last transaction applied there), its row locked until
     the transaction ends, so that a second Distribution Agent is refused (AgentBusy); a
     subscriber without one (no snapshot loaded) raises NotInitialized."""
     try:
-        row = conn.execute(
-            "SELECT xact_seqno::text FROM airflow_repl.subscription_state WHERE publication = %s FOR UPDATE NOWAIT",
-            (publication,),
-        ).fetchone()
+        row = conn.execute(_LOCK_WATERMARK, (publication,)).fetchone()
     except psycopg.errors.LockNotAvailable:
         raise watermark_busy(publication, subscriber) from None
     except psycopg.errors.UndefinedTable:
         row = None
     if row is None:
         raise not_initialized(publication, subscriber)
+    return str(row[0])
+
+
+def commit_and_lock(conn: psycopg.Connection, publication: str) -> str | None:
+    """Commit the transaction and lock the watermark again in the next (as
+    :func:`lock_watermark`), in one round trip; returns the watermark, or None when it could not
+    be locked (the transaction committed, the next rolled back: :func:`lock_watermark` says why
+    when asked again).  A failed commit raises as ``conn.commit()`` does (nothing after it ran)."""
+    try:
+        with conn.pipeline():
+            commit = conn.execute("COMMIT")
+            conn.execute("BEGIN")  # the lock held in a transaction of its own, not in the pipeline's implicit one
+            cur = conn.execute(_LOCK_WATERMARK, (publication,))
+        row = cur.fetchone()
+    except psycopg.Error:
+        if commit.pgresult is None or commit.pgresult.status != psycopg.pq.ExecStatus.COMMAND_OK:
+            raise  # the COMMIT failed: the pipeline ran nothing after it
+        row = None
+    if row is None:
+        conn.rollback()
+        return None
     return str(row[0])
 
 

@@ -85,19 +85,52 @@ def watching_triggers(
     are the tables' own asked, in a second."""
     tables = [(a.dest_schema, a.dest_table) for a in articles]
     with conn.pipeline():
-        names = sql.SQL(", ").join(sql.Identifier(schema, table) for schema, table in tables)
-        conn.execute(sql.SQL("LOCK TABLE {} IN ROW EXCLUSIVE MODE").format(names))
+        conn.execute(_lock_tables(articles))
         cur = conn.execute(ANY_REPLICATED_TRIGGER)
     if cur.fetchone() is None:
         return {}
     return catalog.replicated_change_triggers(conn, tables)
 
 
+#: The condition of a user trigger that fires for replicated changes (``ENABLE ALWAYS`` or
+#: ``ENABLE REPLICA``), as :func:`~airflow_repl.engine.postgres.catalog.replicated_change_triggers`
+#: counts them, on ``pg_catalog.pg_trigger``.
+_FIRES_FOR_REPLICATED = "tgenabled IN ('A', 'R') AND NOT tgisinternal"
+
 #: SQL: a row when some table of the database has a user trigger that fires for replicated
-#: changes (``ENABLE ALWAYS`` or ``ENABLE REPLICA``), as
-#: :func:`~airflow_repl.engine.postgres.catalog.replicated_change_triggers` counts them; none is
-#: the common case, which needs no look at the tables and their partitions.
-ANY_REPLICATED_TRIGGER = "SELECT FROM pg_catalog.pg_trigger WHERE tgenabled IN ('A', 'R') AND NOT tgisinternal LIMIT 1"
+#: changes; none is the common case, which needs no look at the tables and their partitions.
+ANY_REPLICATED_TRIGGER = f"SELECT FROM pg_catalog.pg_trigger WHERE {_FIRES_FOR_REPLICATED} LIMIT 1"
+
+#: The SQLSTATE :data:`NO_REPLICATED_TRIGGER` raises with.
+TRIGGER_FIRES_SQLSTATE = "RPTRG"
+
+#: SQL: raises (:data:`TRIGGER_FIRES_SQLSTATE`) when the database has a trigger that fires for
+#: replicated changes (:data:`ANY_REPLICATED_TRIGGER`'s question, as cheap), so that a pipeline
+#: sending it before a batch's statements runs none of them when it raises.
+NO_REPLICATED_TRIGGER = (
+    f"DO $check$ BEGIN IF EXISTS (SELECT FROM pg_catalog.pg_trigger WHERE {_FIRES_FOR_REPLICATED}) THEN "
+    f"RAISE EXCEPTION USING ERRCODE = '{TRIGGER_FIRES_SQLSTATE}', "
+    "MESSAGE = 'a trigger fires for replicated changes at the subscriber'; END IF; END $check$"
+)
+
+
+def watch_statements(articles: Sequence[ResolvedArticle]) -> list[tuple[str, Sequence[Any] | None]]:
+    """The statements that watch a batch's tables in its own pipeline (for :func:`execute`'s
+    ``before``): the articles' subscriber tables locked as :func:`watching_triggers` locks them,
+    then :data:`NO_REPLICATED_TRIGGER`.  When it raises (:func:`trigger_fires`), the caller rolls
+    back and asks :func:`watching_triggers` which tables have one."""
+    return [(_lock_tables(articles), None), (NO_REPLICATED_TRIGGER, None)]  # no parameters: a % is a %
+
+
+def trigger_fires(exc: BaseException) -> bool:
+    """Whether ``exc`` is :data:`NO_REPLICATED_TRIGGER`'s error."""
+    return isinstance(exc, psycopg.Error) and exc.sqlstate == TRIGGER_FIRES_SQLSTATE
+
+
+def _lock_tables(articles: Sequence[ResolvedArticle]) -> str:
+    """``LOCK TABLE`` of the articles' subscriber tables in ``ROW EXCLUSIVE`` mode (in this order)."""
+    names = sql.SQL(", ").join(sql.Identifier(a.dest_schema, a.dest_table) for a in articles)
+    return sql.SQL("LOCK TABLE {} IN ROW EXCLUSIVE MODE").format(names).as_string(None)
 
 
 def apply(conn: psycopg.Connection, commands: Sequence[Command], articles: dict[str, ResolvedArticle]) -> int:
@@ -137,14 +170,22 @@ def prepare(commands: Sequence[Command], articles: dict[str, ResolvedArticle]) -
     return Prepared([run for name, keys in plan.items() if keys for run in _runs(articles[name], keys)], len(commands))
 
 
-def execute(conn: psycopg.Connection, prepared: Prepared, then: Sequence[tuple[str, Sequence[Any]]] = ()) -> int:
+def execute(
+    conn: psycopg.Connection,
+    prepared: Prepared,
+    then: Sequence[tuple[str, Sequence[Any]]] = (),
+    before: Sequence[tuple[str, Sequence[Any] | None]] = (),
+) -> int:
     """Apply a prepared net change on ``conn`` (no commit); returns how many commands it nets.
-    Every statement is sent in one pipeline (one round trip), in article order and per article
-    DELETE, UPDATE, INSERT, followed by the statements ``then`` (e.g. the watermark's move); the
-    server runs them in that order, and the rows each set-based statement found are checked when
-    all have run (NotNetApplicable: the caller rolls back)."""
-    if prepared.runs or then:
+    Every statement is sent in one pipeline (one round trip): the statements ``before`` (e.g.
+    :func:`watch_statements`; one that raises leaves the others unrun), then in article order and
+    per article DELETE, UPDATE, INSERT, followed by the statements ``then`` (e.g. the watermark's
+    move); the server runs them in that order, and the rows each set-based statement found are
+    checked when all have run (NotNetApplicable: the caller rolls back)."""
+    if prepared.runs or then or before:
         with conn.pipeline():
+            for query, params in before:
+                conn.execute(query, params)
             sent = [
                 (conn.execute(_statement(conn, art, op, columns), params), expected, what)
                 for art, op, columns, params, expected, what in prepared.runs
