@@ -393,3 +393,28 @@ def test_a_batch_whose_commit_fails_at_the_subscriber_moves_nothing_and_the_next
     assert again["transactions"] == 1 and again["net_batches"] == 1
     assert env.rows(env.sub, "SELECT transactions FROM airflow_repl.subscription_state") == [(1,)]
     assert_in_sync(topo)
+
+
+def test_a_table_and_columns_named_with_percent_signs_go_by_net_change(env, spark):
+    """A % in a table's or a column's name is no placeholder in the set-based statements: the
+    batch goes by net change (it fell back to command by command, silently, before)."""
+    name = "ord%sers%"
+    env.run(
+        env.pub,
+        f'CREATE TABLE {_q(name)} (id int PRIMARY KEY, "q%sty" int, "n%(x)s" text);'
+        f"INSERT INTO {_q(name)} SELECT g, g, NULL FROM generate_series(1, 10) g",
+    )
+    topo = env.topology([{"table": f"public.{name}"}])
+    snapshot_agent.run_snapshot(topo, "p", spark)
+    with psycopg.connect(env.pub) as conn:
+        for q in (1, 2, 3):
+            conn.execute(f'UPDATE {_q(name)} SET "q%sty" = {q}, "n%(x)s" = \'a%sb\' WHERE id = 1')  # no parameters
+        conn.execute(f"INSERT INTO {_q(name)} VALUES (100, 0, 'x'), (101, 1, NULL)")
+        conn.execute(f"DELETE FROM {_q(name)} WHERE id IN (2, 100)")
+    _, delivered = cycle(topo)
+    assert delivered["net_batches"] == 1 and delivered["apply"][0]["apply"] == "net_change"
+    assert env.rows(env.sub, f'SELECT id, "q%sty", "n%(x)s" FROM {_q(name)} WHERE id IN (1, 2, 101) ORDER BY id') == [
+        (1, 3, "a%sb"),
+        (101, 1, None),
+    ]
+    assert_in_sync(topo)

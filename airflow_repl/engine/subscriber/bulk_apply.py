@@ -187,7 +187,7 @@ def execute(
             for query, params in before:
                 conn.execute(query, params)
             sent = [
-                (conn.execute(_statement(conn, art, op, columns), params), expected, what)
+                (psycopg.RawCursor(conn).execute(_statement(conn, art, op, columns), params), expected, what)
                 for art, op, columns, params, expected, what in prepared.runs
             ]
             for query, params in then:
@@ -285,7 +285,9 @@ def _statement(conn: psycopg.Connection, art: ResolvedArticle, op: str, columns:
         names = [sql.Identifier(f"c{i + 1}") for i in carried]
         if op == "M":
             names.insert(0, sql.Identifier("m"))
-        arrays = sql.SQL(", ").join(sql.SQL("%s::text[]") for _ in names)
+        # PostgreSQL's own placeholders ($n, :func:`execute` sends them through a RawCursor): a %
+        # in a table's or a column's name is then a % (psycopg's %s would read it as a placeholder)
+        arrays = sql.SQL(", ").join(sql.SQL(f"${n}::text[]") for n in range(1, len(names) + 1))
         source = sql.SQL("unnest({}) AS s({})").format(arrays, sql.SQL(", ").join(names))
         dest = sql.Identifier(art.dest_schema, art.dest_table)
         if op == "D":
