@@ -63,6 +63,7 @@ from airflow_repl.engine.state import (
     dist_drops,
     dist_history,
     dist_publications,
+    dist_schema,
     dist_subscription_articles,
     dist_subscriptions,
     dist_transactions,
@@ -268,6 +269,8 @@ class _Delivery:
         self.recorded_at = time.monotonic()
         #: the subscription was paused when the last batch was to start (nothing more delivered)
         self.paused = False
+        #: whether the distribution database has ``subscription_articles`` (None: not asked yet)
+        self.held_table: bool | None = None
 
     def connect(self, run: AgentRun) -> None:
         """Open the streams, take the subscription's lock, recover an interrupted batch."""
@@ -493,16 +496,10 @@ class _Delivery:
         (:func:`~airflow_repl.engine.state.dist_subscription_articles.delivery_limits`)."""
         watermark = subscriber_state.lock_watermark(self.streams.first, self.publication, self.subscriber)
         ahead = self.ahead.take(watermark) if self.ahead is not None else None
-        if ahead is not None:
-            pending = ahead.pending
-        else:
-            pending = dist_transactions.pending_transactions(dist, self.publication, watermark, self.settings.size)
+        pending, self.paused, held = self._distributor_batch(dist, watermark, ahead.pending if ahead else None)
         while own := _own_leading(pending, self.own_origin, self.settings.until):
-            watermark = self._pass_own(dist, own)
-            pending = dist_transactions.pending_transactions(dist, self.publication, watermark, self.settings.size)
-        # neither the cleanup (expiring it) nor airflow-repl pause can change it while the batch is delivered
-        self.paused = retention.lock_unexpired(dist, self.publication, self.subscriber)
-        held = dist_subscription_articles.held_articles(dist, self.publication, self.subscriber)
+            watermark = self._pass_own(dist, own)  # committed at the distributor too: locked again
+            pending, self.paused, held = self._distributor_batch(dist, watermark, None)
         limits = dist_subscription_articles.delivery_limits(held, watermark, set(applier.articles))
         applier.skip = limits.skip
         if limits.stop is not None:  # an article's own copy is under way: up to its hand-off
@@ -516,6 +513,29 @@ class _Delivery:
         if prepared is not None and self.ahead is not None:
             self.ahead.used += 1
         return _Batch(watermark, txns, prepared)
+
+    def _distributor_batch(
+        self, dist: psycopg.Connection, watermark: str, pending: list[PendingTransaction] | None
+    ) -> tuple[list[PendingTransaction], bool, list[dist_subscription_articles.HeldArticle]]:
+        """The distributor's part of a batch's start, in one round trip (a pipeline): the
+        transactions after ``watermark`` (unless ``pending`` was read ahead), then the
+        subscription's row held until the batch commits (an expired one refused: neither the
+        cleanup expiring it nor airflow-repl pause can change it while the batch is delivered;
+        whether it is paused) and the articles it holds (an article's own copy limits the batch)."""
+        if self.held_table is None:  # a distribution database made before added articles were copied on their own
+            self.held_table = dist_schema.deployed(dist, "subscription_articles")
+        pub, sub = self.publication, self.subscriber
+        with dist.cursor() as cur:
+            with dist.pipeline():
+                if pending is None:
+                    dist_transactions.send_pending(cur, pub, watermark, self.settings.size)
+                lock = dist.execute(retention.UNEXPIRED_QUERY, (pub, sub))
+                rows = dist.execute(dist_subscription_articles.HELD_QUERY, (sub, pub)) if self.held_table else None
+            if pending is None:
+                pending = dist_transactions.pending_rows(cur)
+        paused = retention.unexpired(lock.fetchone(), pub, sub)
+        held = dist_subscription_articles.held(rows.fetchall()) if rows is not None else []
+        return pending, paused, held
 
     def _pass_own(self, dist: psycopg.Connection, own: list[PendingTransaction]) -> str:
         """Move the watermark past the subscriber's own queued changes, which the Queue Reader

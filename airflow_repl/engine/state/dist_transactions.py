@@ -311,11 +311,21 @@ def pending_transactions(
     """Up to ``limit`` transactions of the publication after xact_seqno ``after``, in commit
     (LSN) order (:data:`BATCH_QUERY`)."""
     with conn.cursor() as cur:
-        read_json_with(cur, JsonLoader)
-        rows = cur.execute(BATCH_QUERY, (publication, after, limit)).fetchall()
+        return pending_rows(send_pending(cur, publication, after, limit))
+
+
+def send_pending(cur: psycopg.Cursor[Any], publication: str, after: str, limit: int) -> psycopg.Cursor[Any]:
+    """Execute :data:`BATCH_QUERY` on ``cur`` (in a pipeline: sent, its rows read later by
+    :func:`pending_rows`)."""
+    read_json_with(cur, JsonLoader)
+    return cur.execute(BATCH_QUERY, (publication, after, limit))
+
+
+def pending_rows(cur: psycopg.Cursor[Any]) -> list[PendingTransaction]:
+    """The pending transactions of :func:`send_pending`'s cursor."""
     return [
         PendingTransaction(xact, count, article_rows or {}, commit_time, origin, bool(ddl))
-        for xact, count, article_rows, commit_time, origin, ddl in rows
+        for xact, count, article_rows, commit_time, origin, ddl in cur.fetchall()
     ]
 
 
