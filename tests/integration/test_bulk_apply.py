@@ -321,7 +321,7 @@ def _after_records(monkeypatch, n, action):
 def test_the_read_ahead_reads_several_batches_transactions_at_once(env, spark, monkeypatch):
     """Twelve transactions in batches of two: the read-ahead asks for the pending transactions
     of four batches at once and cuts the next batches from what it kept (three reads: two for
-    the five batches it reads, one after the last finding nothing; one a batch before), each
+    the five batches it reads, one after the last finding nothing; a read a batch before), each
     batch still two transactions."""
     limits = _reads_counted(monkeypatch)
     topo = _env(env, spark, {"b_call": {}}, commit_batch_size=2)

@@ -8,7 +8,9 @@ taking turns.
 What is read ahead is only a guess at the next batch: it is read after the watermark the batch
 being applied will leave, and the agent uses it only when the watermark it then locks at the
 subscriber is that one and the batch it cuts is the same transactions (otherwise it reads them as
-before).  Reading is all this module does: the subscriber's watermark lock, the distributor's
+before).  One read asks for the pending transactions of several batches
+(:data:`BATCHES_PER_READ`); those after the batch it cut are kept for the next read, which then
+reads only its batch's commands (one round trip), when it is after that batch.  Reading is all this module does: the subscriber's watermark lock, the distributor's
 retention lock (which refuses an expired subscription after the read, as it does after the
 agent's own), the application and the commits stay with the agent's loop, in their order.  A
 failed read ahead is dropped: the agent's own read then meets the failure and reports it.
@@ -50,7 +52,8 @@ BATCHES_PER_READ = 4
 class Read(Generic[P]):
     """What was read after watermark ``after``: the pending transactions (``size`` at most), the
     batch cut from them, (unless that batch is a schema change's or too large to hold) its net
-    change, and the pending transactions read after the batch (kept for the next read)."""
+    change, and the pending transactions read after the batch (kept for the next read; at most
+    ``size`` times :data:`BATCHES_PER_READ` small rows, no commands)."""
 
     after: str
     pending: list[PendingTransaction]
@@ -67,11 +70,8 @@ class Read(Generic[P]):
 
 class ReadAhead(Generic[P]):
     """One read at a time, on ``conn`` (autocommit, used by nothing else), in a worker thread.
-    A read taken starts the next one at once, after the batch it was cut for (the batch the
-    agent then delivers, when nothing limits it otherwise): while the agent starts that batch
-    and applies it, the one after it is read; :meth:`start` keeps that read when it is after the
-    watermark asked, and throws it away otherwise.  At most two batches' commands are held: the
-    one taken and the one being read."""
+    The pending transactions a read found after its batch are kept for the next read, when it
+    is after that batch (:meth:`start`), and thrown away otherwise."""
 
     def __init__(
         self,
@@ -84,22 +84,23 @@ class ReadAhead(Generic[P]):
         self.conn, self.publication, self.size, self.cut, self.prepare = conn, publication, size, cut, prepare
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="airflow-repl-read-ahead")
         self._job: tuple[str, Future[Read[P]]] | None = None
+        #: the pending transactions the last read taken found after its batch, and that batch's end
+        self._kept: tuple[str, list[PendingTransaction]] | None = None
         self.used = 0  # batches whose commands came from a read ahead
 
     def start(self, after: str) -> None:
-        """Read the transactions after ``after`` and the batch they begin (unless that read is
-        under way already)."""
-        if self._job is not None and self._job[0] == after:
-            return
+        """Read the transactions after ``after`` (those kept, when they follow it) and the batch
+        they begin."""
         self._wait()
-        self._job = (after, self._pool.submit(self._read, after, None))
+        kept, self._kept = self._kept, None
+        known = kept[1] if kept is not None and kept[0] == after else None
+        self._job = (after, self._pool.submit(self._read, after, known))
 
     def take(self, after: str) -> Read[P] | None:
         """The read after ``after``, when the last one started was that (waiting for it to
-        finish); None otherwise or when it failed.  The next read starts, after the batch it
-        returns (not after a schema change's: the batches after it are prepared with the
-        definitions it makes)."""
+        finish); None otherwise or when it failed."""
         job, self._job = self._job, None
+        self._kept = None
         if job is None:
             return None
         started_after, future = job
@@ -110,9 +111,8 @@ class ReadAhead(Generic[P]):
             return None
         if started_after != after or not read.pending:
             return None
-        if read.batch and not read.batch[0].schema_change:
-            following = read.batch[-1].xact
-            self._job = (following, self._pool.submit(self._read, following, read.rest))
+        if read.batch:
+            self._kept = (read.batch[-1].xact, read.rest)
         return read
 
     def close(self) -> int:
