@@ -517,25 +517,12 @@ class _Delivery:
     def _distributor_batch(
         self, dist: psycopg.Connection, watermark: str, pending: list[PendingTransaction] | None
     ) -> tuple[list[PendingTransaction], bool, list[dist_subscription_articles.HeldArticle]]:
-        """The distributor's part of a batch's start, in one round trip (a pipeline): the
-        transactions after ``watermark`` (unless ``pending`` was read ahead), then the
-        subscription's row held until the batch commits (an expired one refused: neither the
-        cleanup expiring it nor airflow-repl pause can change it while the batch is delivered;
-        whether it is paused) and the articles it holds (an article's own copy limits the batch)."""
+        """The distributor's part of a batch's start, in one round trip (:func:`batch_start`)."""
         if self.held_table is None:  # a distribution database made before added articles were copied on their own
             self.held_table = dist_schema.deployed(dist, "subscription_articles")
-        pub, sub = self.publication, self.subscriber
-        with dist.cursor() as cur:
-            with dist.pipeline():
-                if pending is None:
-                    dist_transactions.send_pending(cur, pub, watermark, self.settings.size)
-                lock = dist.execute(retention.UNEXPIRED_QUERY, (pub, sub))
-                rows = dist.execute(dist_subscription_articles.HELD_QUERY, (sub, pub)) if self.held_table else None
-            if pending is None:
-                pending = dist_transactions.pending_rows(cur)
-        paused = retention.unexpired(lock.fetchone(), pub, sub)
-        held = dist_subscription_articles.held(rows.fetchall()) if rows is not None else []
-        return pending, paused, held
+        return batch_start(
+            dist, self.publication, self.subscriber, watermark, self.settings.size, pending, held=self.held_table
+        )
 
     def _pass_own(self, dist: psycopg.Connection, own: list[PendingTransaction]) -> str:
         """Move the watermark past the subscriber's own queued changes, which the Queue Reader
@@ -839,6 +826,34 @@ class _Delivery:
             and self.guard is None
             and all(t.command_count and not t.schema_change for t in batch.txns)
         )
+
+
+def batch_start(
+    dist: psycopg.Connection,
+    publication: str,
+    subscriber: str,
+    watermark: str,
+    size: int,
+    pending: list[PendingTransaction] | None,
+    *,
+    held: bool,
+) -> tuple[list[PendingTransaction], bool, list[dist_subscription_articles.HeldArticle]]:
+    """The distributor's part of a batch's start, in one round trip (a pipeline): up to ``size``
+    transactions after ``watermark`` (unless ``pending`` was read ahead), then the
+    subscription's row held until the batch commits (an expired one refused: neither the cleanup
+    expiring it nor airflow-repl pause can change it while the batch is delivered; whether it is
+    paused) and, when ``held`` (the distribution database has the table), the articles it holds
+    (an article's own copy limits the batch)."""
+    with dist.cursor() as cur:
+        with dist.pipeline():
+            if pending is None:
+                dist_transactions.send_pending(cur, publication, watermark, size)
+            lock = dist.execute(retention.UNEXPIRED_QUERY, (publication, subscriber))
+            rows = dist.execute(dist_subscription_articles.HELD_QUERY, (subscriber, publication)) if held else None
+        if pending is None:
+            pending = dist_transactions.pending_rows(cur)
+    paused = retention.unexpired(lock.fetchone(), publication, subscriber)
+    return pending, paused, dist_subscription_articles.held(rows.fetchall()) if rows is not None else []
 
 
 def record_skipped(
