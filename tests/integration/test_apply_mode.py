@@ -211,7 +211,7 @@ def _enable_after_first_batch(env, monkeypatch, statement: str) -> None:
     def then_enable(self, *args, **kwargs):
         delivered(self, *args, **kwargs)
         if self.totals["commits"] == 1:
-            assert self.held is not None  # the commit locked the next batch's watermark
+            assert self.locked_watermark is not None  # the commit locked the next batch's watermark
             env.run(env.sub, statement)
 
     monkeypatch.setattr(distribution_agent._Delivery, "_delivered", then_enable)

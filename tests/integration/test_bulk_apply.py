@@ -10,8 +10,8 @@ import psycopg
 import pytest
 from harness import assert_in_sync, cycle
 
-from airflow_repl.engine.agents import distribution_agent, log_reader_agent, snapshot_agent
-from airflow_repl.engine.errors import DeliveryError
+from airflow_repl.engine.agents import distribution_agent, log_reader_agent, read_ahead, snapshot_agent
+from airflow_repl.engine.errors import DeliveryError, ReplError
 from airflow_repl.engine.subscriber import bulk_apply
 
 TABLES = {
@@ -261,7 +261,6 @@ def test_a_read_ahead_is_used_only_after_the_watermark_it_was_read_after(env, sp
     """What was read after one watermark is never taken for another (a batch committed short of
     where it was expected to end, or the subscription reinitialized meanwhile), nor for another
     cut of the transactions."""
-    from airflow_repl.engine.agents import read_ahead
     from airflow_repl.engine.state import dist_transactions
 
     topo = _env(env, spark, {"b_call": {}})
@@ -284,6 +283,107 @@ def test_a_read_ahead_is_used_only_after_the_watermark_it_was_read_after(env, sp
             assert ahead.take("0/0") is None  # nothing started
         finally:
             ahead.close()
+
+
+def _reads_counted(monkeypatch):
+    """The calls of dist_transactions.pending_transactions (the read-ahead's reads of pending
+    transactions; the agent's own go with its locks, in a pipeline): their limits."""
+    from airflow_repl.engine.state import dist_transactions
+
+    limits = []
+    read = dist_transactions.pending_transactions
+
+    def counted(conn, publication, after, limit):
+        limits.append(limit)
+        return read(conn, publication, after, limit)
+
+    monkeypatch.setattr(dist_transactions, "pending_transactions", counted)
+    return limits
+
+
+def _after_records(monkeypatch, n, action):
+    """``action()`` once the run recorded its ``n``-th batch at the distributor (committed
+    there), each batch recorded at once."""
+    monkeypatch.setattr(distribution_agent, "RECORD_INTERVAL", 0.0)
+    record, calls = distribution_agent._Delivery.record, []
+
+    def recorded(self, dist):
+        had = self.unrecorded is not None
+        record(self, dist)
+        if had:
+            calls.append(1)
+            if len(calls) == n:
+                action()
+
+    monkeypatch.setattr(distribution_agent._Delivery, "record", recorded)
+
+
+def test_the_read_ahead_reads_several_batches_transactions_at_once(env, spark, monkeypatch):
+    """Twelve transactions in batches of two: the read-ahead asks for the pending transactions
+    of four batches at once and cuts the next batches from what it kept (three reads: two for
+    the five batches it reads, one after the last finding nothing; a read a batch before), each
+    batch still two transactions."""
+    limits = _reads_counted(monkeypatch)
+    topo = _env(env, spark, {"b_call": {}}, commit_batch_size=2)
+    for i in range(1, 13):
+        env.run(env.pub, f"UPDATE b_call SET qty = -1 WHERE id = {i}")
+    log_reader_agent.run_log_reader(topo, "p")
+    limits.clear()
+    delivered = distribution_agent.run_distribution(topo, "p", "sub1")
+    assert delivered["commits"] == 6 and delivered["read_ahead_batches"] == 5
+    assert limits == [2 * read_ahead.BATCHES_PER_READ] * 3
+    assert_in_sync(topo)
+
+
+@pytest.mark.parametrize("change", ["pause", "expire"])
+def test_a_pause_or_expiry_between_batches_read_ahead_stops_delivery_there(env, spark, monkeypatch, change):
+    """The next batches were read (and prepared) ahead when the subscription is paused or
+    expires: nothing more is delivered (an expired one is refused), the watermark stays after
+    the third batch; resumed, the next run delivers the rest once."""
+    topo = _env(env, spark, {"b_call": {}}, commit_batch_size=1)
+    for i in range(1, 13):
+        env.run(env.pub, f"UPDATE b_call SET qty = qty + {i} WHERE id <= {i}")
+    log_reader_agent.run_log_reader(topo, "p")
+    column = "paused = true" if change == "pause" else "status = 'expired'"
+    _after_records(monkeypatch, 3, lambda: env.run(env.dist, f"UPDATE airflow_repl.subscriptions SET {column}"))
+    if change == "pause":
+        summary = distribution_agent.run_distribution(topo, "p", "sub1")
+        assert summary["paused"] is True and summary["transactions"] == 3
+    else:
+        with pytest.raises(ReplError, match="expired"):
+            distribution_agent.run_distribution(topo, "p", "sub1")
+    third = env.rows(env.dist, "SELECT xact_seqno::text FROM airflow_repl.transactions ORDER BY xact_seqno")[2]
+    assert env.rows(env.sub, "SELECT xact_seqno::text FROM airflow_repl.subscription_state") == [third]
+    assert env.rows(env.sub, "SELECT sum(qty) FROM b_call WHERE id <= 12") == [(78 + 1 + 4 + 9,)]  # i added to 1..i
+    env.run(env.dist, "UPDATE airflow_repl.subscriptions SET paused = false, status = 'active'")
+    monkeypatch.undo()
+    rest = distribution_agent.run_distribution(topo, "p", "sub1")
+    assert rest["transactions"] == 9
+    assert_in_sync(topo)
+
+
+def test_a_run_that_dies_after_a_batch_read_ahead_applies_nothing_twice(env, spark, monkeypatch):
+    """The run dies between a batch's subscriber commit and its record, the next batches read
+    ahead: run again, it delivers each transaction once."""
+    topo = _env(env, spark, {"b_call": {}}, commit_batch_size=1)
+    for i in range(1, 13):
+        env.run(env.pub, f"UPDATE b_call SET qty = qty + {i} WHERE id <= {i}")
+    log_reader_agent.run_log_reader(topo, "p")
+    delivered, calls = distribution_agent._Delivery._delivered, []
+
+    def dies(self, dist, txns, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:
+            raise RuntimeError("killed")
+        return delivered(self, dist, txns, *args, **kwargs)
+
+    monkeypatch.setattr(distribution_agent._Delivery, "_delivered", dies)
+    with pytest.raises(RuntimeError, match="killed"):
+        distribution_agent.run_distribution(topo, "p", "sub1")
+    monkeypatch.undo()
+    rest = distribution_agent.run_distribution(topo, "p", "sub1")
+    assert rest["transactions"] == 8  # the fourth was committed at the subscriber before the run died
+    assert_in_sync(topo)
 
 
 def test_ordinary_batches_are_recorded_at_the_distributor_once_a_second_tokens_at_once(env, spark, monkeypatch):

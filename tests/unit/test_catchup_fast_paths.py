@@ -274,12 +274,12 @@ def test_stored_commands_load_as_json_loads_reads_them():
     for _ in range(2000):
         cmd = Command(UPDATE, "t", _values(rng), _values(rng), rng.random() < 0.5)
         text = json.dumps(cmd.to_json(), ensure_ascii=rng.random() < 0.5, separators=(", ", ": "))
-        assert dist_encoding.load_command(memoryview(text.encode())) == json.loads(text) == cmd.to_json()
+        assert dist_encoding.load_command("U", text) == json.loads(text) == cmd.to_json()
     schema = {"s": {"change": "x", "before": {"limit": 2**70, "oid": 23, "ratio": 0.1}, "after": {}}}
     text = json.dumps(schema)  # only a schema change's JSON holds numbers: read by json, exactly
-    assert repr(dist_encoding.load_command(memoryview(text.encode()))) == repr(schema)
+    assert repr(dist_encoding.load_command("S", text)) == repr(schema)
     tricky = {"o": ['"s": 1'], "n": ["s", 'a"s":']}  # "s": inside values: json's, the same
-    assert dist_encoding.load_command(json.dumps(tricky).encode()) == tricky
+    assert dist_encoding.load_command("U", json.dumps(tricky)) == tricky
 
 
 # ---------------------------------------------------------------------- text[] literals

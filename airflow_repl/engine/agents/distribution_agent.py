@@ -63,6 +63,7 @@ from airflow_repl.engine.state import (
     dist_drops,
     dist_history,
     dist_publications,
+    dist_schema,
     dist_subscription_articles,
     dist_subscriptions,
     dist_transactions,
@@ -274,7 +275,9 @@ class _Delivery:
         #: each batch asks its tables' own first (:meth:`_watched`)
         self.watch_inline = True
         #: the watermark locked in the transaction the last batch's commit began (None: none locked)
-        self.held: str | None = None
+        self.locked_watermark: str | None = None
+        #: whether the distribution database has ``subscription_articles`` (None: not asked yet)
+        self.held_table: bool | None = None
 
     def connect(self, run: AgentRun) -> None:
         """Open the streams, take the subscription's lock, recover an interrupted batch."""
@@ -520,16 +523,10 @@ class _Delivery:
         (:func:`~airflow_repl.engine.state.dist_subscription_articles.delivery_limits`)."""
         watermark = self._lock_watermark()
         ahead = self.ahead.take(watermark) if self.ahead is not None else None
-        if ahead is not None:
-            pending = ahead.pending
-        else:
-            pending = dist_transactions.pending_transactions(dist, self.publication, watermark, self.settings.size)
+        pending, self.paused, held = self._distributor_batch(dist, watermark, ahead.pending if ahead else None)
         while own := _own_leading(pending, self.own_origin, self.settings.until):
-            watermark = self._pass_own(dist, own)
-            pending = dist_transactions.pending_transactions(dist, self.publication, watermark, self.settings.size)
-        # neither the cleanup (expiring it) nor airflow-repl pause can change it while the batch is delivered
-        self.paused = retention.lock_unexpired(dist, self.publication, self.subscriber)
-        held = dist_subscription_articles.held_articles(dist, self.publication, self.subscriber)
+            watermark = self._pass_own(dist, own)  # committed at the distributor too: locked again
+            pending, self.paused, held = self._distributor_batch(dist, watermark, None)
         limits = dist_subscription_articles.delivery_limits(held, watermark, set(applier.articles))
         applier.skip = limits.skip
         if limits.stop is not None:  # an article's own copy is under way: up to its hand-off
@@ -547,15 +544,25 @@ class _Delivery:
     def _lock_watermark(self) -> str:
         """The watermark, locked: the one the last batch's commit locked in the transaction it
         began, if that transaction is still open (nothing ended it since), else locked now."""
-        held, self.held = self.held, None
+        held, self.locked_watermark = self.locked_watermark, None
         if held is not None and self.streams.first.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS:
             return held
         return subscriber_state.lock_watermark(self.streams.first, self.publication, self.subscriber)
 
     def _release(self) -> None:
         """End the subscriber transaction (and so the watermark's lock, if held) on the first stream."""
-        self.held = None
+        self.locked_watermark = None
         self.streams.first.rollback()
+
+    def _distributor_batch(
+        self, dist: psycopg.Connection, watermark: str, pending: list[PendingTransaction] | None
+    ) -> tuple[list[PendingTransaction], bool, list[dist_subscription_articles.HeldArticle]]:
+        """The distributor's part of a batch's start, in one round trip (:func:`batch_start`)."""
+        if self.held_table is None:  # a distribution database made before added articles were copied on their own
+            self.held_table = dist_schema.deployed(dist, "subscription_articles")
+        return batch_start(
+            dist, self.publication, self.subscriber, watermark, self.settings.size, pending, held=self.held_table
+        )
 
     def _pass_own(self, dist: psycopg.Connection, own: list[PendingTransaction]) -> str:
         """Move the watermark past the subscriber's own queued changes, which the Queue Reader
@@ -696,7 +703,7 @@ class _Delivery:
         if not moved:
             subscriber_state.set_watermark(self.streams.first, self.publication, batch.last, len(batch.txns))
         if used == 1 and self.turns is None:  # the next batch's lock in the same round trip
-            self.held = subscriber_state.commit_and_lock(self.streams.first, self.publication)
+            self.locked_watermark = subscriber_state.commit_and_lock(self.streams.first, self.publication)
         elif used == 1:
             self.streams.first.commit()
         else:
@@ -884,6 +891,34 @@ class _Delivery:
             and self.guard is None
             and all(t.command_count and not t.schema_change for t in batch.txns)
         )
+
+
+def batch_start(
+    dist: psycopg.Connection,
+    publication: str,
+    subscriber: str,
+    watermark: str,
+    size: int,
+    pending: list[PendingTransaction] | None,
+    *,
+    held: bool,
+) -> tuple[list[PendingTransaction], bool, list[dist_subscription_articles.HeldArticle]]:
+    """The distributor's part of a batch's start, in one round trip (a pipeline): up to ``size``
+    transactions after ``watermark`` (unless ``pending`` was read ahead), then the
+    subscription's row held until the batch commits (an expired one refused: neither the cleanup
+    expiring it nor airflow-repl pause can change it while the batch is delivered; whether it is
+    paused) and, when ``held`` (the distribution database has the table), the articles it holds
+    (an article's own copy limits the batch)."""
+    with dist.cursor() as cur:
+        with dist.pipeline():
+            if pending is None:
+                dist_transactions.send_pending(cur, publication, watermark, size)
+            lock = dist.execute(retention.UNEXPIRED_QUERY, (publication, subscriber))
+            rows = dist.execute(dist_subscription_articles.HELD_QUERY, (subscriber, publication)) if held else None
+        if pending is None:
+            pending = dist_transactions.pending_rows(cur)
+    paused = retention.unexpired(lock.fetchone(), publication, subscriber)
+    return pending, paused, dist_subscription_articles.held(rows.fetchall()) if rows is not None else []
 
 
 def record_skipped(

@@ -357,15 +357,19 @@ class MariaDBDelivery:
         dist.commit()
 
     def _next_batch(self, dist: psycopg.Connection[Any]) -> tuple[str, list[PendingTransaction]] | None:
-        from airflow_repl.engine.agents.distribution_agent import _cut_batch
+        from airflow_repl.engine.agents.distribution_agent import _cut_batch, batch_start
 
         watermark = self._guard(lambda: state.lock_watermark(self.conn, self.publication, self.subscriber))
         ahead = self.ahead.take(watermark) if self.ahead is not None else None
-        if ahead is not None:
-            pending = ahead.pending
-        else:
-            pending = dist_transactions.pending_transactions(dist, self.publication, watermark, self.settings.size)
-        self.paused = retention.lock_unexpired(dist, self.publication, self.subscriber)
+        pending, self.paused, _ = batch_start(
+            dist,
+            self.publication,
+            self.subscriber,
+            watermark,
+            self.settings.size,
+            ahead.pending if ahead is not None else None,
+            held=False,
+        )
         txns = [] if self.paused else _cut_batch(pending, self.settings.until, self.settings.threshold)
         if not txns:
             self.conn.rollback()

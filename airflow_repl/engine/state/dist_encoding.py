@@ -92,20 +92,17 @@ def loads(data: Buffer) -> Any:
 _LONG_NUMBER = re.compile(rb"[0-9]{19}")
 
 
-def load_command(data: Buffer) -> Any:
-    """A stored command's JSON (``airflow_repl.commands.data``), as :func:`loads` reads it.  Only
-    a schema change's has an ``"s"`` key, and only it may hold numbers other than the pair
-    flag: a row change's (no ``"s":`` anywhere in the text, the test that costs least) goes
-    straight to orjson."""
-    if _SCHEMA_KEY.search(data) is None:
+def load_command(op: str, data: str) -> Any:
+    """A stored command's JSON (``airflow_repl.commands.data``, read as text), as :func:`loads`
+    reads it.  Only a schema change's (op ``S``) may hold numbers other than the pair flag: a
+    row change's goes straight to orjson (no look into its text; psycopg makes the text in C,
+    where a loader of the ``json`` column would be a Python call per value)."""
+    if op != "S":
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError:
             pass
-    return loads(data)
-
-
-_SCHEMA_KEY = re.compile(rb'"s":')
+    return loads(data.encode())
 
 
 class JsonLoader(Loader):
@@ -119,10 +116,3 @@ def read_json_with(cur: psycopg.Cursor[Any], loader: type[Loader]) -> None:
     made by an earlier airflow-repl, with ``loader``."""
     cur.adapters.register_loader("json", loader)
     cur.adapters.register_loader("jsonb", loader)
-
-
-class CommandLoader(Loader):
-    """``json`` (and ``jsonb``) columns (text format) of the stored commands through :func:`load_command`:
-    psycopg's own loader is ``json.loads`` with a Python call per value around it."""
-
-    load = staticmethod(load_command)

@@ -42,12 +42,21 @@ def held_articles(conn: psycopg.Connection[Any], publication: str, subscriber: s
     [] before the distribution database has the table."""
     if not deployed(conn, "subscription_articles"):
         return []
-    rows = conn.execute(
-        "SELECT a.name, sa.status, sa.handoff_xact_seqno::text FROM airflow_repl.articles a "
-        "LEFT JOIN airflow_repl.subscription_articles sa ON sa.publication = a.publication "
-        "AND sa.subscriber = %s AND sa.article = a.name WHERE a.publication = %s ORDER BY a.name",
-        (subscriber, publication),
-    ).fetchall()
+    return held(conn.execute(HELD_QUERY, (subscriber, publication)).fetchall())
+
+
+#: SQL (subscriber, publication): every article of the publication with the subscription's state
+#: of it, by name (:func:`held_articles`; a caller sending it in a pipeline gives its rows to
+#: :func:`held`).
+HELD_QUERY = (
+    "SELECT a.name, sa.status, sa.handoff_xact_seqno::text FROM airflow_repl.articles a "
+    "LEFT JOIN airflow_repl.subscription_articles sa ON sa.publication = a.publication "
+    "AND sa.subscriber = %s AND sa.article = a.name WHERE a.publication = %s ORDER BY a.name"
+)
+
+
+def held(rows: list[tuple[Any, ...]]) -> list[HeldArticle]:
+    """:data:`HELD_QUERY`'s rows."""
     return [HeldArticle(str(a), s, h) for a, s, h in rows]
 
 

@@ -19,7 +19,7 @@ from psycopg import sql
 from airflow_repl.engine.postgres import lsn
 from airflow_repl.engine.postgres.copy_escaping import copy_field
 from airflow_repl.engine.postgres.pgoutput import PG_EPOCH
-from airflow_repl.engine.state.dist_encoding import CommandLoader, JsonLoader, counts_json, dumps, read_json_with
+from airflow_repl.engine.state.dist_encoding import JsonLoader, counts_json, dumps, load_command, read_json_with
 
 #: A row written to ``airflow_repl.commands`` by the Log Reader, as one line of COPY's text
 #: format (:func:`command_line`): publication, xact_seqno, command_id, article, op, data (JSON).
@@ -280,9 +280,10 @@ BATCH_QUERY = (
 )
 
 
-#: SQL: the commands of the transactions first..last, in commit order.
+#: SQL: the commands of the transactions first..last, in commit order (their JSON as text, for
+#: :func:`~airflow_repl.engine.state.dist_encoding.load_command`).
 COMMANDS_QUERY = (
-    "SELECT c.xact_seqno::text AS xact, c.command_id, c.article, c.op, c.data "
+    "SELECT c.xact_seqno::text AS xact, c.command_id, c.article, c.op, c.data::text AS data "
     "FROM airflow_repl.commands AS c "
     "WHERE c.publication = %s AND c.xact_seqno BETWEEN %s::pg_lsn AND %s::pg_lsn "
     "ORDER BY c.xact_seqno, c.command_id"
@@ -311,11 +312,21 @@ def pending_transactions(
     """Up to ``limit`` transactions of the publication after xact_seqno ``after``, in commit
     (LSN) order (:data:`BATCH_QUERY`)."""
     with conn.cursor() as cur:
-        read_json_with(cur, JsonLoader)
-        rows = cur.execute(BATCH_QUERY, (publication, after, limit)).fetchall()
+        return pending_rows(send_pending(cur, publication, after, limit))
+
+
+def send_pending(cur: psycopg.Cursor[Any], publication: str, after: str, limit: int) -> psycopg.Cursor[Any]:
+    """Execute :data:`BATCH_QUERY` on ``cur`` (in a pipeline: sent, its rows read later by
+    :func:`pending_rows`)."""
+    read_json_with(cur, JsonLoader)
+    return cur.execute(BATCH_QUERY, (publication, after, limit))
+
+
+def pending_rows(cur: psycopg.Cursor[Any]) -> list[PendingTransaction]:
+    """The pending transactions of :func:`send_pending`'s cursor."""
     return [
         PendingTransaction(xact, count, article_rows or {}, commit_time, origin, bool(ddl))
-        for xact, count, article_rows, commit_time, origin, ddl in rows
+        for xact, count, article_rows, commit_time, origin, ddl in cur.fetchall()
     ]
 
 
@@ -326,18 +337,17 @@ def batch_commands(
     server-side cursor as they are consumed (:data:`COMMANDS_QUERY`); close the generator to
     close the cursor early."""
     with conn.cursor(name="airflow_repl_cmds") as cur:
-        read_json_with(cur, CommandLoader)
         cur.itersize = 2000
         cur.execute(COMMANDS_QUERY, (publication, first, last))
-        yield from cur
+        for xact, cid, article, op, data in cur:
+            yield xact, cid, article, op, load_command(op, data)
 
 
 def batch_commands_list(conn: psycopg.Connection, publication: str, first: str, last: str) -> list[CommandRow]:
     """The commands of :func:`batch_commands`, read in one round trip (a caller that holds the
     whole batch in memory anyway)."""
-    with conn.cursor() as cur:
-        read_json_with(cur, CommandLoader)
-        return cur.execute(COMMANDS_QUERY, (publication, first, last)).fetchall()
+    rows = conn.execute(COMMANDS_QUERY, (publication, first, last)).fetchall()
+    return [(xact, cid, article, op, load_command(op, data)) for xact, cid, article, op, data in rows]
 
 
 def origin_positions(conn: psycopg.Connection, publication: str, origin: str, xids: list[int]) -> dict[int, str]:

@@ -166,10 +166,19 @@ def lock_unexpired(conn: psycopg.Connection[Any], publication: str, subscriber: 
     """Refuse an expired subscription; otherwise hold its row until the transaction ends, so
     that the cleanup cannot expire it (and delete what it needs), nor ``pause`` pause it, while
     a batch is delivered.  Returns whether it is paused."""
-    row = conn.execute(
-        "SELECT status, paused FROM airflow_repl.subscriptions WHERE publication = %s AND subscriber = %s FOR SHARE",
-        (publication, subscriber),
-    ).fetchone()
+    return unexpired(conn.execute(UNEXPIRED_QUERY, (publication, subscriber)).fetchone(), publication, subscriber)
+
+
+#: SQL (publication, subscriber): the subscription's status and pause, its row held (FOR SHARE)
+#: until the transaction ends (:func:`lock_unexpired`; a caller sending it in a pipeline gives
+#: its row to :func:`unexpired`).
+UNEXPIRED_QUERY = (
+    "SELECT status, paused FROM airflow_repl.subscriptions WHERE publication = %s AND subscriber = %s FOR SHARE"
+)
+
+
+def unexpired(row: tuple[Any, ...] | None, publication: str, subscriber: str) -> bool:
+    """:data:`UNEXPIRED_QUERY`'s row: refuse an expired subscription; whether it is paused."""
     if row is not None and row[0] == "expired":
         raise ReplError(expired_message(publication, subscriber, bool(row[1])))
     return row is not None and bool(row[1])
