@@ -149,5 +149,5 @@ def test_the_composed_statements_kept_per_connection_are_bounded(monkeypatch):
         assert statement.startswith('UPDATE "public"."t" AS t SET ') and len(bulk_apply._STATEMENTS[context]) <= 3
     assert bulk_apply._statement(context, art, "U", (1, 3)) == (  # type: ignore[arg-type]
         'UPDATE "public"."t" AS t SET "a" = s."c2"::text, "c" = s."c4"::text '
-        'FROM unnest(%s::text[], %s::text[], %s::text[]) AS s("c1", "c2", "c4") WHERE t."id" = s."c1"::integer'
+        'FROM unnest($1::text[], $2::text[], $3::text[]) AS s("c1", "c2", "c4") WHERE t."id" = s."c1"::integer'
     )
