@@ -10,10 +10,11 @@ being applied will leave, and the agent uses it only when the watermark it then 
 subscriber is that one and the batch it cuts is the same transactions (otherwise it reads them as
 before).  One read asks for the pending transactions of several batches
 (:data:`BATCHES_PER_READ`); those after the batch it cut are kept for the next read, which then
-reads only its batch's commands (one round trip), when it is after that batch.  Reading is all this module does: the subscriber's watermark lock, the distributor's
-retention lock (which refuses an expired subscription after the read, as it does after the
-agent's own), the application and the commits stay with the agent's loop, in their order.  A
-failed read ahead is dropped: the agent's own read then meets the failure and reports it.
+reads only its batch's commands (one round trip), when it is after that batch.  Reading is all
+this module does: the subscriber's watermark lock, the distributor's retention lock (which
+refuses an expired subscription after the read, as it does after the agent's own), the
+application and the commits stay with the agent's loop, in their order.  A failed read ahead is
+dropped: the agent's own read then meets the failure and reports it.
 """
 
 from __future__ import annotations

@@ -237,6 +237,7 @@ def commit_and_lock(conn: psycopg.Connection, publication: str) -> str | None:
     :func:`lock_watermark`), in one round trip; returns the watermark, or None when it could not
     be locked (the transaction committed, the next rolled back: :func:`lock_watermark` says why
     when asked again).  A failed commit raises as ``conn.commit()`` does (nothing after it ran)."""
+    commit = None
     try:
         with conn.pipeline():
             commit = conn.execute("COMMIT")
@@ -244,8 +245,8 @@ def commit_and_lock(conn: psycopg.Connection, publication: str) -> str | None:
             cur = conn.execute(_LOCK_WATERMARK, (publication,))
         row = cur.fetchone()
     except psycopg.Error:
-        if commit.pgresult is None or commit.pgresult.status != psycopg.pq.ExecStatus.COMMAND_OK:
-            raise  # the COMMIT failed: the pipeline ran nothing after it
+        if commit is None or commit.pgresult is None or commit.pgresult.status != psycopg.pq.ExecStatus.COMMAND_OK:
+            raise  # the COMMIT failed (or was never sent): the pipeline ran nothing after it
         row = None
     if row is None:
         conn.rollback()
