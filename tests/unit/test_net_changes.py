@@ -11,6 +11,8 @@ from airflow_repl.engine.subscriber import bulk_apply
 from airflow_repl.engine.subscriber.bulk_apply import NotNetApplicable
 
 ART = {"t": text_article()}
+#: an article whose UPDATEs set only the columns they changed: the net effect counts them
+MASKED = {"t": text_article(update="SCALL")}
 
 
 def ins(i, a="a", b="b"):
@@ -25,15 +27,32 @@ def dele(i, a="a", b="b"):
     return Command(DELETE, "t", old=[str(i), a, b])
 
 
-def _net(*cmds):
+def _net(*cmds, articles=MASKED):
     return {
-        k: (s.existed, s.final, s.deleted, sorted(s.changed)) for k, s in bulk_apply.net_changes(cmds, ART)["t"].items()
+        k: (s.existed, s.final, s.deleted, sorted(s.changed))
+        for k, s in bulk_apply.net_changes(cmds, articles)["t"].items()
     }
 
 
 def test_updates_of_one_row_collapse_to_the_last_image_and_the_union_of_changed_columns():
     assert _net(upd(1, ["a", "b"], ["x", "b"]), upd(1, ["x", "b"], ["x", "y"])) == {
         ("1",): (True, ["1", "x", "y"], False, [1, 2])
+    }
+
+
+def test_the_changed_columns_are_counted_only_where_updates_set_no_others():
+    """CALL sets every column: nothing reads which ones changed, so nothing counts them."""
+    cmds = (upd(1, ["a", "b"], ["x", "b"]), upd(1, ["x", "b"], ["x", "y"]), upd(2, ["a", "b"], ["a", "z"]))
+    assert _net(*cmds, articles=ART) == {
+        ("1",): (True, ["1", "x", "y"], False, []),
+        ("2",): (True, ["2", "a", "z"], False, []),
+    }
+    assert bulk_apply.split(ART["t"], bulk_apply.net_changes(cmds, ART)["t"]).updates == {
+        (0, 1, 2): [["1", "x", "y"], ["2", "a", "z"]]
+    }
+    assert bulk_apply.split(MASKED["t"], bulk_apply.net_changes(cmds, MASKED)["t"]).updates == {
+        (1, 2): [["1", "x", "y"]],
+        (2,): [["2", "a", "z"]],
     }
 
 

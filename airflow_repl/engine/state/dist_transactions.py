@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+import orjson
 import psycopg
 from psycopg import sql
 
 from airflow_repl.engine.postgres import lsn
 from airflow_repl.engine.postgres.copy_escaping import copy_field
 from airflow_repl.engine.postgres.pgoutput import PG_EPOCH
-from airflow_repl.engine.state.dist_encoding import JsonLoader, counts_json, dumps, load_command, read_json_with
+from airflow_repl.engine.state.dist_encoding import counts_json, dumps
 
 #: A row written to ``airflow_repl.commands`` by the Log Reader, as one line of COPY's text
 #: format (:func:`command_line`): publication, xact_seqno, command_id, article, op, data (JSON).
@@ -274,7 +275,7 @@ def forget_stored(conn: psycopg.Connection[Any], publication: str | None = None)
 #: table (qualified: a bare ``xact_seqno`` would bind to the text output column and sort as
 #: text), so the primary key's index returns them in order, with no sort of the backlog.
 BATCH_QUERY = (
-    "SELECT t.xact_seqno::text AS xact, t.command_count, t.article_rows, t.commit_time, t.origin, t.schema_change "
+    "SELECT t.xact_seqno::text AS xact, t.command_count, t.article_rows::text, t.commit_time, t.origin, t.schema_change "
     "FROM airflow_repl.transactions AS t "
     "WHERE t.publication = %s AND t.xact_seqno > %s::pg_lsn ORDER BY t.xact_seqno LIMIT %s"
 )
@@ -290,13 +291,17 @@ COMMANDS_QUERY = (
 )
 
 
-#: A stored command as the Distribution Agent reads it: (xact_seqno, command_id, article, op, data).
-CommandRow = tuple[str, int, str, str, dict[str, Any]]
+#: A stored command as the Distribution Agent reads it: (xact_seqno, command_id, article, op,
+#: data): its JSON as text, which :meth:`~airflow_repl.engine.subscriber.applier.Applier.commands`
+#: decodes (:func:`~airflow_repl.engine.state.dist_encoding.load_command`) as it makes the command.
+CommandRow = tuple[str, int, str, str, str]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class PendingTransaction:
-    """A replicated transaction waiting for delivery (a row of ``airflow_repl.transactions``)."""
+    """A replicated transaction waiting for delivery (a row of ``airflow_repl.transactions``);
+    read by the hundred for each batch: slots, not frozen (a frozen dataclass takes four times
+    as long to make); nothing changes one once read."""
 
     xact: str  # its xact_seqno, as text
     command_count: int
@@ -318,14 +323,15 @@ def pending_transactions(
 def send_pending(cur: psycopg.Cursor[Any], publication: str, after: str, limit: int) -> psycopg.Cursor[Any]:
     """Execute :data:`BATCH_QUERY` on ``cur`` (in a pipeline: sent, its rows read later by
     :func:`pending_rows`)."""
-    read_json_with(cur, JsonLoader)
     return cur.execute(BATCH_QUERY, (publication, after, limit))
 
 
 def pending_rows(cur: psycopg.Cursor[Any]) -> list[PendingTransaction]:
-    """The pending transactions of :func:`send_pending`'s cursor."""
+    """The pending transactions of :func:`send_pending`'s cursor.  Their rows per article come
+    as JSON text, which only ever holds article names and counts (:func:`counts_json`): orjson
+    reads it, with no call per value through a loader."""
     return [
-        PendingTransaction(xact, count, article_rows or {}, commit_time, origin, bool(ddl))
+        PendingTransaction(xact, count, orjson.loads(article_rows), commit_time, origin, bool(ddl))
         for xact, count, article_rows, commit_time, origin, ddl in cur.fetchall()
     ]
 
@@ -339,15 +345,13 @@ def batch_commands(
     with conn.cursor(name="airflow_repl_cmds") as cur:
         cur.itersize = 2000
         cur.execute(COMMANDS_QUERY, (publication, first, last))
-        for xact, cid, article, op, data in cur:
-            yield xact, cid, article, op, load_command(op, data)
+        yield from cur
 
 
 def batch_commands_list(conn: psycopg.Connection, publication: str, first: str, last: str) -> list[CommandRow]:
     """The commands of :func:`batch_commands`, read in one round trip (a caller that holds the
     whole batch in memory anyway)."""
-    rows = conn.execute(COMMANDS_QUERY, (publication, first, last)).fetchall()
-    return [(xact, cid, article, op, load_command(op, data)) for xact, cid, article, op, data in rows]
+    return conn.execute(COMMANDS_QUERY, (publication, first, last)).fetchall()
 
 
 def origin_positions(conn: psycopg.Connection, publication: str, origin: str, xids: list[int]) -> dict[int, str]:

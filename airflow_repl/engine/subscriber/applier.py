@@ -28,6 +28,7 @@ from airflow_repl.engine.articles.commands import DELETE, INSERT, SCHEMA, TRUNCA
 from airflow_repl.engine.articles.resolved import ResolvedArticle
 from airflow_repl.engine.errors import DeliveryError
 from airflow_repl.engine.postgres import lsn, raw_sql
+from airflow_repl.engine.state.dist_encoding import load_command
 from airflow_repl.engine.state.dist_transactions import CommandRow
 from airflow_repl.engine.subscriber import conflicts, schema_changes, statements
 
@@ -121,16 +122,17 @@ class Applier:
         return self._stmts[key]
 
     def commands(self, rows: Iterable[CommandRow], article_rows: Mapping[str, Mapping[str, int]]) -> Iterator[Located]:
-        """(xact, command_id, Command) in order, without those :attr:`skip` leaves out.  For articles whose single-row key updates stay
-        UPDATEs, a transaction's only row change of the article (``article_rows``: per
-        transaction, the rows it changed per article), stored as a DELETE + INSERT pair, is
+        """(xact, command_id, Command) in order, without those :attr:`skip` leaves out; each
+        row's JSON is decoded here, as its command is made.  For articles whose single-row key
+        updates stay UPDATEs, a transaction's only row change of the article (``article_rows``:
+        per transaction, the rows it changed per article), stored as a DELETE + INSERT pair, is
         merged back into one UPDATE."""
         held: Located | None = None
         skip = self.skip
         for xact, cid, article, op, data in rows:
             if skip and article in skip and ((upto := skip[article]) is None or lsn.lsn_to_int(xact) <= upto):
                 continue  # in the article's copy (or in one still to take)
-            cmd = Command.from_json(op, article, data)
+            cmd = Command.from_json(op, article, load_command(op, data))  # decoded here: one pass over the rows
             if held is not None:
                 hx, hc, hd = held
                 held = None

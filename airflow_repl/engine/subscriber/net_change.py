@@ -39,7 +39,7 @@ class _Key:
     existed: bool  # the first command found the row (UPDATE/DELETE): it existed before the batch
     final: Values | None  # the row at the end of the batch (None: deleted)
     deleted: bool = False  # deleted at some point (then, if final, inserted again)
-    changed: set[int] = field(default_factory=set)  # columns UPDATEs changed (SCALL/MCALL)
+    changed: set[int] = field(default_factory=set)  # columns UPDATEs changed (counted for SCALL/MCALL only)
 
 
 def eligible(article: ResolvedArticle | None) -> bool:
@@ -141,14 +141,15 @@ def net_changes(commands: Sequence[Command], articles: dict[str, ResolvedArticle
     command is outside what the set-based path covers or could not apply in that order).  Runs
     once per command of every batch: the common steps (:func:`_step`'s) are inline."""
     out: dict[str, dict[Key, _Key]] = {}
-    #: the eligible articles met so far: their keys and their key's values of an image
-    checked: dict[str, tuple[dict[Key, _Key], Callable[[Values], Key]]] = {}
+    #: the eligible articles met so far: their keys, their key's values of an image, and the
+    #: columns an UPDATE changed (counted only where they matter: :func:`masked`)
+    checked: dict[str, tuple[dict[Key, _Key], Callable[[Values], Key], _Changed]] = {}
     for cmd in commands:
         op, old, new = cmd.op, cmd.old, cmd.new
         entry = checked.get(cmd.article)
         if entry is None or op not in _ROW_OPS:
             entry = _check(cmd, articles, checked, out)
-        keys, key_of = entry
+        keys, key_of, changed = entry
         if op == UPDATE:
             assert old is not None and new is not None
             key = key_of(old)
@@ -160,12 +161,12 @@ def net_changes(commands: Sequence[Command], articles: dict[str, ResolvedArticle
             elif state is None:
                 if len(old) != len(new):
                     raise ValueError(f"an UPDATE's images have {len(old)} and {len(new)} columns")
-                keys[key] = _Key(True, new, False, set(compress(count(), map(ne, old, new))))
+                keys[key] = _Key(True, new, False, changed(old, new))
             elif state.final is not None and len(old) == len(new):
                 state.final = new
-                state.changed.update(compress(count(), map(ne, old, new)))  # the columns whose text differs
+                state.changed.update(changed(old, new))
             else:
-                _step(keys, key, op, old, new)
+                _step(keys, key, op, old, new, changed)
         elif op == INSERT:
             assert new is not None
             key = key_of(new)
@@ -182,16 +183,31 @@ def net_changes(commands: Sequence[Command], articles: dict[str, ResolvedArticle
 def _check(
     cmd: Command,
     articles: dict[str, ResolvedArticle],
-    checked: dict[str, tuple[dict[Key, _Key], Callable[[Values], Key]]],
+    checked: dict[str, tuple[dict[Key, _Key], Callable[[Values], Key], _Changed]],
     out: dict[str, dict[Key, _Key]],
-) -> tuple[dict[Key, _Key], Callable[[Values], Key]]:
+) -> tuple[dict[Key, _Key], Callable[[Values], Key], _Changed]:
     """A command of an article not met yet, or not a row change: its article's entry of
     :func:`net_changes` (NotNetApplicable when the set-based path does not cover it)."""
     art = articles.get(cmd.article)
     if cmd.op not in _ROW_OPS or art is None or not (cmd.article in checked or eligible(art)):
         raise NotNetApplicable(f"{cmd.op} command of article {cmd.article!r}")
-    entry = checked[cmd.article] = (out.setdefault(cmd.article, {}), _key_of(art.pk_positions))
+    changed = _changed_columns if masked(art) else _no_columns
+    entry = checked[cmd.article] = (out.setdefault(cmd.article, {}), _key_of(art.pk_positions), changed)
     return entry
+
+
+#: The columns an UPDATE (its before and after images) changed, as :class:`_Key` counts them.
+_Changed = Callable[[Values, Values], set[int]]
+
+
+def _changed_columns(old: Values, new: Values) -> set[int]:
+    """The columns whose text differs (:meth:`Command.changed`): SCALL and MCALL set only those."""
+    return set(compress(count(), map(ne, old, new)))
+
+
+def _no_columns(old: Values, new: Values) -> set[int]:
+    """None counted: the article's UPDATEs set every column (CALL, XCALL, SQL statements)."""
+    return set()
 
 
 def _key_of(pk: Sequence[int]) -> Callable[[Values], Key]:
@@ -204,8 +220,16 @@ def _key_of(pk: Sequence[int]) -> Callable[[Values], Key]:
     return itemgetter(*pk)
 
 
-def _step(keys: dict[Key, _Key], key: Key, op: OpCode, old: Values | None, new: Values | None) -> None:
-    """One command (``op`` with its before and after images) applied to the net effect on ``key``."""
+def _step(
+    keys: dict[Key, _Key],
+    key: Key,
+    op: OpCode,
+    old: Values | None,
+    new: Values | None,
+    changed: _Changed = _changed_columns,
+) -> None:
+    """One command (``op`` with its before and after images) applied to the net effect on
+    ``key`` (``changed``: the columns an UPDATE changed, as its article counts them)."""
     state = keys.get(key)
     if op == INSERT:
         if state is None:
@@ -224,7 +248,7 @@ def _step(keys: dict[Key, _Key], key: Key, op: OpCode, old: Values | None, new: 
         state.final = new
         if len(old) != len(new):
             raise ValueError(f"an UPDATE's images have {len(old)} and {len(new)} columns")
-        state.changed.update(compress(count(), map(ne, old, new)))  # the columns whose text differs (Command.changed)
+        state.changed.update(changed(old, new))
         return
     if state is None:
         keys[key] = _Key(existed=True, final=None, deleted=True)
