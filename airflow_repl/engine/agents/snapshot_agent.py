@@ -270,6 +270,7 @@ class _SnapshotRun:
         self.file_modules: snapshot_folder.FileModulesImport | None = None
         self.lines = progress_lines.Lines(run)  # its interval checked before anything changes
         self.pub_conninfo = topology.publisher.require("publisher")
+        self._pub: psycopg.Connection[Any] | None = None  # see publisher()
         run.step = "connecting"
         self.dist = run.connect(topology.distributor.require("distributor"), "distributor")
 
@@ -292,11 +293,18 @@ class _SnapshotRun:
             self.file_modules = snapshot_folder.FileModulesImport()
         return articles, targets, copies
 
+    def publisher(self) -> psycopg.Connection[Any]:
+        """The run's connection to the publisher (autocommit) for the slot's check, the types'
+        check and each snapshot's plan, one after the other: one password exchange, not one per
+        step.  Closed when the run ends (:class:`AgentRun` watches it)."""
+        if self._pub is None or self._pub.closed:
+            self._pub = self.run.connect(self.pub_conninfo, "publisher", autocommit=True)
+        return self._pub
+
     def check_slot(self, targets: list[str]) -> bool:
         """Does the publication's slot exist?  A missing one must not have lost changes."""
         self.slot = dist_publications.slot_name(self.dist, self.publication)
-        with self.run.connect(self.pub_conninfo, "publisher", autocommit=True) as pub:
-            found = slots.exists(pub, self.slot)
+        found = slots.exists(self.publisher(), self.slot)
         if not found:
             _check_slot_loss(self.dist, self.topology, self.publication, self.slot, targets)
         return found
@@ -304,9 +312,10 @@ class _SnapshotRun:
     def check_subscriber_types(self, articles: list[ResolvedArticle], targets: list[str]) -> None:
         """The subscribers' types match the publisher's (refused before any slot exists)."""
         self.run.step = "the checks of the subscribers' types"
-        with self.run.connect(self.pub_conninfo, "publisher") as pub:
+        pub = self.publisher()
+        with pub.transaction():
             objects = user_types.read(pub, articles).objects
-            _check_user_types(self.topology, targets, objects, self._connect_subscriber)
+        _check_user_types(self.topology, targets, objects, self._connect_subscriber)
 
     def _connect_subscriber(self, name: str, conninfo: str) -> psycopg.Connection[Any]:
         return self.run.connect(conninfo, f"subscriber {name!r}")
@@ -378,11 +387,11 @@ class _SnapshotRun:
     ) -> tuple[list[Partition], user_types.Requirements]:
         """Block ranges and the user types the articles need, as of the exported snapshot."""
         self.run.step = "the planning of the snapshot"
-        with self.run.connect(self.pub_conninfo, "publisher", autocommit=True) as planner:
-            slots.join_snapshot(planner, snapshot)
-            tasks = [t for art in articles for t in snapshot_folder.plan_partitions(planner, art, parallelism)]
-            needs = user_types.read(planner, articles)
-            planner.execute("COMMIT")
+        planner = self.publisher()
+        slots.join_snapshot(planner, snapshot)
+        tasks = [t for art in articles for t in snapshot_folder.plan_partitions(planner, art, parallelism)]
+        needs = user_types.read(planner, articles)
+        planner.execute("COMMIT")
         return tasks, needs
 
     def write_folder(self, articles: list[ResolvedArticle], taken: _Taken) -> dict[str, Any]:
