@@ -277,7 +277,8 @@ def test_a_snapshot_run_imports_the_data_files_modules_only_when_it_copies(env, 
     """pyarrow (with numpy) is imported by a run that has rows to copy, in a thread of its own while
     the run checks, creates the slot and plans (its tasks run in threads: no JVM start to overlap),
     what the run still waited for in the summary's ``import_seconds``; a run that finds every
-    subscription initialized, and a refusal, never import it."""
+    subscription initialized, and a refusal, never import it; a run copying an article on its own
+    imports them as an initializing one does."""
     run, probe = _probed_snapshot(env, tmp_path)
     assert probe == {"code": 0, "pyarrow": True, "numpy": True, "pyarrow_thread": "file-modules-import"}
     assert json.loads(run.stdout)["rows"] == 100 and json.loads(run.stdout)["import_seconds"] >= 0
@@ -287,6 +288,9 @@ def test_a_snapshot_run_imports_the_data_files_modules_only_when_it_copies(env, 
     assert probe == {"code": 0, "pyarrow": False, "numpy": False, "pyarrow_thread": None}
     run, probe = _probed_snapshot(env, tmp_path, "--subscriber", "nobody")
     assert probe["code"] != 0 and probe["pyarrow"] is False
+    run, probe = _probed_snapshot(env, tmp_path, "--article", "orders", "--reinitialize")  # a copy on its own
+    assert probe == {"code": 0, "pyarrow": True, "numpy": True, "pyarrow_thread": "file-modules-import"}
+    assert json.loads(run.stdout)["articles_copied"] == {"sub1": {"orders": 100}}
 
 
 def test_a_snapshot_whose_data_files_modules_cannot_be_imported_fails_with_one_line(env, tmp_path):
