@@ -110,6 +110,7 @@ def _snapshot(req: Request, spark: SparkSession | None) -> tuple[dict[str, Any],
         article=req.article,
         max_partitions=max_partitions,
         identify=executor_id,
+        import_ahead=in_threads,
     )
     if in_threads:
         return {**summary, "tasks": "threads"}, None

@@ -162,6 +162,24 @@ WAL_HEADROOM = 4 << 20
 AGENT_RUNNER = str(Path(__file__).with_name("agent_runner.py"))
 
 
+def ended_sessions(conn: psycopg.Connection) -> int:
+    """Sessions of the connection's database ended so far (counted as each ends)."""
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def sessions_ended_since(conn: psycopg.Connection, before: int, expected: int) -> int:
+    """Sessions ended since ``before``, once ``expected`` have (or 10 s passed), and a moment
+    more for any further one to be counted."""
+    deadline = time.monotonic() + 10
+    while ended_sessions(conn) < before + expected and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    return ended_sessions(conn) - before
+
+
 def mariadb_topology(env, mariadb, articles, *, db=None, **sub_options):
     """Publication ``p`` of ``articles`` to one MariaDB subscriber ``m1`` (a fresh database)."""
     db = db or mariadb.new_database()

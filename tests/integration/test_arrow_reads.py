@@ -11,6 +11,7 @@ import time
 import psycopg
 import pyarrow as pa
 import pytest
+from harness import ended_sessions, sessions_ended_since
 
 from airflow_repl.engine.errors import ConnectionFailed, ReplError
 from airflow_repl.engine.postgres import arrow_reads
@@ -170,24 +171,6 @@ def test_a_server_that_goes_away_mid_read_is_one_line(env):
     assert message.startswith(f"cannot read article 'big' at the publisher ({describe(env.pub)}): ")
 
 
-def _sessions(conn: psycopg.Connection) -> int:
-    """Sessions of the connection's database ended so far (counted as each ends)."""
-    conn.execute("SELECT pg_stat_clear_snapshot()")
-    row = conn.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()").fetchone()
-    assert row is not None
-    return int(row[0])
-
-
-def _sessions_after(conn: psycopg.Connection, before: int, expected: int) -> int:
-    """Sessions ended since ``before``, once ``expected`` have (or 10 s passed), and a moment
-    more for any further one to be counted."""
-    deadline = time.monotonic() + 10
-    while _sessions(conn) < before + expected and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(0.5)
-    return _sessions(conn) - before
-
-
 def test_reads_of_one_thread_share_the_drivers_database_and_a_failure_starts_afresh(env):
     """ADBC's database object (a connection and a load of the server's types when it is made)
     is made once per thread: each further read is one session, not two.  A refused connection
@@ -200,10 +183,10 @@ def test_reads_of_one_thread_share_the_drivers_database_and_a_failure_starts_afr
         try:
             _read(env.pub, snapshot, "SELECT id FROM shared_reads")  # this thread's database, if not made yet
             time.sleep(0.5)
-            before = _sessions(conn)
+            before = ended_sessions(conn)
             for _ in range(3):
                 assert _read(env.pub, snapshot, "SELECT id FROM shared_reads").num_rows == 10
-            assert _sessions_after(conn, before, 3) == 3
+            assert sessions_ended_since(conn, before, 3) == 3
             admin = psycopg.connect(psycopg.conninfo.make_conninfo(env.pub, dbname="postgres"), autocommit=True)
             with admin:  # a database's connections are refused from another one
                 admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS false')
@@ -214,9 +197,9 @@ def test_reads_of_one_thread_share_the_drivers_database_and_a_failure_starts_afr
                     admin.execute(f'ALTER DATABASE "{dbname}" ALLOW_CONNECTIONS true')
             assert "\n" not in str(refused.value) and "not currently accepting connections" in str(refused.value)
             time.sleep(0.5)
-            before = _sessions(conn)
+            before = ended_sessions(conn)
             assert _read(env.pub, snapshot, "SELECT id FROM shared_reads").num_rows == 10
-            assert _sessions_after(conn, before, 2) == 2  # the database made again, then the read
+            assert sessions_ended_since(conn, before, 2) == 2  # the database made again, then the read
         finally:
             holder.close()
     assert _read_in_new_thread_count(env.pub) == 10

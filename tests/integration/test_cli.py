@@ -229,45 +229,88 @@ def test_cli_snapshot_runs_its_tasks_in_threads_unless_a_master_is_named(env2, s
     assert snap["rows"] == 40000 and env.rows(env.sub, "SELECT count(*) FROM orders") == [(40000,)]
 
 
-#: A CLI process that reports, after its own output, whether it imported the data files' modules.
+#: A CLI process that reports, after its own output, whether it imported the data files' modules
+#: and in which thread pyarrow was imported; $HIDE_MODULE names a module its imports fail for.
 _IMPORTS_PROBE = """
-import json, sys
+import json, os, sys, threading
+threads = []
+class Who:
+    def find_spec(self, name, path=None, target=None):
+        if name == "pyarrow":
+            threads.append(threading.current_thread().name)
+        return None
+sys.meta_path.insert(0, Who())
+if os.environ.get("HIDE_MODULE"):
+    sys.modules[os.environ["HIDE_MODULE"]] = None
 from airflow_repl.cli import main
 code = main(sys.argv[1:])
-print(json.dumps({"code": code, "pyarrow": "pyarrow" in sys.modules, "numpy": "numpy" in sys.modules}))
+print(json.dumps({"code": code, "pyarrow": "pyarrow" in sys.modules, "numpy": "numpy" in sys.modules,
+                  "pyarrow_thread": threads[0] if threads else None}))
 """
 
 
-def test_a_snapshot_run_imports_the_data_files_modules_only_when_it_copies(env, tmp_path):
-    """pyarrow (with numpy) is imported by a run that has rows to copy, its time in the summary's
-    ``import_seconds``; a run that finds every subscription initialized, and a refusal, never import it."""
-    env.run(
-        env.pub,
-        "CREATE TABLE orders (id int PRIMARY KEY, v text); "
-        "INSERT INTO orders SELECT g, 'v' FROM generate_series(1, 100) g",
-    )
-    topo = orders_topology_file(env, tmp_path)
+def _probed_snapshot(env, tmp_path, *args: str, hide: str = "") -> tuple[subprocess.CompletedProcess[str], dict]:
+    """``airflow-repl snapshot`` of ``orders`` (100 rows, created on the first call) in a CLI
+    process of its own, its tasks in threads (no Spark master named), with ``hide`` failing to
+    import; the process and its probe (:data:`_IMPORTS_PROBE`)."""
+    if env.rows(env.pub, "SELECT count(*) FROM pg_class WHERE relname = 'orders'") == [(0,)]:
+        env.run(
+            env.pub,
+            "CREATE TABLE orders (id int PRIMARY KEY, v text); "
+            "INSERT INTO orders SELECT g, 'v' FROM generate_series(1, 100) g",
+        )
     environment = {k: v for k, v in os.environ.items() if k != "AIRFLOW_REPL_SPARK_MASTER"}
     environment["PYTHONPATH"] = str(Path(cli.__file__).resolve().parents[2])
+    run = subprocess.run(
+        [sys.executable, "-c", _IMPORTS_PROBE, "snapshot", "-t", orders_topology_file(env, tmp_path), *args],
+        cwd=tmp_path,
+        env={**environment, "HIDE_MODULE": hide},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    *output, probe = run.stdout.strip().splitlines()
+    return subprocess.CompletedProcess(run.args, run.returncode, "\n".join(output), run.stderr), json.loads(probe)
 
-    def snapshot(*args: str) -> tuple[str, dict]:
-        run = subprocess.run(
-            [sys.executable, "-c", _IMPORTS_PROBE, "snapshot", "-t", topo, *args],
-            cwd=tmp_path,
-            env=environment,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        *output, probe = run.stdout.strip().splitlines()
-        return "\n".join(output), json.loads(probe)
 
-    output, probe = snapshot()
-    assert probe == {"code": 0, "pyarrow": True, "numpy": True}
-    assert json.loads(output)["rows"] == 100 and json.loads(output)["import_seconds"] >= 0
+def test_a_snapshot_run_imports_the_data_files_modules_only_when_it_copies(env, tmp_path):
+    """pyarrow (with numpy) is imported by a run that has rows to copy, in a thread of its own while
+    the run checks, creates the slot and plans (its tasks run in threads: no JVM start to overlap),
+    what the run still waited for in the summary's ``import_seconds``; a run that finds every
+    subscription initialized, and a refusal, never import it; a run copying an article on its own
+    imports them as an initializing one does."""
+    run, probe = _probed_snapshot(env, tmp_path)
+    assert probe == {"code": 0, "pyarrow": True, "numpy": True, "pyarrow_thread": "file-modules-import"}
+    assert json.loads(run.stdout)["rows"] == 100 and json.loads(run.stdout)["import_seconds"] >= 0
     assert env.rows(env.sub, "SELECT count(*) FROM orders") == [(100,)]
-    output, probe = snapshot()
-    assert "already initialized" in json.loads(output)["message"]
-    assert probe == {"code": 0, "pyarrow": False, "numpy": False}
-    output, probe = snapshot("--subscriber", "nobody")
+    run, probe = _probed_snapshot(env, tmp_path)
+    assert "already initialized" in json.loads(run.stdout)["message"]
+    assert probe == {"code": 0, "pyarrow": False, "numpy": False, "pyarrow_thread": None}
+    run, probe = _probed_snapshot(env, tmp_path, "--subscriber", "nobody")
     assert probe["code"] != 0 and probe["pyarrow"] is False
+    run, probe = _probed_snapshot(env, tmp_path, "--article", "orders", "--reinitialize")  # a copy on its own
+    assert probe == {"code": 0, "pyarrow": True, "numpy": True, "pyarrow_thread": "file-modules-import"}
+    assert json.loads(run.stdout)["articles_copied"] == {"sub1": {"orders": 100}}
+
+
+def test_a_snapshot_whose_data_files_modules_cannot_be_imported_fails_with_one_line(env, tmp_path):
+    """The data files' driver missing from the Python environment (its import fails in the thread
+    that imports it ahead of the read): one line naming the module and the fix, the run recorded
+    as not succeeded, the subscriber's table never loaded; with the module back, the next run copies."""
+    run, probe = _probed_snapshot(env, tmp_path, hide="adbc_driver_postgresql")
+    assert probe["code"] == 2 and probe["pyarrow_thread"] == "file-modules-import"
+    assert (
+        run.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            "airflow-repl: error: the Snapshot Agent cannot import 'adbc_driver_postgresql', which it reads and "
+            "writes the snapshot's data files with"
+        )
+    )
+    assert "install airflow-repl with its dependencies" in run.stderr and "Traceback" not in run.stderr
+    history = "SELECT status FROM airflow_repl.agent_history WHERE agent = 'snapshot' ORDER BY run_id"
+    assert [status for (status,) in env.rows(env.dist, history)][-1:] in (["failed"], ["blocked"])
+    assert env.rows(env.sub, "SELECT count(*) FROM orders") == [(0,)]  # prepared, never loaded
+    run, probe = _probed_snapshot(env, tmp_path)
+    assert json.loads(run.stdout)["rows"] == 100, run.stderr
+    assert env.rows(env.sub, "SELECT count(*) FROM orders") == [(100,)]

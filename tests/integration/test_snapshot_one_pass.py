@@ -13,10 +13,12 @@ from pathlib import Path
 import psycopg
 import pyarrow.parquet as pq
 import pytest
+from harness import ended_sessions, sessions_ended_since
 
 from airflow_repl.engine.agents import snapshot_agent, snapshot_folder
 from airflow_repl.engine.errors import ConnectionLost
 from airflow_repl.engine.provisioning import deploy
+from airflow_repl.jobs import local_tasks
 
 
 def _files(summary: dict) -> list[dict]:
@@ -144,3 +146,26 @@ def test_a_subscriber_that_goes_away_mid_load_is_one_line_naming_it(env, spark, 
     summary = snapshot_agent.run_snapshot(topo, "p", spark, max_partitions=8)
     assert summary["rows"] == 400000
     assert env.rows(env.sub, "SELECT count(*), count(DISTINCT id) FROM big") == [(400000, 400000)]
+
+
+def test_a_snapshot_run_checks_and_plans_on_one_connection_to_the_publisher(env):
+    """The slot's check, the types' check and the plan share one connection to the publisher (a
+    connection is a password exchange, at both ends): a run copying one article in one task ends
+    four sessions there, where it ended six with a connection for each.  The copy is whole."""
+    env.run(
+        env.pub,
+        'CREATE TABLE "o\'1" (id int PRIMARY KEY, v text); '
+        "INSERT INTO \"o'1\" SELECT g, 'v' || g FROM generate_series(1, 500) g",
+    )
+    topo = env.topology([{"table": "public.o'1"}])
+    assert snapshot_agent.run_snapshot(topo, "p", local_tasks.LocalTasks(1))["rows"] == 500
+    with psycopg.connect(env.pub, autocommit=True) as conn:
+        time.sleep(0.5)
+        before = ended_sessions(conn)
+        summary = snapshot_agent.run_snapshot(topo, "p", local_tasks.LocalTasks(1), reinitialize=True)
+        ended = sessions_ended_since(conn, before, 4)
+    assert summary["rows"] == 500 and summary["partitions"] == 1
+    assert env.rows(env.sub, 'SELECT count(*), sum(length(v)) FROM "o\'1"') == env.rows(
+        env.pub, 'SELECT count(*), sum(length(v)) FROM "o\'1"'
+    )
+    assert ended == 4

@@ -101,17 +101,22 @@ def run_snapshot(
     article: str | None = None,
     max_partitions: int | None = None,
     identify: Identify | None = None,
+    import_ahead: bool = False,
 ) -> dict[str, Any]:
     """Snapshot ``publication`` and initialize its subscriptions that need it (all named ones
     with ``reinitialize``), and copy to each active one, on its own, every article it does not
     hold yet (an article added to the live publication; ``article`` with ``reinitialize``: that
     article again).  Returns a summary; with ``identify``, it names the executors that
-    read the partitions (``read_executors``) and loaded the files (``load_executors``)."""
+    read the partitions (``read_executors``) and loaded the files (``load_executors``).
+    ``import_ahead``: the tasks run in threads of this process (``spark`` starts no JVM whose
+    start the data files' modules are imported during), so they are imported in a thread of
+    their own once the run knows it copies
+    (:class:`~airflow_repl.engine.agents.snapshot_folder.FileModulesImport`)."""
     names = _named_subscribers(topology, publication, subscribers)
     check_article(topology, publication, article, reinitialize)
     snapshot_folder.check_writable(Path(topology.snapshot_folder) / publication)
     with AgentRun(AGENT, publication) as run:
-        snap = _SnapshotRun(run, topology, publication)
+        snap = _SnapshotRun(run, topology, publication, import_ahead)
         run.lock(snap.dist)
         articles, targets, copies = snap.plan_subscriptions(names, reinitialize, article)
         run.begin(snap.dist)
@@ -257,10 +262,15 @@ class _Taken:
 class _SnapshotRun:
     """One run of the Snapshot Agent, step by step (see :func:`run_snapshot`)."""
 
-    def __init__(self, run: AgentRun, topology: Topology, publication: str) -> None:
+    def __init__(self, run: AgentRun, topology: Topology, publication: str, import_ahead: bool = False) -> None:
         self.run, self.topology, self.publication = run, topology, publication
+        self.import_ahead = import_ahead
+        #: the data files' modules, importing while the run checks, creates the slot and plans
+        #: (None: imported by :meth:`take`, while a JVM starts)
+        self.file_modules: snapshot_folder.FileModulesImport | None = None
         self.lines = progress_lines.Lines(run)  # its interval checked before anything changes
         self.pub_conninfo = topology.publisher.require("publisher")
+        self._pub: psycopg.Connection[Any] | None = None  # see publisher()
         run.step = "connecting"
         self.dist = run.connect(topology.distributor.require("distributor"), "distributor")
 
@@ -279,13 +289,22 @@ class _SnapshotRun:
         else:
             targets, copies = _pending_subscribers(self.dist, self.publication, names, reinitialize, articles)
         self.dist.commit()
+        if self.import_ahead and (targets or copies):  # a run with nothing to copy never imports them
+            self.file_modules = snapshot_folder.FileModulesImport()
         return articles, targets, copies
+
+    def publisher(self) -> psycopg.Connection[Any]:
+        """The run's connection to the publisher (autocommit) for the slot's check, the types'
+        check and each snapshot's plan, one after the other: one password exchange, not one per
+        step.  Closed when the run ends (:class:`AgentRun` watches it)."""
+        if self._pub is None or self._pub.closed:
+            self._pub = self.run.connect(self.pub_conninfo, "publisher", autocommit=True)
+        return self._pub
 
     def check_slot(self, targets: list[str]) -> bool:
         """Does the publication's slot exist?  A missing one must not have lost changes."""
         self.slot = dist_publications.slot_name(self.dist, self.publication)
-        with self.run.connect(self.pub_conninfo, "publisher", autocommit=True) as pub:
-            found = slots.exists(pub, self.slot)
+        found = slots.exists(self.publisher(), self.slot)
         if not found:
             _check_slot_loss(self.dist, self.topology, self.publication, self.slot, targets)
         return found
@@ -293,9 +312,10 @@ class _SnapshotRun:
     def check_subscriber_types(self, articles: list[ResolvedArticle], targets: list[str]) -> None:
         """The subscribers' types match the publisher's (refused before any slot exists)."""
         self.run.step = "the checks of the subscribers' types"
-        with self.run.connect(self.pub_conninfo, "publisher") as pub:
+        pub = self.publisher()
+        with pub.transaction():
             objects = user_types.read(pub, articles).objects
-            _check_user_types(self.topology, targets, objects, self._connect_subscriber)
+        _check_user_types(self.topology, targets, objects, self._connect_subscriber)
 
     def _connect_subscriber(self, name: str, conninfo: str) -> psycopg.Connection[Any]:
         return self.run.connect(conninfo, f"subscriber {name!r}")
@@ -334,7 +354,10 @@ class _SnapshotRun:
             loads = init.prepare_all(folder, snapshot_id, needs.objects)  # while Spark starts
             self.run.step = "the start of Spark"
             started = time.monotonic()
-            snapshot_folder.import_file_modules()  # while the JVM starts (jobs.session.StartingSession)
+            if self.file_modules is not None:
+                self.file_modules.wait()  # importing since the run knew it copies: what is left of it
+            else:
+                snapshot_folder.import_file_modules()  # while the JVM starts (jobs.session.StartingSession)
             import_seconds = time.monotonic() - started
             started = time.monotonic()
             spark.sparkContext  # noqa: B018 - waits for a session still starting (jobs.session.StartingSession)
@@ -364,11 +387,11 @@ class _SnapshotRun:
     ) -> tuple[list[Partition], user_types.Requirements]:
         """Block ranges and the user types the articles need, as of the exported snapshot."""
         self.run.step = "the planning of the snapshot"
-        with self.run.connect(self.pub_conninfo, "publisher", autocommit=True) as planner:
-            slots.join_snapshot(planner, snapshot)
-            tasks = [t for art in articles for t in snapshot_folder.plan_partitions(planner, art, parallelism)]
-            needs = user_types.read(planner, articles)
-            planner.execute("COMMIT")
+        planner = self.publisher()
+        slots.join_snapshot(planner, snapshot)
+        tasks = [t for art in articles for t in snapshot_folder.plan_partitions(planner, art, parallelism)]
+        needs = user_types.read(planner, articles)
+        planner.execute("COMMIT")
         return tasks, needs
 
     def write_folder(self, articles: list[ResolvedArticle], taken: _Taken) -> dict[str, Any]:

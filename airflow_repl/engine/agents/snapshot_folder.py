@@ -21,6 +21,7 @@ import json
 import math
 import re
 import tempfile
+import threading
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -64,9 +65,43 @@ FILE_MODULES = ("pyarrow.parquet", "airflow_repl.engine.postgres.arrow_reads", "
 
 def import_file_modules() -> None:
     """Import :data:`FILE_MODULES` (the read's tasks would import them otherwise, in each thread
-    at once): called while a Spark application's JVM starts, so the import overlaps it."""
+    at once): called while a Spark application's JVM starts, so the import overlaps it.  A
+    module missing from this Python environment is a :class:`ReplError` naming it."""
     for name in FILE_MODULES:
-        importlib.import_module(name)
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ReplError(
+                f"the Snapshot Agent cannot import {exc.name or name!r}, which it reads and writes the snapshot's "
+                f"data files with ({exc}): install airflow-repl with its dependencies (pyarrow, "
+                f"adbc-driver-postgresql) in the Python environment that runs the agent"
+            ) from None
+
+
+class FileModulesImport:
+    """:func:`import_file_modules` in a thread of its own, started once a run whose tasks run in
+    threads of this process (no JVM start to overlap it) knows it copies: the import, mostly
+    pyarrow's, overlaps the run's round trips (the checks, the slot, the plan, the subscribers'
+    preparation) instead of following them.  :meth:`wait` joins it and raises its error, where
+    the import would run otherwise.  The thread is a daemon: a run refused before it reads
+    does not wait for the import."""
+
+    def __init__(self) -> None:
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._import, name="file-modules-import", daemon=True)
+        self._thread.start()
+
+    def _import(self) -> None:
+        try:
+            import_file_modules()
+        except BaseException as exc:  # raised by wait(), in the run's thread
+            self._error = exc
+
+    def wait(self) -> None:
+        """The modules imported (waits for the thread); its error if the import failed."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
 
 
 #: One data file to read: the article (its definition), the file's index, its block range
