@@ -1,6 +1,7 @@
 """How the distribution database's JSON is written and read: compact JSON for the commands and
-the transaction rows (orjson, ``json`` for what orjson refuses or writes otherwise), and the
-psycopg loaders that read the ``json`` (and an earlier database's ``jsonb``) columns back."""
+the transaction rows (orjson, ``json`` for what orjson refuses or writes otherwise), and how
+that JSON, read as text (the ``json`` columns, and an earlier database's ``jsonb``, cast to
+``text`` by the queries), is read back."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ import re
 from typing import Any
 
 import orjson
-import psycopg
-from psycopg.adapt import Buffer, Loader
+from psycopg.adapt import Buffer
 
 
 def dumps(value: Any) -> str:
@@ -103,16 +103,3 @@ def load_command(op: str, data: str) -> Any:
         except orjson.JSONDecodeError:
             pass
     return loads(data.encode())
-
-
-class JsonLoader(Loader):
-    """``json`` and ``jsonb`` columns (text format) through :func:`loads`."""
-
-    load = staticmethod(loads)
-
-
-def read_json_with(cur: psycopg.Cursor[Any], loader: type[Loader]) -> None:
-    """The cursor reads ``json`` columns, and the ``jsonb`` columns of a distribution database
-    made by an earlier airflow-repl, with ``loader``."""
-    cur.adapters.register_loader("json", loader)
-    cur.adapters.register_loader("jsonb", loader)
